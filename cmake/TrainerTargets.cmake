@@ -1,0 +1,40 @@
+# Shared compile settings. Every target gets identical flags so the torch PCH can be reused.
+set(TRAINER_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-initializers)
+
+# One precompiled <torch/torch.h>, built once and reused by every target.
+add_library(trainer_pch OBJECT ${CMAKE_CURRENT_SOURCE_DIR}/cmake/pch.cpp)
+
+function(trainer_setup_target tgt)
+  target_compile_options(${tgt} PRIVATE ${TRAINER_WARNINGS})
+  target_compile_features(${tgt} PUBLIC cxx_std_20)
+  # system fmt first (see TrainerDeps.cmake), then the project's own include roots
+  target_include_directories(${tgt} BEFORE PUBLIC ${TRAINER_FMT_FIRST_DIR})
+  target_include_directories(${tgt} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src)
+  target_link_libraries(${tgt} PUBLIC ${TORCH_LIBRARIES} spdlog::spdlog fmt::fmt
+                                      nlohmann_json::nlohmann_json Threads::Threads)
+  target_compile_definitions(${tgt} PUBLIC TRAINER_VERSION="${PROJECT_VERSION}"
+                                           $<$<BOOL:${TRAINER_WITH_CUDA}>:TRAINER_WITH_CUDA=1>)
+  if(TRAINER_PCH AND NOT tgt STREQUAL "trainer_pch")
+    target_precompile_headers(${tgt} REUSE_FROM trainer_pch)
+  endif()
+endfunction()
+
+trainer_setup_target(trainer_pch)
+if(TRAINER_PCH)
+  target_precompile_headers(trainer_pch PRIVATE <torch/torch.h>)
+endif()
+
+# trainer_add_library(name folder): a static library of every .cpp in the folder. Files ending in
+# _cuda.cpp build only against a CUDA LibTorch, files ending in _nocuda.cpp only against a CPU one:
+# the CUDA seam (src/device, src/dist) keeps #ifdefs out of the rest of the code.
+function(trainer_add_library name folder)
+  file(GLOB _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cpp)
+  if(TRAINER_WITH_CUDA)
+    list(FILTER _srcs EXCLUDE REGEX "_nocuda\\.cpp$")
+  else()
+    list(FILTER _srcs EXCLUDE REGEX "_cuda\\.cpp$")
+  endif()
+  add_library(${name} STATIC ${_srcs})
+  add_library(trainer::${name} ALIAS ${name})
+  trainer_setup_target(${name})
+endfunction()

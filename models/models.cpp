@@ -1,0 +1,1 @@
+// Models (models/): see docs/ARCHITECTURE.md.

@@ -1,0 +1,167 @@
+// RunConfig: the plain structs every component reads. Defaults live in the declarations.
+// No component but src/config sees YAML; each takes its own struct. The key names here are a
+// public contract (docs/CONFIG.md documents each one; tests/unit/config checks that it does).
+// Adding a key: add the member here and one line in schema.cpp (describe_fields), then document it.
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace trainer::config {
+
+struct RunSection {
+  std::string name = "run";
+  std::string out_dir = "runs";  // run directory is <out_dir>/<name>/
+  int64_t seed = 0;
+  bool deterministic = false;
+  bool operator==(const RunSection&) const = default;
+};
+
+struct ModelConfig {
+  std::string arch = "resnet";  // resnet | gpt (the model registry knows the list)
+  // resnet: depth 18/34/50/101/152 is the torchvision layout, 6n+2 (8, 20, 32, 44, 56, 110) the CIFAR one
+  int64_t depth = 18;
+  std::string stem = "imagenet";  // imagenet | cifar (3x3 stride-1 first conv, no max-pool)
+  int64_t in_channels = 3;
+  int64_t num_classes = 10;
+  double width = 1.0;  // channel multiplier on 64 (torchvision layout) or 16 (CIFAR layout)
+  bool zero_init_residual = false;
+  bool channels_last = false;
+  // gpt (nanoGPT's names and defaults, except a byte-level vocabulary)
+  int64_t vocab_size = 256;
+  int64_t block_size = 256;
+  int64_t n_layer = 6;
+  int64_t n_head = 6;
+  int64_t n_embd = 384;
+  double dropout = 0.0;
+  bool bias = true;
+  std::string attention = "sdpa";  // sdpa | math (explicit masked softmax: the reference path)
+  // both
+  bool activation_checkpointing = false;
+  std::string init_from;  // a .safetensors file to initialise the weights from ("" = random init)
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct AugmentConfig {
+  int64_t crop_padding = 0;   // random crop of the original size after zero padding by this much
+  bool hflip = false;         // random horizontal flip with p = 0.5
+  double rotation_degrees = 0.0;  // random rotation in [-d, d]
+  bool operator==(const AugmentConfig&) const = default;
+};
+
+struct NormalizeConfig {
+  std::string mode = "mean_std";  // mean_std | minmax | none
+  std::vector<double> mean;       // per channel; empty = computed from the training split
+  std::vector<double> std;
+  bool operator==(const NormalizeConfig&) const = default;
+};
+
+struct SyntheticConfig {
+  int64_t num_samples = 1024;
+  int64_t val_samples = 256;
+  int64_t image_size = 32;  // images: channels come from model.in_channels, classes from model.num_classes
+  bool operator==(const SyntheticConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string format = "idx";  // idx | cifar | image_folder | text | tokens | synthetic
+  std::string path;            // file, folder or glob, relative to the config file's folder
+  std::string val_path;        // separate validation data ("" = split or the format's own test files)
+  double val_fraction = 0.1;   // text: contiguous tail used for validation when val_path is empty
+  int64_t image_size = 0;      // image_folder / resize: output side in pixels (0 = keep)
+  int64_t workers = 2;
+  int64_t prefetch = 4;        // batches buffered ahead of the step
+  std::string on_bad_sample = "error";  // error | skip
+  int64_t limit_samples = 0;   // use only the first N training samples (0 = all); for smoke tests
+  AugmentConfig augment;
+  NormalizeConfig normalize;
+  SyntheticConfig synthetic;
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct EarlyStoppingConfig {
+  std::string metric = "";  // "" = off; else an eval metric: loss | accuracy | top5 | bpb | ppl
+  std::string mode = "auto";  // auto | min | max (auto: max for accuracies, min otherwise)
+  int64_t patience = 5;       // evaluations without improvement before stopping
+  double min_delta = 0.0;
+  bool operator==(const EarlyStoppingConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t batch_size = 32;         // per process, per micro-step
+  int64_t grad_accum = 1;
+  int64_t global_batch_size = 0;   // 0 = batch_size * grad_accum * world_size
+  int64_t max_steps = 0;           // optimizer steps; exactly one of max_steps / epochs drives the run
+  double epochs = 0.0;
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (CUDA only)
+  std::string device = "auto";     // auto | cpu | cuda
+  int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
+  double grad_clip = 0.0;          // max global grad norm (0 = off)
+  int64_t log_every = 10;
+  int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)
+  int64_t eval_steps = 0;          // batches per evaluation (0 = the whole validation split)
+  EarlyStoppingConfig early_stopping;
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct OptimConfig {
+  std::string name = "sgd";  // sgd | adamw
+  double lr = 0.1;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0.0;
+  std::vector<double> betas = {0.9, 0.999};
+  double eps = 1e-8;
+  bool decay_norm_and_bias = false;  // false: biases, norms and embeddings get no weight decay
+  bool operator==(const OptimConfig&) const = default;
+};
+
+struct ScheduleConfig {
+  std::string name = "constant";  // constant | step | linear | cosine
+  int64_t warmup_steps = 0;
+  double min_lr_ratio = 0.0;      // floor as a fraction of optim.lr
+  int64_t step_size = 1000;       // step: decay every step_size steps
+  double gamma = 0.1;             // step: multiply by gamma at each decay
+  bool operator==(const ScheduleConfig&) const = default;
+};
+
+struct DistConfig {
+  std::string backend = "auto";  // auto | gloo | nccl
+  double timeout_s = 300.0;
+  double bucket_mb = 25.0;
+  std::string store = "";  // "" = TCPStore at MASTER_ADDR:MASTER_PORT; file:///shared/path for a FileStore
+  bool operator==(const DistConfig&) const = default;
+};
+
+struct CheckpointConfig {
+  int64_t every_steps = 0;  // 0 = only at the end
+  int64_t keep_last = 3;
+  std::string dir = "";     // "" = <run dir>/checkpoints
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct LogConfig {
+  bool jsonl = true;
+  std::string progress = "auto";  // auto | on | off (auto: a bar when stdout is a terminal)
+  bool tensorboard = false;
+  double peak_tflops = 0.0;       // for MFU; 0 = use the device's known peak, if any
+  std::string level = "info";     // trace | debug | info | warn | error
+  bool operator==(const LogConfig&) const = default;
+};
+
+struct RunConfig {
+  RunSection run;
+  ModelConfig model;
+  DataConfig data;
+  TrainConfig train;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  DistConfig dist;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+  bool operator==(const RunConfig&) const = default;
+};
+
+}  // namespace trainer::config

@@ -1,0 +1,12 @@
+// Process exit codes: a public contract, documented in the README.
+#pragma once
+
+namespace trainer {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailure = 1;         // runtime failure (data, I/O, numerics, a peer died)
+constexpr int kExitUsage = 2;           // bad command line or config; nothing was started
+constexpr int kExitSavedAfterSignal = 75;  // stopped by SIGTERM/SIGUSR1/SIGINT after saving a checkpoint:
+                                           // requeue me (75 is EX_TEMPFAIL in sysexits.h)
+
+}  // namespace trainer

@@ -1,0 +1,304 @@
+// YAML -> RunConfig. The only file (with dump.cpp) that touches yaml-cpp.
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "config/load.hpp"
+#include "config/schema.hpp"
+
+namespace trainer::config {
+namespace fs = std::filesystem;
+
+std::string Diagnostic::str() const {
+  std::string s = where.file;
+  if (where.line > 0) s += ":" + std::to_string(where.line) + ":" + std::to_string(where.col);
+  s += ": ";
+  if (!key.empty()) s += key + ": ";
+  return s + message;
+}
+
+namespace {
+std::string join_diagnostics(const std::vector<Diagnostic>& ds) {
+  std::string s;
+  for (const auto& d : ds) s += (s.empty() ? "" : "\n") + d.str();
+  return s;
+}
+}  // namespace
+
+ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
+    : std::runtime_error(join_diagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
+
+Location LoadedConfig::where(const std::string& key) const {
+  auto it = explicit_keys.find(key);
+  if (it != explicit_keys.end()) return it->second;
+  return Location{source.empty() ? "<config>" : source, 0, 0};
+}
+
+namespace {
+
+// Walks the YAML tree against the schema, collecting diagnostics instead of stopping at the first.
+class Loader {
+ public:
+  Loader(RunConfig& cfg, LoadedConfig& out, std::vector<Diagnostic>& diags)
+      : fields_(describe_fields(cfg)), out_(out), diags_(diags) {
+    for (auto& f : fields_) {
+      by_key_[f.key] = &f;
+      // every proper prefix of a key is a group ("data", "data.augment")
+      for (size_t p = f.key.find('.'); p != std::string::npos; p = f.key.find('.', p + 1))
+        groups_.insert(f.key.substr(0, p));
+    }
+  }
+
+  void load_document(const YAML::Node& root, const std::string& file, const fs::path& base_dir) {
+    file_ = file;
+    base_dir_ = base_dir;
+    if (!root || root.IsNull()) return;  // an empty file: all defaults
+    if (!root.IsMap()) {
+      error(loc(root), "", "the top level must be a mapping of sections (run:, model:, data:, ...)");
+      return;
+    }
+    walk_map(root, "");
+  }
+
+  void apply_override(const std::string& text, const fs::path& cwd) {
+    file_ = "--set " + text;
+    base_dir_ = cwd;
+    auto eq = text.find('=');
+    Location where{file_, 0, 0};
+    if (eq == std::string::npos || eq == 0) {
+      error(where, "", "expected KEY=VALUE");
+      return;
+    }
+    std::string key = text.substr(0, eq);
+    std::string value = text.substr(eq + 1);
+    auto it = by_key_.find(key);
+    if (it == by_key_.end()) {
+      unknown_key(where, key);
+      return;
+    }
+    YAML::Node node;
+    try {
+      node = YAML::Load(value);
+    } catch (const YAML::Exception& e) {
+      error(where, key, "cannot parse value '" + value + "': " + e.msg);
+      return;
+    }
+    // a string value is taken verbatim, so "--set run.name=a: b" needs no quoting
+    if (it->second->type == FieldType::String || it->second->type == FieldType::Path) node = YAML::Node(value);
+    assign(*it->second, node, where);
+  }
+
+ private:
+  Location loc(const YAML::Node& n) const {
+    const auto m = n.Mark();
+    if (m.is_null()) return Location{file_, 0, 0};
+    return Location{file_, m.line + 1, m.column + 1};
+  }
+
+  void error(const Location& where, const std::string& key, const std::string& msg) {
+    diags_.push_back(Diagnostic{where, key, msg});
+  }
+
+  void unknown_key(const Location& where, const std::string& key) {
+    // suggest among siblings first ("optim.lr_rate" -> "optim.lr"), then among all keys
+    auto dot = key.rfind('.');
+    std::string parent = dot == std::string::npos ? "" : key.substr(0, dot);
+    std::string leaf = dot == std::string::npos ? key : key.substr(dot + 1);
+    std::vector<std::string> siblings;
+    for (const auto& f : fields_) {
+      auto fd = f.key.rfind('.');
+      if (f.key.substr(0, fd) == parent) siblings.push_back(f.key.substr(fd + 1));
+    }
+    for (const auto& g : groups_) {
+      auto gd = g.rfind('.');
+      std::string gp = gd == std::string::npos ? "" : g.substr(0, gd);
+      if (gp == parent) siblings.push_back(gd == std::string::npos ? g : g.substr(gd + 1));
+    }
+    std::string msg = parent.empty() ? "unknown section" : "unknown key";
+    std::string hint = did_you_mean(leaf, siblings);
+    if (!hint.empty()) {
+      msg += ", did you mean '" + (parent.empty() ? hint : parent + "." + hint) + "'?";
+    } else {
+      std::vector<std::string> all;
+      for (const auto& f : fields_) all.push_back(f.key);
+      hint = did_you_mean(key, all);
+      if (!hint.empty()) msg += ", did you mean '" + hint + "'?";
+      else if (parent.empty()) {
+        msg += "; sections are:";
+        for (const auto& s : section_names()) msg += " " + s;
+      }
+    }
+    error(where, key, msg);
+  }
+
+  void walk_map(const YAML::Node& map, const std::string& prefix) {
+    std::map<std::string, int> seen;  // key -> line of first occurrence
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const YAML::Node& knode = it->first;
+      const YAML::Node& value = it->second;
+      Location where = loc(knode);
+      if (!knode.IsScalar()) {
+        error(where, prefix, "keys must be plain names");
+        continue;
+      }
+      std::string name = knode.Scalar();
+      std::string key = prefix.empty() ? name : prefix + "." + name;
+      if (auto [pos, fresh] = seen.emplace(name, where.line); !fresh) {
+        error(where, key, "duplicate key (first set at line " + std::to_string(pos->second) + ")");
+        continue;
+      }
+      if (auto f = by_key_.find(key); f != by_key_.end()) {
+        out_.explicit_keys[key] = where;
+        assign(*f->second, value, loc(value).line ? loc(value) : where);
+      } else if (groups_.count(key)) {
+        if (value.IsNull()) continue;  // "augment:" with nothing under it
+        if (!value.IsMap()) {
+          error(loc(value), key, "expected a mapping of keys under '" + key + "'");
+          continue;
+        }
+        walk_map(value, key);
+      } else {
+        unknown_key(where, key);
+      }
+    }
+  }
+
+  static std::string shown(const YAML::Node& n) {
+    if (n.IsScalar()) return "'" + n.Scalar() + "'";
+    if (n.IsNull()) return "nothing";
+    if (n.IsSequence()) return "a list";
+    return "a mapping";
+  }
+
+  void assign(const FieldInfo& f, const YAML::Node& n, const Location& where) {
+    auto bad = [&](const std::string& expected) { error(where, f.key, "expected " + expected + ", got " + shown(n)); };
+    auto range = [&](double v) {
+      if (v < f.min || v > f.max) {
+        std::ostringstream m;
+        m << "value " << v << " is out of range [" << f.min << ", " << f.max << "]";
+        error(where, f.key, m.str());
+        return false;
+      }
+      return true;
+    };
+    switch (f.type) {
+      case FieldType::Bool: {
+        bool v;
+        if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) return bad("true or false");
+        *std::get<bool*>(f.ref) = v;
+        return;
+      }
+      case FieldType::Int: {
+        int64_t v;
+        if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return bad("an integer");
+        if (range(static_cast<double>(v))) *std::get<int64_t*>(f.ref) = v;
+        return;
+      }
+      case FieldType::Float: {
+        double v;
+        if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) return bad("a number");
+        if (range(v)) *std::get<double*>(f.ref) = v;
+        return;
+      }
+      case FieldType::String:
+      case FieldType::Path: {
+        if (n.IsNull()) {  // "init_from:" with nothing = empty
+          *std::get<std::string*>(f.ref) = "";
+          return;
+        }
+        if (!n.IsScalar()) return bad("a string");
+        std::string v = n.Scalar();
+        if (f.type == FieldType::Path && !v.empty() && v.find("://") == std::string::npos &&
+            fs::path(v).is_relative())
+          v = (base_dir_ / v).lexically_normal().string();
+        *std::get<std::string*>(f.ref) = v;
+        return;
+      }
+      case FieldType::Choice: {
+        std::string v = n.IsNull() ? "" : (n.IsScalar() ? n.Scalar() : "\x01");
+        if (v == "\x01") return bad("one of " + type_name(f));
+        for (const auto& c : f.choices)
+          if (c == v) {
+            *std::get<std::string*>(f.ref) = v;
+            return;
+          }
+        std::string msg = "'" + v + "' is not one of " + type_name(f);
+        std::string hint = did_you_mean(v, f.choices);
+        if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
+        error(where, f.key, msg);
+        return;
+      }
+      case FieldType::FloatList: {
+        if (!n.IsSequence()) return bad("a list of numbers such as [0.5, 0.5]");
+        std::vector<double> v;
+        for (const auto& e : n) {
+          double x;
+          if (!e.IsScalar() || !YAML::convert<double>::decode(e, x)) return bad("a list of numbers");
+          v.push_back(x);
+        }
+        *std::get<std::vector<double>*>(f.ref) = v;
+        return;
+      }
+    }
+  }
+
+  std::vector<FieldInfo> fields_;
+  std::map<std::string, const FieldInfo*> by_key_;
+  std::set<std::string> groups_;
+  LoadedConfig& out_;
+  std::vector<Diagnostic>& diags_;
+  std::string file_;
+  fs::path base_dir_;
+};
+
+LoadedConfig load_impl(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
+                       const fs::path& base_dir) {
+  LoadedConfig out;
+  out.source = name;
+  std::vector<Diagnostic> diags;
+  Loader loader(out.cfg, out, diags);
+  YAML::Node root;
+  bool parsed = true;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    diags.push_back(Diagnostic{Location{name, e.mark.line + 1, e.mark.column + 1}, "", "YAML syntax error: " + e.msg});
+    parsed = false;
+  }
+  if (parsed) loader.load_document(root, name, base_dir);
+  std::error_code ec;
+  fs::path cwd = fs::current_path(ec);
+  for (const auto& o : overrides) loader.apply_override(o, cwd);
+  if (!diags.empty()) throw ConfigError(std::move(diags));
+  for (const auto& o : overrides) {
+    auto eq = o.find('=');
+    out.explicit_keys[o.substr(0, eq)] = Location{"--set " + o, 0, 0};
+  }
+  return out;
+}
+
+}  // namespace
+
+LoadedConfig load_config_text(const std::string& text, const std::string& name,
+                              const std::vector<std::string>& overrides, const std::string& base_dir) {
+  return load_impl(text, name, overrides, fs::path(base_dir));
+}
+
+LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "config file not found"}});
+  if (fs::is_directory(path, ec))
+    throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "is a folder, expected a YAML file"}});
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "cannot read the file"}});
+  std::stringstream ss;
+  ss << in.rdbuf();
+  fs::path base = fs::absolute(fs::path(path), ec).parent_path();
+  return load_impl(ss.str(), path, overrides, base);
+}
+
+}  // namespace trainer::config

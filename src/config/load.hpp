@@ -1,0 +1,70 @@
+// Loading a RunConfig: YAML file + --set overrides -> validated struct, or every error at once.
+#pragma once
+
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace trainer::config {
+
+struct Location {
+  std::string file;  // config file, or "--set" for command-line overrides
+  int line = 0;      // 1-based; 0 = unknown (a default, or an override)
+  int col = 0;
+};
+
+struct Diagnostic {
+  Location where;
+  std::string key;  // dotted key path ("" when the error is not about one key)
+  std::string message;
+  std::string str() const;  // "FILE:LINE:COL: key.path: message"
+};
+
+// A config error: every problem found, each with its location. Exit code 2.
+class ConfigError : public std::runtime_error {
+ public:
+  explicit ConfigError(std::vector<Diagnostic> diagnostics);
+  const std::vector<Diagnostic>& diagnostics() const { return diagnostics_; }
+
+ private:
+  std::vector<Diagnostic> diagnostics_;
+};
+
+struct LoadedConfig {
+  RunConfig cfg;
+  std::string source;                        // the config file ("" for text)
+  std::map<std::string, Location> explicit_keys;  // keys the file or an override set, and where
+  bool is_set(const std::string& key) const { return explicit_keys.count(key) > 0; }
+  Location where(const std::string& key) const;
+};
+
+struct ValidateOptions {
+  int64_t world_size = 1;
+  bool cuda_available = false;
+  std::vector<std::string> known_archs = {"gpt", "resnet"};  // from the model registry
+};
+
+// Parse `path` and apply `overrides` ("a.b=value", value in YAML syntax). Relative paths in the file
+// resolve against the file's folder, those in overrides against the working directory.
+// Throws ConfigError with every syntax, unknown-key, type and range error found.
+LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from text; `name` stands for the file in messages, `base_dir` resolves relative paths.
+LoadedConfig load_config_text(const std::string& text, const std::string& name,
+                              const std::vector<std::string>& overrides = {},
+                              const std::string& base_dir = ".");
+
+// Cross-field checks (contradictions, arch vs data, batch arithmetic). Throws ConfigError.
+void validate(const LoadedConfig& loaded, const ValidateOptions& opts);
+
+// Fill derived values: grad_accum from global_batch_size, global_batch_size from the rest.
+void resolve(RunConfig& cfg, int64_t world_size);
+
+// The resolved config as YAML (every key, schema order); load_config_text(dump_yaml(c)) == c.
+std::string dump_yaml(const RunConfig& cfg);
+// sha256 (hex) of dump_yaml(cfg): equal hashes mean equal configs.
+std::string config_hash(const RunConfig& cfg);
+
+}  // namespace trainer::config

@@ -1,0 +1,283 @@
+#include "config/schema.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace trainer::config {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Builder {
+  std::vector<FieldInfo> out;
+  std::string prefix;
+
+  FieldInfo& add(const std::string& name, FieldType type, const std::string& doc) {
+    FieldInfo f;
+    f.key = prefix + "." + name;
+    f.type = type;
+    f.doc = doc;
+    out.push_back(std::move(f));
+    return out.back();
+  }
+  void b(const std::string& n, bool& v, const std::string& doc) { add(n, FieldType::Bool, doc).ref = &v; }
+  void i(const std::string& n, int64_t& v, double lo, double hi, const std::string& doc) {
+    auto& f = add(n, FieldType::Int, doc);
+    f.ref = &v;
+    f.min = lo;
+    f.max = hi;
+  }
+  void f(const std::string& n, double& v, double lo, double hi, const std::string& doc) {
+    auto& fi = add(n, FieldType::Float, doc);
+    fi.ref = &v;
+    fi.min = lo;
+    fi.max = hi;
+  }
+  void s(const std::string& n, std::string& v, const std::string& doc) { add(n, FieldType::String, doc).ref = &v; }
+  void p(const std::string& n, std::string& v, const std::string& doc) { add(n, FieldType::Path, doc).ref = &v; }
+  void c(const std::string& n, std::string& v, std::vector<std::string> choices, const std::string& doc) {
+    auto& f = add(n, FieldType::Choice, doc);
+    f.ref = &v;
+    f.choices = std::move(choices);
+  }
+  void l(const std::string& n, std::vector<double>& v, const std::string& doc) {
+    add(n, FieldType::FloatList, doc).ref = &v;
+  }
+  void arch(const std::string& a) { out.back().applies_to = a; }
+};
+
+}  // namespace
+
+const std::vector<std::string>& section_names() {
+  static const std::vector<std::string> names = {"run",      "model", "data",       "train", "optim",
+                                                 "schedule", "dist",  "checkpoint", "log"};
+  return names;
+}
+
+std::vector<FieldInfo> describe_fields(RunConfig& c) {
+  Builder k;
+  k.prefix = "run";
+  k.s("name", c.run.name, "Run name; the run directory is <out_dir>/<name>/.");
+  k.p("out_dir", c.run.out_dir, "Folder holding run directories (relative to the config file's folder).");
+  k.i("seed", c.run.seed, 0, 9.2e18, "Seed of every random stream (init, shuffling, augmentation, dropout).");
+  k.b("deterministic", c.run.deterministic, "Deterministic algorithms only; bitwise-reproducible on CPU.");
+
+  k.prefix = "model";
+  auto& m = c.model;
+  k.s("arch", m.arch, "Model family; the registry lists the known ones (resnet, gpt).");
+  k.i("depth", m.depth, 8, 1000, "ResNet depth: 18/34/50/101/152 (torchvision layout) or 6n+2 (CIFAR layout).");
+  k.arch("resnet");
+  k.c("stem", m.stem, {"imagenet", "cifar"}, "ResNet first layer: imagenet (7x7/2 conv + max-pool) or cifar (3x3/1, no pool).");
+  k.arch("resnet");
+  k.i("in_channels", m.in_channels, 1, 64, "Input image channels.");
+  k.arch("resnet");
+  k.i("num_classes", m.num_classes, 2, 1e6, "Output classes.");
+  k.arch("resnet");
+  k.f("width", m.width, 0.125, 16, "Channel multiplier (base 64 for the torchvision layout, 16 for CIFAR).");
+  k.arch("resnet");
+  k.b("zero_init_residual", m.zero_init_residual, "Zero the last BatchNorm weight of each residual branch.");
+  k.arch("resnet");
+  k.b("channels_last", m.channels_last, "Keep activations and weights in NHWC (channels_last) memory format.");
+  k.arch("resnet");
+  k.i("vocab_size", m.vocab_size, 2, 1e7, "GPT vocabulary size (256 for byte-level text).");
+  k.arch("gpt");
+  k.i("block_size", m.block_size, 1, 1e6, "GPT context length in tokens.");
+  k.arch("gpt");
+  k.i("n_layer", m.n_layer, 1, 1000, "GPT Transformer blocks.");
+  k.arch("gpt");
+  k.i("n_head", m.n_head, 1, 1000, "GPT attention heads (must divide n_embd).");
+  k.arch("gpt");
+  k.i("n_embd", m.n_embd, 1, 1e6, "GPT embedding width.");
+  k.arch("gpt");
+  k.f("dropout", m.dropout, 0, 0.99, "GPT dropout probability (embeddings, attention, residuals).");
+  k.arch("gpt");
+  k.b("bias", m.bias, "GPT: biases in Linear and LayerNorm layers.");
+  k.arch("gpt");
+  k.c("attention", m.attention, {"sdpa", "math"}, "GPT attention: sdpa (fused kernels) or math (explicit masked softmax).");
+  k.arch("gpt");
+  k.b("activation_checkpointing", m.activation_checkpointing,
+      "Recompute activations in backward (per ResNet stage or GPT block) to save memory.");
+  k.p("init_from", m.init_from, "A .safetensors file to initialise the weights from (\"\" = random init).");
+
+  k.prefix = "data";
+  auto& d = c.data;
+  k.c("format", d.format, {"idx", "cifar", "image_folder", "text", "tokens", "synthetic"}, "Dataset reader.");
+  k.p("path", d.path, "Training data: file, folder or glob (relative to the config file's folder).");
+  k.p("val_path", d.val_path, "Validation data (\"\" = the format's test files or a split of path).");
+  k.f("val_fraction", d.val_fraction, 0, 0.9, "text: fraction of the file (its tail) used for validation.");
+  k.i("image_size", d.image_size, 0, 8192, "Resize images to this side in pixels (0 = keep).");
+  k.i("workers", d.workers, 0, 256, "Loader worker threads (0 = load on the training thread).");
+  k.i("prefetch", d.prefetch, 1, 1024, "Batches prepared ahead of the step.");
+  k.c("on_bad_sample", d.on_bad_sample, {"error", "skip"}, "A sample that fails to decode: stop, or skip and count it.");
+  k.i("limit_samples", d.limit_samples, 0, 9.2e18, "Use only the first N training samples (0 = all).");
+  k.prefix = "data.augment";
+  k.i("crop_padding", d.augment.crop_padding, 0, 1024, "Random crop after zero padding by this many pixels (0 = off).");
+  k.b("hflip", d.augment.hflip, "Random horizontal flip (p = 0.5).");
+  k.f("rotation_degrees", d.augment.rotation_degrees, 0, 180, "Random rotation in [-d, d] degrees (0 = off).");
+  k.prefix = "data.normalize";
+  k.c("mode", d.normalize.mode, {"mean_std", "minmax", "none"}, "Input normalisation.");
+  k.l("mean", d.normalize.mean, "Per-channel mean for mean_std ([] = computed from the training split).");
+  k.l("std", d.normalize.std, "Per-channel std for mean_std ([] = computed from the training split).");
+  k.prefix = "data.synthetic";
+  k.i("num_samples", d.synthetic.num_samples, 1, 1e9, "synthetic: training samples.");
+  k.i("val_samples", d.synthetic.val_samples, 0, 1e9, "synthetic: validation samples.");
+  k.i("image_size", d.synthetic.image_size, 1, 8192, "synthetic: image side in pixels.");
+
+  k.prefix = "train";
+  auto& t = c.train;
+  k.i("batch_size", t.batch_size, 1, 1e7, "Samples per micro-batch, per process.");
+  k.i("grad_accum", t.grad_accum, 1, 1e5, "Micro-batches per optimizer step.");
+  k.i("global_batch_size", t.global_batch_size, 0, 1e9,
+      "Samples per optimizer step over all processes (0 = batch_size x grad_accum x world size); sets grad_accum.");
+  k.i("max_steps", t.max_steps, 0, 9.2e18, "Optimizer steps to run (0 = use epochs).");
+  k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
+  k.c("precision", t.precision, {"fp32", "bf16", "fp16"}, "Compute precision (fp16 needs CUDA; weights stay fp32).");
+  k.c("device", t.device, {"auto", "cpu", "cuda"}, "Where to train (auto: CUDA when available).");
+  k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
+  k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");
+  k.i("log_every", t.log_every, 1, 1e9, "Steps between metric records.");
+  k.i("eval_every", t.eval_every, 0, 1e9, "Steps between evaluations (0 = only at the end).");
+  k.i("eval_steps", t.eval_steps, 0, 1e9, "Batches per evaluation (0 = the whole validation split).");
+  k.prefix = "train.early_stopping";
+  k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
+  k.c("mode", t.early_stopping.mode, {"auto", "min", "max"}, "Better is lower (min) or higher (max); auto: max for accuracies.");
+  k.i("patience", t.early_stopping.patience, 1, 1e9, "Evaluations without improvement before stopping.");
+  k.f("min_delta", t.early_stopping.min_delta, 0, kInf, "Smallest change that counts as an improvement.");
+
+  k.prefix = "optim";
+  auto& o = c.optim;
+  k.c("name", o.name, {"sgd", "adamw"}, "Optimizer.");
+  k.f("lr", o.lr, 0, 1e3, "Peak learning rate.");
+  k.f("momentum", o.momentum, 0, 0.9999, "SGD momentum.");
+  k.b("nesterov", o.nesterov, "SGD: Nesterov momentum.");
+  k.f("weight_decay", o.weight_decay, 0, 10, "Weight decay (decoupled for AdamW).");
+  k.l("betas", o.betas, "AdamW betas [beta1, beta2].");
+  k.f("eps", o.eps, 0, 1, "AdamW epsilon.");
+  k.b("decay_norm_and_bias", o.decay_norm_and_bias, "Also apply weight decay to biases, norms and embeddings.");
+
+  k.prefix = "schedule";
+  auto& s = c.schedule;
+  k.c("name", s.name, {"constant", "step", "linear", "cosine"}, "Learning-rate schedule after warmup.");
+  k.i("warmup_steps", s.warmup_steps, 0, 1e9, "Linear warmup from 0 to optim.lr over this many steps.");
+  k.f("min_lr_ratio", s.min_lr_ratio, 0, 1, "Floor of the schedule as a fraction of optim.lr.");
+  k.i("step_size", s.step_size, 1, 1e9, "step: steps between decays.");
+  k.f("gamma", s.gamma, 0, 1, "step: factor applied at each decay.");
+
+  k.prefix = "dist";
+  k.c("backend", c.dist.backend, {"auto", "gloo", "nccl"}, "Collective backend (auto: NCCL on CUDA, else Gloo).");
+  k.f("timeout_s", c.dist.timeout_s, 1, 86400, "Seconds before a collective counts as hung.");
+  k.f("bucket_mb", c.dist.bucket_mb, 0.001, 4096, "Gradient all-reduce bucket size in MiB.");
+  k.s("store", c.dist.store, "Rendezvous: \"\" = TCPStore at MASTER_ADDR:MASTER_PORT, or file:///shared/path.");
+
+  k.prefix = "checkpoint";
+  k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");
+  k.i("keep_last", c.checkpoint.keep_last, 1, 1e6, "Newest checkpoints kept.");
+  k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints).");
+
+  k.prefix = "log";
+  k.b("jsonl", c.log.jsonl, "Write metrics.jsonl in the run directory.");
+  k.c("progress", c.log.progress, {"auto", "on", "off"}, "Progress bar (auto: when stdout is a terminal).");
+  k.b("tensorboard", c.log.tensorboard, "Write TensorBoard event files under <run dir>/tb.");
+  k.f("peak_tflops", c.log.peak_tflops, 0, 1e6, "Peak TFLOP/s for MFU (0 = the device's known peak, if any).");
+  k.c("level", c.log.level, {"trace", "debug", "info", "warn", "error"}, "Console log level.");
+  return std::move(k.out);
+}
+
+std::string type_name(const FieldInfo& f) {
+  switch (f.type) {
+    case FieldType::Bool: return "bool";
+    case FieldType::Int: return "int";
+    case FieldType::Float: return "float";
+    case FieldType::String: return "string";
+    case FieldType::Path: return "path";
+    case FieldType::FloatList: return "list of float";
+    case FieldType::Choice: {
+      std::string s;
+      for (const auto& c : f.choices) s += (s.empty() ? "" : " | ") + (c.empty() ? std::string("\"\"") : c);
+      return s;
+    }
+  }
+  return "?";
+}
+
+namespace {
+std::string float_text(double v) {
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  if (std::isnan(v)) return ".nan";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  std::string s(buf, end);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";  // keep it a float in YAML
+  return s;
+}
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+}  // namespace
+
+std::string value_text(const FieldInfo& f) {
+  return std::visit(
+      [&](auto* p) -> std::string {
+        using T = std::remove_pointer_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(*p);
+        else if constexpr (std::is_same_v<T, double>) return float_text(*p);
+        else if constexpr (std::is_same_v<T, std::string>) return quote(*p);
+        else {
+          std::string s = "[";
+          for (size_t i = 0; i < p->size(); ++i) s += (i ? ", " : "") + float_text((*p)[i]);
+          return s + "]";
+        }
+      },
+      f.ref);
+}
+
+std::string default_text(const FieldInfo& f) {
+  static RunConfig defaults;
+  static const std::vector<FieldInfo> fields = describe_fields(defaults);
+  for (const auto& d : fields)
+    if (d.key == f.key) return value_text(d);
+  return "";
+}
+
+namespace {
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+}  // namespace
+
+std::string did_you_mean(const std::string& unknown, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_score = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = levenshtein(unknown, c);
+    bool close = d <= std::max<size_t>(2, std::min(unknown.size(), c.size()) / 3);
+    // "lr_rate" -> "lr", "batch" -> "batch_size": a known name that starts the unknown one or v.v.
+    bool prefix = c.size() >= 2 && unknown.size() >= 2 &&
+                  (unknown.rfind(c, 0) == 0 || c.rfind(unknown, 0) == 0);
+    if (!close && !prefix) continue;
+    size_t score = close ? d : d + 100;  // prefer a close spelling over a prefix
+    if (score < best_score) {
+      best_score = score;
+      best = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace trainer::config

@@ -1,0 +1,41 @@
+// The config schema: one FieldInfo per key, pointing into a RunConfig. Loading, overrides,
+// validation of types and ranges, dumping, and the key list in docs/CONFIG.md all come from it.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace trainer::config {
+
+enum class FieldType { Bool, Int, Float, String, Choice, FloatList, Path };
+
+struct FieldInfo {
+  std::string key;  // full dotted path, e.g. "optim.lr"
+  FieldType type = FieldType::String;
+  std::string doc;
+  double min = -std::numeric_limits<double>::infinity();  // inclusive bounds for Int / Float
+  double max = std::numeric_limits<double>::infinity();
+  std::vector<std::string> choices;  // Choice only
+  std::string applies_to;            // model keys: "resnet" or "gpt"; "" = any arch
+  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*> ref;
+};
+
+// Every key of the schema, in documentation order, bound to the members of `cfg`.
+std::vector<FieldInfo> describe_fields(RunConfig& cfg);
+
+// The top-level section names ("run", "model", ...) in order.
+const std::vector<std::string>& section_names();
+
+std::string type_name(const FieldInfo& f);     // "int", "float", "one of a|b", ...
+std::string value_text(const FieldInfo& f);     // the bound value as YAML scalar / flow text
+std::string default_text(const FieldInfo& f);   // the value in a default RunConfig
+
+// Closest known name to `unknown` among `candidates`, or "" when none is close enough.
+std::string did_you_mean(const std::string& unknown, const std::vector<std::string>& candidates);
+
+}  // namespace trainer::config

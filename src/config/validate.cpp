@@ -1,0 +1,121 @@
+// Cross-field validation and derived values. Every problem is collected, then thrown at once.
+#include <algorithm>
+#include <cmath>
+
+#include "config/load.hpp"
+#include "config/schema.hpp"
+
+namespace trainer::config {
+namespace {
+
+bool is_image_format(const std::string& f) { return f == "idx" || f == "cifar" || f == "image_folder"; }
+bool is_token_format(const std::string& f) { return f == "text" || f == "tokens"; }
+
+bool valid_resnet_depth(int64_t d) {
+  return d == 18 || d == 34 || d == 50 || d == 101 || d == 152 || (d >= 8 && (d - 2) % 6 == 0);
+}
+
+}  // namespace
+
+void resolve(RunConfig& c, int64_t world_size) {
+  auto& t = c.train;
+  const int64_t per_accum = t.batch_size * std::max<int64_t>(world_size, 1);
+  if (t.global_batch_size > 0 && per_accum > 0 && t.global_batch_size % per_accum == 0)
+    t.grad_accum = t.global_batch_size / per_accum;
+  else
+    t.global_batch_size = per_accum * t.grad_accum;
+}
+
+void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
+  const RunConfig& c = loaded.cfg;
+  std::vector<Diagnostic> diags;
+  auto err = [&](const std::string& key, const std::string& msg) {
+    diags.push_back(Diagnostic{loaded.where(key), key, msg});
+  };
+
+  // model
+  const auto& archs = opts.known_archs;
+  if (std::find(archs.begin(), archs.end(), c.model.arch) == archs.end()) {
+    std::string known;
+    for (const auto& a : archs) known += (known.empty() ? "" : ", ") + a;
+    std::string msg = "unknown arch '" + c.model.arch + "'; known: " + known;
+    if (auto hint = did_you_mean(c.model.arch, archs); !hint.empty()) msg += " (did you mean '" + hint + "'?)";
+    err("model.arch", msg);
+  }
+  RunConfig scratch;
+  for (const auto& f : describe_fields(scratch)) {
+    if (!f.applies_to.empty() && f.applies_to != c.model.arch && loaded.is_set(f.key) &&
+        std::find(archs.begin(), archs.end(), c.model.arch) != archs.end())
+      err(f.key, "applies to model.arch '" + f.applies_to + "', but model.arch is '" + c.model.arch + "'");
+  }
+  if (c.model.arch == "resnet" && !valid_resnet_depth(c.model.depth))
+    err("model.depth", std::to_string(c.model.depth) +
+                           " is not a ResNet depth: use 18, 34, 50, 101, 152 (torchvision) or 6n+2 such as 20, 32, 56, 110 (CIFAR)");
+  if (c.model.arch == "gpt" && c.model.n_embd % c.model.n_head != 0)
+    err("model.n_head", "n_embd " + std::to_string(c.model.n_embd) + " is not divisible by n_head " +
+                            std::to_string(c.model.n_head));
+  if (c.model.arch == "gpt" && c.data.format == "text" && c.model.vocab_size < 256)
+    err("model.vocab_size", "byte-level text needs vocab_size >= 256");
+
+  // model vs data
+  if (c.model.arch == "gpt" && is_image_format(c.data.format))
+    err("data.format", "'" + c.data.format + "' gives images, but model.arch 'gpt' takes tokens (use text, tokens or synthetic)");
+  if (c.model.arch == "resnet" && is_token_format(c.data.format))
+    err("data.format", "'" + c.data.format + "' gives tokens, but model.arch 'resnet' takes images (use idx, cifar, image_folder or synthetic)");
+  if (c.data.format != "synthetic" && c.data.path.empty()) err("data.path", "required for data.format '" + c.data.format + "'");
+  const auto& nm = c.data.normalize;
+  if (nm.mean.size() != nm.std.size())
+    err("data.normalize.std", "has " + std::to_string(nm.std.size()) + " values but data.normalize.mean has " +
+                                  std::to_string(nm.mean.size()));
+  for (double s : nm.std)
+    if (!(s > 0)) err("data.normalize.std", "every value must be > 0");
+  if (c.model.arch == "resnet" && !nm.mean.empty() && static_cast<int64_t>(nm.mean.size()) != c.model.in_channels &&
+      nm.mean.size() != 1)
+    err("data.normalize.mean", "has " + std::to_string(nm.mean.size()) + " values for " +
+                                   std::to_string(c.model.in_channels) + " input channels");
+
+  // train
+  const auto& t = c.train;
+  if (t.max_steps > 0 && t.epochs > 0)
+    err(loaded.is_set("train.epochs") ? "train.epochs" : "train.max_steps",
+        "set either train.max_steps or train.epochs, not both");
+  if (t.max_steps == 0 && t.epochs == 0) err("train.max_steps", "set train.max_steps or train.epochs (both are 0)");
+  if (t.global_batch_size > 0) {
+    const int64_t per_accum = t.batch_size * opts.world_size;
+    if (t.global_batch_size % per_accum != 0)
+      err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by batch_size x world size = " +
+                                         std::to_string(t.batch_size) + " x " + std::to_string(opts.world_size));
+    else if (loaded.is_set("train.grad_accum") && t.global_batch_size / per_accum != t.grad_accum)
+      err("train.grad_accum", "contradicts train.global_batch_size: " + std::to_string(t.global_batch_size) + " / (" +
+                                  std::to_string(t.batch_size) + " x " + std::to_string(opts.world_size) + ") = " +
+                                  std::to_string(t.global_batch_size / per_accum) + " micro-batches");
+  }
+  const bool on_cuda = t.device == "cuda" || (t.device == "auto" && opts.cuda_available);
+  if (t.device == "cuda" && !opts.cuda_available) err("train.device", "'cuda' asked for, but no CUDA device is available");
+  if (t.precision == "fp16" && !on_cuda)
+    err("train.precision", "fp16 needs CUDA (dynamic loss scaling on GPU); on CPU use bf16 or fp32");
+  const std::string em = t.early_stopping.metric;
+  if (!em.empty()) {
+    bool lm_metric = em == "bpb" || em == "ppl";
+    bool cls_metric = em == "accuracy" || em == "top5";
+    if ((c.model.arch == "resnet" && lm_metric) || (c.model.arch == "gpt" && cls_metric))
+      err("train.early_stopping.metric", "'" + em + "' is not reported for model.arch '" + c.model.arch + "'");
+  }
+
+  // optim / schedule
+  if (c.optim.betas.size() != 2) err("optim.betas", "expected two values [beta1, beta2]");
+  for (double b : c.optim.betas)
+    if (b < 0 || b >= 1) err("optim.betas", "each beta must be in [0, 1)");
+  if (c.optim.nesterov && c.optim.momentum == 0) err("optim.nesterov", "Nesterov needs optim.momentum > 0");
+  if (t.max_steps > 0 && c.schedule.warmup_steps > t.max_steps)
+    err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");
+
+  // dist
+  if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
+  if (!c.dist.store.empty() && c.dist.store.rfind("file://", 0) != 0 && c.dist.store.rfind("tcp://", 0) != 0)
+    err("dist.store", "expected \"\", tcp://HOST:PORT or file:///path");
+
+  if (!diags.empty()) throw ConfigError(std::move(diags));
+}
+
+}  // namespace trainer::config

@@ -1,0 +1,1 @@
+// Data pipeline (src/data/): see docs/ARCHITECTURE.md.

@@ -1,0 +1,54 @@
+#include "device/device.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/Version.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+namespace trainer::device {
+
+bool cuda_available() { return torch::cuda::is_available(); }
+int cuda_device_count() { return cuda_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
+
+torch::Device select_device(const std::string& want, int64_t local_rank) {
+  if (want == "cpu") return torch::Device(torch::kCPU);
+  const int n = cuda_device_count();
+  if (n == 0) {
+    if (want == "cuda") throw std::runtime_error("train.device is 'cuda' but no CUDA device is available");
+    return torch::Device(torch::kCPU);
+  }
+  if (local_rank >= n)
+    throw std::runtime_error("local rank " + std::to_string(local_rank) + " has no GPU: this node has " +
+                             std::to_string(n) + " CUDA device(s)");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+int64_t default_threads(int64_t configured, int64_t local_world_size) {
+  if (configured > 0) return configured;
+  int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
+  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_world_size));
+}
+
+std::string cpu_math_summary() {
+  auto& ctx = at::globalContext();
+  std::ostringstream s;
+  s << "MKL " << (ctx.hasMKL() ? "yes" : "no") << ", oneDNN " << (ctx.hasMKLDNN() ? "yes" : "no") << ", OpenMP "
+    << (ctx.hasOpenMP() ? "yes" : "no") << ", LAPACK " << (ctx.hasLAPACK() ? "yes" : "no");
+  // BLAS_INFO and the CPU capability come from LibTorch's own build summary
+  std::string cfg = at::show_config();
+  for (const char* k : {"BLAS_INFO=", "CPU capability usage: "}) {
+    auto p = cfg.find(k);
+    if (p == std::string::npos) continue;
+    p += std::string(k).size();
+    auto e = cfg.find_first_of(",\n", p);
+    s << ", " << std::string(k).substr(0, std::string(k).find_first_of("=:")) << " " << cfg.substr(p, e - p);
+  }
+  return s.str();
+}
+
+}  // namespace trainer::device

@@ -1,0 +1,38 @@
+// Which launcher started this process, read from its environment variables.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace trainer::dist {
+
+struct LaunchEnv {
+  std::string launcher = "none";  // none | torchrun | openmpi | mpich | slurm
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  int64_t local_rank = 0;
+  int64_t local_world_size = 1;
+  std::string master_addr;  // "" when the launcher gives none (single process, or mpirun + FileStore)
+  int master_port = 0;
+};
+
+// A launcher's variables are missing or contradict each other. Names the launcher and the variable.
+class LaunchEnvError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+using GetEnv = std::function<const char*(const char*)>;
+
+// torchrun (RANK/WORLD_SIZE/...) wins over SLURM, which wins over MPI: srun inside mpirun is rare,
+// torchrun inside an sbatch step is common. Throws LaunchEnvError.
+LaunchEnv detect_launch_env(const GetEnv& getenv_fn);
+LaunchEnv detect_launch_env();  // from the process environment
+
+// SLURM hostlist expansion: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04 gpu07 login1.
+std::vector<std::string> expand_hostlist(const std::string& list);
+
+}  // namespace trainer::dist

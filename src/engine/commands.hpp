@@ -1,0 +1,26 @@
+// What each `trainer` subcommand does. apps/trainer/main.cpp only parses the command line.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace trainer::engine {
+
+struct ConfigArgs {
+  std::string config;                  // YAML file
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+  std::string out_dir;                 // --out-dir: replaces run.out_dir (relative to the working dir)
+};
+
+struct RunArgs : ConfigArgs {
+  std::string resume = "auto";  // auto | never | PATH
+  bool force = false;
+};
+
+// Each returns the process exit code (see config/exit_codes.hpp) and prints its own errors.
+int cmd_run(const RunArgs& args);
+int cmd_check(const ConfigArgs& args);
+int cmd_env();
+int cmd_config_keys();  // every config key as a Markdown table (docs/CONFIG.md is checked against it)
+
+}  // namespace trainer::engine

@@ -1,0 +1,1 @@
+// Training engine (src/engine/): see docs/ARCHITECTURE.md.

@@ -1,0 +1,29 @@
+// The run directory <out_dir>/<run.name>/: config.yaml (+ its hash), metrics.jsonl, logs/, checkpoints/.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "config/config.hpp"
+
+namespace trainer::io {
+
+struct RunDir {
+  std::filesystem::path root;
+  std::filesystem::path config_file() const { return root / "config.yaml"; }
+  std::filesystem::path metrics_file() const { return root / "metrics.jsonl"; }
+  std::filesystem::path logs_dir() const { return root / "logs"; }
+  std::filesystem::path rank_log(int64_t rank) const { return logs_dir() / ("rank" + std::to_string(rank) + ".log"); }
+  std::filesystem::path checkpoints_dir() const { return root / "checkpoints"; }
+};
+
+std::filesystem::path run_dir_path(const config::RunConfig& cfg);
+
+// Creates the folders (idempotent, safe when every rank calls it at once). Rank 0 also writes
+// config.yaml and config.sha256 atomically. Throws std::runtime_error naming the path and errno text.
+RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank);
+
+// Writes `text` to `path` atomically: a temporary file in the same folder, fsync, rename, fsync folder.
+void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+
+}  // namespace trainer::io
