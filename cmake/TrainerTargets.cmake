@@ -10,6 +10,9 @@ function(trainer_setup_target tgt)
   # system fmt first (see TrainerDeps.cmake), then the project's own include roots
   target_include_directories(${tgt} BEFORE PUBLIC ${TRAINER_FMT_FIRST_DIR})
   target_include_directories(${tgt} PUBLIC ${PROJECT_SOURCE_DIR} ${PROJECT_SOURCE_DIR}/src)
+  # libtorch.so from the wheel exports its own (devtoolset) copy of std::filesystem, whose
+  # remove_all jumps to a null weak symbol: the system libstdc++ must come first in the search order.
+  target_link_options(${tgt} PUBLIC "SHELL:-Wl,--push-state,--no-as-needed -lstdc++ -Wl,--pop-state")
   target_link_libraries(${tgt} PUBLIC ${TORCH_LIBRARIES} spdlog::spdlog fmt::fmt
                                       nlohmann_json::nlohmann_json Threads::Threads)
   target_compile_definitions(${tgt} PUBLIC TRAINER_VERSION="${PROJECT_VERSION}"
@@ -33,6 +36,9 @@ function(trainer_add_library name folder)
     list(FILTER _srcs EXCLUDE REGEX "_nocuda\\.cpp$")
   else()
     list(FILTER _srcs EXCLUDE REGEX "_cuda\\.cpp$")
+  endif()
+  if(NOT _srcs)  # an area being rewritten may briefly have no sources
+    set(_srcs ${PROJECT_SOURCE_DIR}/cmake/pch.cpp)
   endif()
   add_library(${name} STATIC ${_srcs})
   add_library(trainer::${name} ALIAS ${name})

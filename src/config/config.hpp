@@ -96,6 +96,7 @@ struct TrainConfig {
   int64_t max_steps = 0;           // optimizer steps; exactly one of max_steps / epochs drives the run
   double epochs = 0.0;
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (CUDA only)
+  bool tf32 = true;                // CUDA: TF32 tensor cores for fp32 matmuls and convolutions
   std::string device = "auto";     // auto | cpu | cuda
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
   double grad_clip = 0.0;          // max global grad norm (0 = off)

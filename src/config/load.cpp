@@ -255,10 +255,9 @@ class Loader {
 };
 
 LoadedConfig load_impl(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
-                       const fs::path& base_dir) {
+                       const fs::path& base_dir, std::vector<Diagnostic>& diags) {
   LoadedConfig out;
   out.source = name;
-  std::vector<Diagnostic> diags;
   Loader loader(out.cfg, out, diags);
   YAML::Node root;
   bool parsed = true;
@@ -272,22 +271,14 @@ LoadedConfig load_impl(const std::string& text, const std::string& name, const s
   std::error_code ec;
   fs::path cwd = fs::current_path(ec);
   for (const auto& o : overrides) loader.apply_override(o, cwd);
-  if (!diags.empty()) throw ConfigError(std::move(diags));
   for (const auto& o : overrides) {
     auto eq = o.find('=');
-    out.explicit_keys[o.substr(0, eq)] = Location{"--set " + o, 0, 0};
+    if (eq != std::string::npos) out.explicit_keys[o.substr(0, eq)] = Location{"--set " + o, 0, 0};
   }
   return out;
 }
 
-}  // namespace
-
-LoadedConfig load_config_text(const std::string& text, const std::string& name,
-                              const std::vector<std::string>& overrides, const std::string& base_dir) {
-  return load_impl(text, name, overrides, fs::path(base_dir));
-}
-
-LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+std::string read_config_file(const std::string& path, fs::path& base) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "config file not found"}});
@@ -297,8 +288,48 @@ LoadedConfig load_config(const std::string& path, const std::vector<std::string>
   if (!in) throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "cannot read the file"}});
   std::stringstream ss;
   ss << in.rdbuf();
-  fs::path base = fs::absolute(fs::path(path), ec).parent_path();
-  return load_impl(ss.str(), path, overrides, base);
+  base = fs::absolute(fs::path(path), ec).parent_path();
+  return ss.str();
+}
+
+}  // namespace
+
+LoadedConfig load_config_text(const std::string& text, const std::string& name,
+                              const std::vector<std::string>& overrides, const std::string& base_dir) {
+  std::vector<Diagnostic> diags;
+  LoadedConfig out = load_impl(text, name, overrides, fs::path(base_dir), diags);
+  if (!diags.empty()) throw ConfigError(std::move(diags));
+  return out;
+}
+
+LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  fs::path base;
+  std::string text = read_config_file(path, base);
+  return load_config_text(text, path, overrides, base.string());
+}
+
+LoadedConfig load_and_validate(const std::string& path, const std::vector<std::string>& overrides,
+                               const ValidateOptions& opts) {
+  fs::path base;
+  std::string text = read_config_file(path, base);
+  std::vector<Diagnostic> diags;
+  LoadedConfig out = load_impl(text, path, overrides, base, diags);
+  // Cross-field checks run even when some keys failed to load, so one pass reports everything;
+  // a key that already has a load error gets no second, derived complaint.
+  std::set<std::string> bad_keys;
+  for (const auto& d : diags) bad_keys.insert(d.key);
+  bool syntax_error = !diags.empty() && diags.front().message.rfind("YAML syntax error", 0) == 0;
+  if (!syntax_error) {
+    try {
+      validate(out, opts);
+    } catch (const ConfigError& e) {
+      for (const auto& d : e.diagnostics())
+        if (!bad_keys.count(d.key)) diags.push_back(d);
+    }
+  }
+  if (!diags.empty()) throw ConfigError(std::move(diags));
+  resolve(out.cfg, opts.world_size);
+  return out;
 }
 
 }  // namespace trainer::config

@@ -56,6 +56,10 @@ LoadedConfig load_config_text(const std::string& text, const std::string& name,
                               const std::vector<std::string>& overrides = {},
                               const std::string& base_dir = ".");
 
+// load_config + validate + resolve, reporting the errors of all three in one ConfigError.
+LoadedConfig load_and_validate(const std::string& path, const std::vector<std::string>& overrides,
+                               const ValidateOptions& opts);
+
 // Cross-field checks (contradictions, arch vs data, batch arithmetic). Throws ConfigError.
 void validate(const LoadedConfig& loaded, const ValidateOptions& opts);
 

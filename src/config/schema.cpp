@@ -134,6 +134,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("max_steps", t.max_steps, 0, 9.2e18, "Optimizer steps to run (0 = use epochs).");
   k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
   k.c("precision", t.precision, {"fp32", "bf16", "fp16"}, "Compute precision (fp16 needs CUDA; weights stay fp32).");
+  k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.c("device", t.device, {"auto", "cpu", "cuda"}, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
   k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");

@@ -10,6 +10,7 @@
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "dist/launch_env.hpp"
+#include "engine/trainer.hpp"
 #include "io/run_dir.hpp"
 #include "obs/logging.hpp"
 
@@ -26,13 +27,10 @@ void print_config_error(const config::ConfigError& e) {
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.out_dir.empty()) overrides.push_back("run.out_dir=" + args.out_dir);
-  config::LoadedConfig loaded = config::load_config(args.config, overrides);
   config::ValidateOptions vo;
   vo.world_size = env.world_size;
   vo.cuda_available = device::cuda_available();
-  config::validate(loaded, vo);
-  config::resolve(loaded.cfg, env.world_size);
-  return loaded;
+  return config::load_and_validate(args.config, overrides, vo);
 }
 
 }  // namespace
@@ -48,7 +46,9 @@ int cmd_config_keys() {
       range = r.str();
     }
     std::string applies = f.applies_to.empty() ? "" : " (" + f.applies_to + " only)";
-    std::cout << "| `" << f.key << "` | " << config::type_name(f) << " | `" << config::default_text(f) << "` | "
+    std::string type = config::type_name(f);
+    for (size_t p = type.find('|'); p != std::string::npos; p = type.find('|', p + 2)) type.replace(p, 1, "\\|");
+    std::cout << "| `" << f.key << "` | " << type << " | `" << config::default_text(f) << "` | "
               << f.doc << applies << range << " |\n";
   }
   return kExitOk;
@@ -114,8 +114,7 @@ int cmd_run(const RunArgs& args) {
     auto dir = io::prepare_run_dir(loaded.cfg, env.rank);
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
     spdlog::info("run directory {}", dir.root.string());
-    spdlog::error("training is not available yet in this build");
-    return kExitFailure;
+    return run_training(loaded.cfg, env, dir);
   } catch (const config::ConfigError& e) {
     print_config_error(e);
     return kExitUsage;

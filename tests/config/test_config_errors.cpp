@@ -1,0 +1,200 @@
+// Bad configs: each case asserts the exact FILE:LINE:COL, key path and message.
+#include <catch2/catch.hpp>
+
+#include "config/load.hpp"
+#include "test_util.hpp"
+
+using namespace trainer::config;
+
+namespace {
+
+// Loads `yaml` from a real file (so paths and line numbers are those a user sees) and returns the
+// diagnostics as printed, one per line. Empty when the config is valid.
+std::vector<std::string> errors_of(const std::string& yaml, const std::vector<std::string>& overrides = {},
+                                   ValidateOptions opts = {}) {
+  auto dir = trainer::test::scratch_dir("config_errors");
+  auto file = dir / "exp.yaml";
+  trainer::test::write_file(file, yaml);
+  std::vector<std::string> out;
+  try {
+    load_and_validate(file.string(), overrides, opts);
+  } catch (const ConfigError& e) {
+    for (const auto& d : e.diagnostics()) {
+      std::string s = d.str();
+      auto p = s.find("exp.yaml");  // strip the scratch folder: "exp.yaml:3:5: ..."
+      out.push_back(p == std::string::npos ? s : s.substr(p));
+    }
+  }
+  return out;
+}
+
+const std::string kValidHead = "train:\n  max_steps: 10\ndata:\n  format: synthetic\n";
+
+}  // namespace
+
+TEST_CASE("a typo'd key names file:line:col, the key path and the closest key", "[unit]") {
+  auto e = errors_of(kValidHead + "optim:\n  lr_rate: 0.1\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: optim.lr_rate: unknown key, did you mean 'optim.lr'?"});
+}
+
+TEST_CASE("an unknown section suggests the closest section", "[unit]") {
+  auto e = errors_of(kValidHead + "optimizer:\n  lr: 0.1\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:5:1: optimizer: unknown section, did you mean 'optim'?"});
+}
+
+TEST_CASE("an unknown section far from any name lists the sections", "[unit]") {
+  auto e = errors_of(kValidHead + "zzz: 1\n");
+  REQUIRE(e.size() == 1);
+  REQUIRE(e[0] ==
+          "exp.yaml:5:1: zzz: unknown section; sections are: run model data train optim schedule dist checkpoint log");
+}
+
+TEST_CASE("YAML syntax errors give the parser's position", "[unit]") {
+  auto e = errors_of("train:\n  max_steps: [1, 2\n");
+  REQUIRE(e.size() == 1);
+  REQUIRE(e[0].rfind("exp.yaml:3:1: YAML syntax error: ", 0) == 0);
+}
+
+TEST_CASE("a wrong type names the expected type and the value", "[unit]") {
+  auto e = errors_of("train:\n  max_steps: 10\n  batch_size: abc\ndata:\n  format: synthetic\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:15: train.batch_size: expected an integer, got 'abc'"});
+}
+
+TEST_CASE("a boolean key rejects a number", "[unit]") {
+  auto e = errors_of(kValidHead + "run:\n  deterministic: 3\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:18: run.deterministic: expected true or false, got '3'"});
+}
+
+TEST_CASE("an out-of-range value gives the range", "[unit]") {
+  auto e = errors_of(kValidHead + "optim:\n  momentum: 1.5\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:13: optim.momentum: value 1.5 is out of range [0, 0.9999]"});
+}
+
+TEST_CASE("a negative batch size is out of range", "[unit]") {
+  auto e = errors_of("train:\n  max_steps: 10\n  batch_size: -4\ndata:\n  format: synthetic\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:15: train.batch_size: value -4 is out of range [1, 1e+07]"});
+}
+
+TEST_CASE("a choice outside the list suggests the closest choice", "[unit]") {
+  auto e = errors_of(kValidHead + "optim:\n  name: adam\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:9: optim.name: 'adam' is not one of sgd | adamw; did you mean 'adamw'?"});
+}
+
+TEST_CASE("a duplicate key points at the second occurrence and the first line", "[unit]") {
+  auto e = errors_of(kValidHead + "optim:\n  lr: 0.1\n  lr: 0.2\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:7:3: optim.lr: duplicate key (first set at line 6)"});
+}
+
+TEST_CASE("max_steps and epochs together are a contradiction", "[unit]") {
+  auto e = errors_of("data:\n  format: synthetic\ntrain:\n  max_steps: 10\n  epochs: 2\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:5:3: train.epochs: set either train.max_steps or train.epochs, not both"});
+}
+
+TEST_CASE("neither max_steps nor epochs is an error", "[unit]") {
+  auto e = errors_of("data:\n  format: synthetic\n");
+  REQUIRE(e.size() == 1);
+  REQUIRE(e[0].find("train.max_steps: set train.max_steps or train.epochs (both are 0)") != std::string::npos);
+}
+
+TEST_CASE("gpt with image data is refused", "[unit]") {
+  auto e = errors_of("model:\n  arch: gpt\ndata:\n  format: idx\n  path: /nonexistent\ntrain:\n  max_steps: 1\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:4:3: data.format: 'idx' gives images, but model.arch 'gpt' takes tokens (use text, tokens or synthetic)"});
+}
+
+TEST_CASE("resnet with token data is refused", "[unit]") {
+  auto e = errors_of("data:\n  format: tokens\n  path: x.bin\ntrain:\n  max_steps: 1\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:2:3: data.format: 'tokens' gives tokens, but model.arch 'resnet' takes images (use idx, cifar, image_folder or synthetic)"});
+}
+
+TEST_CASE("a key of the other architecture is refused", "[unit]") {
+  auto e = errors_of(kValidHead + "model:\n  arch: gpt\n  depth: 50\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:7:3: model.depth: applies to model.arch 'resnet', but model.arch is 'gpt'"});
+}
+
+TEST_CASE("an unknown arch lists the known ones", "[unit]") {
+  auto e = errors_of(kValidHead + "model:\n  arch: gtp\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.arch: unknown arch 'gtp'; known: gpt, resnet (did you mean 'gpt'?)"});
+}
+
+TEST_CASE("global_batch_size must divide by batch_size x world size", "[unit]") {
+  ValidateOptions two_ranks;
+  two_ranks.world_size = 2;
+  auto e = errors_of("data:\n  format: synthetic\ntrain:\n  max_steps: 1\n  batch_size: 32\n  global_batch_size: 96\n", {},
+                     two_ranks);
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:6:3: train.global_batch_size: 96 is not divisible by batch_size x world size = 32 x 2"});
+}
+
+TEST_CASE("fp16 on a CPU run says why", "[unit]") {
+  auto e = errors_of("data:\n  format: synthetic\ntrain:\n  max_steps: 1\n  precision: fp16\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:5:3: train.precision: fp16 needs CUDA (dynamic loss scaling on GPU); on CPU use bf16 or fp32"});
+}
+
+TEST_CASE("n_embd must divide by n_head", "[unit]") {
+  auto e = errors_of("model:\n  arch: gpt\n  n_embd: 100\n  n_head: 3\ndata:\n  format: synthetic\ntrain:\n  max_steps: 1\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:4:3: model.n_head: n_embd 100 is not divisible by n_head 3"});
+}
+
+TEST_CASE("a ResNet depth that is no known layout is refused", "[unit]") {
+  auto e = errors_of(kValidHead + "model:\n  depth: 19\n");
+  REQUIRE(e.size() == 1);
+  REQUIRE(e[0].rfind("exp.yaml:6:3: model.depth: 19 is not a ResNet depth", 0) == 0);
+}
+
+TEST_CASE("a missing data path is an error for file formats", "[unit]") {
+  auto e = errors_of("data:\n  format: idx\ntrain:\n  max_steps: 1\n");
+  REQUIRE(e.size() == 1);
+  REQUIRE(e[0].find("data.path: required for data.format 'idx'") != std::string::npos);
+}
+
+TEST_CASE("normalize mean and std must have the same length", "[unit]") {
+  auto e = errors_of(kValidHead + "  normalize:\n    mean: [0.5, 0.5, 0.5]\n    std: [0.2]\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:7:5: data.normalize.std: has 1 values but data.normalize.mean has 3"});
+}
+
+TEST_CASE("a list key rejects a scalar", "[unit]") {
+  auto e = errors_of(kValidHead + "optim:\n  betas: 0.9\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:10: optim.betas: expected a list of numbers such as [0.5, 0.5], got '0.9'"});
+}
+
+TEST_CASE("a section given a scalar is refused", "[unit]") {
+  auto e = errors_of(kValidHead + "optim: 3\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:5:8: optim: expected a mapping of keys under 'optim'"});
+}
+
+TEST_CASE("every error is reported in one pass", "[unit]") {
+  auto e = errors_of("optim:\n  lr_rate: 0.1\n  name: adam\ntrain:\n  batch_size: abc\n  max_steps: 5\n  epochs: 1\n"
+                     "data:\n  format: synthetic\n");
+  REQUIRE(e.size() == 4);
+  CHECK(e[0] == "exp.yaml:2:3: optim.lr_rate: unknown key, did you mean 'optim.lr'?");
+  CHECK(e[1] == "exp.yaml:3:9: optim.name: 'adam' is not one of sgd | adamw; did you mean 'adamw'?");
+  CHECK(e[2] == "exp.yaml:5:15: train.batch_size: expected an integer, got 'abc'");
+  CHECK(e[3] == "exp.yaml:7:3: train.epochs: set either train.max_steps or train.epochs, not both");
+}
+
+TEST_CASE("an override naming an unknown key is an error", "[unit]") {
+  auto e = errors_of(kValidHead, {"optim.lr_rate=0.1"});
+  REQUIRE(e == std::vector<std::string>{"--set optim.lr_rate=0.1: optim.lr_rate: unknown key, did you mean 'optim.lr'?"});
+}
+
+TEST_CASE("an override without '=' is an error", "[unit]") {
+  auto e = errors_of(kValidHead, {"optim.lr"});
+  REQUIRE(e == std::vector<std::string>{"--set optim.lr: expected KEY=VALUE"});
+}
+
+TEST_CASE("an override with a value of the wrong type is an error", "[unit]") {
+  auto e = errors_of(kValidHead, {"train.max_steps=ten"});
+  REQUIRE(e == std::vector<std::string>{"--set train.max_steps=ten: train.max_steps: expected an integer, got 'ten'"});
+}
+
+TEST_CASE("a missing config file is reported by name", "[unit]") {
+  try {
+    load_config("/nonexistent/exp.yaml");
+    FAIL("no error");
+  } catch (const ConfigError& e) {
+    REQUIRE(std::string(e.what()) == "/nonexistent/exp.yaml: config file not found");
+  }
+}
