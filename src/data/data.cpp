@@ -1,1 +1,0 @@
-// Data pipeline (src/data/): see docs/ARCHITECTURE.md.

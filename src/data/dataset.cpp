@@ -1,0 +1,155 @@
+// create_datasets(): the format -> reader dispatch, the checks of data against model, the
+// normalisation statistics, and data.limit_samples.
+#include "data/dataset.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "data/image_dataset.hpp"
+#include "data/readers.hpp"
+
+namespace trainer::data {
+namespace {
+
+// The first `limit` samples of another dataset (data.limit_samples).
+class LimitedDataset : public Dataset {
+ public:
+  LimitedDataset(std::shared_ptr<Dataset> inner, int64_t limit) : inner_(std::move(inner)), limit_(limit) {}
+  int64_t size() const override { return std::min(limit_, inner_->size()); }
+  SampleKind kind() const override { return inner_->kind(); }
+  std::vector<int64_t> sample_shape() const override { return inner_->sample_shape(); }
+  int64_t num_classes() const override { return inner_->num_classes(); }
+  std::string describe() const override { return inner_->describe() + fmt::format(" (first {} used)", size()); }
+  torch::ScalarType raw_dtype() const override { return inner_->raw_dtype(); }
+  std::vector<int64_t> target_shape() const override { return inner_->target_shape(); }
+  bool fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const override {
+    return inner_->fill(index, epoch, augment, input, target);
+  }
+  torch::Tensor finish(const torch::Tensor& raw, bool pin) const override { return inner_->finish(raw, pin); }
+
+ private:
+  std::shared_ptr<Dataset> inner_;
+  int64_t limit_;
+};
+
+bool is_token_format(const std::string& f) { return f == "text" || f == "tokens"; }
+
+// Per-channel values from the config: one per channel, or one for all.
+std::vector<double> per_channel(const std::vector<double>& v, int64_t channels, const char* key) {
+  if (static_cast<int64_t>(v.size()) == channels) return v;
+  if (v.size() == 1) return std::vector<double>(channels, v[0]);
+  throw DataError(fmt::format("data.normalize.{} has {} values; the images have {} channels", key, v.size(), channels));
+}
+
+void setup_normalizer(const config::NormalizeConfig& cfg, const DatasetPair& pair) {
+  auto* train = dynamic_cast<ImageDataset*>(pair.train.get());
+  if (!train) return;
+  const int64_t c = train->sample_shape()[0];
+  Normalizer n;
+  if (cfg.mode == "mean_std") {
+    if (!cfg.mean.empty() && !cfg.std.empty()) {
+      n = Normalizer("mean_std", c, per_channel(cfg.mean, c, "mean"), per_channel(cfg.std, c, "std"));
+    } else {
+      ChannelStats s = train->compute_stats(train->stats_samples());
+      n = Normalizer("mean_std", c, cfg.mean.empty() ? s.mean : per_channel(cfg.mean, c, "mean"),
+                     cfg.std.empty() ? s.std : per_channel(cfg.std, c, "std"));
+    }
+  } else if (cfg.mode == "minmax") {
+    ChannelStats s = train->compute_stats(train->stats_samples());
+    n = Normalizer("minmax", c, s.min, s.max);
+  }
+  train->set_normalizer(n);
+  if (auto* val = dynamic_cast<ImageDataset*>(pair.val.get())) val->set_normalizer(n);  // the training statistics
+}
+
+void check_against_model(const DatasetPair& pair, const config::DataConfig& data, const config::ModelConfig& model) {
+  const Dataset& t = *pair.train;
+  if (t.kind() == SampleKind::Image) {
+    int64_t c = t.sample_shape()[0];
+    if (c != model.in_channels)
+      throw DataError(fmt::format("{}: the images have {} channel(s) but model.in_channels is {}", data.path, c,
+                                  model.in_channels));
+    if (t.num_classes() != model.num_classes)
+      throw DataError(fmt::format("{}: the data has {} classes but model.num_classes is {}", data.path,
+                                  t.num_classes(), model.num_classes));
+  } else if (t.num_classes() > model.vocab_size) {
+    throw DataError(fmt::format("{}: the data has a vocabulary of {} tokens but model.vocab_size is {}", data.path,
+                                t.num_classes(), model.vocab_size));
+  }
+  if (pair.val && pair.val->sample_shape() != t.sample_shape())
+    throw DataError(fmt::format("{}: validation samples have shape {} but training samples {}", data.val_path,
+                                fmt::join(pair.val->sample_shape(), "x"), fmt::join(t.sample_shape(), "x")));
+}
+
+}  // namespace
+
+Example Dataset::get(int64_t index, int64_t epoch, bool augment) const {
+  if (index < 0 || index >= size())
+    throw DataError(fmt::format("sample index {} out of range [0, {}) in {}", index, size(), describe()));
+  std::vector<int64_t> shape = sample_shape();
+  shape.insert(shape.begin(), 1);
+  auto raw = torch::empty(shape, torch::TensorOptions().dtype(raw_dtype()));  // (1, ...)
+  std::vector<int64_t> tshape = target_shape();
+  auto target = torch::empty(tshape, torch::kInt64);
+  if (!fill(index, epoch, augment, raw.data_ptr(), target.data_ptr<int64_t>()))
+    throw DataError(fmt::format("sample {} was skipped as bad (data.on_bad_sample: skip) in {}", index, describe()));
+  return {finish(raw, false)[0], target};
+}
+
+torch::TensorOptions host_options(torch::ScalarType dtype, bool pin) {
+  auto o = torch::TensorOptions().dtype(dtype);
+  if (pin && torch::cuda::is_available()) o = o.pinned_memory(true);
+  return o;
+}
+
+torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin) {
+  auto opts = host_options(t.scalar_type(), pin);
+  if (!opts.pinned_memory()) return t;
+  auto out = torch::empty(t.sizes(), opts);
+  std::memcpy(out.data_ptr(), t.contiguous().data_ptr(), t.nbytes());
+  return out;
+}
+
+DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed) {
+  const bool lm = model.arch == "gpt";
+  if (lm && !is_token_format(data.format) && data.format != "synthetic")
+    throw DataError(fmt::format("{}: data.format {} gives images but model.arch {} takes tokens", data.path,
+                                data.format, model.arch));
+  if (!lm && is_token_format(data.format))
+    throw DataError(fmt::format("{}: data.format {} gives tokens but model.arch {} takes images", data.path,
+                                data.format, model.arch));
+  ImageOptions io;
+  io.size = data.image_size;
+  io.augment = data.augment;
+  io.seed = seed;
+  io.skip_bad = data.on_bad_sample == "skip";
+  DatasetPair pair;
+  if (data.format == "idx") pair = open_idx(data, io, model.num_classes);
+  else if (data.format == "cifar") pair = open_cifar(data, io);
+  else if (data.format == "image_folder") {
+    if (model.in_channels != 1 && model.in_channels != 3)
+      throw DataError(fmt::format("{}: image_folder decodes to 1 (grey) or 3 (RGB) channels, model.in_channels is {}",
+                                  data.path, model.in_channels));
+    pair = open_image_folder(data, io, model.in_channels);
+  } else if (data.format == "text") pair = open_text(data, model.block_size);
+  else if (data.format == "tokens") pair = open_tokens(data, model.block_size, model.vocab_size);
+  else if (data.format == "synthetic") {
+    pair = lm ? open_synthetic_tokens(data, model.block_size, model.vocab_size, seed)
+              : open_synthetic_images(data, io, model.in_channels, model.num_classes);
+  } else {
+    throw DataError("unknown data.format '" + data.format + "' (idx | cifar | image_folder | text | tokens | synthetic)");
+  }
+  check_against_model(pair, data, model);
+  setup_normalizer(data.normalize, pair);
+  if (auto* img = dynamic_cast<ImageDataset*>(pair.train.get()))
+    spdlog::debug("data normalisation: {}", img->normalizer().describe());
+  if (data.limit_samples > 0 && data.limit_samples < pair.train->size())
+    pair.train = std::make_shared<LimitedDataset>(pair.train, data.limit_samples);
+  return pair;
+}
+
+}  // namespace trainer::data

@@ -1,0 +1,76 @@
+// The Dataset interface every reader implements, and create_datasets(), which picks the reader for
+// data.format and checks the data against the model (channels, classes, vocabulary).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace trainer::data {
+
+// Bad or missing data. The message names the file (and the sample index when there is one).
+class DataError : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class SampleKind { Image, Tokens };
+
+struct Example {
+  torch::Tensor input;   // image: (C, H, W) float; tokens: (T) int64
+  torch::Tensor target;  // image: int64 scalar; tokens: (T) int64
+};
+
+class Dataset {
+ public:
+  virtual ~Dataset() = default;
+  virtual int64_t size() const = 0;
+  virtual SampleKind kind() const = 0;
+  virtual std::vector<int64_t> sample_shape() const = 0;  // (C, H, W) or (T)
+  virtual int64_t num_classes() const = 0;                 // classes, or vocab size for tokens
+  virtual std::string describe() const = 0;
+  // One sample, collated and finished like a batch of one. Augmentation random choices are a pure
+  // function of (seed, epoch, index). A sample skipped by on_bad_sample=skip throws DataError here.
+  virtual Example get(int64_t index, int64_t epoch, bool augment) const;
+
+  // --- the loader's fast path: samples are written straight into a preallocated batch ----------
+  // dtype of the raw collated input: uint8 for images (augmented as bytes, converted once per
+  // batch), int64 for tokens.
+  virtual torch::ScalarType raw_dtype() const = 0;
+  virtual std::vector<int64_t> target_shape() const = 0;  // {} (a class) or (T)
+  // Writes sample `index` into `input` (numel(sample_shape) elements of raw_dtype) and `target`
+  // (numel(target_shape) int64). Returns false when the sample is bad and on_bad_sample=skip
+  // (counted in skipped()); throws DataError naming the file and index otherwise.
+  virtual bool fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const = 0;
+  // Turns a raw collated input (B, ...) into the model input: images become normalised float.
+  // `pin` asks for the result in pinned host memory (only honoured when CUDA is available).
+  virtual torch::Tensor finish(const torch::Tensor& raw, bool pin) const = 0;
+  // Samples skipped so far because they were bad (on_bad_sample=skip).
+  int64_t skipped() const { return skipped_.load(); }
+
+ protected:
+  mutable std::atomic<int64_t> skipped_{0};
+};
+
+struct DatasetPair {
+  std::shared_ptr<Dataset> train;
+  std::shared_ptr<Dataset> val;  // nullptr when the format has no validation data and none is configured
+};
+
+// block_size comes from model.block_size for token formats; image channels/classes are checked
+// against the model. Throws DataError (bad data) naming the path.
+DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed);
+
+// Tensor options for a host batch buffer, pinned when asked and CUDA is available.
+torch::TensorOptions host_options(torch::ScalarType dtype, bool pin);
+// `t` itself, or a copy in pinned memory when `pin` and CUDA is available (a plain memcpy: loader
+// workers must not run intra-op-parallel ATen ops).
+torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin);
+
+}  // namespace trainer::data

@@ -1,0 +1,39 @@
+// Reading data files: whole files (gzip or raw, told apart by the gzip magic), read-only memory
+// maps for large token shards, glob expansion. Errors are DataErrors naming the path.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer::data {
+
+// The file's bytes, gunzipped when it starts with the gzip magic (1f 8b).
+std::vector<uint8_t> read_file_bytes(const std::string& path);
+
+// A read-only memory map of a whole file. Move-only; unmaps on destruction.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& o) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile& operator=(MappedFile&&) = delete;
+  const uint8_t* data() const { return data_; }
+  int64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  int64_t size_ = 0;
+};
+
+// Sorted matches of a glob pattern (a plain path matches itself if it exists).
+std::vector<std::string> expand_glob(const std::string& pattern);
+
+uint32_t read_be32(const uint8_t* p);
+uint32_t read_le32(const uint8_t* p);
+
+}  // namespace trainer::data

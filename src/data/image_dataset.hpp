@@ -1,0 +1,61 @@
+// Shared machinery of the image readers (idx, cifar, image_folder, synthetic): resize to the
+// output size, augmentation on bytes, normalisation once per batch. A reader only says where a
+// sample's pixels and label come from.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "data/transforms.hpp"
+
+namespace trainer::data {
+
+struct ImageOptions {
+  int64_t size = 0;  // output side (0 = the source size; sources must then all be the same size)
+  config::AugmentConfig augment;
+  int64_t seed = 0;
+  bool skip_bad = false;  // on_bad_sample: skip
+};
+
+// Per-thread buffers, reused across samples so decoding and resizing do not allocate per sample.
+struct ImageScratch {
+  std::vector<uint8_t> decoded, resized, tmp;
+  std::vector<float> filter;
+};
+
+class ImageDataset : public Dataset {
+ public:
+  ImageDataset(ImageOptions opts, int64_t channels, int64_t height, int64_t width, int64_t classes);
+
+  SampleKind kind() const override { return SampleKind::Image; }
+  std::vector<int64_t> sample_shape() const override { return {channels_, height_, width_}; }
+  int64_t num_classes() const override { return classes_; }
+  torch::ScalarType raw_dtype() const override { return torch::kUInt8; }
+  std::vector<int64_t> target_shape() const override { return {}; }
+  bool fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const override;
+  torch::Tensor finish(const torch::Tensor& raw, bool pin) const override;
+
+  // Statistics of the un-augmented samples; at most `max_samples`, evenly spaced (0 = all).
+  ChannelStats compute_stats(int64_t max_samples) const;
+  void set_normalizer(Normalizer n) { normalizer_ = std::move(n); }
+  // Samples used for the statistics when data.normalize leaves them to be computed (0 = all).
+  int64_t stats_samples() const { return stats_samples_; }
+  const Normalizer& normalizer() const { return normalizer_; }
+
+ protected:
+  // Pointer to sample `index`'s (C, H, W) pixels at the output size, using `scratch` as needed, and
+  // its label. nullptr when the sample is bad and skip_bad is set (the reader logs why).
+  virtual const uint8_t* pixels(int64_t index, ImageScratch& scratch, int64_t* label) const = 0;
+  // For readers whose sources are `src_h` x `src_w`: resizes to the output size when they differ.
+  const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch) const;
+  // Counts a skipped sample and warns (the first few times; then every 1000th).
+  void note_skip(const std::string& what) const;
+
+  ImageOptions opts_;
+  int64_t channels_, height_, width_, classes_;
+  Normalizer normalizer_;
+  int64_t stats_samples_ = 0;
+};
+
+}  // namespace trainer::data

@@ -1,0 +1,183 @@
+#include "data/image_decode.hpp"
+
+// jpeglib.h needs FILE and size_t declared before it
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+
+#include <jpeglib.h>
+#include <png.h>
+#include <setjmp.h>
+
+#include <fmt/format.h>
+
+#include "data/dataset.hpp"
+#include "data/file_util.hpp"
+
+namespace trainer::data {
+namespace {
+
+enum class ImageType { Jpeg, Png, Unknown };
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw DataError(path + ": cannot open");
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+ImageType sniff(const std::vector<uint8_t>& b) {
+  if (b.size() >= 3 && b[0] == 0xFF && b[1] == 0xD8 && b[2] == 0xFF) return ImageType::Jpeg;
+  static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', 0x0D, 0x0A, 0x1A, 0x0A};
+  if (b.size() >= 8 && std::memcmp(b.data(), kPng, 8) == 0) return ImageType::Png;
+  return ImageType::Unknown;
+}
+
+// libjpeg reports fatal errors through error_exit, which must not return: longjmp back out.
+struct JpegError {
+  jpeg_error_mgr mgr;
+  jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void jpeg_error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<JpegError*>(cinfo->err);
+  (*cinfo->err->format_message)(cinfo, err->message);
+  longjmp(err->jump, 1);
+}
+void jpeg_silence(j_common_ptr, int) {}  // corrupt-data warnings: the decode result decides
+
+// Planar (C, H, W) from interleaved (H, W, C).
+void deinterleave(const uint8_t* src, int64_t c, int64_t hw, uint8_t* dst) {
+  if (c == 1) {
+    std::memcpy(dst, src, hw);
+    return;
+  }
+  for (int64_t i = 0; i < hw; ++i)
+    for (int64_t k = 0; k < c; ++k) dst[k * hw + i] = src[i * c + k];
+}
+
+DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
+                         int64_t min_side, std::vector<uint8_t>& out, std::vector<uint8_t>& inter, bool header_only) {
+  jpeg_decompress_struct cinfo{};
+  JpegError err{};
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_error_exit;
+  err.mgr.emit_message = jpeg_silence;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataError(fmt::format("{}: cannot decode JPEG: {}", path, err.message));
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  DecodedImage img{channels, static_cast<int64_t>(cinfo.image_height), static_cast<int64_t>(cinfo.image_width)};
+  if (header_only) {
+    jpeg_destroy_decompress(&cinfo);
+    return img;
+  }
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  if (min_side > 0) {  // DCT-domain downscaling: decode only the resolution we need
+    int64_t shorter = std::min(img.height, img.width);
+    unsigned denom = 1;
+    while (denom < 8 && shorter / (denom * 2) >= min_side) denom *= 2;
+    cinfo.scale_num = 1;
+    cinfo.scale_denom = denom;
+  }
+  jpeg_start_decompress(&cinfo);
+  img.height = cinfo.output_height;
+  img.width = cinfo.output_width;
+  const int64_t row = img.width * channels;
+  inter.resize(img.height * row);
+  while (cinfo.output_scanline < cinfo.output_height) {
+    JSAMPROW r = inter.data() + cinfo.output_scanline * row;
+    jpeg_read_scanlines(&cinfo, &r, 1);
+  }
+  jpeg_finish_decompress(&cinfo);
+  jpeg_destroy_decompress(&cinfo);
+  out.resize(img.height * row);
+  deinterleave(inter.data(), channels, img.height * img.width, out.data());
+  return img;
+}
+
+DecodedImage decode_png(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
+                        std::vector<uint8_t>& out, std::vector<uint8_t>& inter, bool header_only) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()))
+    throw DataError(fmt::format("{}: cannot decode PNG: {}", path, image.message));
+  DecodedImage img{channels, static_cast<int64_t>(image.height), static_cast<int64_t>(image.width)};
+  if (header_only) {
+    png_image_free(&image);
+    return img;
+  }
+  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  inter.resize(PNG_IMAGE_SIZE(image));
+  png_color black{0, 0, 0};  // transparent pixels are composited over black
+  if (!png_image_finish_read(&image, &black, inter.data(), 0, nullptr)) {
+    std::string msg = image.message;
+    png_image_free(&image);
+    throw DataError(fmt::format("{}: cannot decode PNG: {}", path, msg));
+  }
+  out.resize(img.height * img.width * channels);
+  deinterleave(inter.data(), channels, img.height * img.width, out.data());
+  return img;
+}
+
+DecodedImage decode_any(const std::string& path, int64_t channels, int64_t min_side, std::vector<uint8_t>& out,
+                        std::vector<uint8_t>& inter, bool header_only) {
+  std::vector<uint8_t> bytes = read_all(path);
+  switch (sniff(bytes)) {
+    case ImageType::Jpeg: return decode_jpeg(path, bytes, channels, min_side, out, inter, header_only);
+    case ImageType::Png: return decode_png(path, bytes, channels, out, inter, header_only);
+    default: throw DataError(path + ": not a JPEG or PNG file (unknown magic bytes)");
+  }
+}
+
+}  // namespace
+
+DecodedImage decode_image(const std::string& path, int64_t channels, int64_t min_side, std::vector<uint8_t>& out,
+                          std::vector<uint8_t>& interleaved) {
+  return decode_any(path, channels, min_side, out, interleaved, false);
+}
+
+DecodedImage probe_image(const std::string& path) {
+  std::vector<uint8_t> a, b;
+  return decode_any(path, 1, 0, a, b, true);
+}
+
+void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
+                int quality) {
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) throw DataError(path + ": cannot create");
+  jpeg_compress_struct cinfo{};
+  jpeg_error_mgr jerr{};
+  cinfo.err = jpeg_std_error(&jerr);
+  jpeg_create_compress(&cinfo);
+  jpeg_stdio_dest(&cinfo, f);
+  cinfo.image_width = static_cast<JDIMENSION>(width);
+  cinfo.image_height = static_cast<JDIMENSION>(height);
+  cinfo.input_components = static_cast<int>(channels);
+  cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  jpeg_set_defaults(&cinfo);
+  jpeg_set_quality(&cinfo, quality, TRUE);
+  jpeg_start_compress(&cinfo, TRUE);
+  while (cinfo.next_scanline < cinfo.image_height) {
+    auto* row = const_cast<JSAMPROW>(pixels + cinfo.next_scanline * width * channels);
+    jpeg_write_scanlines(&cinfo, &row, 1);
+  }
+  jpeg_finish_compress(&cinfo);
+  jpeg_destroy_compress(&cinfo);
+  std::fclose(f);
+}
+
+void write_png(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels) {
+  png_image image{};
+  image.version = PNG_IMAGE_VERSION;
+  image.width = static_cast<png_uint_32>(width);
+  image.height = static_cast<png_uint_32>(height);
+  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  if (!png_image_write_to_file(&image, path.c_str(), 0, pixels, 0, nullptr))
+    throw DataError(fmt::format("{}: cannot write PNG: {}", path, image.message));
+}
+
+}  // namespace trainer::data

@@ -1,0 +1,29 @@
+// JPEG (libjpeg-turbo) and PNG (libpng) decoding to planar uint8 (C, H, W), C = 1 (grey) or 3
+// (RGB); the libraries convert colour spaces, palettes, bit depths and alpha for us.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace trainer::data {
+
+struct DecodedImage {
+  int64_t channels = 0, height = 0, width = 0;
+};
+
+// Decodes `path` (format from the file's magic bytes) into `out` as (channels, H, W). For JPEG,
+// `min_side` > 0 lets libjpeg decode at 1/2, 1/4 or 1/8 scale as long as the shorter side stays
+// >= min_side (much faster for large photos). Throws DataError naming the file on failure.
+DecodedImage decode_image(const std::string& path, int64_t channels, int64_t min_side, std::vector<uint8_t>& out,
+                          std::vector<uint8_t>& interleaved);
+
+// Width and height from the file header without decoding the pixels.
+DecodedImage probe_image(const std::string& path);
+
+// Writers, for tests and benchmarks: `pixels` interleaved (H, W, C), C = 1 or 3.
+void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
+                int quality = 90);
+void write_png(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels);
+
+}  // namespace trainer::data

@@ -1,0 +1,143 @@
+// image_folder: data.path/<class>/<image>, classes = sub-folder names in sorted order (as
+// torchvision's ImageFolder), images = *.jpg, *.jpeg, *.png (any case). Images are decoded in the
+// loader's worker threads, resized (shorter side) and centre-cropped to data.image_size. With
+// data.image_size = 0 every image must have the size of the first one.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "data/image_decode.hpp"
+#include "data/readers.hpp"
+
+namespace trainer::data {
+namespace {
+namespace fs = std::filesystem;
+
+struct FolderIndex {
+  std::vector<std::string> classes;
+  std::vector<std::string> files;
+  std::vector<int64_t> labels;
+};
+
+bool is_image_name(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+std::vector<std::string> class_names(const std::string& root) {
+  if (root.empty() || !fs::exists(root)) throw DataError(fmt::format("{}: no such folder (data.format image_folder)", root));
+  if (!fs::is_directory(root)) throw DataError(root + ": not a folder (image_folder wants one sub-folder per class)");
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(root))
+    if (e.is_directory()) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  if (names.empty()) throw DataError(root + ": the dataset is empty (no class sub-folders)");
+  return names;
+}
+
+FolderIndex scan(const std::string& root, const std::vector<std::string>& classes) {
+  FolderIndex idx;
+  idx.classes = classes;
+  for (size_t c = 0; c < classes.size(); ++c) {
+    std::vector<std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(fs::path(root) / classes[c]))
+      if (e.is_regular_file() && is_image_name(e.path())) files.push_back(e.path().string());
+    if (files.empty())
+      throw DataError(fmt::format("{}: class folder '{}' has no .jpg/.jpeg/.png images", root, classes[c]));
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      idx.files.push_back(std::move(f));
+      idx.labels.push_back(static_cast<int64_t>(c));
+    }
+  }
+  return idx;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "(none)" : s;
+}
+
+constexpr int64_t kStatsSamples = 512;
+
+class ImageFolderDataset : public ImageDataset {
+ public:
+  ImageFolderDataset(std::string root, FolderIndex index, ImageOptions opts, int64_t channels, int64_t h, int64_t w)
+      : ImageDataset(opts, channels, h, w, static_cast<int64_t>(index.classes.size())),
+        root_(std::move(root)),
+        index_(std::move(index)) {
+    stats_samples_ = kStatsSamples;  // decoding every image just for statistics would take too long
+  }
+
+  int64_t size() const override { return static_cast<int64_t>(index_.files.size()); }
+  std::string describe() const override {
+    return fmt::format("image_folder {}: {} images {}x{}x{}, {} classes", root_, size(), channels_, height_, width_,
+                       classes_);
+  }
+  const std::vector<std::string>& classes() const { return index_.classes; }
+
+ protected:
+  const uint8_t* pixels(int64_t index, ImageScratch& s, int64_t* label) const override {
+    const std::string& file = index_.files[index];
+    *label = index_.labels[index];
+    try {
+      DecodedImage img = decode_image(file, channels_, opts_.size, s.decoded, s.tmp);
+      if (opts_.size == 0 && (img.height != height_ || img.width != width_))
+        throw DataError(fmt::format("{}: image is {}x{}, the others {}x{} (set data.image_size to resize)", file,
+                                    img.height, img.width, height_, width_));
+      return fit(s.decoded.data(), img.height, img.width, s);
+    } catch (const DataError& e) {
+      std::string what = fmt::format("{} (sample {})", e.what(), index);
+      if (!opts_.skip_bad) throw DataError(what);
+      note_skip(what);
+      return nullptr;
+    }
+  }
+
+ private:
+  std::string root_;
+  FolderIndex index_;
+};
+
+std::shared_ptr<ImageFolderDataset> open_folder(const std::string& root, const std::vector<std::string>& classes,
+                                                const ImageOptions& opts, int64_t channels) {
+  FolderIndex idx = scan(root, classes);
+  int64_t h = opts.size, w = opts.size;
+  if (opts.size == 0) {  // the output size is the first image's
+    DecodedImage first = probe_image(idx.files.front());
+    h = first.height;
+    w = first.width;
+  }
+  return std::make_shared<ImageFolderDataset>(root, std::move(idx), opts, channels, h, w);
+}
+
+}  // namespace
+
+DatasetPair open_image_folder(const config::DataConfig& data, const ImageOptions& opts, int64_t channels) {
+  std::vector<std::string> classes = class_names(data.path);
+  DatasetPair pair;
+  pair.train = open_folder(data.path, classes, opts, channels);
+  if (!data.val_path.empty()) {
+    std::vector<std::string> val_classes = class_names(data.val_path);
+    if (val_classes != classes) {
+      std::vector<std::string> only_train, only_val;
+      std::set_difference(classes.begin(), classes.end(), val_classes.begin(), val_classes.end(),
+                          std::back_inserter(only_train));
+      std::set_difference(val_classes.begin(), val_classes.end(), classes.begin(), classes.end(),
+                          std::back_inserter(only_val));
+      throw DataError(fmt::format("class folders differ between {} and {}: only in train: {}; only in val: {}",
+                                  data.path, data.val_path, join(only_train), join(only_val)));
+    }
+    ImageOptions vo = opts;
+    vo.augment = {};
+    pair.val = open_folder(data.val_path, classes, vo, channels);
+  }
+  return pair;
+}
+
+}  // namespace trainer::data

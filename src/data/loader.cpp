@@ -1,0 +1,159 @@
+#include "data/loader.hpp"
+
+#include <fmt/format.h>
+
+namespace trainer::data {
+
+DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions opts)
+    : dataset_(std::move(dataset)),
+      opts_(opts),
+      sampler_(dataset_->size(), opts.batch_size, opts.rank, opts.world_size, opts.train, opts.seed) {
+  if (opts_.batch_size < 1 || opts_.world_size < 1 || opts_.rank < 0 || opts_.rank >= opts_.world_size)
+    throw std::invalid_argument(fmt::format("DataLoader: bad batch_size {} / rank {} / world_size {}",
+                                            opts_.batch_size, opts_.rank, opts_.world_size));
+  opts_.prefetch = std::max<int64_t>(opts_.prefetch, 1);
+  if (opts_.train && sampler_.global_batch() > dataset_->size())
+    throw DataError(fmt::format("{}: {} samples, fewer than one global batch of {} x {} rank(s)",
+                                dataset_->describe(), dataset_->size(), opts_.batch_size, opts_.world_size));
+  auto shape = dataset_->sample_shape();
+  sample_bytes_ = torch::elementSize(dataset_->raw_dtype());
+  for (auto d : shape) sample_bytes_ *= d;
+  target_numel_ = 1;
+  for (auto d : dataset_->target_shape()) target_numel_ *= d;
+  start_workers();
+}
+
+DataLoader::~DataLoader() { stop_workers(); }
+
+Batch DataLoader::build(const BatchPlan& plan) const {
+  const int64_t n = plan.end - plan.begin;
+  std::vector<int64_t> in_shape = dataset_->sample_shape(), t_shape = dataset_->target_shape();
+  in_shape.insert(in_shape.begin(), n);
+  t_shape.insert(t_shape.begin(), n);
+  // raw bytes/tokens collated in place: no per-sample tensors
+  auto raw = torch::empty(in_shape, torch::TensorOptions().dtype(dataset_->raw_dtype()));  // (B, ...)
+  auto target = torch::empty(t_shape, host_options(torch::kInt64, opts_.pin_memory));     // (B) or (B, T)
+  auto* raw_ptr = static_cast<uint8_t*>(raw.data_ptr());
+  auto* t_ptr = target.data_ptr<int64_t>();
+  int64_t rows = 0;
+  for (int64_t p = plan.begin; p < plan.end; ++p) {
+    const int64_t index = sampler_.index_at(plan.epoch, p);
+    if (dataset_->fill(index, plan.epoch, opts_.train, raw_ptr + rows * sample_bytes_, t_ptr + rows * target_numel_))
+      ++rows;
+  }
+  if (rows < n) {  // skipped bad samples (data.on_bad_sample: skip) make the batch shorter
+    if (rows == 0)
+      throw DataError(fmt::format("{}: every sample of a batch was bad and skipped (epoch {}, positions {}..{})",
+                                  dataset_->describe(), plan.epoch, plan.begin, plan.end - 1));
+    raw = raw.narrow(0, 0, rows);
+    target = target.narrow(0, 0, rows);
+  }
+  return Batch{dataset_->finish(raw, opts_.pin_memory), target, plan.epoch};
+}
+
+DataLoader::Slot DataLoader::build_slot(const std::optional<BatchPlan>& plan) const {
+  Slot slot;
+  if (!plan) return slot;
+  slot.after = plan->after;
+  try {
+    slot.batch = build(*plan);
+  } catch (const DataError&) {
+    slot.error = std::current_exception();
+  } catch (const std::exception& e) {  // e.g. out of memory: still say where
+    slot.error = std::make_exception_ptr(DataError(fmt::format(
+        "{}: loading the batch at epoch {}, positions {}..{} failed: {}", dataset_->describe(), plan->epoch,
+        plan->begin, plan->end - 1, e.what())));
+  }
+  return slot;
+}
+
+void DataLoader::worker_loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    work_cv_.wait(lock, [&] { return stop_ || (!plan_end_ && next_assign_ < next_deliver_ + opts_.prefetch); });
+    if (stop_) return;
+    const int64_t seq = next_assign_++;
+    std::optional<BatchPlan> plan = sampler_.next(plan_pos_);
+    if (!plan) plan_end_ = true;
+    lock.unlock();
+    Slot slot = build_slot(plan);
+    lock.lock();
+    ready_.emplace(seq, std::move(slot));
+    ready_cv_.notify_all();
+  }
+}
+
+std::optional<Batch> DataLoader::next() {
+  if (opts_.workers == 0) {  // inline: same plans, same build, no threads
+    std::unique_lock<std::mutex> lock(mu_);
+    if (error_) std::rethrow_exception(error_);
+    if (ended_) return std::nullopt;
+    std::optional<BatchPlan> plan = sampler_.next(plan_pos_);
+    Slot slot = build_slot(plan);
+    if (!plan) ended_ = true;
+    if (slot.error) std::rethrow_exception(error_ = slot.error);
+    if (plan) delivered_ = slot.after;
+    return std::move(slot.batch);
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (error_) std::rethrow_exception(error_);
+  if (ended_) return std::nullopt;
+  ready_cv_.wait(lock, [&] { return ready_.count(next_deliver_) > 0; });
+  Slot slot = std::move(ready_.at(next_deliver_));
+  ready_.erase(next_deliver_++);
+  work_cv_.notify_all();  // a buffer place is free
+  if (slot.error) std::rethrow_exception(error_ = slot.error);
+  if (!slot.batch) {
+    ended_ = true;
+    return std::nullopt;
+  }
+  delivered_ = slot.after;
+  return std::move(slot.batch);
+}
+
+LoaderState DataLoader::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {delivered_.epoch, delivered_.consumed};
+}
+
+void DataLoader::restore(const LoaderState& s) {
+  if (s.epoch < 0 || s.samples_consumed < 0 || s.samples_consumed > dataset_->size())
+    throw DataError(fmt::format("{}: loader state (epoch {}, {} samples consumed) does not fit a dataset of {} samples",
+                                dataset_->describe(), s.epoch, s.samples_consumed, dataset_->size()));
+  stop_workers();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.clear();
+    plan_pos_ = delivered_ = SamplerPosition{s.epoch, s.samples_consumed};
+    plan_end_ = ended_ = false;
+    error_ = nullptr;
+    next_assign_ = next_deliver_ = 0;
+  }
+  start_workers();
+}
+
+int64_t DataLoader::batches_per_epoch() const { return sampler_.batches_per_epoch(); }
+
+int64_t DataLoader::live_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(workers_.size());
+}
+
+void DataLoader::start_workers() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stop_ = false;
+  for (int64_t i = 0; i < opts_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
+}
+
+void DataLoader::stop_workers() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    threads.swap(workers_);
+  }
+  work_cv_.notify_all();
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace trainer::data

@@ -1,0 +1,96 @@
+// DataLoader: batches of a Dataset in the Sampler's order (sampler.hpp), prepared by worker threads
+// into a bounded, ordered prefetch buffer.
+//  - Order and content are independent of the number of workers: batch k is a pure function of
+//    (seed, position), whichever thread builds it, and batches are delivered in sequence order.
+//  - Workers run no intra-op-parallel ATen ops (they only allocate tensors and run plain loops),
+//    so they never compete with the training thread's intra-op pool. They do not call
+//    at::set_num_threads: in ATen that setting is process-wide and would throttle the trainer too.
+//  - A worker's exception is delivered by next() at that batch's turn, as a DataError naming the
+//    file and sample index; after it the loader stays failed (next() rethrows).
+//  - The destructor and restore() stop and join the workers: a worker is either waiting (and
+//    wakes on the stop flag) or building one batch, so joining is bounded.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "data/dataset.hpp"
+#include "data/sampler.hpp"
+
+namespace trainer::data {
+
+struct LoaderOptions {
+  int64_t batch_size = 32;
+  int64_t workers = 2;   // 0: batches are built on the calling thread inside next()
+  int64_t prefetch = 4;  // batches buffered ahead (at least 1)
+  int64_t seed = 0;
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  bool train = true;        // true: shuffle, augment, drop the ragged tail, roll over epochs forever
+                            // false: one sequential pass, sharded, last batch may be short, then end
+  bool pin_memory = false;  // true when training on CUDA (ignored without CUDA)
+};
+
+struct Batch {
+  torch::Tensor input, target;  // images: (B, C, H, W) float + (B) int64; tokens: (B, T) + (B, T) int64
+  int64_t epoch = 0;
+};
+
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t samples_consumed = 0;  // global samples consumed within `epoch` (all ranks together)
+  bool operator==(const LoaderState&) const = default;
+};
+
+class DataLoader {
+ public:
+  DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions opts);
+  ~DataLoader();
+  DataLoader(const DataLoader&) = delete;
+  DataLoader& operator=(const DataLoader&) = delete;
+
+  std::optional<Batch> next();  // nullopt only at the end of an eval pass; rethrows worker errors
+  LoaderState state() const;    // position after the last batch returned
+  void restore(const LoaderState& s);  // the next batches are exactly those that would have followed
+  int64_t batches_per_epoch() const;   // per rank
+  const Dataset& dataset() const { return *dataset_; }
+  int64_t live_workers() const;        // threads currently running (for tests)
+
+ private:
+  struct Slot {
+    std::optional<Batch> batch;  // empty: the end of an eval pass
+    std::exception_ptr error;
+    SamplerPosition after;
+  };
+  Batch build(const BatchPlan& plan) const;
+  Slot build_slot(const std::optional<BatchPlan>& plan) const;
+  void start_workers();
+  void stop_workers();
+  void worker_loop();
+
+  std::shared_ptr<Dataset> dataset_;
+  LoaderOptions opts_;
+  Sampler sampler_;
+  int64_t sample_bytes_, target_numel_;
+
+  mutable std::mutex mu_;
+  std::condition_variable work_cv_, ready_cv_;
+  std::map<int64_t, Slot> ready_;  // built batches by sequence number
+  SamplerPosition plan_pos_;       // the position after the last batch handed to a worker
+  bool plan_end_ = false;          // eval: the end was planned
+  int64_t next_assign_ = 0, next_deliver_ = 0;
+  SamplerPosition delivered_;      // state()
+  bool ended_ = false;
+  std::exception_ptr error_;       // sticky once delivered
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace trainer::data

@@ -1,0 +1,116 @@
+// text: a raw file, one token per byte (vocab 256); validation = the contiguous tail of
+//       data.val_fraction of the bytes, or the whole of data.val_path.
+// tokens: pre-tokenised shards, memory-mapped. data.path is a file, a glob ("dir/train_*.bin") or a
+//       folder (its train_*.bin files, validation its val_*.bin files). Each file is either llm.c's
+//       format (256 x int32 header: magic 20240520, version 1, token count; then uint16 tokens) or
+//       nanoGPT's headerless uint16 array; told apart by the magic. Validation: data.val_path (same
+//       forms), else the folder's val_*.bin, else the tail of data.val_fraction of the tokens.
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "data/readers.hpp"
+#include "data/token_dataset.hpp"
+
+namespace trainer::data {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr uint32_t kLlmcMagic = 20240520;
+constexpr uint32_t kLlmcMagicUint32 = 20240801;  // llm.c's llama3 shards (uint32 tokens): not supported
+constexpr int64_t kLlmcHeaderBytes = 256 * 4;
+
+TokenSegment open_shard(const std::string& path) {
+  auto file = std::make_shared<const MappedFile>(path);
+  TokenSegment s;
+  s.file = file;
+  const uint8_t* d = file->data();
+  int64_t size = file->size();
+  uint32_t magic = size >= 4 ? read_le32(d) : 0;
+  if (size >= kLlmcHeaderBytes && magic == kLlmcMagic) {
+    uint32_t version = read_le32(d + 4);
+    if (version != 1)
+      throw DataError(fmt::format("{}: llm.c token shard version {}, only version 1 (uint16 tokens) is supported",
+                                  path, version));
+    int64_t count = read_le32(d + 8);
+    if (size != kLlmcHeaderBytes + 2 * count)
+      throw DataError(fmt::format("{}: truncated or corrupt llm.c shard: the header says {} tokens ({} bytes), the "
+                                  "file has {} bytes",
+                                  path, count, kLlmcHeaderBytes + 2 * count, size));
+    s.header_bytes = kLlmcHeaderBytes;
+    s.count = count;
+    return s;
+  }
+  if (size >= kLlmcHeaderBytes && magic == kLlmcMagicUint32)
+    throw DataError(fmt::format("{}: wrong magic number {} (llm.c uint32-token shard); expected {} (llm.c uint16) or "
+                                "a headerless uint16 file",
+                                path, magic, kLlmcMagic));
+  if (size % 2 != 0)
+    throw DataError(fmt::format("{}: {} bytes is odd: not a headerless uint16 token file (and no llm.c magic {})",
+                                path, size, kLlmcMagic));
+  s.count = size / 2;  // nanoGPT: headerless uint16
+  return s;
+}
+
+std::vector<std::string> shard_files(const std::string& spec, const std::string& prefix) {
+  if (fs::is_directory(spec)) {
+    auto files = expand_glob((fs::path(spec) / (prefix + "_*.bin")).string());
+    if (files.empty() && prefix == "train") files = expand_glob((fs::path(spec) / "*.bin").string());
+    return files;
+  }
+  return expand_glob(spec);
+}
+
+std::vector<TokenSegment> open_shards(const std::vector<std::string>& files) {
+  std::vector<TokenSegment> segs;
+  for (const auto& f : files) segs.push_back(open_shard(f));
+  return segs;
+}
+
+TokenSegment open_bytes(const std::string& path) {
+  if (path.empty() || !fs::exists(path)) throw DataError(fmt::format("{}: no such file (data.format text)", path));
+  TokenSegment s;
+  s.file = std::make_shared<const MappedFile>(path);
+  s.bytes_per_token = 1;
+  s.count = s.file->size();
+  return s;
+}
+
+}  // namespace
+
+DatasetPair open_text(const config::DataConfig& data, int64_t block_size) {
+  constexpr int64_t kByteVocab = 256;
+  TokenSegment all = open_bytes(data.path);
+  DatasetPair pair;
+  if (!data.val_path.empty()) {
+    pair.train = std::make_shared<TokenDataset>("text", std::vector<TokenSegment>{all}, block_size, kByteVocab);
+    pair.val = std::make_shared<TokenDataset>("text", std::vector<TokenSegment>{open_bytes(data.val_path)}, block_size,
+                                              kByteVocab);
+    return pair;
+  }
+  auto [head, tail] = split_tail({all}, data.val_fraction);
+  pair.train = std::make_shared<TokenDataset>("text", head, block_size, kByteVocab);
+  if (!tail.empty()) pair.val = std::make_shared<TokenDataset>("text", tail, block_size, kByteVocab);
+  return pair;
+}
+
+DatasetPair open_tokens(const config::DataConfig& data, int64_t block_size, int64_t vocab_size) {
+  if (data.path.empty()) throw DataError("data.path is empty (data.format tokens wants a file, glob or folder)");
+  auto train_files = shard_files(data.path, "train");
+  if (train_files.empty()) throw DataError(fmt::format("{}: no such file, or no files match (data.format tokens)", data.path));
+  std::vector<TokenSegment> train = open_shards(train_files), val;
+  if (!data.val_path.empty()) {
+    auto files = shard_files(data.val_path, "val");
+    if (files.empty()) throw DataError(fmt::format("{}: no such file, or no files match (data.val_path)", data.val_path));
+    val = open_shards(files);
+  } else if (fs::is_directory(data.path)) {
+    val = open_shards(shard_files(data.path, "val"));
+  }
+  if (val.empty() && data.val_path.empty() && data.val_fraction > 0) std::tie(train, val) = split_tail(train, data.val_fraction);
+  DatasetPair pair;
+  pair.train = std::make_shared<TokenDataset>("tokens", train, block_size, vocab_size);
+  if (!val.empty()) pair.val = std::make_shared<TokenDataset>("tokens", val, block_size, vocab_size);
+  return pair;
+}
+
+}  // namespace trainer::data

@@ -1,0 +1,72 @@
+// Image transforms on planar uint8 (C, H, W) pixels: resize, random crop with padding, horizontal
+// flip, random rotation, and the per-batch conversion to normalised float. Geometry works on bytes
+// by index arithmetic; the float conversion is one table lookup per pixel, once per batch.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "data/rng.hpp"
+
+namespace trainer::data {
+
+// Antialiased bilinear resize (a triangle filter widened by the downscale factor, like PIL's
+// BILINEAR), separable: rows then columns through a float scratch buffer.
+void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
+                     int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
+
+// Resize so the shorter side is `size`, then take the centred size x size crop.
+void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
+                              int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch);
+
+// The random choices of one augmented sample.
+struct AugmentChoice {
+  int64_t crop_y = 0, crop_x = 0;  // top-left of the crop in the zero-padded image, in [0, 2 * padding]
+  bool flip = false;
+  double angle_deg = 0.0;  // counter-clockwise, as torchvision's RandomRotation
+};
+
+bool augment_enabled(const config::AugmentConfig& cfg);
+AugmentChoice sample_augment(const config::AugmentConfig& cfg, SampleRng& rng);
+
+// dst = rotate(flip(crop(pad(src)))) with zero fill and nearest-neighbour rotation, same size as src.
+void apply_augment(const uint8_t* src, int64_t channels, int64_t h, int64_t w, int64_t padding,
+                   const AugmentChoice& choice, uint8_t* dst);
+
+// Per-channel statistics of pixel values in [0, 1] units (torchvision's convention for mean/std).
+struct ChannelStats {
+  std::vector<double> mean, std, min, max;
+};
+
+class StatsAccumulator {
+ public:
+  explicit StatsAccumulator(int64_t channels);
+  void add(const uint8_t* pixels, int64_t hw);  // one (C, H, W) image
+  ChannelStats result() const;
+
+ private:
+  std::vector<double> sum_, sum_sq_;
+  std::vector<int> min_, max_;
+  int64_t count_ = 0;  // pixels per channel
+};
+
+// uint8 -> float through a 256-entry table per channel.
+//   none:     x / 255
+//   mean_std: (x / 255 - mean) / std
+//   minmax:   (x / 255 - min) / (max - min), min and max of the training split, per channel
+class Normalizer {
+ public:
+  Normalizer() = default;
+  Normalizer(const std::string& mode, int64_t channels, const std::vector<double>& a, const std::vector<double>& b);
+  // (B, C, H, W) uint8 -> (B, C, H, W) float
+  void apply(const uint8_t* src, float* dst, int64_t batch, int64_t channels, int64_t hw) const;
+  std::string describe() const { return text_; }
+
+ private:
+  std::vector<float> table_;  // (C, 256)
+  std::string text_ = "none";
+};
+
+}  // namespace trainer::data

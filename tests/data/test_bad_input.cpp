@@ -1,0 +1,215 @@
+// Every kind of bad input gives a DataError naming the path and what is wrong.
+#include <catch2/catch.hpp>
+
+#include "data/loader.hpp"
+#include "fixtures.hpp"
+
+using namespace trainer;
+using namespace trainer::test;
+using data::create_datasets;
+using data::DataError;
+
+namespace {
+
+config::DataConfig cfg(const std::string& format, const fs::path& path) {
+  config::DataConfig d;
+  d.format = format;
+  d.path = path.string();
+  d.normalize.mode = "none";
+  return d;
+}
+
+config::ModelConfig resnet(int64_t channels, int64_t classes) {
+  config::ModelConfig m;
+  m.in_channels = channels;
+  m.num_classes = classes;
+  return m;
+}
+
+config::ModelConfig gpt(int64_t block, int64_t vocab) {
+  config::ModelConfig m;
+  m.arch = "gpt";
+  m.block_size = block;
+  m.vocab_size = vocab;
+  return m;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const DataError& e) {
+    return e.what();
+  }
+  return "(no DataError)";
+}
+
+std::string error_of(const config::DataConfig& d, const config::ModelConfig& m) {
+  return error_of([&] { create_datasets(d, m, 0); });
+}
+
+// Loads every batch of `ds` through a 2-worker loader (decoding happens there).
+void load_all(const std::shared_ptr<data::Dataset>& ds) {
+  data::LoaderOptions o;
+  o.batch_size = 2;
+  o.train = false;
+  data::DataLoader l(ds, o);
+  while (l.next()) {
+  }
+}
+
+}  // namespace
+
+TEST_CASE("bad input: missing files and folders", "[unit]") {
+  auto dir = scratch_dir("bad_missing");
+  CHECK(error_of(cfg("idx", dir / "nope"), resnet(1, 10)) ==
+        (dir / "nope").string() + ": no such file or folder (data.format idx)");
+  CHECK(error_of(cfg("idx", dir), resnet(1, 10)) ==
+        dir.string() + ": missing train-images-idx3-ubyte[.gz] (an idx folder holds train-images-idx3-ubyte and "
+                       "train-labels-idx1-ubyte, gzip'd or not)");
+  CHECK(error_of(cfg("cifar", dir / "x"), resnet(3, 10)) ==
+        (dir / "x").string() + ": no such file or folder (data.format cifar)");
+  CHECK(error_of(cfg("image_folder", dir / "imgs"), resnet(3, 2)) ==
+        (dir / "imgs").string() + ": no such folder (data.format image_folder)");
+  CHECK(error_of(cfg("text", dir / "t.txt"), gpt(8, 256)) ==
+        (dir / "t.txt").string() + ": no such file (data.format text)");
+  CHECK(error_of(cfg("tokens", dir / "*.bin"), gpt(8, 256)) ==
+        (dir / "*.bin").string() + ": no such file, or no files match (data.format tokens)");
+}
+
+TEST_CASE("bad input: wrong magic numbers", "[unit]") {
+  auto dir = scratch_dir("bad_magic");
+  write_idx(dir, "train", {1, 2}, 2, 2, false);
+  write_file(dir / "train-labels-idx1-ubyte", be32(0x803) + be32(2) + std::string(2, '\0'));
+  CHECK(error_of(cfg("idx", dir), resnet(1, 10)) ==
+        (dir / "train-labels-idx1-ubyte").string() +
+            ": wrong magic number 0x00000803, expected 0x00000801 (IDX unsigned-byte, 1 dims)");
+  std::string header(1024, '\0');
+  uint32_t magic = 20240801, version = 1, count = 4;
+  std::memcpy(header.data(), &magic, 4);
+  std::memcpy(header.data() + 4, &version, 4);
+  std::memcpy(header.data() + 8, &count, 4);
+  write_file(dir / "llama.bin", header + std::string(16, '\0'));
+  CHECK(error_of(cfg("tokens", dir / "llama.bin"), gpt(2, 256)) ==
+        (dir / "llama.bin").string() +
+            ": wrong magic number 20240801 (llm.c uint32-token shard); expected 20240520 (llm.c uint16) or a "
+            "headerless uint16 file");
+  write_file(dir / "img" / "a" / "x.png", "this is not a PNG file");
+  CHECK(error_of([&] { load_all(create_datasets(cfg("image_folder", dir / "img"), resnet(3, 1), 0).train); }).find(
+            (dir / "img" / "a" / "x.png").string() + ": not a JPEG or PNG file") == 0);
+}
+
+TEST_CASE("bad input: truncated files", "[unit]") {
+  auto dir = scratch_dir("bad_truncated");
+  write_idx(dir, "train", {1, 2, 3}, 4, 4, false);
+  auto img = read_file(dir / "train-images-idx3-ubyte");
+  write_file(dir / "train-images-idx3-ubyte", img.substr(0, img.size() - 5));
+  CHECK(error_of(cfg("idx", dir), resnet(1, 10)) ==
+        (dir / "train-images-idx3-ubyte").string() + ": truncated: 59 bytes of data, the header promises 64");
+  // a gzip stream cut short
+  auto gzdir = scratch_dir("bad_truncated_gz");
+  write_idx(gzdir, "train", std::vector<int>(200, 1), 16, 16, true);
+  auto gz = read_file(gzdir / "train-images-idx3-ubyte.gz");
+  write_file(gzdir / "train-images-idx3-ubyte.gz", gz.substr(0, gz.size() / 2));
+  CHECK(error_of(cfg("idx", gzdir), resnet(1, 10)).find((gzdir / "train-images-idx3-ubyte.gz").string() +
+                                                        ": corrupt or truncated gzip data") == 0);
+  write_cifar(dir / "data_batch_1.bin", {1, 2}, false);
+  auto c = read_file(dir / "data_batch_1.bin");
+  write_file(dir / "data_batch_1.bin", c.substr(0, c.size() - 1));
+  CHECK(error_of(cfg("cifar", dir), resnet(3, 10)) ==
+        (dir / "data_batch_1.bin").string() +
+            ": 6145 bytes is not a whole number of 3073-byte CIFAR-10 records (truncated or not a CIFAR binary file)");
+  std::vector<uint16_t> toks(100, 7);
+  data::write_llmc_shard((dir / "s.bin").string(), toks.data(), 100);
+  auto s = read_file(dir / "s.bin");
+  write_file(dir / "s.bin", s.substr(0, s.size() - 10));
+  CHECK(error_of(cfg("tokens", dir / "s.bin"), gpt(4, 256)) ==
+        (dir / "s.bin").string() +
+            ": truncated or corrupt llm.c shard: the header says 100 tokens (1224 bytes), the file has 1214 bytes");
+}
+
+TEST_CASE("bad input: labels out of range fail, or are skipped and counted", "[unit]") {
+  auto dir = scratch_dir("bad_label");
+  write_idx(dir, "train", {1, 12, 3, 200}, 2, 2, false);
+  CHECK(error_of(cfg("idx", dir), resnet(1, 10)) ==
+        (dir / "train-labels-idx1-ubyte").string() + ": sample 1 has label 12, outside [0, 10) (model.num_classes = 10)");
+  auto skip = cfg("idx", dir);
+  skip.on_bad_sample = "skip";
+  auto pair = create_datasets(skip, resnet(1, 10), 0);
+  CHECK(pair.train->size() == 2);
+  CHECK(pair.train->skipped() == 2);
+  CHECK(pair.train->get(1, 0, false).target.item<int64_t>() == 3);
+}
+
+TEST_CASE("bad input: an undecodable image fails in the worker naming it, or is skipped", "[unit]") {
+  auto root = scratch_dir("bad_image");
+  write_image_folder(root, {"a", "b"}, 3, 8, 8, true);
+  auto png = read_file(root / "b" / "img_1.png");
+  write_file(root / "b" / "img_1.png", png.substr(0, 60));  // header intact, pixel data cut
+  auto d = cfg("image_folder", root);
+  auto pair = create_datasets(d, resnet(3, 2), 0);
+  std::string err = error_of([&] { load_all(pair.train); });
+  CHECK(err.find((root / "b" / "img_1.png").string() + ": cannot decode PNG") == 0);
+  CHECK(err.find("(sample 4)") != std::string::npos);
+  d.on_bad_sample = "skip";
+  auto skipping = create_datasets(d, resnet(3, 2), 0).train;
+  data::LoaderOptions o;
+  o.batch_size = 6;
+  o.train = false;
+  data::DataLoader l(skipping, o);
+  auto b = l.next();
+  CHECK(b->target.size(0) == 5);
+  CHECK(skipping->skipped() == 1);
+}
+
+TEST_CASE("bad input: empty datasets", "[unit]") {
+  auto dir = scratch_dir("bad_empty");
+  fs::create_directories(dir / "imgs");
+  CHECK(error_of(cfg("image_folder", dir / "imgs"), resnet(3, 2)) ==
+        (dir / "imgs").string() + ": the dataset is empty (no class sub-folders)");
+  fs::create_directories(dir / "imgs" / "cls");
+  CHECK(error_of(cfg("image_folder", dir / "imgs"), resnet(3, 1)) ==
+        (dir / "imgs").string() + ": class folder 'cls' has no .jpg/.jpeg/.png images");
+  write_file(dir / "t.txt", "short");
+  CHECK(error_of(cfg("text", dir / "t.txt"), gpt(8, 256)) ==
+        (dir / "t.txt").string() + ": the dataset is empty: 5 tokens, no file segment has block_size + 1 = 9");
+  write_idx(dir, "train", {}, 2, 2, false);
+  CHECK(error_of(cfg("idx", dir), resnet(1, 10)) ==
+        (dir / "train-images-idx3-ubyte").string() + ": the dataset is empty (no usable samples)");
+}
+
+TEST_CASE("bad input: class folders that differ between train and val", "[unit]") {
+  auto root = scratch_dir("bad_classes");
+  write_image_folder(root / "train", {"cat", "dog", "eel"}, 1, 4, 4, true);
+  write_image_folder(root / "val", {"cat", "dog", "fox"}, 1, 4, 4, true);
+  auto d = cfg("image_folder", root / "train");
+  d.val_path = (root / "val").string();
+  CHECK(error_of(d, resnet(3, 3)) == "class folders differ between " + (root / "train").string() + " and " +
+                                         (root / "val").string() + ": only in train: eel; only in val: fox");
+}
+
+TEST_CASE("bad input: data that does not fit the model", "[unit]") {
+  auto dir = scratch_dir("bad_model");
+  write_idx(dir, "train", {1, 2}, 2, 2, false);
+  CHECK(error_of(cfg("idx", dir), resnet(3, 10)) ==
+        dir.string() + ": the images have 1 channel(s) but model.in_channels is 3");
+  write_cifar(dir / "train.bin", {1, 2}, true);
+  CHECK(error_of(cfg("cifar", dir / "train.bin"), resnet(3, 10)) ==
+        (dir / "train.bin").string() + ": the data has 100 classes but model.num_classes is 10");
+  write_file(dir / "t.txt", std::string(100, 'x'));
+  CHECK(error_of(cfg("text", dir / "t.txt"), gpt(8, 100)) ==
+        (dir / "t.txt").string() + ": the data has a vocabulary of 256 tokens but model.vocab_size is 100");
+  CHECK(error_of(cfg("idx", dir), gpt(8, 256)) ==
+        dir.string() + ": data.format idx gives images but model.arch gpt takes tokens");
+  CHECK(error_of(cfg("text", dir / "t.txt"), resnet(1, 10)) ==
+        (dir / "t.txt").string() + ": data.format text gives tokens but model.arch resnet takes images");
+  // a token beyond the vocabulary is found when its window is read
+  std::vector<uint16_t> toks(20, 5);
+  toks[13] = 999;
+  write_nanogpt(dir / "tok.bin", toks);
+  auto tok = cfg("tokens", dir / "tok.bin");
+  tok.val_fraction = 0;
+  auto ds = create_datasets(tok, gpt(4, 512), 0).train;
+  CHECK(error_of([&] { ds->get(3, 0, false); }) ==
+        (dir / "tok.bin").string() +
+            ": token 999 at position 13 (sample 3) is outside the vocabulary [0, 512) (model.vocab_size)");
+}
