@@ -1,0 +1,154 @@
+#include "models/gpt.hpp"
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "models/checkpoint.hpp"
+
+namespace trainer::models {
+namespace {
+
+namespace nn = torch::nn;
+
+constexpr double kInitStd = 0.02;  // nanoGPT / GPT-2
+
+nn::Linear linear(int64_t in, int64_t out, bool bias) { return nn::Linear(nn::LinearOptions(in, out).bias(bias)); }
+
+void check_config(const config::ModelConfig& c) {
+  if (c.vocab_size < 1 || c.block_size < 1 || c.n_layer < 0 || c.n_head < 1 || c.n_embd < 1)
+    throw std::invalid_argument("gpt needs vocab_size, block_size, n_head, n_embd >= 1 and n_layer >= 0");
+  if (c.n_embd % c.n_head != 0)
+    throw std::invalid_argument("model.n_embd " + std::to_string(c.n_embd) + " is not divisible by model.n_head " +
+                                std::to_string(c.n_head));
+  if (c.attention != "sdpa" && c.attention != "math")
+    throw std::invalid_argument("model.attention '" + c.attention + "' is unknown; known: math, sdpa");
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0)) throw std::invalid_argument("model.dropout must be in [0, 1)");
+}
+
+}  // namespace
+
+LayerNormImpl::LayerNormImpl(int64_t n, bool with_bias) {
+  weight = register_parameter("weight", torch::ones({n}));
+  if (with_bias) bias = register_parameter("bias", torch::zeros({n}));
+}
+
+torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
+  return torch::layer_norm(x, {weight.size(0)}, weight, bias, 1e-5);
+}
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const config::ModelConfig& cfg)
+    : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout), math_(cfg.attention == "math") {
+  c_attn = register_module("c_attn", linear(n_embd_, 3 * n_embd_, cfg.bias));  // q, k, v for all heads at once
+  c_proj = register_module("c_proj", linear(n_embd_, n_embd_, cfg.bias));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), T = x.size(1), C = n_embd_, hs = C / n_head_;
+  auto qkv = c_attn(x).split(C, 2);                       // 3 x (B, T, C)
+  auto q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
+  auto k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
+  auto v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
+  const double p = is_training() ? dropout_ : 0.0;
+  torch::Tensor y;
+  if (math_) {
+    auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));  // (B, nh, T, T)
+    auto future = torch::ones({T, T}, x.options().dtype(torch::kBool)).triu(1);  // true above the diagonal
+    att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
+    att = torch::dropout(torch::softmax(att, -1), p, is_training());
+    y = torch::matmul(att, v);  // (B, nh, T, hs)
+  } else {
+    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true);  // (B, nh, T, hs)
+  }
+  y = y.transpose(1, 2).contiguous().view({B, T, C});        // (B, T, C)
+  return torch::dropout(c_proj(y), dropout_, is_training());  // (B, T, C)
+}
+
+MlpImpl::MlpImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
+  c_fc = register_module("c_fc", linear(cfg.n_embd, 4 * cfg.n_embd, cfg.bias));
+  c_proj = register_module("c_proj", linear(4 * cfg.n_embd, cfg.n_embd, cfg.bias));
+}
+
+torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  auto h = torch::gelu(c_fc(x));                            // (B, T, 4C), exact (erf) GELU as nn.GELU()
+  return torch::dropout(c_proj(h), dropout_, is_training());  // (B, T, C)
+}
+
+BlockImpl::BlockImpl(const config::ModelConfig& cfg) {
+  ln_1 = register_module("ln_1", LayerNorm(cfg.n_embd, cfg.bias));
+  attn = register_module("attn", CausalSelfAttention(cfg));
+  ln_2 = register_module("ln_2", LayerNorm(cfg.n_embd, cfg.bias));
+  mlp = register_module("mlp", Mlp(cfg));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
+  auto y = x + attn(ln_1(x));  // (B, T, C)
+  return y + mlp(ln_2(y));     // (B, T, C)
+}
+
+TransformerImpl::TransformerImpl(const config::ModelConfig& cfg) {
+  wte = register_module("wte", nn::Embedding(cfg.vocab_size, cfg.n_embd));
+  wpe = register_module("wpe", nn::Embedding(cfg.block_size, cfg.n_embd));
+  h = register_module("h", nn::ModuleList());
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    blocks.push_back(Block(cfg));
+    h->push_back(blocks.back());
+  }
+  ln_f = register_module("ln_f", LayerNorm(cfg.n_embd, cfg.bias));
+}
+
+Gpt::Gpt(const config::ModelConfig& cfg) : cfg_(cfg) {
+  check_config(cfg);
+  transformer = register_module("transformer", Transformer(cfg));
+  // nanoGPT's init: N(0, 0.02) for Linear and Embedding weights, zero biases, and the projections
+  // that write into the residual stream scaled by 1/sqrt(2 n_layer) (GPT-2's residual scaling).
+  torch::NoGradGuard no_grad;
+  for (auto& m : modules(/*include_self=*/false)) {
+    if (auto* l = m->as<nn::Linear>()) {
+      nn::init::normal_(l->weight, 0.0, kInitStd);
+      if (l->bias.defined()) nn::init::zeros_(l->bias);
+    } else if (auto* e = m->as<nn::Embedding>()) {
+      nn::init::normal_(e->weight, 0.0, kInitStd);
+    }
+  }
+  const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(cfg.n_layer, 1)));
+  for (auto& p : named_parameters(true))
+    if (p.key().size() >= 13 && p.key().ends_with("c_proj.weight")) nn::init::normal_(p.value(), 0.0, proj_std);
+}
+
+torch::Tensor Gpt::forward(const torch::Tensor& idx) {
+  if (idx.dim() != 2 || !(idx.scalar_type() == torch::kLong || idx.scalar_type() == torch::kInt))
+    throw std::invalid_argument("gpt expects int64 token ids of shape (B, T), got a " + std::to_string(idx.dim()) +
+                                "-d " + std::string(c10::toString(idx.scalar_type())) + " tensor");
+  const int64_t T = idx.size(1);
+  if (T > cfg_.block_size)
+    throw std::invalid_argument("sequence length " + std::to_string(T) + " exceeds model.block_size " +
+                                std::to_string(cfg_.block_size));
+  if (idx.device().is_cpu() && idx.numel() > 0) {  // on CUDA this check would cost a sync per step
+    const int64_t lo = idx.min().item<int64_t>(), hi = idx.max().item<int64_t>();
+    if (lo < 0 || hi >= cfg_.vocab_size)
+      throw std::invalid_argument("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside model.vocab_size " +
+                                  std::to_string(cfg_.vocab_size));
+  }
+  auto pos = torch::arange(T, idx.options().dtype(torch::kLong));                    // (T)
+  auto x = transformer->wte(idx) + transformer->wpe(pos);                            // (B, T, C)
+  x = torch::dropout(x, cfg_.dropout, is_training());
+  for (auto& block : transformer->blocks) {
+    if (cfg_.activation_checkpointing)
+      x = checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, T, C)
+    else
+      x = block->forward(x);  // (B, T, C)
+  }
+  x = transformer->ln_f(x);                          // (B, T, C)
+  return torch::linear(x, transformer->wte->weight);  // (B, T, V): lm_head tied to wte
+}
+
+double Gpt::train_flops_per_sample(const std::vector<int64_t>& shape) const {
+  if (shape.size() != 1) throw std::invalid_argument("gpt FLOPs need a (T) sample shape");
+  const auto T = static_cast<double>(shape[0]);
+  const auto N = static_cast<double>(num_parameters() - transformer->wpe->weight.numel());
+  const double per_token = 6.0 * N + 12.0 * static_cast<double>(cfg_.n_layer * cfg_.n_embd) * T;
+  return per_token * T;
+}
+
+}  // namespace trainer::models

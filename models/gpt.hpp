@@ -1,0 +1,84 @@
+// A decoder-only Transformer language model after nanoGPT: pre-LayerNorm blocks, causal
+// self-attention, 4x GELU MLP, learned position embeddings, output head tied to the token embedding.
+// Parameter names are nanoGPT's (transformer.wte.weight, transformer.h.0.attn.c_attn.weight, ...).
+#pragma once
+
+#include "io/safetensors.hpp"
+#include "models/model.hpp"
+
+namespace trainer::models {
+
+// LayerNorm whose bias is optional (nanoGPT's `bias: false`); torch::nn::LayerNorm has both or neither.
+class LayerNormImpl : public torch::nn::Module {
+ public:
+  LayerNormImpl(int64_t n, bool bias);
+  torch::Tensor forward(const torch::Tensor& x);  // (..., n) -> (..., n)
+  torch::Tensor weight, bias;                     // bias undefined when bias = false
+};
+TORCH_MODULE(LayerNorm);
+
+class CausalSelfAttentionImpl : public torch::nn::Module {
+ public:
+  explicit CausalSelfAttentionImpl(const config::ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+
+ private:
+  int64_t n_head_, n_embd_;
+  double dropout_;
+  bool math_;  // explicit masked softmax instead of scaled_dot_product_attention
+};
+TORCH_MODULE(CausalSelfAttention);
+
+class MlpImpl : public torch::nn::Module {
+ public:
+  explicit MlpImpl(const config::ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(Mlp);
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const config::ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
+  LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  CausalSelfAttention attn{nullptr};
+  Mlp mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// nanoGPT's `transformer` ModuleDict.
+class TransformerImpl : public torch::nn::Module {
+ public:
+  explicit TransformerImpl(const config::ModelConfig& cfg);
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::ModuleList h;
+  std::vector<Block> blocks;  // the modules of h, typed
+  LayerNorm ln_f{nullptr};
+};
+TORCH_MODULE(Transformer);
+
+class Gpt : public Model, public io::TiedState {
+ public:
+  explicit Gpt(const config::ModelConfig& cfg);
+  // (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size)
+  torch::Tensor forward(const torch::Tensor& idx) override;
+  InputKind input_kind() const override { return InputKind::Tokens; }
+  std::string arch() const override { return "gpt"; }
+  // nanoGPT's estimate: (6 N + 12 n_layer T n_embd) per token, N without the position embedding.
+  double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
+  // lm_head.weight is transformer.wte.weight (registered once, so optimizers see it once)
+  std::vector<std::pair<std::string, std::string>> tied_names() const override {
+    return {{"lm_head.weight", "transformer.wte.weight"}};
+  }
+  Transformer transformer{nullptr};
+
+ private:
+  config::ModelConfig cfg_;
+};
+
+}  // namespace trainer::models

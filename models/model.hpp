@@ -1,0 +1,49 @@
+// The model interface the engine trains, and the registry that builds a model from model.arch.
+// Parameter and buffer names equal torchvision's / nanoGPT's, so weights move to and from PyTorch as
+// safetensors files (io/safetensors.hpp) without renaming.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace trainer::models {
+
+enum class InputKind { Image, Tokens };
+
+class Model : public torch::nn::Module {
+ public:
+  // Image: (B, C, H, W) float -> logits (B, num_classes). Tokens: (B, T) int64 -> logits (B, T, vocab).
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  virtual InputKind input_kind() const = 0;
+  virtual std::string arch() const = 0;  // "resnet" | "gpt"
+  // Training FLOPs (forward + backward, ~3x forward) for ONE sample of the given shape: images (C, H, W),
+  // tokens (T). For GPT use 6N + 12 * n_layer * T * n_embd per token, times T.
+  virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
+  int64_t num_parameters() const;  // unique parameters (tied weights counted once)
+};
+using ModelPtr = std::shared_ptr<Model>;
+
+class ModelRegistry {
+ public:
+  using Factory = std::function<ModelPtr(const config::ModelConfig&)>;
+  void add(const std::string& arch, Factory factory);
+  // Builds the model (the caller seeds torch first: initialisation draws from torch's generator), then
+  // loads cfg.init_from when set (strict). Unknown arch: std::invalid_argument listing the known ones.
+  ModelPtr create(const config::ModelConfig& cfg) const;
+  std::vector<std::string> names() const;  // sorted
+
+ private:
+  std::map<std::string, Factory> factories_;
+};
+
+// Adds "resnet" and "gpt".
+void register_builtin_models(ModelRegistry& registry);
+
+}  // namespace trainer::models

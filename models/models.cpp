@@ -1,1 +1,0 @@
-// Models (models/): see docs/ARCHITECTURE.md.

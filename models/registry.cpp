@@ -1,0 +1,47 @@
+#include <set>
+#include <stdexcept>
+
+#include "io/safetensors.hpp"
+#include "models/gpt.hpp"
+#include "models/model.hpp"
+#include "models/resnet.hpp"
+
+namespace trainer::models {
+
+int64_t Model::num_parameters() const {
+  std::set<const void*> seen;  // a tensor registered under two names counts once
+  int64_t n = 0;
+  for (const auto& p : parameters(true))
+    if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+  return n;
+}
+
+void ModelRegistry::add(const std::string& arch, Factory factory) {
+  if (factories_.count(arch)) throw std::invalid_argument("model arch '" + arch + "' is registered twice");
+  factories_[arch] = std::move(factory);
+}
+
+ModelPtr ModelRegistry::create(const config::ModelConfig& cfg) const {
+  auto it = factories_.find(cfg.arch);
+  if (it == factories_.end()) {
+    std::string known;
+    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown model.arch '" + cfg.arch + "'; known: " + known);
+  }
+  ModelPtr model = it->second(cfg);
+  if (!cfg.init_from.empty()) io::load_state_into(*model, io::load_safetensors(cfg.init_from), /*strict=*/true);
+  return model;
+}
+
+std::vector<std::string> ModelRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, f] : factories_) out.push_back(name);  // std::map: already sorted
+  return out;
+}
+
+void register_builtin_models(ModelRegistry& registry) {
+  registry.add("resnet", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<ResNet>(c); });
+  registry.add("gpt", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); });
+}
+
+}  // namespace trainer::models

@@ -1,0 +1,144 @@
+// Helpers for the model tests: configs, deterministic weights (the C++ twin of
+// tests/reference/det_fill.py), comparisons, and a CPU allocator probe.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <c10/core/CPUAllocator.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+
+#include "config/config.hpp"
+#include "io/safetensors.hpp"
+#include "models/model.hpp"
+
+namespace trainer::test {
+
+inline models::ModelPtr make_model(const config::ModelConfig& cfg, int64_t seed = 0) {
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
+  torch::manual_seed(seed);
+  return registry.create(cfg);
+}
+
+inline config::ModelConfig resnet_cfg(int64_t depth, int64_t num_classes = 10) {
+  config::ModelConfig c;
+  c.arch = "resnet";
+  c.depth = depth;
+  c.num_classes = num_classes;
+  return c;
+}
+
+// The reference module of tests/reference/nanogpt_ref.py (GPTConfig defaults).
+inline config::ModelConfig tiny_gpt_cfg() {
+  config::ModelConfig c;
+  c.arch = "gpt";
+  c.vocab_size = 64;
+  c.block_size = 16;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_embd = 32;
+  return c;
+}
+
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
+
+inline std::map<std::string, torch::Tensor> as_map(const io::SafetensorsFile& f) {
+  return {f.tensors.begin(), f.tensors.end()};
+}
+
+// Same integer hash as det_fill.py: bit-identical values in Python and C++.
+inline torch::Tensor det_uniform(const std::string& name, int64_t numel) {
+  int64_t seed = 0;
+  for (size_t k = 0; k < name.size(); ++k) seed += static_cast<int64_t>(k + 1) * static_cast<unsigned char>(name[k]);
+  seed %= 1000003;
+  const int64_t mask = 0xFFFFFFFFLL;
+  auto i = torch::arange(numel, torch::kInt64);
+  auto h = (i * int64_t{2654435761} + (seed * 97 + 12345)).bitwise_and(mask);
+  h = (h.bitwise_xor(h.bitwise_right_shift(16)) * int64_t{73244475}).bitwise_and(mask);
+  h = h.bitwise_xor(h.bitwise_right_shift(16));
+  return h.to(torch::kFloat64) / 4294967296.0;
+}
+
+inline torch::Tensor det_resnet_tensor(const std::string& name, const std::vector<int64_t>& shape) {
+  if (name.ends_with("num_batches_tracked")) return torch::zeros(shape, torch::kInt64);
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  auto u = det_uniform(name, numel);
+  double half = 0.1, center = 0.0;
+  if (shape.size() == 4) {
+    half = std::sqrt(3.0) * std::sqrt(2.0 / static_cast<double>(shape[1] * shape[2] * shape[3]));
+  } else if (name == "fc.weight") {
+    half = 1.0 / std::sqrt(static_cast<double>(shape[1]));
+  } else if (name.ends_with("running_var")) {
+    half = 0.5, center = 1.0;
+  } else if (name.ends_with(".weight")) {
+    half = 0.1, center = 1.0;
+  }
+  return (center + half * (2.0 * u - 1.0)).to(torch::kFloat32).reshape(shape);
+}
+
+// Counts live and peak bytes of CPU tensor storage while installed (wraps the default allocator).
+class CpuAllocProbe : public c10::Allocator {
+ public:
+  static CpuAllocProbe& instance() {
+    static CpuAllocProbe probe(c10::GetCPUAllocator());
+    return probe;
+  }
+  struct Scope {  // installs the probe for its lifetime
+    Scope() { c10::SetCPUAllocator(&instance(), /*priority=*/100); }
+    ~Scope() { c10::SetCPUAllocator(instance().base_, /*priority=*/100); }
+  };
+  int64_t live() const { return live_.load(); }
+  int64_t peak() const { return peak_.load(); }
+  void reset_peak() { peak_.store(live_.load()); }
+
+  c10::DataPtr allocate(size_t n) override {
+    if (n == 0) return base_->allocate(0);
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const auto device = inner.device();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks_.emplace(data, Block{std::move(inner), static_cast<int64_t>(n)});
+    }
+    const int64_t now = live_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
+    int64_t p = peak_.load();
+    while (now > p && !peak_.compare_exchange_weak(p, now)) {
+    }
+    return c10::DataPtr(data, data, &release, device);  // context == data: raw_allocate() works too
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dst, const void* src, size_t n) const override { std::memcpy(dst, src, n); }
+
+ private:
+  struct Block {
+    c10::DataPtr inner;
+    int64_t n;
+  };
+  explicit CpuAllocProbe(c10::Allocator* base) : base_(base) {}
+  static void release(void* data) {
+    auto& self = instance();
+    c10::DataPtr inner;  // freed through the wrapped allocator when it goes out of scope
+    {
+      std::lock_guard<std::mutex> lock(self.mu_);
+      auto it = self.blocks_.find(data);
+      if (it == self.blocks_.end()) return;
+      self.live_ -= it->second.n;
+      inner = std::move(it->second.inner);
+      self.blocks_.erase(it);
+    }
+  }
+  c10::Allocator* base_;
+  std::mutex mu_;
+  std::unordered_map<void*, Block> blocks_;
+  std::atomic<int64_t> live_{0}, peak_{0};
+};
+
+}  // namespace trainer::test

@@ -1,0 +1,86 @@
+"""Safetensors written by the C++ models load with strict=True into the matching PyTorch modules
+(torchvision's resnet18, the nanoGPT-style reference) and give the same logits.
+
+The files come from the Catch2 test "interop export: ..." in tests/models (run here first). Exit 77 (skip)
+when torchvision or safetensors is missing.
+"""
+import os
+import subprocess
+import sys
+
+try:
+    import torch
+    import torch.nn as nn
+    import torchvision
+    from safetensors.torch import load_file
+except ImportError as e:  # pragma: no cover
+    print(f"skipping: {e}")
+    sys.exit(77)
+
+SRC = os.environ.get("TRAINER_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
+from nanogpt_ref import GPT, GPTConfig  # noqa: E402
+
+
+def cifar_resnet(n, num_classes):
+    """He et al.'s CIFAR ResNet (6n+2) from torchvision BasicBlocks, under torchvision-style names."""
+    from torchvision.models.resnet import BasicBlock
+
+    class CifarResNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = nn.Conv2d(3, 16, 3, 1, 1, bias=False)
+            self.bn1 = nn.BatchNorm2d(16)
+            inp = 16
+            for s in range(3):
+                planes, blocks = 16 << s, []
+                for b in range(n):
+                    stride = 2 if (b == 0 and s > 0) else 1
+                    ds = None
+                    if stride != 1 or inp != planes:
+                        ds = nn.Sequential(nn.Conv2d(inp, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+                    blocks.append(BasicBlock(inp, planes, stride, ds))
+                    inp = planes
+                setattr(self, f"layer{s + 1}", nn.Sequential(*blocks))
+            self.fc = nn.Linear(64, num_classes)
+
+        def forward(self, x):
+            x = torch.relu(self.bn1(self.conv1(x)))
+            x = self.layer3(self.layer2(self.layer1(x)))
+            return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+    return CifarResNet()
+
+
+def check(name, module, folder):
+    state = load_file(os.path.join(folder, name + ".safetensors"))
+    module.load_state_dict(state, strict=True)  # raises on any missing / unexpected / mis-shaped name
+    io = load_file(os.path.join(folder, name + "_io.safetensors"))
+    module.eval()
+    with torch.no_grad():
+        logits = module(io["input"])
+    diff = (logits - io["logits"]).abs().max().item()
+    print(f"{name}: {len(state)} tensors loaded strictly, max |logits diff| {diff:.3g}")
+    assert diff <= 1e-5, f"{name}: logits differ by {diff}"
+
+
+def main():
+    bin_dir = os.path.dirname(os.environ["TRAINER_BIN"])
+    test_models = os.path.join(bin_dir, "tests", "test_models")
+    if not os.path.exists(test_models):
+        print(f"{test_models} is not built")
+        return 1
+    tmp = os.environ.get("TRAINER_TEST_TMP", os.path.join(bin_dir, "test-tmp"))
+    subprocess.run([test_models, "interop export: resnet18 and gpt safetensors with reference logits"], check=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    folder = os.path.join(tmp, "models_interop")
+    torch.set_num_threads(1)
+    check("resnet18", torchvision.models.resnet18(num_classes=10), folder)
+    check("resnet20_cifar", cifar_resnet(3, 10), folder)
+    check("gpt", GPT(GPTConfig()), folder)
+    check("gpt_nobias", GPT(GPTConfig(bias=False)), folder)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
