@@ -1,0 +1,12 @@
+#!/bin/bash
+# torchrun from the project's Python environment starts the ranks (--no_python: trainer is not a
+# Python script); trainer reads RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT.
+#   scripts/launch/torchrun.sh 2 configs/gpt_char.yaml
+# Several nodes: run on each with --nnodes N --node_rank I --master_addr HOST0 --master_port P.
+set -euo pipefail
+NP=${1:?usage: torchrun.sh NPROC_PER_NODE CONFIG [trainer run args...]}; CONFIG=${2:?config}; shift 2
+VENV=${TRAINER_VENV:-$HOME/.cache/trainer/venv-torch-2.11.0}
+TRAINER=${TRAINER:-$(command -v trainer)}
+"$VENV/bin/torchrun" --no_python --nproc_per_node "$NP" --master_addr 127.0.0.1 --master_port 29500 \
+  "$TRAINER" run "$CONFIG" "$@"
+# The same without Python: trainer launch -n "$NP" -- run "$CONFIG"

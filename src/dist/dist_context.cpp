@@ -1,0 +1,376 @@
+// DistContext: c10d store + process group + a watchdog. See dist_context.hpp.
+#include "dist/dist_context.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "config/exit_codes.hpp"
+#include "dist/nccl_backend.hpp"
+
+namespace trainer::dist {
+namespace {
+
+using Millis = std::chrono::milliseconds;
+
+std::string error_text(const std::exception& e) {
+  if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
+// The store's listening socket, bound to the loopback interface only: a single-node job has no
+// reason to accept connections from the network. Multi-node jobs let TCPStore bind every interface.
+int listen_on_loopback(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw DistError("rendezvous: socket(): " + std::string(std::strerror(errno)));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 128) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    throw DistError("rendezvous: cannot listen on 127.0.0.1:" + std::to_string(port) + ": " + why +
+                    " (is MASTER_PORT used by another job?)");
+  }
+  return fd;
+}
+
+}  // namespace
+
+// What one collective is, for failure messages: captured when it is launched.
+struct OpInfo {
+  std::string op;    // all_reduce | all_gather | broadcast
+  uint64_t seq = 0;  // the same on every rank for the same collective
+  int64_t step = 0;
+  std::string what;  // "grad bucket 2/5", "loss", ...
+};
+
+struct DistContext::Impl {
+  int64_t rank = 0;
+  std::string backend_name = "none";
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  std::atomic<bool> failed{false};
+  double timeout_s = 300.0;
+
+  // Watchdog: one blocking wait at a time is watched (waits happen on the training thread). A wait
+  // that outlives timeout_s + kWatchdogMarginS means the backend itself did not time out: report
+  // and end the process, since nothing else would.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool armed = false;
+  std::chrono::steady_clock::time_point deadline;
+  std::string armed_text;
+  std::thread watchdog;
+
+  std::string describe(const OpInfo& i) const {
+    return "rank " + std::to_string(rank) + ": " + i.op + " #" + std::to_string(i.seq) +
+           (i.what.empty() ? "" : " (" + i.what + ")") + " at step " + std::to_string(i.step);
+  }
+
+  void start_watchdog() {
+    watchdog = std::thread([this] {
+      std::unique_lock<std::mutex> lk(mu);
+      while (!stop) {
+        if (armed && std::chrono::steady_clock::now() >= deadline) {
+          std::fprintf(stderr, "error: %s did not finish within dist.timeout_s=%g s + %g s; giving up\n",
+                       armed_text.c_str(), timeout_s, kWatchdogMarginS);
+          std::fflush(stderr);
+          std::_Exit(kExitFailure);
+        }
+        if (armed)
+          cv.wait_until(lk, deadline);
+        else
+          cv.wait(lk);
+      }
+    });
+  }
+
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      armed = true;
+      armed_text = describe(info);
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<int64_t>((timeout_s + kWatchdogMarginS) * 1000));
+    }
+    cv.notify_all();
+    auto disarm = [this] {
+      std::lock_guard<std::mutex> lk(mu);
+      armed = false;
+    };
+    try {
+      work->wait();
+    } catch (const std::exception& e) {
+      disarm();
+      failed = true;
+      throw DistError(describe(info) + " failed: " + error_text(e));
+    }
+    disarm();
+  }
+
+  template <typename Launch>
+  c10::intrusive_ptr<c10d::Work> launch(const OpInfo& info, Launch&& fn) {
+    try {
+      return fn();
+    } catch (const std::exception& e) {
+      failed = true;
+      throw DistError(describe(info) + " could not be launched: " + error_text(e));
+    }
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (watchdog.joinable()) watchdog.join();
+    if (failed) {
+      // A broken process group may block forever in its destructor (worker threads stuck on a dead
+      // peer): leak it, the process is about to exit with an error anyway.
+      (void)backend.release();
+      (void)store.release();
+    }
+  }
+};
+
+namespace {
+
+class WorkOp : public AsyncOp {
+ public:
+  WorkOp(DistContext::Impl* impl, c10::intrusive_ptr<c10d::Work> work, OpInfo info)
+      : impl_(impl), work_(std::move(work)), info_(std::move(info)) {}
+  void wait() override {
+    if (done_) return;
+    impl_->wait(work_, info_);
+    done_ = true;
+  }
+
+ private:
+  DistContext::Impl* impl_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  OpInfo info_;
+  bool done_ = false;
+};
+
+class DoneOp : public AsyncOp {
+ public:
+  void wait() override {}
+};
+
+c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::DistConfig& cfg, Millis timeout) {
+  const std::string kFile = "file://";
+  if (cfg.store.rfind(kFile, 0) == 0) {
+    std::string path = cfg.store.substr(kFile.size());
+    if (path.empty() || path[0] != '/')
+      throw DistError("dist.store '" + cfg.store + "': expected file:///absolute/path on a shared file system");
+    auto fs = c10::make_intrusive<c10d::FileStore>(path, static_cast<int>(env.world_size));
+    fs->setTimeout(timeout);
+    return fs;
+  }
+  if (!cfg.store.empty())
+    throw DistError("dist.store '" + cfg.store + "': expected \"\" (TCPStore at MASTER_ADDR:MASTER_PORT) or file:///path");
+  if (env.master_addr.empty() || env.master_port == 0)
+    throw DistError(env.launcher + " launch with " + std::to_string(env.world_size) +
+                    " ranks: no rendezvous address; set MASTER_ADDR and MASTER_PORT, or dist.store: file:///shared/path");
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(env.master_port);
+  o.isServer = env.rank == 0;  // rank 0 hosts the store; the others only connect
+  o.numWorkers = static_cast<size_t>(env.world_size);
+  o.waitWorkers = true;
+  o.timeout = timeout;
+  if (o.isServer && is_loopback(env.master_addr)) o.masterListenFd = listen_on_loopback(env.master_port);
+  try {
+    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+  } catch (const std::exception& e) {
+    throw DistError("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
+                    std::to_string(env.master_port) + " failed: " + error_text(e));
+  }
+}
+
+c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
+                                            Millis timeout) {
+  auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+  // Gloo's pairs connect to the address each rank advertises: loopback when the whole job is on
+  // this machine, else the address this host's name resolves to.
+  bool single_node = env.local_world_size == env.world_size;
+  opts->devices.push_back(single_node ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank),
+                                                        static_cast<int>(env.world_size), opts);
+  return c10::static_intrusive_pointer_cast<c10d::Backend>(pg);
+}
+
+}  // namespace
+
+std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const config::DistConfig& cfg,
+                                                 const torch::Device& device, const std::string& config_hash) {
+  std::unique_ptr<DistContext> ctx(new DistContext());
+  ctx->rank_ = env.rank;
+  ctx->world_size_ = env.world_size;
+  ctx->local_rank_ = env.local_rank;
+  ctx->device_ = device;
+  ctx->timeout_s_ = cfg.timeout_s;
+  ctx->impl_ = std::make_unique<Impl>();
+  ctx->impl_->rank = env.rank;
+  ctx->impl_->timeout_s = cfg.timeout_s;
+  if (env.world_size <= 1) return ctx;
+
+  std::string backend = cfg.backend;
+  if (backend == "auto") backend = device.is_cuda() ? "nccl" : "gloo";
+  if (backend == "nccl" && !device.is_cuda())
+    throw DistError("dist.backend nccl needs a CUDA device (run.device is " + device.str() + "); use gloo on CPU");
+  if (backend != "nccl" && backend != "gloo")
+    throw DistError("dist.backend '" + cfg.backend + "': expected auto, gloo or nccl");
+
+  auto timeout = Millis(static_cast<int64_t>(cfg.timeout_s * 1000));
+  auto store = make_store(env, cfg, timeout);
+  // our own keys and the process group's never collide
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("trainer/pg0/", store);
+  try {
+    ctx->impl_->backend = backend == "nccl"
+                              ? make_nccl_backend(pg_store, static_cast<int>(env.rank),
+                                                  static_cast<int>(env.world_size), timeout,
+                                                  static_cast<int>(device.index() < 0 ? env.local_rank : device.index()))
+                              : make_gloo(pg_store, env, timeout);
+  } catch (const DistError&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistError("rank " + std::to_string(env.rank) + ": creating the " + backend +
+                    " process group failed: " + error_text(e));
+  }
+  ctx->impl_->store = store;
+  ctx->impl_->backend_name = backend;
+  ctx->impl_->start_watchdog();
+  ctx->check_config_hash(config_hash);
+  return ctx;
+}
+
+DistContext::~DistContext() = default;
+
+std::string DistContext::backend_name() const { return impl_ ? impl_->backend_name : "none"; }
+
+void DistContext::check_config_hash(const std::string& config_hash) {
+  constexpr int64_t kHashBytes = 128;  // a sha256 hex digest is 64
+  if (static_cast<int64_t>(config_hash.size()) > kHashBytes)
+    throw DistError("config hash longer than " + std::to_string(kHashBytes) + " bytes");
+  auto mine = torch::zeros({kHashBytes}, torch::kUInt8);
+  std::memcpy(mine.data_ptr(), config_hash.data(), config_hash.size());
+  auto all = all_gather(mine.to(device_), "config hash").cpu();  // (world, kHashBytes)
+  auto text = [&](int64_t r) {
+    auto row = all[r].contiguous();
+    std::string s(reinterpret_cast<const char*>(row.data_ptr()), kHashBytes);
+    return s.substr(0, s.find('\0'));
+  };
+  std::string root = text(0);
+  for (int64_t r = 1; r < world_size_; ++r) {
+    std::string other = text(r);
+    if (other != root)
+      throw DistError("config hash mismatch: rank 0 has " + root + ", rank " + std::to_string(r) + " has " + other +
+                      "; every rank must run the same config (same file and --set overrides)");
+  }
+}
+
+torch::Tensor DistContext::all_gather(const torch::Tensor& t, const std::string& what) {
+  if (!active()) return t.unsqueeze(0);
+  OpInfo info{"all_gather", seq_++, step_.load(), what};
+  std::vector<at::Tensor> in{t.contiguous()};
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int64_t r = 0; r < world_size_; ++r) out[0].push_back(torch::empty_like(in[0]));
+  auto work = impl_->launch(info, [&] { return impl_->backend->allgather(out, in); });
+  impl_->wait(work, info);
+  return torch::stack(out[0]);
+}
+
+std::shared_ptr<AsyncOp> DistContext::all_reduce_sum_async(torch::Tensor t, const std::string& what) {
+  if (!active()) return std::make_shared<DoneOp>();
+  OpInfo info{"all_reduce", seq_++, step_.load(), what};
+  std::vector<at::Tensor> v{std::move(t)};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  auto work = impl_->launch(info, [&] { return impl_->backend->allreduce(v, o); });
+  return std::make_shared<WorkOp>(impl_.get(), work, info);
+}
+
+double DistContext::all_reduce_mean(double v) {
+  if (!active()) return v;
+  auto t = torch::full({1}, v, torch::TensorOptions().dtype(torch::kFloat64).device(device_));
+  all_reduce_sum_async(t, "mean")->wait();
+  return t.item<double>() / static_cast<double>(world_size_);
+}
+
+bool DistContext::any(bool flag) {
+  if (!active()) return flag;
+  auto t = torch::full({1}, flag ? 1 : 0, torch::TensorOptions().dtype(torch::kInt32).device(device_));
+  all_reduce_sum_async(t, "any")->wait();
+  return t.item<int32_t>() > 0;
+}
+
+void DistContext::barrier() {
+  // an all-reduce of one element: works the same on Gloo and NCCL and carries a sequence number
+  if (!active()) return;
+  auto t = torch::zeros({1}, torch::TensorOptions().dtype(torch::kInt32).device(device_));
+  all_reduce_sum_async(t, "barrier")->wait();
+  (void)t.item<int32_t>();  // NCCL: wait() only orders streams; the host syncs here
+}
+
+void DistContext::broadcast_module(torch::nn::Module& m) {
+  if (!active()) return;
+  torch::NoGradGuard no_grad;
+  // one flat buffer per (dtype, device), in registration order: identical on every rank
+  std::vector<torch::Tensor> tensors;
+  for (auto& p : m.parameters()) tensors.push_back(p);
+  for (auto& b : m.buffers()) tensors.push_back(b);
+  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> groups;
+  std::map<std::string, size_t> index;
+  for (auto& t : tensors) {
+    if (!t.defined() || t.numel() == 0) continue;
+    std::string key = std::string(c10::toString(t.scalar_type())) + "@" + t.device().str();
+    auto [it, fresh] = index.emplace(key, groups.size());
+    if (fresh) groups.push_back({key, {}});
+    groups[it->second].second.push_back(t);
+  }
+  for (auto& [key, group] : groups) {
+    std::vector<torch::Tensor> flat_parts;
+    for (auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
+    auto flat = torch::cat(flat_parts);
+    if (flat.scalar_type() == torch::kBool) flat = flat.to(torch::kUInt8);  // Gloo has no bool reductions
+    OpInfo info{"broadcast", seq_++, step_.load(), "module state " + key};
+    std::vector<at::Tensor> v{flat};
+    c10d::BroadcastOptions o;
+    o.rootRank = 0;
+    auto work = impl_->launch(info, [&] { return impl_->backend->broadcast(v, o); });
+    impl_->wait(work, info);
+    int64_t off = 0;
+    for (auto& t : group) {
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));  // copy_ converts uint8 back to bool
+      off += t.numel();
+    }
+  }
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,90 @@
+// One process's membership in the distributed job: rendezvous store, process group (Gloo or NCCL),
+// and the few collectives the trainer needs. c10d and gloo types stay in dist_context.cpp so that
+// no other file of the project sees gloo's or c10d's headers.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "dist/launch_env.hpp"
+
+namespace trainer::dist {
+
+// A collective failed, timed out or found the ranks disagreeing. The message names this rank, the
+// training step, the operation and its sequence number, e.g.
+// "rank 0: all_reduce #12 (grad bucket 1/3) at step 4 failed: ... Connection closed by peer".
+class DistError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A collective launched without waiting for it. wait() throws DistError.
+class AsyncOp {
+ public:
+  virtual ~AsyncOp() = default;
+  virtual void wait() = 0;
+};
+
+// How long after dist.timeout_s the watchdog gives up on a wait the backend itself did not end:
+// it then prints the same message a DistError would carry and ends the process with exit code 1.
+inline constexpr double kWatchdogMarginS = 15.0;
+
+class DistContext {  // one per process; inactive (all no-ops) when world_size == 1
+ public:
+  // Rendezvous, process group, then the config-hash agreement (DistError on a mismatch, on every
+  // rank, naming both hashes). Backend "auto" is NCCL when `device` is CUDA, else Gloo.
+  static std::unique_ptr<DistContext> create(const LaunchEnv& env, const config::DistConfig& cfg,
+                                             const torch::Device& device, const std::string& config_hash);
+  ~DistContext();
+  DistContext(const DistContext&) = delete;
+  DistContext& operator=(const DistContext&) = delete;
+
+  bool active() const { return world_size_ > 1; }
+  int64_t rank() const { return rank_; }
+  int64_t world_size() const { return world_size_; }
+  int64_t local_rank() const { return local_rank_; }
+  const torch::Device& device() const { return device_; }
+  std::string backend_name() const;  // "gloo" | "nccl" | "none"
+  double timeout_s() const { return timeout_s_; }
+
+  // The training step named in failure messages; the trainer sets it at each step boundary.
+  void set_step(int64_t step) { step_.store(step); }
+  int64_t step() const { return step_.load(); }
+  // Sequence number the next collective will get (the same on every rank when they agree).
+  uint64_t next_seq() const { return seq_.load(); }
+
+  // Rank 0's parameters and buffers to every rank, grouped per dtype into one broadcast each.
+  // BatchNorm running statistics are buffers: they start equal and then stay per rank (each rank
+  // normalises with the statistics of its own shard, as torch DDP does by default).
+  void broadcast_module(torch::nn::Module& m);
+  double all_reduce_mean(double v);  // for logging (loss), and any-flag agreement
+  bool any(bool flag);               // true if any rank says true (stop flags)
+  void barrier();
+
+  // Every rank's copy of `t` (same shape and dtype everywhere), stacked on a new leading dim.
+  torch::Tensor all_gather(const torch::Tensor& t, const std::string& what);
+  // In-place sum over ranks of a tensor on device(), launched now; the caller waits.
+  std::shared_ptr<AsyncOp> all_reduce_sum_async(torch::Tensor t, const std::string& what);
+
+  struct Impl;  // c10d store + backend + watchdog (dist_context.cpp)
+
+ private:
+  DistContext() = default;
+  void check_config_hash(const std::string& config_hash);
+
+  int64_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
+  torch::Device device_{torch::kCPU};
+  double timeout_s_ = 300.0;
+  std::atomic<int64_t> step_{0};
+  std::atomic<uint64_t> seq_{0};
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainer::dist

@@ -1,0 +1,168 @@
+// GradSync: see grad_sync.hpp. The shape follows torch DDP's Reducer, much reduced: buckets in reverse
+// registration order (roughly the order backward produces gradients), a post-accumulate-grad hook
+// per parameter, and buckets launched strictly in index order so every rank issues the same
+// sequence of collectives whatever order its autograd threads finish in.
+#include "dist/grad_sync.hpp"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <sstream>
+
+namespace trainer::dist {
+namespace {
+
+// Runs after autograd has accumulated a parameter's gradient into .grad, so with gradient
+// accumulation the bucket sees the sum over micro-steps, not just the last micro-step.
+class ReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ReadyHook(GradSync* sync, size_t index) : sync_(sync), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { sync_->on_grad_ready(index_); }
+
+ private:
+  GradSync* sync_;
+  size_t index_;
+};
+
+uint64_t fnv1a(uint64_t h, int64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+GradSync::GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb) : ctx_(ctx) {
+  for (auto& p : params)
+    if (p.defined() && p.requires_grad()) params_.push_back(p);
+  build_buckets(bucket_mb);
+  if (!ctx_.active()) return;
+
+  // same bucket order on every rank, or the collectives pair up the wrong buffers (or hang)
+  auto mine = torch::tensor({static_cast<int64_t>(layout_hash_)}, torch::kInt64).to(ctx_.device());
+  auto all = ctx_.all_gather(mine, "grad bucket layout").cpu();  // (world, 1)
+  for (int64_t r = 1; r < ctx_.world_size(); ++r) {
+    if (all[r][0].item<int64_t>() != all[0][0].item<int64_t>()) {
+      std::ostringstream msg;
+      msg << "rank " << ctx_.rank() << ": gradient bucket layout differs between ranks: rank 0 has "
+          << std::hex << static_cast<uint64_t>(all[0][0].item<int64_t>()) << ", rank " << std::dec << r
+          << " has " << std::hex << static_cast<uint64_t>(all[r][0].item<int64_t>())
+          << " (different model or dist.bucket_mb)";
+      throw DistError(msg.str());
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, i));
+  reset_step();
+}
+
+GradSync::~GradSync() {
+  if (!ctx_.active()) return;
+  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void GradSync::build_buckets(double bucket_mb) {
+  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);  // bytes
+  bucket_of_.assign(params_.size(), 0);
+  ready_.assign(params_.size(), false);
+  int64_t bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {  // reverse registration order
+    const auto& p = params_[k];
+    bool new_bucket = buckets_.empty() || bytes >= cap;
+    if (!new_bucket) {  // one dtype and device per bucket buffer
+      const auto& first = params_[buckets_.back().params.front()];
+      new_bucket = first.scalar_type() != p.scalar_type() || first.device() != p.device();
+    }
+    if (new_bucket) {
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    auto& b = buckets_.back();
+    b.params.push_back(k);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel();
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  uint64_t h = 1469598103934665603ull;
+  h = fnv1a(h, static_cast<int64_t>(buckets_.size()));
+  for (auto& b : buckets_) {
+    const auto& first = params_[b.params.front()];
+    b.flat = torch::zeros({b.numel}, first.options().requires_grad(false));
+    h = fnv1a(h, static_cast<int64_t>(b.params.size()));
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      h = fnv1a(h, static_cast<int64_t>(b.params[j]));
+      h = fnv1a(h, params_[b.params[j]].numel());
+      h = fnv1a(h, static_cast<int64_t>(params_[b.params[j]].scalar_type()));
+    }
+  }
+  layout_hash_ = h;
+}
+
+void GradSync::set_enabled(bool sync) {
+  std::lock_guard<std::mutex> lk(mu_);
+  enabled_ = sync;
+}
+
+void GradSync::reset_step() {
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.op.reset();
+  }
+  next_launch_ = 0;
+}
+
+void GradSync::on_grad_ready(size_t index) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!enabled_ || !ctx_.active() || ready_[index]) return;
+  ready_[index] = true;
+  auto& b = buckets_[bucket_of_[index]];
+  if (--b.pending == 0) launch_ready_buckets();
+}
+
+void GradSync::launch_ready_buckets() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void GradSync::launch(size_t bi) {
+  torch::NoGradGuard no_grad;
+  auto& b = buckets_[bi];
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    const auto& p = params_[b.params[j]];
+    auto slot = b.flat.narrow(0, b.offsets[j], p.numel());
+    if (p.grad().defined())
+      slot.copy_(p.grad().reshape({-1}));
+    else
+      slot.zero_();  // a parameter unused this step contributes zeros, like torch DDP's find_unused
+  }
+  b.op = ctx_.all_reduce_sum_async(b.flat, "grad bucket " + std::to_string(bi + 1) + "/" +
+                                               std::to_string(buckets_.size()));
+}
+
+void GradSync::finish() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!enabled_ || !ctx_.active()) return;
+  // buckets whose gradients never all arrived (unused parameters) go now, still in index order
+  launched_in_backward_ = static_cast<int64_t>(next_launch_);
+  while (next_launch_ < buckets_.size()) launch(next_launch_++);
+  torch::NoGradGuard no_grad;
+  const double inv = 1.0 / static_cast<double>(ctx_.world_size());
+  for (auto& b : buckets_) {
+    b.op->wait();
+    b.flat.mul_(inv);
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      auto& p = params_[b.params[j]];
+      auto avg = b.flat.narrow(0, b.offsets[j], p.numel()).view(p.sizes());
+      if (p.grad().defined())
+        p.mutable_grad().copy_(avg);
+      else
+        p.mutable_grad() = avg.clone();
+    }
+  }
+  reset_step();
+}
+
+}  // namespace trainer::dist

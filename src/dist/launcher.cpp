@@ -1,0 +1,290 @@
+// Local spawner: see launcher.hpp. One poll loop watches the ranks' output pipes, a self-pipe fed by
+// the signal handler (forwarded signals and SIGCHLD) and the kill deadline.
+#include "dist/launcher.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+#include "config/exit_codes.hpp"
+
+extern char** environ;
+
+namespace trainer::dist {
+namespace {
+
+int g_signal_pipe[2] = {-1, -1};
+
+void on_signal(int sig) {
+  int saved = errno;
+  unsigned char s = static_cast<unsigned char>(sig);
+  (void)!::write(g_signal_pipe[1], &s, 1);
+  errno = saved;
+}
+
+void write_all(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+struct Stream {
+  int fd = -1;      // read end of the rank's stdout or stderr pipe
+  int out_fd = 1;   // where its lines go (ours)
+  std::string prefix;
+  std::string pending;  // a line not yet ended
+
+  // Reads what is there; writes every complete line with the prefix. Returns false at EOF.
+  bool pump() {
+    char buf[8192];
+    for (;;) {
+      ssize_t n = ::read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      if (n <= 0) {
+        if (!pending.empty()) write_all(out_fd, prefix + pending + "\n");
+        pending.clear();
+        ::close(fd);
+        fd = -1;
+        return false;
+      }
+      pending.append(buf, static_cast<size_t>(n));
+      size_t start = 0, nl;
+      std::string lines;
+      while ((nl = pending.find('\n', start)) != std::string::npos) {
+        lines += prefix + pending.substr(start, nl - start + 1);
+        start = nl + 1;
+      }
+      pending.erase(0, start);
+      if (!lines.empty()) write_all(out_fd, lines);  // whole lines at once: ranks do not interleave mid-line
+    }
+  }
+};
+
+struct Child {
+  pid_t pid = -1;
+  bool running = false;
+  int code = 0;
+};
+
+int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
+
+std::vector<std::string> child_environment(const LaunchOptions& o, int rank, int port) {
+  static const char* kOurs[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
+                                "MASTER_PORT=", "GROUP_RANK=", "ROLE_RANK="};
+  std::vector<std::string> env;
+  for (char** e = environ; e && *e; ++e) {
+    bool ours = false;
+    for (const char* k : kOurs) ours = ours || std::strncmp(*e, k, std::strlen(k)) == 0;
+    if (!ours) env.emplace_back(*e);
+  }
+  env.push_back("RANK=" + std::to_string(rank));
+  env.push_back("LOCAL_RANK=" + std::to_string(rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(o.nprocs));
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nprocs));
+  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("MASTER_PORT=" + std::to_string(port));
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (auto& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+}  // namespace
+
+int free_local_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("launch: socket(): " + std::string(std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("launch: no free port on 127.0.0.1: " + std::string(std::strerror(errno)));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_args) {
+  if (o.nprocs < 1) throw std::invalid_argument("launch: -n must be at least 1");
+  if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
+  const int port = o.master_port > 0 ? o.master_port : free_local_port();
+
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
+  const int kForwarded[] = {SIGINT, SIGTERM, SIGUSR1};
+  struct sigaction sa{}, old[4];
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &sa, &old[i]);
+  ::sigaction(SIGCHLD, &sa, &old[3]);
+
+  std::vector<std::string> argv_store;
+  argv_store.push_back(o.exe);
+  for (const auto& a : child_args) argv_store.push_back(a);
+  auto argv = c_strings(argv_store);
+
+  const pid_t me = ::getpid();
+  std::vector<Child> children(static_cast<size_t>(o.nprocs));
+  std::vector<Stream> streams;
+  for (int r = 0; r < o.nprocs; ++r) {
+    auto env_store = child_environment(o, r, port);
+    auto envp = c_strings(env_store);
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
+      throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
+    pid_t pid = ::fork();
+    if (pid < 0) throw std::runtime_error("launch: fork(): " + std::string(std::strerror(errno)));
+    if (pid == 0) {
+      // no orphans: the rank dies with the launcher, even if the launcher is SIGKILLed
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != me) ::_exit(kExitFailure);
+      ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only; it forwards exactly once
+      for (int i = 0; i < 4; ++i) ::signal(i < 3 ? kForwarded[i] : SIGCHLD, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      ::execve(argv[0], argv.data(), envp.data());
+      const char msg[] = "launch: execve failed\n";
+      (void)!::write(2, msg, sizeof(msg) - 1);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    children[static_cast<size_t>(r)] = {pid, true, 0};
+    std::string prefix = "[rank" + std::to_string(r) + "] ";
+    for (int fd : {out[0], err[0]}) {
+      ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+      streams.push_back({fd, fd == out[0] ? 1 : 2, prefix, ""});
+    }
+  }
+
+  using Clock = std::chrono::steady_clock;
+  int result = 0;
+  bool terminating = false;
+  bool killed = false;
+  Clock::time_point kill_at;
+  auto signal_all = [&](int sig) {
+    for (auto& c : children)
+      if (c.running) ::kill(c.pid, sig);
+  };
+  auto any_running = [&] {
+    for (auto& c : children)
+      if (c.running) return true;
+    return false;
+  };
+  auto any_open = [&] {
+    for (auto& s : streams)
+      if (s.fd >= 0) return true;
+    return false;
+  };
+
+  while (any_running() || any_open()) {
+    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+    std::vector<Stream*> owners{nullptr};
+    for (auto& s : streams)
+      if (s.fd >= 0) {
+        fds.push_back({s.fd, POLLIN, 0});
+        owners.push_back(&s);
+      }
+    ::poll(fds.data(), fds.size(), 200);
+    if (fds[0].revents & POLLIN) {
+      unsigned char sigs[64];
+      ssize_t n;
+      while ((n = ::read(g_signal_pipe[0], sigs, sizeof(sigs))) > 0)
+        for (ssize_t i = 0; i < n; ++i)
+          if (sigs[i] != SIGCHLD) signal_all(sigs[i]);
+    }
+    for (size_t i = 1; i < fds.size(); ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) owners[i]->pump();
+
+    int status;
+    pid_t pid;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
+      for (size_t r = 0; r < children.size(); ++r) {
+        auto& c = children[r];
+        if (c.pid != pid) continue;
+        c.running = false;
+        c.code = exit_code_of(status);
+        // 75 = saved a checkpoint after a (forwarded) signal: the other ranks got it too, let them finish
+        if (c.code != 0 && result == 0) {
+          result = c.code;
+          if (c.code != kExitSavedAfterSignal && !terminating) {
+            std::string msg = "launch: rank " + std::to_string(r) + " exited with code " + std::to_string(c.code) +
+                              "; terminating the other ranks\n";
+            write_all(2, msg);
+            terminating = true;
+            kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
+            signal_all(SIGTERM);
+          }
+        }
+      }
+    }
+    if (terminating && !killed && Clock::now() >= kill_at && any_running()) {
+      write_all(2, "launch: ranks still running after the grace period; sending SIGKILL\n");
+      signal_all(SIGKILL);
+      killed = true;
+    }
+    // a grandchild holding a pipe open must not keep the launcher alive once every rank is gone
+    if (!any_running()) {
+      for (auto& s : streams)
+        if (s.fd >= 0) {
+          ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
+          if (s.pump()) {
+            if (!s.pending.empty()) write_all(s.out_fd, s.prefix + s.pending + "\n");
+            ::close(s.fd);
+            s.fd = -1;
+          }
+        }
+    }
+  }
+
+  for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &old[i], nullptr);
+  ::sigaction(SIGCHLD, &old[3], nullptr);
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
+  return result;
+}
+
+int cmd_launch(int nprocs, int master_port, const std::vector<std::string>& child_args) {
+  try {
+    LaunchOptions o;
+    o.nprocs = nprocs;
+    o.master_port = master_port;
+    return launch_local(o, child_args);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return kExitFailure;
+  }
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,151 @@
+// `trainer launch`: torchrun variables, rank-prefixed output, failure propagation, signal
+// forwarding, no orphans. The ranks are hidden worker TEST_CASEs of this binary.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <atomic>
+#include <csignal>
+#include <regex>
+#include <thread>
+
+#include "dist/launcher.hpp"
+#include "spawn.hpp"
+
+using namespace trainer;
+using Catch::Matchers::Contains;
+
+namespace {
+
+std::atomic<bool> g_usr1{false};
+
+// Waits until `log` shows `count` lines "started" (the ranks are up), or `limit_s` passes.
+bool wait_started(const std::filesystem::path& log, int count, double limit_s = 60) {
+  auto t0 = std::chrono::steady_clock::now();
+  while (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < limit_s) {
+    std::string s = test::read_file(log);
+    int n = 0;
+    for (size_t p = 0; (p = s.find(" started", p)) != std::string::npos; ++p) ++n;
+    if (n >= count) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+std::vector<pid_t> rank_pids(const std::string& log) {
+  std::vector<pid_t> pids;
+  std::regex re("pid ([0-9]+) started");
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it)
+    pids.push_back(std::stoi((*it)[1]));
+  return pids;
+}
+
+bool alive(pid_t pid) {  // a zombie waiting for init to reap it counts as dead
+  std::string st = test::read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (st.empty()) return false;
+  auto close = st.rfind(')');
+  return close != std::string::npos && st.size() > close + 2 && st[close + 2] != 'Z';
+}
+
+}  // namespace
+
+// One rank under the launcher. LAUNCH_TEST_MODE: fail (rank 1 exits 1, the others wait for
+// SIGTERM), usr1 (every rank waits for SIGUSR1 then exits 75), sleep (wait to be killed).
+TEST_CASE("worker: launched rank", "[.worker]") {
+  if (!test::is_worker()) return;
+  int rank = test::env_int("RANK");
+  std::string mode = std::getenv("LAUNCH_TEST_MODE");
+  std::signal(SIGUSR1, [](int) { g_usr1 = true; });
+  std::printf("rank %d of %s (local %s of %s) at %s:%s pid %d started\n", rank, std::getenv("WORLD_SIZE"),
+              std::getenv("LOCAL_RANK"), std::getenv("LOCAL_WORLD_SIZE"), std::getenv("MASTER_ADDR"),
+              std::getenv("MASTER_PORT"), static_cast<int>(::getpid()));
+  std::fflush(stdout);
+  if (mode == "fail" && rank == 1) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    std::fprintf(stderr, "rank 1 fails on purpose\n");
+    std::_Exit(1);
+  }
+  for (int i = 0; i < 600 && !g_usr1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (g_usr1) {
+    std::printf("rank %d got SIGUSR1\n", rank);
+    std::fflush(stdout);
+    std::_Exit(75);
+  }
+  std::printf("rank %d finished\n", rank);
+  std::_Exit(0);
+}
+
+// The launcher itself, as `trainer launch -n 3 -- <worker: launched rank>` would run it.
+TEST_CASE("worker: launcher", "[.worker]") {
+  if (!test::is_worker()) return;
+  dist::LaunchOptions o;
+  o.nprocs = 3;
+  o.grace_s = 3;
+  std::fflush(stdout);
+  int rc = dist::launch_local(o, {"worker: launched rank"});
+  std::fflush(stdout);
+  std::_Exit(rc);
+}
+
+TEST_CASE("launch: rank 1 exits 1, the others are terminated and the launcher exits 1", "[dist]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("launch_fail");
+  auto p = test::spawn_self("worker: launcher", {{"LAUNCH_TEST_MODE", "fail"}}, dir / "launcher.log");
+  test::wait_proc(p, 60);
+  std::string out = p.output();
+  INFO(out);
+  CHECK(p.exit_code == 1);
+  CHECK(p.seconds < 20);  // the other ranks would sleep 60 s if nobody stopped them
+  CHECK_THAT(out, Contains("[rank1] rank 1 fails on purpose"));
+  CHECK_THAT(out, Contains("launch: rank 1 exited with code 1; terminating the other ranks"));
+  CHECK(out.find("finished") == std::string::npos);
+  // torchrun's variables, one set per rank
+  for (int r = 0; r < 3; ++r)
+    CHECK_THAT(out, Contains("[rank" + std::to_string(r) + "] rank " + std::to_string(r) + " of 3 (local " +
+                             std::to_string(r) + " of 3) at 127.0.0.1:"));
+  auto pids = rank_pids(out);
+  CHECK(pids.size() == 3);
+  for (pid_t pid : pids) CHECK_FALSE(alive(pid));
+}
+
+TEST_CASE("launch: SIGUSR1 is forwarded to every rank", "[dist]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("launch_usr1");
+  auto p = test::spawn_self("worker: launcher", {{"LAUNCH_TEST_MODE", "usr1"}}, dir / "launcher.log");
+  REQUIRE(wait_started(p.log, 3));
+  ::kill(p.pid, SIGUSR1);
+  test::wait_proc(p, 60);
+  std::string out = p.output();
+  INFO(out);
+  CHECK(p.exit_code == 75);  // every rank saved and asked to be requeued
+  for (int r = 0; r < 3; ++r) CHECK_THAT(out, Contains("[rank" + std::to_string(r) + "] rank " + std::to_string(r) + " got SIGUSR1"));
+}
+
+TEST_CASE("launch: no orphans when the launcher is killed with SIGKILL", "[dist]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("launch_orphans");
+  auto p = test::spawn_self("worker: launcher", {{"LAUNCH_TEST_MODE", "sleep"}}, dir / "launcher.log");
+  REQUIRE(wait_started(p.log, 3));
+  auto pids = rank_pids(p.output());
+  REQUIRE(pids.size() == 3);
+  ::kill(p.pid, SIGKILL);
+  test::wait_proc(p, 10);
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  for (pid_t pid : pids) CHECK_FALSE(alive(pid));
+}
+
+TEST_CASE("trainer launch -n 2 -- env: each rank sees torchrun's variables, output prefixed", "[dist]") {
+  if (test::is_worker()) return;
+  auto r = test::run_trainer("launch -n 2 -- env");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Contains("[rank0] Launcher: torchrun (rank 0 of 2, local rank 0 of 2), master 127.0.0.1:"));
+  CHECK_THAT(r.output, Contains("[rank1] Launcher: torchrun (rank 1 of 2, local rank 1 of 2), master 127.0.0.1:"));
+}
+
+TEST_CASE("trainer launch without a command is a usage error", "[unit]") {
+  if (test::is_worker()) return;
+  auto r = test::run_trainer("launch -n 2");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Contains("args is required"));
+}
