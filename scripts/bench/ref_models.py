@@ -1,0 +1,131 @@
+"""PyTorch-Python definitions of the models `trainer` builds, for the side-by-side benchmark.
+
+Same layouts, parameter names and initialisation rules as models/resnet.cpp and models/gpt.cpp:
+- ResNet, He et al.'s CIFAR layout (depth 6n+2): 3x3/1 conv1 -> bn1 -> relu -> layer1..3 of n
+  BasicBlocks with 16/32/64 x width planes (1x1 conv + BN `downsample` where the shape changes) ->
+  global average pool -> fc; torchvision's init (He-normal fan_out convs, BN as the identity).
+- ResNet-50: torchvision's own (the trainer copies its layout and names).
+- GPT: the nanoGPT-style module in tests/reference/nanogpt_ref.py, which the model tests check
+  models/gpt.cpp against.
+Both take `activation_checkpointing`: recompute per ResNet stage or per GPT block in backward, as
+the trainer's model.activation_checkpointing does.
+"""
+import os
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+sys.path.insert(0, os.path.join(_REPO, "tests", "reference"))
+from nanogpt_ref import GPT, GPTConfig  # noqa: E402  (the reference the model tests use)
+
+
+class BasicBlock(nn.Module):
+    """Two 3x3 convs with a residual; the stride sits on the first conv (torchvision's names)."""
+
+    def __init__(self, inp, planes, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(inp, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inp != planes:
+            self.downsample = nn.Sequential(nn.Conv2d(inp, planes, 1, stride, bias=False), nn.BatchNorm2d(planes))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))  # (B, planes, H/s, W/s)
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
+
+
+class CifarResNet(nn.Module):
+    def __init__(self, depth=20, width=1.0, in_channels=3, num_classes=10, activation_checkpointing=False):
+        super().__init__()
+        if depth < 8 or (depth - 2) % 6:
+            raise ValueError(f"CIFAR ResNet depth must be 6n+2 (8, 14, 20, ...), got {depth}")
+        n = (depth - 2) // 6
+        base = max(1, round(16 * width))
+        self.activation_checkpointing = activation_checkpointing
+        self.conv1 = nn.Conv2d(in_channels, base, 3, 1, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(base)
+        inp = base
+        for s in range(3):
+            planes = base << s
+            blocks = []
+            for b in range(n):
+                blocks.append(BasicBlock(inp, planes, 2 if (b == 0 and s > 0) else 1))
+                inp = planes
+            setattr(self, f"layer{s + 1}", nn.Sequential(*blocks))
+        self.fc = nn.Linear(inp, num_classes)  # keeps Linear's default init, as torchvision
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x):
+        x = F.relu(self.bn1(self.conv1(x)))  # (B, base, H, W)
+        for stage in (self.layer1, self.layer2, self.layer3):
+            x = checkpoint(stage, x, use_reentrant=False) if self.activation_checkpointing else stage(x)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))  # (B, num_classes)
+
+
+class CheckpointedGPT(GPT):
+    """nanoGPT reference with optional per-block activation checkpointing."""
+
+    def __init__(self, cfg, activation_checkpointing=False):
+        super().__init__(cfg)
+        self.activation_checkpointing = activation_checkpointing
+
+    def forward(self, idx):
+        if not self.activation_checkpointing:
+            return super().forward(idx)
+        B, T = idx.shape
+        pos = torch.arange(T, dtype=torch.long, device=idx.device)
+        x = self.transformer.wte(idx) + self.transformer.wpe(pos)  # (B, T, C)
+        for block in self.transformer.h:
+            x = checkpoint(block, x, use_reentrant=False)
+        return self.lm_head(self.transformer.ln_f(x))  # (B, T, V)
+
+
+def build_model(model_cfg):
+    """model_cfg: the trainer's model.* keys (arch, depth, width, ... or n_layer, n_embd, ...)."""
+    ac = bool(model_cfg.get("activation_checkpointing", False))
+    if model_cfg["arch"] == "resnet":
+        depth = int(model_cfg["depth"])
+        if depth == 50:
+            import torchvision  # the trainer's depth-50 layout is torchvision's, names included
+
+            if ac:
+                raise ValueError("activation checkpointing is not wired into the torchvision ResNet-50 reference")
+            return torchvision.models.resnet50(num_classes=int(model_cfg["num_classes"]))
+        return CifarResNet(depth, float(model_cfg.get("width", 1.0)), int(model_cfg["in_channels"]),
+                           int(model_cfg["num_classes"]), ac)
+    if model_cfg["arch"] == "gpt":
+        cfg = GPTConfig(vocab_size=int(model_cfg["vocab_size"]), block_size=int(model_cfg["block_size"]),
+                        n_layer=int(model_cfg["n_layer"]), n_head=int(model_cfg["n_head"]),
+                        n_embd=int(model_cfg["n_embd"]), dropout=0.0, bias=bool(model_cfg.get("bias", True)))
+        return CheckpointedGPT(cfg, ac)
+    raise ValueError(f"unknown arch {model_cfg['arch']!r}; known: gpt, resnet")
+
+
+def gpt_flops_per_token(model, n_layer, block, n_embd):
+    """6N + 12 * n_layer * block * n_embd, N = unique parameters without the position embedding
+    (as models/gpt.cpp's train_flops_per_sample)."""
+    n = sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+    n -= model.transformer.wpe.weight.numel()
+    return 6.0 * n + 12.0 * n_layer * block * n_embd
+
+
+def state_for_trainer(model):
+    """Parameters and buffers under their names, each its own contiguous CPU tensor (a tied weight is
+    written under both owners' names, as the trainer's named_state lists it)."""
+    out = {}
+    for name, t in list(model.named_parameters(remove_duplicate=False)) + list(model.named_buffers()):
+        out[name] = t.detach().to("cpu").contiguous().clone()
+    return out

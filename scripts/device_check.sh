@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# The GPU check, on a machine with an NVIDIA GPU, PyTorch, CMake, ninja and a C++ compiler, run from
+# the repository root:
+#   1. builds trainer (and the test programs that hold [gpu] tests) against the LibTorch inside that
+#      machine's PyTorch (python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'), with the
+#      project's Debian libraries unpacked from .debs/ (scripts/fetch_device_debs.sh fetches them)
+#      when the machine lacks them;
+#   2. stops there, cleanly, when no CUDA device is visible;
+#   3. runs the [gpu] tests;
+#   4. benchmarks GPT-2 124M (bf16, block 1024) and ResNet-50 (bf16, channels_last, 224x224 synthetic)
+#      for a fixed number of steps next to their PyTorch-Python equivalents (scripts/bench/bench_train.py
+#      --device cuda): tokens/s, images/s, MFU = tokens/s x (6N + 12 n_layer block n_embd) / 989e12
+#      (H100/H200 dense bf16), peak CUDA memory and trainer / PyTorch ratios.
+# The whole check is meant to fit in 8 minutes; the benchmark shrinks (--quick) or is skipped when the
+# build left too little of DEVICE_CHECK_BUDGET_S.
+# Environment: PYTHON (python3), BUILD_DIR (build-device), JOBS (nproc), DEVICE_CHECK_BUDGET_S (480),
+#   DEVICE_CHECK_REQUIRE_GPU=1 (exit 2 instead of 0 when there is no CUDA device), OUT (results folder).
+# Exit: 0 checked (or no GPU), 1 a build, test or benchmark failed, 2 no GPU with REQUIRE_GPU.
+set -uo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+py=${PYTHON:-python3}
+build=${BUILD_DIR:-$repo/build-device}
+jobs=${JOBS:-$(nproc)}
+budget=${DEVICE_CHECK_BUDGET_S:-480}
+results=${OUT:-$build/device-check}
+t_start=$(date +%s)
+mkdir -p "$build" "$results"
+log_file="$results/device_check.log"
+exec > >(tee "$log_file") 2>&1
+
+elapsed() { echo $(( $(date +%s) - t_start )); }
+say() { printf '[device_check %4ss] %s\n' "$(elapsed)" "$*"; }
+die() { say "FAILED: $*"; exit 1; }
+
+# --- 1. toolchain and LibTorch --------------------------------------------------------------------
+command -v "$py" >/dev/null || die "no '$py' (set PYTHON to a Python with torch)"
+torch_info=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path); print(torch.__version__)' 2>&1) ||
+  die "'$py' cannot import torch: $torch_info"
+torch_prefix=$(sed -n 1p <<<"$torch_info")
+torch_version=$(sed -n 2p <<<"$torch_info")
+say "LibTorch $torch_version from $torch_prefix"
+command -v cmake >/dev/null || die "cmake not found"
+command -v ninja >/dev/null || die "ninja not found"
+command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++/g++) found"
+
+# --- 2. the Debian libraries: the machine's own, else unpacked from .debs/ -------------------------
+have_system_libs() {
+  [ -f /usr/include/yaml-cpp/yaml.h ] && [ -f /usr/include/spdlog/spdlog.h ] && [ -f /usr/include/CLI/CLI.hpp ] &&
+    [ -f /usr/include/catch2/catch.hpp ] && [ -f /usr/include/nlohmann/json.hpp ] && [ -f /usr/include/gloo/config.h ]
+}
+
+unpack_deb() {  # dpkg-deb where it exists, else ar + tar (the data member of a .deb)
+  if command -v dpkg-deb >/dev/null; then
+    dpkg-deb -x "$1" "$2"
+  else
+    local member
+    member=$(ar t "$1" | grep '^data\.tar') || return 1
+    case "$member" in
+      *.xz) ar p "$1" "$member" | tar -xJ -C "$2" ;;
+      *.zst) ar p "$1" "$member" | zstd -dc | tar -x -C "$2" ;;
+      *.gz) ar p "$1" "$member" | tar -xz -C "$2" ;;
+      *) return 1 ;;
+    esac
+  fi
+}
+
+deb_root=""
+if ls "$repo"/.debs/*.deb >/dev/null 2>&1; then
+  deb_root="$build/debs-root"
+  stamp="$deb_root/.unpacked"
+  listing=$(cd "$repo/.debs" && ls ./*.deb | sort)
+  if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$listing" ]; then
+    rm -rf "$deb_root"
+    mkdir -p "$deb_root"
+    for f in "$repo"/.debs/*.deb; do unpack_deb "$f" "$deb_root" || die "cannot unpack $f"; done
+    # links to absolute paths (zlib1g-dev's libz.so -> /lib/...) must point inside the prefix
+    while IFS= read -r link; do
+      target=$(readlink "$link")
+      case "$target" in /*) ln -sfn "$deb_root$target" "$link" ;; esac
+    done < <(find "$deb_root" -type l)
+    echo "$listing" >"$stamp"
+  fi
+  libdirs="$deb_root/usr/lib/x86_64-linux-gnu:$deb_root/lib/x86_64-linux-gnu:$deb_root/usr/lib"
+  export CMAKE_PREFIX_PATH="$deb_root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export CPATH="$deb_root/usr/include${CPATH:+:$CPATH}"
+  export LIBRARY_PATH="$libdirs${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  export PKG_CONFIG_PATH="$deb_root/usr/lib/x86_64-linux-gnu/pkgconfig:$deb_root/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  trainer_ld_path="$libdirs"
+  say "Debian libraries: $(ls "$repo"/.debs/*.deb | wc -l) packages from .debs/ unpacked into $deb_root"
+elif have_system_libs; then
+  trainer_ld_path=""
+  say "Debian libraries: the machine's own (/usr/include)"
+else
+  die "the project's C++ libraries (yaml-cpp, spdlog, fmt, CLI11, Catch2, nlohmann-json, gloo headers, ...) are
+  missing here and there is no .debs/ folder: run scripts/fetch_device_debs.sh on the build machine and carry .debs"
+fi
+
+# --- 3. configure and build ------------------------------------------------------------------------
+gpu_test_areas=$(grep -l '\[gpu\]' "$repo"/tests/*/*.cpp 2>/dev/null | xargs -r -n1 dirname | xargs -r -n1 basename | sort -u)
+targets=(trainer)
+for area in $gpu_test_areas; do targets+=("test_$area"); done
+say "configuring $build (Release, Ninja)"
+cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$torch_prefix/Torch" \
+  -DTRAINER_BUILD_TESTS=ON >"$build/configure.log" 2>&1 || { tail -30 "$build/configure.log"; die "cmake configure (log: $build/configure.log)"; }
+for dep in yaml-cpp spdlog fmt Catch2; do
+  grep -m1 "^${dep}_DIR:" "$build/CMakeCache.txt" | sed "s/^/[device_check] found /"
+done
+say "building ${targets[*]} with $jobs jobs"
+cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build/build.log" 2>&1 ||
+  { grep -m20 -B2 -A6 'error' "$build/build.log"; die "build (log: $build/build.log)"; }
+say "built ${targets[*]}"
+
+# the trainer's own run-time libraries from .debs, for its processes only (python keeps the system's)
+trainer_bin="$build/trainer"
+if [ -n "$trainer_ld_path" ]; then
+  trainer_bin="$build/trainer-with-debs"
+  printf '#!/usr/bin/env bash\nexport LD_LIBRARY_PATH="%s${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"\nexec "%s" "$@"\n' \
+    "$trainer_ld_path" "$build/trainer" >"$trainer_bin"
+  chmod +x "$trainer_bin"
+fi
+"$trainer_bin" --version >/dev/null 2>&1 || die "the built trainer does not start: $("$trainer_bin" --version 2>&1 | tail -3)"
+
+# --- 4. is there a GPU? ----------------------------------------------------------------------------
+cuda_count=$("$py" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)
+if [ "${cuda_count:-0}" -lt 1 ]; then
+  say "no CUDA device: trainer built against LibTorch $torch_version; stopping before the [gpu] tests and the GPU benchmark"
+  [ "${DEVICE_CHECK_REQUIRE_GPU:-0}" = 1 ] && exit 2
+  exit 0
+fi
+gpu=$("$py" -c 'import torch; print(torch.cuda.get_device_name(0))')
+say "CUDA: $cuda_count device(s), $gpu"
+command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+
+# --- 5. the [gpu] tests ----------------------------------------------------------------------------
+status=0
+if [ -z "$gpu_test_areas" ]; then
+  say "no [gpu] tests in tests/ (no TEST_CASE is tagged [gpu])"
+else
+  for area in $gpu_test_areas; do
+    say "test_$area [gpu]"
+    LD_LIBRARY_PATH="$trainer_ld_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 \
+      "$build/tests/test_$area" '[gpu]' >"$results/gpu_tests_$area.log" 2>&1
+    rc=$?
+    tail -3 "$results/gpu_tests_$area.log"
+    [ $rc -eq 0 ] || { say "test_$area [gpu] FAILED ($rc)"; status=1; }
+  done
+fi
+
+# --- 6. GPT-2 124M and ResNet-50 next to PyTorch eager ----------------------------------------------
+left=$(( budget - $(elapsed) ))
+bench=(--device cuda --trainer "$trainer_bin" --python "$py" --work-dir "$build/bench-cuda"
+       --json "$results/bench_cuda.json" --markdown "$results/bench_cuda.md")
+if [ $left -ge 270 ]; then
+  bench+=(--rounds 2)
+elif [ $left -ge 120 ]; then
+  say "only ${left}s of the ${budget}s budget left: the short benchmark (--quick)"
+  bench+=(--quick)
+else
+  say "only ${left}s of the ${budget}s budget left: GPU benchmark skipped"
+  exit $status
+fi
+say "benchmark: bench_train.py ${bench[*]}"
+PYTHONUNBUFFERED=1 timeout $(( left - 10 )) "$py" "$repo/scripts/bench/bench_train.py" "${bench[@]}" || {
+  say "benchmark FAILED or ran out of time"; status=1; }
+say "done in $(elapsed)s (status $status); results in $results"
+exit $status
