@@ -4,7 +4,11 @@
 #include <iostream>
 
 #include "config/exit_codes.hpp"
+#include "data/prepare_text.hpp"
+#include "dist/launcher.hpp"
 #include "engine/commands.hpp"
+#include "obs/report.hpp"
+#include "engine/export.hpp"
 
 namespace {
 
@@ -30,9 +34,40 @@ int main(int argc, char** argv) {
       ->default_val("auto");
   run->add_flag("--force", run_args.force, "With --resume never: start over a run directory that has checkpoints");
 
-  trainer::engine::ConfigArgs check_args;
+  trainer::engine::CheckArgs check_args;
   auto* check = app.add_subcommand("check", "Validate a config, build its model and data, print a summary");
   add_config_args(check, check_args);
+  check->add_flag("--no-data", check_args.no_data, "Do not open the dataset (validate and build the model only)");
+
+  int launch_n = 1, launch_port = 0;
+  std::vector<std::string> launch_args;
+  auto* launch = app.add_subcommand("launch", "Spawn N local ranks: trainer launch -n N [--master-port P] -- run CONFIG ...");
+  launch->add_option("-n,--nproc", launch_n, "Number of local ranks")->required()->check(CLI::PositiveNumber);
+  launch->add_option("--master-port", launch_port, "Rendezvous port on 127.0.0.1 (default: a free one)")
+      ->check(CLI::Range(0, 65535));
+  launch->add_option("args", launch_args, "The trainer command each rank runs, after --")->required();
+
+  std::string pt_input, pt_out;
+  int64_t pt_shard_tokens = 100'000'000;
+  double pt_val_fraction = 0.05;
+  auto* prepare = app.add_subcommand("prepare-text", "Write a text file as byte-level token shards (llm.c format)");
+  prepare->add_option("input", pt_input, "UTF-8 or any text file")->required()->check(CLI::ExistingFile);
+  prepare->add_option("--out", pt_out, "Output folder for train_*.bin / val_*.bin")->required();
+  prepare->add_option("--shard-tokens", pt_shard_tokens, "Tokens per shard")->capture_default_str()->check(CLI::PositiveNumber);
+  prepare->add_option("--val-fraction", pt_val_fraction, "Tail fraction written as val shards")
+      ->capture_default_str()->check(CLI::Range(0.0, 0.9));
+
+  std::string export_ckpt, export_out, export_dtype = "fp32";
+  auto* export_cmd = app.add_subcommand("export", "Write a checkpoint's weights as safetensors with torchvision / nanoGPT names");
+  export_cmd->add_option("checkpoint", export_ckpt, "A step-<N> folder, its `latest` link, or a checkpoints folder")->required();
+  export_cmd->add_option("--out", export_out, "Output .safetensors file")->required();
+  export_cmd->add_option("--dtype", export_dtype, "Weight dtype")->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
+      ->capture_default_str();
+
+  std::string report_dir, report_out;
+  auto* report = app.add_subcommand("report", "One self-contained HTML page of a run's curves and summary");
+  report->add_option("run_dir", report_dir, "Run directory (holds metrics.jsonl)")->required();
+  report->add_option("--out", report_out, "Output HTML file (default: RUN_DIR/report.html)");
 
   auto* env = app.add_subcommand("env", "LibTorch, CUDA/cuDNN/NCCL, threads, CPU math libraries, launcher");
   auto* keys = app.add_subcommand("config-keys", "Print every config key with its type, default and meaning");
@@ -45,6 +80,10 @@ int main(int argc, char** argv) {
   }
   if (*run) return trainer::engine::cmd_run(run_args);
   if (*check) return trainer::engine::cmd_check(check_args);
+  if (*launch) return trainer::dist::cmd_launch(launch_n, launch_port, launch_args);
+  if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
+  if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype);
+  if (*report) return trainer::obs::cmd_report(report_dir, report_out);
   if (*env) return trainer::engine::cmd_env();
   if (*keys) return trainer::engine::cmd_config_keys();
   return trainer::kExitUsage;

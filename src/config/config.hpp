@@ -140,6 +140,8 @@ struct CheckpointConfig {
   int64_t every_steps = 0;  // 0 = only at the end
   int64_t keep_last = 3;
   std::string dir = "";     // "" = <run dir>/checkpoints
+  int64_t keep_every = 0;   // also keep every checkpoint whose step is a multiple of this (0 = off)
+  std::string on_error = "warn";  // warn | abort: what a failed save does to the run
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -176,6 +176,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");
   k.i("keep_last", c.checkpoint.keep_last, 1, 1e6, "Newest checkpoints kept.");
   k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints).");
+  k.i("keep_every", c.checkpoint.keep_every, 0, 1e9, "Also keep forever every checkpoint whose step is a multiple of this (0 = off).");
+  k.c("on_error", c.checkpoint.on_error, {"warn", "abort"}, "A failed save: warn and keep training, or abort the run.");
 
   k.prefix = "log";
   k.b("jsonl", c.log.jsonl, "Write metrics.jsonl in the run directory.");

@@ -199,7 +199,8 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::D
                     " ranks: no rendezvous address; set MASTER_ADDR and MASTER_PORT, or dist.store: file:///shared/path");
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env.master_port);
-  o.isServer = env.rank == 0;  // rank 0 hosts the store; the others only connect
+  // rank 0 hosts the store and the others connect, unless torchrun's agent already hosts it
+  o.isServer = env.rank == 0 && !env.agent_store;
   o.numWorkers = static_cast<size_t>(env.world_size);
   o.waitWorkers = true;
   o.timeout = timeout;
@@ -249,8 +250,9 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
 
   auto timeout = Millis(static_cast<int64_t>(cfg.timeout_s * 1000));
   auto store = make_store(env, cfg, timeout);
-  // our own keys and the process group's never collide
-  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("trainer/pg0/", store);
+  // our own keys and the process group's never collide, nor do those of a torchrun restart
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(
+      "trainer/attempt_" + std::to_string(env.restart_count) + "/pg0/", store);
   try {
     ctx->impl_->backend = backend == "nccl"
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),

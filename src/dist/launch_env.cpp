@@ -114,6 +114,8 @@ LaunchEnv detect_launch_env(const GetEnv& getenv_fn) {
       e.master_addr = r.str("MASTER_ADDR");
       e.master_port = parse_port(r, "MASTER_PORT");
     }
+    e.agent_store = r.has("TORCHELASTIC_USE_AGENT_STORE") && std::string(getenv_fn("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+    e.restart_count = r.integer_or("TORCHELASTIC_RESTART_COUNT", 0);
     check(e, r, "RANK", "WORLD_SIZE");
   } else if (r.has("SLURM_PROCID") && r.has("SLURM_NTASKS")) {
     r.launcher = e.launcher = "slurm";

@@ -17,6 +17,11 @@ struct LaunchEnv {
   int64_t local_world_size = 1;
   std::string master_addr;  // "" when the launcher gives none (single process, or mpirun + FileStore)
   int master_port = 0;
+  // torchrun: its agent already hosts the TCPStore at MASTER_ADDR:MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True), so every rank connects as a client, keys prefixed by the
+  // restart attempt (TORCHELASTIC_RESTART_COUNT) so that a restarted group never reads stale keys.
+  bool agent_store = false;
+  int64_t restart_count = 0;
 };
 
 // A launcher's variables are missing or contradict each other. Names the launcher and the variable.

@@ -2,16 +2,25 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
 #include <iostream>
+#include <sstream>
 
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
+#include "data/dataset.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
+#include "dist/dist_check.hpp"
 #include "dist/launch_env.hpp"
+#include "engine/checkpointing.hpp"
 #include "engine/trainer.hpp"
+#include "io/checkpoint.hpp"
 #include "io/run_dir.hpp"
+#include "models/model.hpp"
 #include "obs/logging.hpp"
 
 namespace trainer::engine {
@@ -27,7 +36,10 @@ void print_config_error(const config::ConfigError& e) {
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.out_dir.empty()) overrides.push_back("run.out_dir=" + args.out_dir);
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
   config::ValidateOptions vo;
+  vo.known_archs = registry.names();
   vo.world_size = env.world_size;
   vo.cuda_available = device::cuda_available();
   return config::load_and_validate(args.config, overrides, vo);
@@ -84,16 +96,86 @@ int cmd_env() {
   return kExitOk;
 }
 
-int cmd_check(const ConfigArgs& args) {
+namespace {
+
+std::string human_count(double n) {
+  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (std::abs(n) >= 1000 && u < 6) {
+    n /= 1000;
+    ++u;
+  }
+  std::ostringstream s;
+  s << std::setprecision(n < 10 && u > 0 ? 3 : 4) << n << units[u];
+  return s.str();
+}
+
+// The shape of one sample as the model sees it, when the config alone tells it.
+std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
+  if (c.model.arch == "gpt") return {c.model.block_size};
+  if (c.data.format == "synthetic") return {c.model.in_channels, c.data.synthetic.image_size, c.data.synthetic.image_size};
+  if (c.data.image_size > 0) return {c.model.in_channels, c.data.image_size, c.data.image_size};
+  return {};
+}
+
+}  // namespace
+
+int cmd_check(const CheckArgs& args) {
   try {
     auto env = dist::detect_launch_env();
     auto loaded = load_checked(args, env);
     const auto& c = loaded.cfg;
     std::cout << "config " << args.config << ": ok (hash " << config::config_hash(c).substr(0, 12) << ")\n";
     std::cout << "run directory: " << io::run_dir_path(c).string() << "\n";
-    std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch "
-              << c.train.global_batch_size << " = " << c.train.batch_size << " x " << c.train.grad_accum
-              << " accumulation x " << env.world_size << " ranks\n";
+
+    models::ModelRegistry registry;
+    models::register_builtin_models(registry);
+    torch::manual_seed(c.run.seed);
+    auto model = registry.create(c.model);
+    std::cout << "model: " << c.model.arch << ", " << model->num_parameters() << " parameters ("
+              << human_count(static_cast<double>(model->num_parameters())) << ")"
+              << (c.model.init_from.empty() ? "" : ", initialised from " + c.model.init_from) << "\n";
+
+    std::vector<int64_t> shape = sample_shape_from_config(c);
+    int64_t train_size = -1;
+    if (!args.no_data) {
+      auto ds = data::create_datasets(c.data, c.model, c.run.seed);
+      std::cout << "train data: " << ds.train->describe() << "\n";
+      std::cout << "val data:   " << (ds.val ? ds.val->describe() : std::string("none")) << "\n";
+      shape = ds.train->sample_shape();
+      train_size = ds.train->size();
+    } else {
+      std::cout << "data: not opened (--no-data)\n";
+    }
+    if (!shape.empty()) {
+      double flops = model->train_flops_per_sample(shape);
+      std::cout << "training FLOPs per sample: " << human_count(flops) << "FLOP";
+      if (c.model.arch == "gpt") std::cout << " (" << human_count(flops / shape[0]) << "FLOP per token)";
+      std::cout << "\n";
+    }
+
+    const int64_t global = c.train.global_batch_size;
+    std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
+              << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x "
+              << env.world_size << " ranks\n";
+    if (train_size >= 0) {
+      const int64_t steps_per_epoch = train_size / global;
+      std::cout << "steps per epoch: " << steps_per_epoch << " (" << train_size << " samples / " << global << ")\n";
+      if (steps_per_epoch == 0)
+        throw std::runtime_error("the training split (" + std::to_string(train_size) +
+                                 " samples) is smaller than one global batch (" + std::to_string(global) + ")");
+      const int64_t total = c.train.max_steps > 0
+                                ? c.train.max_steps
+                                : static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(steps_per_epoch)));
+      std::cout << "optimizer steps: " << total << (c.train.max_steps > 0 ? " (train.max_steps)" : " (train.epochs)")
+                << "\n";
+    }
+    // in a launched job: join the process group, print the rank table and the all-reduce bandwidth
+    if (env.world_size > 1 || env.launcher != "none") {
+      std::cout.flush();
+      dist::print_dist_check(env, c.dist, device::select_device(c.train.device, env.local_rank),
+                             config::config_hash(c), std::cout);
+    }
     return kExitOk;
   } catch (const config::ConfigError& e) {
     print_config_error(e);
@@ -111,10 +193,26 @@ int cmd_run(const RunArgs& args) {
   try {
     auto env = dist::detect_launch_env();
     auto loaded = load_checked(args, env);
+    if (args.resume == "never" && !args.force) {
+      // refuse to start over a run that has checkpoints: its work would be mixed with a fresh start
+      const auto ckpts = checkpoint_dir(loaded.cfg, io::run_dir_path(loaded.cfg));
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(ckpts, ec))
+        if (io::parse_step_dir_name(e.path().filename().string())) {
+          std::cerr << "error: " << ckpts.string() << " already holds checkpoints (" << e.path().filename().string()
+                    << ", ...); --resume never starts over only with --force, or use --resume auto\n";
+          return kExitUsage;
+        }
+    } else if (args.resume != "auto" && args.resume != "never" && !std::filesystem::exists(args.resume)) {
+      std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
+      return kExitUsage;
+    }
     auto dir = io::prepare_run_dir(loaded.cfg, env.rank);
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
     spdlog::info("run directory {}", dir.root.string());
-    return run_training(loaded.cfg, env, dir);
+    ResumeOptions resume;
+    resume.mode = args.resume;
+    return run_training(loaded.cfg, env, dir, resume);
   } catch (const config::ConfigError& e) {
     print_config_error(e);
     return kExitUsage;

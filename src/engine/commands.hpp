@@ -12,6 +12,10 @@ struct ConfigArgs {
   std::string out_dir;                 // --out-dir: replaces run.out_dir (relative to the working dir)
 };
 
+struct CheckArgs : ConfigArgs {
+  bool no_data = false;  // --no-data: validate and build the model only (data not on this machine)
+};
+
 struct RunArgs : ConfigArgs {
   std::string resume = "auto";  // auto | never | PATH
   bool force = false;
@@ -19,7 +23,7 @@ struct RunArgs : ConfigArgs {
 
 // Each returns the process exit code (see config/exit_codes.hpp) and prints its own errors.
 int cmd_run(const RunArgs& args);
-int cmd_check(const ConfigArgs& args);
+int cmd_check(const CheckArgs& args);
 int cmd_env();
 int cmd_config_keys();  // every config key as a Markdown table (docs/CONFIG.md is checked against it)
 

@@ -144,3 +144,19 @@ TEST_CASE("contradictions and missing variables name the launcher and the variab
         "slurm launch: environment variable SLURM_JOB_NODELIST is not set");
   CHECK(error_of({{"SLURM_PROCID", "3"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n1"}, {"SLURM_JOB_ID", "1"}}) == "slurm launch: SLURM_PROCID=3 is not below SLURM_NTASKS=2");
 }
+
+TEST_CASE("torchrun's agent store: every rank connects as a client, keys per restart attempt", "[unit]") {
+  std::map<std::string, std::string> v{{"RANK", "0"},           {"WORLD_SIZE", "2"},
+                                       {"LOCAL_RANK", "0"},     {"LOCAL_WORLD_SIZE", "2"},
+                                       {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", "29500"}};
+  auto plain = detect(v);  // `trainer launch` sets no TORCHELASTIC_*: rank 0 hosts the store
+  CHECK_FALSE(plain.agent_store);
+  CHECK(plain.restart_count == 0);
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  v["TORCHELASTIC_RESTART_COUNT"] = "2";
+  auto agent = detect(v);
+  CHECK(agent.agent_store);
+  CHECK(agent.restart_count == 2);
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // dynamic rendezvous with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
+  CHECK_FALSE(detect(v).agent_store);
+}

@@ -1,0 +1,82 @@
+#include "engine/checkpointing.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include "config/load.hpp"
+#include "engine/train_state.hpp"
+#include "io/safetensors.hpp"
+
+namespace trainer::engine {
+
+std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::filesystem::path& run_dir) {
+  return cfg.checkpoint.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(cfg.checkpoint.dir);
+}
+
+io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos) {
+  io::CheckpointContent c;
+  io::NamedTensors model_state;
+  for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
+  c.groups["model"] = std::move(model_state);
+  c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
+  c.groups["rng"] = rng_state_tensors(objs.device);
+
+  auto& s = c.state;
+  s["step"] = pos.step;
+  s["loader"] = {{"epoch", pos.loader.epoch}, {"samples_consumed", pos.loader.samples_consumed}};
+  const auto scaler = objs.scaler.state();
+  s["loss_scaler"] = {{"scale", scaler.scale}, {"growth_tracker", scaler.growth_tracker}};
+  const auto& tr = objs.tracker;
+  s["best"] = {{"metric", tr.metric()},
+               {"value", tr.best() ? nlohmann::json(*tr.best()) : nlohmann::json(nullptr)},
+               {"step", tr.best_step()},
+               {"evals_without_improvement", tr.evals_without_improvement()}};
+  s["global_batch_size"] = cfg.train.global_batch_size;
+  s[io::kStateConfigYaml] = config::dump_yaml(cfg);
+  s[io::kStateConfigHash] = config::config_hash(cfg);
+  s["libtorch_version"] = TORCH_VERSION;
+  return c;
+}
+
+RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::filesystem::path& from,
+                               const config::RunConfig& cfg, const RunObjects& objs) {
+  auto group = [&](const std::string& name) -> const io::NamedTensors& {
+    auto it = content.groups.find(name);
+    if (it == content.groups.end())
+      throw io::CheckpointError(from.string() + ": no " + name + ".safetensors in this checkpoint");
+    return it->second;
+  };
+  const auto& s = content.state;
+  try {
+    io::SafetensorsFile weights;
+    weights.path = (from / "model.safetensors").string();
+    weights.tensors = group("model");
+    io::load_state_into(objs.model, weights, /*strict=*/true);
+    load_optimizer_state(objs.optimizer, objs.model, group("optimizer"));
+    restore_rng_state(group("rng"), objs.device);
+
+    LossScalerState sc;
+    sc.scale = s.at("loss_scaler").at("scale").get<double>();
+    sc.growth_tracker = s.at("loss_scaler").at("growth_tracker").get<int64_t>();
+    objs.scaler.load_state(sc);
+    const auto& b = s.at("best");
+    std::optional<double> best;
+    if (!b.at("value").is_null()) best = b.at("value").get<double>();
+    objs.tracker.restore(best, b.at("step").get<int64_t>(), b.at("evals_without_improvement").get<int64_t>());
+
+    RunPosition pos;
+    pos.step = s.at("step").get<int64_t>();
+    pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
+    pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
+    const std::string hash = s.value(io::kStateConfigHash, "");
+    if (hash != config::config_hash(cfg))
+      spdlog::warn("resuming from {} written with a different config (hash {} vs {}): the run continues with the "
+                   "current config",
+                   from.string(), hash.substr(0, 12), config::config_hash(cfg).substr(0, 12));
+    return pos;
+  } catch (const nlohmann::json::exception& e) {
+    throw io::CheckpointError((from / "state.json").string() + ": missing or malformed field: " + e.what());
+  }
+}
+
+}  // namespace trainer::engine

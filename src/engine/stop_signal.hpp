@@ -1,0 +1,21 @@
+// Graceful stop on SIGTERM / SIGUSR1 / SIGINT (preemption, scancel, Ctrl-C). The handlers only set an
+// atomic flag (async-signal-safe); the training loop polls stop_requested() at step boundaries, agrees
+// with the other ranks, saves one checkpoint and exits with kExitSavedAfterSignal. A second SIGINT
+// means "now": the process exits at once with 130 (128 + SIGINT), without saving.
+#pragma once
+
+#include <string>
+
+namespace trainer::engine {
+
+// Installs the three handlers (idempotent). The previous handlers are remembered for restore.
+void install_stop_handlers();
+// Puts the previous handlers back (tests; the end of a run inside a longer-lived process).
+void restore_stop_handlers();
+
+bool stop_requested();
+int stop_signal();                // the first signal received (SIGTERM, ...), 0 when none
+std::string stop_signal_name();   // "SIGTERM" | "SIGUSR1" | "SIGINT" | "" when none
+void clear_stop_request();        // forget a received signal (tests; after a handled stop)
+
+}  // namespace trainer::engine

@@ -1,0 +1,26 @@
+#include "engine/train_step.hpp"
+
+#include "engine/grad_clip.hpp"
+#include "engine/optim.hpp"
+
+namespace trainer::engine {
+
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target) {
+  namespace F = torch::nn::functional;
+  if (logits.dim() == 3) return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));  // (B*T, V)
+  return F::cross_entropy(logits, target);
+}
+
+ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,
+                            double grad_clip, double lr, bool need_norm) {
+  ApplyResult r;
+  scaler.unscale(params);  // clipping must see the true gradients
+  if (grad_clip > 0 || need_norm) r.grad_norm = clip_grad_norm(params, grad_clip);
+  set_learning_rate(opt, lr);
+  r.stepped = scaler.step(opt);
+  scaler.update();
+  opt.zero_grad(/*set_to_none=*/true);
+  return r;
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,44 @@
+// The two halves of an optimizer step, shared by the Trainer and the tests:
+//   forward_backward() once per micro-batch, then apply_gradients() once per step.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "engine/loss_scaler.hpp"
+#include "engine/precision.hpp"
+
+namespace trainer::engine {
+
+// Mean cross-entropy: logits (B, C) vs targets (B), or logits (B, T, V) vs targets (B, T).
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target);
+
+// Forward under autocast, loss / accum (the step's mean is the mean of its micro-batch means),
+// times the loss scale, backward: gradients accumulate into .grad. Returns the unscaled micro-batch
+// loss, detached, in fp32, on the device (no host sync).
+template <class Model>
+torch::Tensor forward_backward(Model& model, const torch::Tensor& input, const torch::Tensor& target, int64_t accum,
+                               Precision precision, const torch::Device& device, const LossScaler& scaler) {
+  torch::Tensor loss;
+  {
+    AutocastScope autocast(precision, device);
+    auto logits = model.forward(input);  // (B, C) or (B, T, V)
+    loss = mean_cross_entropy(logits, target);
+  }
+  scaler.scale_loss(loss / static_cast<double>(accum)).backward();
+  return loss.detach().to(torch::kFloat32);
+}
+
+struct ApplyResult {
+  torch::Tensor grad_norm;  // before clipping; undefined when neither clipping nor need_norm asked for it
+  bool stepped = true;      // false: inf/NaN gradients under fp16, the step was skipped
+};
+
+// Unscale (fp16), clip to grad_clip (0 = off), set the learning rate, step unless the gradients are
+// non-finite, update the loss scale, zero_grad(set_to_none). Gradients must already be averaged
+// over ranks.
+ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,
+                            double grad_clip, double lr, bool need_norm);
+
+}  // namespace trainer::engine

@@ -1,0 +1,27 @@
+// The training loop: builds everything a run needs from the resolved RunConfig, trains for the
+// configured steps, evaluates, stops early when asked, and records what it does (src/obs/).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/config.hpp"
+#include "dist/launch_env.hpp"
+#include "io/run_dir.hpp"
+
+namespace trainer::engine {
+
+// Optimizer steps of the run: train.max_steps, or ceil(epochs x batches_per_epoch / grad_accum)
+// (at least 1) when the run is sized in epochs. batches_per_epoch is per rank.
+int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch);
+
+struct ResumeOptions {
+  std::string mode = "auto";  // auto: newest complete checkpoint or a fresh start; never; or a checkpoint path
+};
+
+// Trains; returns the process exit code. Throws on errors (data, model, numerics) with a message
+// that names what went wrong; cmd_run prints it.
+int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
+                 const ResumeOptions& resume = {});
+
+}  // namespace trainer::engine

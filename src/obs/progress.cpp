@@ -1,0 +1,90 @@
+#include "obs/progress.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+namespace trainer::obs {
+
+bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty) {
+  if (mode == "on") return true;
+  if (mode == "off") return false;
+  return stdout_is_tty;
+}
+
+std::string format_duration(double seconds) {
+  auto s = static_cast<int64_t>(std::max(0.0, std::round(seconds)));
+  if (s >= 3600) return fmt::format("{}:{:02}:{:02}", s / 3600, (s / 60) % 60, s % 60);
+  return fmt::format("{:02}:{:02}", s / 60, s % 60);
+}
+
+std::string format_progress_line(int64_t step, int64_t total, double steps_per_s, double loss, int width) {
+  const double frac = total > 0 ? std::clamp(static_cast<double>(step) / static_cast<double>(total), 0.0, 1.0) : 0.0;
+  const int filled = static_cast<int>(frac * width);
+  std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
+  std::string eta = steps_per_s > 0 ? format_duration(static_cast<double>(total - step) / steps_per_s) : "--:--";
+  return fmt::format("[{}] {}/{} steps  {:.2f} it/s  ETA {}  loss {:.4f}", bar, step, total, steps_per_s, eta, loss);
+}
+
+std::string format_train_line(const TrainRecord& r, int64_t total_steps) {
+  std::string s = fmt::format("step {}/{} | epoch {:.2f} | loss {:.4f} | lr {:.2e} | grad_norm {:.3f} | {:.1f} samples/s",
+                              r.step, total_steps, r.epoch, r.loss, r.lr, r.grad_norm, r.samples_per_s);
+  if (r.tokens_per_s) s += fmt::format(" | {:.0f} tok/s", *r.tokens_per_s);
+  s += fmt::format(" | step {:.1f} ms (data {:.1f}, compute {:.1f}, optim {:.1f}", r.step_ms, r.data_wait_ms,
+                   r.compute_ms, r.optim_ms);
+  if (r.comm_ms) s += fmt::format(", comm {:.1f}", *r.comm_ms);
+  s += ")";
+  if (r.mfu) s += fmt::format(" | MFU {:.1f}%", *r.mfu * 100);
+  if (r.loss_scale) s += fmt::format(" | scale {:g}", *r.loss_scale);
+  if (r.rss_mb) s += fmt::format(" | rss {:.0f} MB (peak {:.0f})", *r.rss_mb, r.peak_rss_mb.value_or(0));
+  if (r.cuda_allocated_mb)
+    s += fmt::format(" | cuda {:.0f}/{:.0f} MB (peak {:.0f})", *r.cuda_allocated_mb, r.cuda_reserved_mb.value_or(0),
+                     r.cuda_peak_allocated_mb.value_or(0));
+  return s;
+}
+
+std::string format_eval_line(const EvalRecord& r) {
+  std::string s = fmt::format("eval step {} | loss {:.4f}", r.step, r.loss);
+  if (r.accuracy) s += fmt::format(" | accuracy {:.2f}%", *r.accuracy * 100);
+  if (r.top5) s += fmt::format(" | top5 {:.2f}%", *r.top5 * 100);
+  if (r.ppl) s += fmt::format(" | ppl {:.3f}", *r.ppl);
+  if (r.bpb) s += fmt::format(" | bpb {:.4f}", *r.bpb);
+  s += fmt::format(" | best {} {:.4f} at step {} | {:.0f} ms", r.best_metric, r.best_value, r.best_step, r.eval_ms);
+  return s;
+}
+
+ProgressDisplay::ProgressDisplay(bool enabled, int64_t total_steps, FILE* out)
+    : enabled_(enabled), total_(total_steps), out_(out) {}
+
+ProgressDisplay::~ProgressDisplay() {
+  if (enabled_ && drawn_) {
+    std::fputc('\n', out_);
+    std::fflush(out_);
+  }
+}
+
+void ProgressDisplay::update(int64_t step) {
+  if (!enabled_) return;
+  auto now = std::chrono::steady_clock::now();
+  if (start_step_ < 0) {
+    start_step_ = step;
+    start_ = now;
+  }
+  if (drawn_ && step < total_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+  last_draw_ = now;
+  const double el = std::chrono::duration<double>(now - start_).count();
+  const double rate = el > 0 ? static_cast<double>(step - start_step_) / el : 0.0;
+  std::fprintf(out_, "\r%s\x1b[K", format_progress_line(step, total_, rate, loss_).c_str());
+  std::fflush(out_);
+  drawn_ = true;
+}
+
+void ProgressDisplay::clear() {
+  if (!enabled_ || !drawn_) return;
+  std::fputs("\r\x1b[K", out_);
+  std::fflush(out_);
+  drawn_ = false;
+}
+
+}  // namespace trainer::obs

@@ -1,0 +1,92 @@
+#include "obs/records.hpp"
+
+namespace trainer::obs {
+namespace {
+
+template <class T>
+void put(nlohmann::json& j, const char* key, const std::optional<T>& v) {
+  if (v) j[key] = *v;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const TrainRecord& r) {
+  nlohmann::json j = {{"kind", "train"},        {"step", r.step},
+                      {"epoch", r.epoch},       {"time_s", r.time_s},
+                      {"samples", r.samples},   {"loss", r.loss},
+                      {"lr", r.lr},             {"grad_norm", r.grad_norm},
+                      {"skipped_steps", r.skipped_steps}, {"samples_per_s", r.samples_per_s},
+                      {"step_ms", r.step_ms},   {"data_wait_ms", r.data_wait_ms},
+                      {"compute_ms", r.compute_ms}, {"optim_ms", r.optim_ms}};
+  put(j, "loss_scale", r.loss_scale);
+  put(j, "tokens_per_s", r.tokens_per_s);
+  put(j, "comm_ms", r.comm_ms);
+  put(j, "rss_mb", r.rss_mb);
+  put(j, "peak_rss_mb", r.peak_rss_mb);
+  put(j, "cuda_allocated_mb", r.cuda_allocated_mb);
+  put(j, "cuda_reserved_mb", r.cuda_reserved_mb);
+  put(j, "cuda_peak_allocated_mb", r.cuda_peak_allocated_mb);
+  put(j, "mfu", r.mfu);
+  return j;
+}
+
+nlohmann::json to_json(const EvalRecord& r) {
+  nlohmann::json j = {{"kind", "eval"}, {"step", r.step},   {"epoch", r.epoch},     {"time_s", r.time_s},
+                      {"loss", r.loss}, {"count", r.count}, {"eval_ms", r.eval_ms}, {"best_metric", r.best_metric},
+                      {"best_value", r.best_value}, {"best_step", r.best_step}};
+  put(j, "accuracy", r.accuracy);
+  put(j, "top5", r.top5);
+  put(j, "ppl", r.ppl);
+  put(j, "bpb", r.bpb);
+  return j;
+}
+
+nlohmann::json to_json(const SummaryRecord& r) {
+  nlohmann::json j = {{"kind", "summary"},          {"steps", r.steps},
+                      {"epochs", r.epochs},         {"samples", r.samples},
+                      {"wall_s", r.wall_s},         {"stop_reason", r.stop_reason},
+                      {"best_metric", r.best_metric}, {"num_parameters", r.num_parameters},
+                      {"world_size", r.world_size}, {"device", r.device},
+                      {"precision", r.precision}};
+  put(j, "best_value", r.best_value);
+  put(j, "best_step", r.best_step);
+  return j;
+}
+
+std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r) {
+  std::vector<std::pair<std::string, double>> s = {{"train/loss", r.loss},
+                                                   {"train/lr", r.lr},
+                                                   {"train/grad_norm", r.grad_norm},
+                                                   {"perf/samples_per_s", r.samples_per_s},
+                                                   {"perf/step_ms", r.step_ms},
+                                                   {"perf/data_wait_ms", r.data_wait_ms},
+                                                   {"perf/compute_ms", r.compute_ms},
+                                                   {"perf/optim_ms", r.optim_ms}};
+  auto opt = [&](const char* tag, const std::optional<double>& v) {
+    if (v) s.emplace_back(tag, *v);
+  };
+  opt("train/loss_scale", r.loss_scale);
+  opt("perf/tokens_per_s", r.tokens_per_s);
+  opt("perf/comm_ms", r.comm_ms);
+  opt("perf/mfu", r.mfu);
+  opt("memory/rss_mb", r.rss_mb);
+  opt("memory/peak_rss_mb", r.peak_rss_mb);
+  opt("memory/cuda_allocated_mb", r.cuda_allocated_mb);
+  opt("memory/cuda_reserved_mb", r.cuda_reserved_mb);
+  opt("memory/cuda_peak_allocated_mb", r.cuda_peak_allocated_mb);
+  return s;
+}
+
+std::vector<std::pair<std::string, double>> scalars(const EvalRecord& r) {
+  std::vector<std::pair<std::string, double>> s = {{"eval/loss", r.loss}};
+  auto opt = [&](const char* tag, const std::optional<double>& v) {
+    if (v) s.emplace_back(tag, *v);
+  };
+  opt("eval/accuracy", r.accuracy);
+  opt("eval/top5", r.top5);
+  opt("eval/ppl", r.ppl);
+  opt("eval/bpb", r.bpb);
+  return s;
+}
+
+}  // namespace trainer::obs

@@ -1,0 +1,70 @@
+// The records a run writes to metrics.jsonl (schema: docs/METRICS.md). Optional members are left
+// out of the JSON when they were not measured: a record never carries a placeholder.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace trainer::obs {
+
+struct TrainRecord {
+  int64_t step = 0;       // optimizer steps done
+  double epoch = 0;       // fractional epochs of the training split consumed
+  double time_s = 0;      // wall seconds since training started
+  int64_t samples = 0;    // global samples seen so far
+  double loss = 0;        // mean training loss over the steps since the last record (all ranks)
+  double lr = 0;
+  double grad_norm = 0;   // global gradient norm of this step, before clipping
+  std::optional<double> loss_scale;  // fp16 only
+  int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far (fp16)
+  double samples_per_s = 0;          // global, over the steps since the last record
+  std::optional<double> tokens_per_s;  // token models: samples_per_s * block size
+  double step_ms = 0, data_wait_ms = 0, compute_ms = 0, optim_ms = 0;  // per step, averaged
+  std::optional<double> comm_ms;     // gradient all-reduce wait; multi-process runs only
+  std::optional<double> rss_mb, peak_rss_mb;
+  std::optional<double> cuda_allocated_mb, cuda_reserved_mb, cuda_peak_allocated_mb;
+  std::optional<double> mfu;         // model FLOPs utilisation in [0, 1]
+};
+
+struct EvalRecord {
+  int64_t step = 0;
+  double epoch = 0;
+  double time_s = 0;
+  double loss = 0;
+  int64_t count = 0;  // samples (images) or tokens scored
+  std::optional<double> accuracy, top5, ppl, bpb;
+  double eval_ms = 0;
+  std::string best_metric;     // the tracked metric (early_stopping.metric, or loss/accuracy)
+  double best_value = 0;
+  int64_t best_step = 0;
+};
+
+struct SummaryRecord {
+  int64_t steps = 0;
+  double epochs = 0;
+  int64_t samples = 0;
+  double wall_s = 0;
+  std::string stop_reason;  // "max_steps" | "epochs" | "early_stopping"
+  std::string best_metric;
+  std::optional<double> best_value;
+  std::optional<int64_t> best_step;
+  int64_t num_parameters = 0;
+  int64_t world_size = 1;
+  std::string device;
+  std::string precision;
+};
+
+nlohmann::json to_json(const TrainRecord& r);    // {"kind": "train", ...}
+nlohmann::json to_json(const EvalRecord& r);     // {"kind": "eval", ...}
+nlohmann::json to_json(const SummaryRecord& r);  // {"kind": "summary", ...}
+
+// The scalars of a record for TensorBoard: (tag, value), e.g. ("train/loss", 2.3).
+std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r);
+std::vector<std::pair<std::string, double>> scalars(const EvalRecord& r);
+
+}  // namespace trainer::obs

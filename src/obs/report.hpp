@@ -1,0 +1,31 @@
+// `trainer report RUN_DIR [--out FILE.html]`: one self-contained HTML page (inline SVG, no scripts,
+// no network) with plots of a run's metrics.jsonl and a summary table.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace trainer::obs {
+
+struct ReportSeries {
+  std::string name;
+  std::string color;
+  std::vector<double> x, y;
+};
+
+// An SVG line chart with axes, ticks and a legend. Empty series are left out.
+std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& series,
+                           bool log_y = false);
+
+// The page for `records` (metrics.jsonl lines) and `config_yaml` (the run's config.yaml text).
+std::string render_report(const std::string& run_name, const std::vector<nlohmann::json>& records,
+                          const std::string& config_yaml);
+
+// Reads RUN_DIR/metrics.jsonl and RUN_DIR/config.yaml, writes `out` ("" = RUN_DIR/report.html).
+// Returns the exit code: 0, 2 when RUN_DIR or its metrics.jsonl is missing, 1 when a line is not
+// valid JSON (the message names the file and line) or the page cannot be written.
+int cmd_report(const std::string& run_dir, const std::string& out);
+
+}  // namespace trainer::obs

@@ -1,0 +1,75 @@
+// Saves that fail (read-only folder, full filesystem): the error names the path and errno text, the
+// temporary folder is gone, and the previous checkpoint is intact and still the one resume picks.
+// Root ignores permission bits, so these use real mounts (a small tmpfs); where mounting is not
+// permitted they warn and skip.
+#include <catch2/catch.hpp>
+
+#include "ckpt_test_util.hpp"
+#include "test_util.hpp"
+
+using namespace trainer;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::set<std::string> entries(const fs::path& dir) {
+  std::set<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.insert(e.path().filename().string());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("checkpoint fault: a save into a read-only folder fails and keeps the previous one", "[unit]") {
+  auto root = test::scratch_dir("ckpt_readonly");
+  test::TmpfsMount mnt(root / "mnt", "4m");
+  if (!mnt.mounted()) {
+    WARN("skipped: cannot mount a tmpfs here (" << mnt.error() << ")");
+    return;
+  }
+  const auto dir = root / "mnt" / "checkpoints";
+  io::CheckpointStore store(dir, {.keep_last = 1, .keep_every = 0});
+  store.save(1, test::sample_content(1));
+  REQUIRE(mnt.remount_read_only());
+  const auto tmp = dir / (".step-2.tmp-" + std::to_string(::getpid()));
+  try {
+    store.save(2, test::sample_content(2));
+    FAIL("save into a read-only filesystem succeeded");
+  } catch (const io::CheckpointError& e) {
+    CHECK(std::string(e.what()) == tmp.string() + ": cannot create checkpoint folder: Read-only file system");
+  }
+  CHECK(entries(dir) == std::set<std::string>{"latest", "step-1"});
+  CHECK_NOTHROW(io::verify_checkpoint(dir / "step-1"));
+  auto scan = store.find_newest_complete();
+  REQUIRE(scan.newest);
+  CHECK(scan.newest->step == 1);
+}
+
+TEST_CASE("checkpoint fault: a full filesystem fails the save, removes the temporary folder, keeps the last good one",
+          "[unit]") {
+  auto root = test::scratch_dir("ckpt_diskfull");
+  test::TmpfsMount mnt(root / "mnt", "256k");
+  if (!mnt.mounted()) {
+    WARN("skipped: cannot mount a tmpfs here (" << mnt.error() << ")");
+    return;
+  }
+  const auto dir = root / "mnt" / "checkpoints";
+  // keep_last 1: a successful save would delete step-1, a failed one must not
+  io::CheckpointStore store(dir, {.keep_last = 1, .keep_every = 0});
+  store.save(1, test::sample_content(1, 1000));            // ~8 KB
+  std::string message;
+  try {
+    store.save(2, test::sample_content(2, 200'000));       // ~1.6 MB: cannot fit in 256 KiB
+  } catch (const io::CheckpointError& e) {
+    message = e.what();
+  }
+  INFO(message);
+  CHECK_THAT(message, Catch::StartsWith((dir / (".step-2.tmp-" + std::to_string(::getpid()))).string()));
+  CHECK_THAT(message, Catch::EndsWith("No space left on device"));
+  CHECK(entries(dir) == std::set<std::string>{"latest", "step-1"});
+  CHECK(fs::read_symlink(dir / "latest").string() == "step-1");
+  CHECK_NOTHROW(io::verify_checkpoint(dir / "step-1"));
+  // and the space was given back: a checkpoint that fits saves fine afterwards
+  CHECK_NOTHROW(store.save(3, test::sample_content(3, 1000)));
+  CHECK(entries(dir) == std::set<std::string>{"latest", "step-3"});
+}

@@ -1,0 +1,70 @@
+// Record serialisation, memory probes, MFU and console formatting.
+#include <catch2/catch.hpp>
+
+#include "obs/memory.hpp"
+#include "obs/mfu.hpp"
+#include "obs/progress.hpp"
+#include "obs/records.hpp"
+
+using namespace trainer::obs;
+
+TEST_CASE("a train record leaves out what was not measured", "[unit]") {
+  TrainRecord r;
+  r.step = 10;
+  r.loss = 1.25;
+  auto j = to_json(r);
+  CHECK(j.at("kind") == "train");
+  CHECK(j.at("step") == 10);
+  CHECK(j.at("loss") == 1.25);
+  for (const char* k : {"loss_scale", "tokens_per_s", "comm_ms", "rss_mb", "cuda_allocated_mb", "mfu"})
+    CHECK_FALSE(j.contains(k));
+  r.loss_scale = 1024.0;
+  r.mfu = 0.4;
+  j = to_json(r);
+  CHECK(j.at("loss_scale") == 1024.0);
+  CHECK(j.at("mfu") == 0.4);
+}
+
+TEST_CASE("an eval record carries the metrics of its kind only", "[unit]") {
+  EvalRecord r;
+  r.accuracy = 0.9;
+  r.top5 = 1.0;
+  auto j = to_json(r);
+  CHECK(j.at("kind") == "eval");
+  CHECK(j.at("accuracy") == 0.9);
+  CHECK_FALSE(j.contains("bpb"));
+  auto s = scalars(r);
+  REQUIRE(s.size() == 3);
+  CHECK(s[1] == std::pair<std::string, double>{"eval/accuracy", 0.9});
+}
+
+TEST_CASE("VmRSS and VmHWM are read from /proc status text", "[unit]") {
+  auto m = parse_proc_status("Name:\ttrainer\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t3\n");
+  REQUIRE(m);
+  CHECK(m->rss_mb == 100.0);
+  CHECK(m->peak_rss_mb == 200.0);
+  CHECK_FALSE(parse_proc_status("Name:\tx\nVmRSS:\t1 kB\n"));  // no VmHWM: not measured
+  auto live = host_memory();
+  REQUIRE(live);
+  CHECK(live->rss_mb > 1.0);
+  CHECK(live->peak_rss_mb >= live->rss_mb);
+}
+
+TEST_CASE("MFU is achieved FLOP/s over the devices' peak", "[unit]") {
+  // 1e9 FLOPs per sample at 1000 samples/s on 2 devices of 1 TFLOP/s: 1e12 / 2e12
+  CHECK(*compute_mfu(1e9, 1000, 2, 1.0) == Approx(0.5));
+  CHECK_FALSE(compute_mfu(1e9, 1000, 1, 0.0));
+  CHECK(*known_peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0);
+  CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", "fp32") == 156.0);
+  CHECK_FALSE(known_peak_tflops("cpu", "fp32"));
+}
+
+TEST_CASE("progress line and durations", "[unit]") {
+  CHECK(format_duration(65) == "01:05");
+  CHECK(format_duration(3725) == "1:02:05");
+  CHECK(format_progress_line(50, 100, 10.0, 1.5, 10) == "[#####.....] 50/100 steps  10.00 it/s  ETA 00:05  loss 1.5000");
+  CHECK(progress_bar_wanted("auto", true));
+  CHECK_FALSE(progress_bar_wanted("auto", false));
+  CHECK(progress_bar_wanted("on", false));
+  CHECK_FALSE(progress_bar_wanted("off", true));
+}
