@@ -74,7 +74,7 @@ TEST_CASE("a run resumed from a mid-run checkpoint continues bitwise like the un
   }
 }
 
-TEST_CASE("--resume with a missing path is refused with exit 2", "[e2e]") {
+TEST_CASE("run --resume with a missing path is refused with exit 2", "[e2e]") {
   auto dir = trainer::test::scratch_dir("resume_missing");
   trainer::test::write_file(dir / "c.yaml", tiny_config("c", 2));
   auto r = run_trainer("run " + (dir / "c.yaml").string() + " --resume " + (dir / "nope").string());
@@ -82,7 +82,7 @@ TEST_CASE("--resume with a missing path is refused with exit 2", "[e2e]") {
   REQUIRE(r.output.find("--resume " + (dir / "nope").string() + ": no such checkpoint") != std::string::npos);
 }
 
-TEST_CASE("--resume never refuses a run directory with checkpoints unless --force", "[e2e]") {
+TEST_CASE("run --resume never refuses a run directory with checkpoints unless --force", "[e2e]") {
   auto dir = trainer::test::scratch_dir("resume_never");
   trainer::test::write_file(dir / "c.yaml", tiny_config("c", 4));
   REQUIRE(run_trainer("run " + (dir / "c.yaml").string()).exit_code == 0);

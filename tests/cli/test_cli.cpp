@@ -9,13 +9,13 @@
 using trainer::test::run_trainer;
 namespace fs = std::filesystem;
 
-TEST_CASE("--version prints the version and exits 0", "[e2e]") {
+TEST_CASE("trainer --version prints the version and exits 0", "[e2e]") {
   auto r = run_trainer("--version");
   REQUIRE(r.exit_code == 0);
   REQUIRE(r.output == std::string("trainer ") + TRAINER_VERSION + "\n");
 }
 
-TEST_CASE("--help works on every subcommand", "[e2e]") {
+TEST_CASE("trainer --help works on every subcommand", "[e2e]") {
   for (const char* cmd : {"", "run ", "check ", "env ", "config-keys ", "launch ", "export ", "report ", "prepare-text "}) {
     INFO(cmd);
     auto r = run_trainer(std::string(cmd) + "--help");
