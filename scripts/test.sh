@@ -3,4 +3,6 @@
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${TRAINER_BUILD_DIR:-$repo/build}
+# scratch folders of earlier runs (one per test process) go first
+rm -rf "$build_dir/test-tmp"
 ctest --test-dir "$build_dir" --output-on-failure -j 2 --timeout 900 "$@"

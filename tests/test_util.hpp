@@ -2,8 +2,10 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,9 +14,19 @@
 
 namespace trainer::test {
 
-// A fresh, empty folder under the build tree for one test.
+// The scratch folder `name` of this test process. The pid keeps it private: ctest runs test cases
+// in parallel, each in its own process, and cases in one file often share a name.
+// A process started by another test (a Python interop test running one fixture case) is given the
+// parent folder in TRAINER_SCRATCH_DIR and then uses plain `name` under it.
+inline std::filesystem::path scratch_path(const std::string& name) {
+  if (const char* parent = std::getenv("TRAINER_SCRATCH_DIR"); parent && *parent)
+    return std::filesystem::path(parent) / name;
+  return std::filesystem::path(TRAINER_TEST_TMP) / (name + "." + std::to_string(::getpid()));
+}
+
+// A fresh, empty scratch folder (see scratch_path) under the build tree for one test.
 inline std::filesystem::path scratch_dir(const std::string& name) {
-  auto p = std::filesystem::path(TRAINER_TEST_TMP) / name;
+  auto p = scratch_path(name);
   std::filesystem::remove_all(p);
   std::filesystem::create_directories(p);
   return p;

@@ -6,6 +6,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <sstream>
 
@@ -24,7 +26,7 @@ TEST_CASE("fmt and spdlog format through the system fmt next to torch", "[unit]"
 
 TEST_CASE("std::filesystem calls resolve to the system libstdc++, not libtorch's copy", "[unit]") {
   // libtorch.so exports a std::filesystem whose remove_all crashed before the link-order fix
-  auto dir = std::filesystem::temp_directory_path() / "trainer-fs-test";
+  auto dir = std::filesystem::temp_directory_path() / ("trainer-fs-test." + std::to_string(::getpid()));
   std::filesystem::create_directories(dir / "a" / "b");
   REQUIRE(std::filesystem::remove_all(dir) == 3);
 }

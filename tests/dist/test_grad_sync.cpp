@@ -155,7 +155,7 @@ TEST_CASE("buckets are in reverse registration order, identical on every rank", 
   if (test::is_worker()) return;
   auto procs = test::run_ranks("worker: bucketed all-reduce", 2, "dist_layout");
   check_all_ok(procs);
-  auto dir = std::filesystem::path(TRAINER_TEST_TMP) / "dist_layout";
+  auto dir = test::scratch_path("dist_layout");
   auto l0 = test::read_file(dir / "layout0"), l1 = test::read_file(dir / "layout1");
   // parameter indices per bucket: fc2.bias (registered last) first; a bucket closes once it holds
   // >= 100 bytes (fc2: 16 + 256, norm: 64 + 64, fc1: 64 + 512)

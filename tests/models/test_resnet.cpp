@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include "model_test_util.hpp"
+#include "test_util.hpp"
 
 using namespace trainer;
 
@@ -102,7 +103,7 @@ TEST_CASE("resnet channels_last gives the contiguous model's outputs and gradien
   }
   // weights loaded from a file (contiguous) are made channels-last again
   auto f = io::load_safetensors([&] {
-    auto path = std::string(TRAINER_TEST_TMP) + "/resnet_cl.safetensors";
+    auto path = (trainer::test::scratch_dir("resnet_cl") / "w.safetensors").string();
     io::save_safetensors(path, io::named_state(*plain));
     return path;
   }());

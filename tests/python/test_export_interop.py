@@ -36,8 +36,9 @@ def main():
         print(f"skipped: {e}")
         return SKIP
 
+    tmp = os.path.join(tmp, f"py_export_interop.{os.getpid()}")
     subprocess.run([test_ckpt, "export interop fixture: resnet18 and gpt exports with reference logits"],
-                   check=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+                   check=True, env=dict(os.environ, OMP_NUM_THREADS="1", TRAINER_SCRATCH_DIR=tmp))
     fixture = os.path.join(tmp, "ckpt_export_interop")
     torch.set_num_threads(1)
 

@@ -71,8 +71,9 @@ def main():
         print(f"{test_models} is not built")
         return 1
     tmp = os.environ.get("TRAINER_TEST_TMP", os.path.join(bin_dir, "test-tmp"))
+    tmp = os.path.join(tmp, f"py_models_interop.{os.getpid()}")
     subprocess.run([test_models, "interop export: resnet18 and gpt safetensors with reference logits"], check=True,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+                   env={**os.environ, "OMP_NUM_THREADS": "1", "TRAINER_SCRATCH_DIR": tmp})
     folder = os.path.join(tmp, "models_interop")
     torch.set_num_threads(1)
     check("resnet18", torchvision.models.resnet18(num_classes=10), folder)
