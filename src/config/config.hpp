@@ -103,6 +103,8 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)
   int64_t eval_steps = 0;          // batches per evaluation (0 = the whole validation split)
+  std::string nonfinite = "abort"; // skip | rollback | abort: a non-finite loss or gradient norm
+  int64_t max_nonfinite = 5;       // consecutive skipped / rolled-back steps before the run aborts
   EarlyStoppingConfig early_stopping;
   bool operator==(const TrainConfig&) const = default;
 };
@@ -142,6 +144,9 @@ struct CheckpointConfig {
   std::string dir = "";     // "" = <run dir>/checkpoints
   int64_t keep_every = 0;   // also keep every checkpoint whose step is a multiple of this (0 = off)
   std::string on_error = "warn";  // warn | abort: what a failed save does to the run
+  bool save_best = true;          // an evaluation that improves the best metric saves and marks `best`
+  bool requeue = false;           // SLURM: `scontrol requeue` this job after a stop signal's checkpoint
+  double verify_tolerance = 0.01; // resume: relative drift allowed against the logged losses (0 = off)
   bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -23,7 +23,10 @@ std::string Diagnostic::str() const {
 namespace {
 std::string join_diagnostics(const std::vector<Diagnostic>& ds) {
   std::string s;
-  for (const auto& d : ds) s += (s.empty() ? "" : "\n") + d.str();
+  for (const auto& d : ds) {
+    if (!s.empty()) s += '\n';
+    s += d.str();
+  }
   return s;
 }
 }  // namespace

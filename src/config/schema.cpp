@@ -141,6 +141,10 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("log_every", t.log_every, 1, 1e9, "Steps between metric records.");
   k.i("eval_every", t.eval_every, 0, 1e9, "Steps between evaluations (0 = only at the end).");
   k.i("eval_steps", t.eval_steps, 0, 1e9, "Batches per evaluation (0 = the whole validation split).");
+  k.c("nonfinite", t.nonfinite, {"skip", "rollback", "abort"},
+      "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
+      "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
+  k.i("max_nonfinite", t.max_nonfinite, 1, 1e6, "Consecutive skipped or rolled-back steps before the run aborts.");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
   k.c("mode", t.early_stopping.mode, {"auto", "min", "max"}, "Better is lower (min) or higher (max); auto: max for accuracies.");
@@ -178,6 +182,13 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints).");
   k.i("keep_every", c.checkpoint.keep_every, 0, 1e9, "Also keep forever every checkpoint whose step is a multiple of this (0 = off).");
   k.c("on_error", c.checkpoint.on_error, {"warn", "abort"}, "A failed save: warn and keep training, or abort the run.");
+  k.b("save_best", c.checkpoint.save_best,
+      "When an evaluation improves the best metric, save a checkpoint at that step and point `best` at it (kept by pruning).");
+  k.b("requeue", c.checkpoint.requeue,
+      "SLURM: after a stop signal's checkpoint, run `scontrol requeue` for this job (array task included) before exiting 75.");
+  k.f("verify_tolerance", c.checkpoint.verify_tolerance, 0, 1e9,
+      "On resume, recomputed losses of steps the interrupted run had logged must match within this relative "
+      "difference, or the run stops (0 = off).");
 
   k.prefix = "log";
   k.b("jsonl", c.log.jsonl, "Write metrics.jsonl in the run directory.");

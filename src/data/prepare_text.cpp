@@ -16,8 +16,6 @@ namespace trainer::data {
 namespace {
 namespace fs = std::filesystem;
 
-constexpr int32_t kLlmcMagic = 20240520;
-constexpr int32_t kLlmcVersion = 1;
 
 // Shards of `bytes` (one token per byte) named PREFIX_000000.bin, ...; returns the shard count.
 int64_t write_shards(const fs::path& dir, const std::string& prefix, const uint8_t* bytes, int64_t n,

@@ -8,6 +8,11 @@
 
 namespace trainer::data {
 
+// llm.c's token-shard header: 256 int32 words (magic, version, token count, zeros), then uint16 tokens.
+inline constexpr int32_t kLlmcMagic = 20240520;
+inline constexpr int32_t kLlmcVersion = 1;
+inline constexpr int64_t kLlmcHeaderBytes = 256 * 4;
+
 // Writes DIR/train_000000.bin, ... (shard_tokens tokens each, the last one shorter) from the head
 // of the file and DIR/val_000000.bin, ... from its contiguous tail of val_fraction. Returns an exit
 // code (0 ok, 1 I/O failure, 2 bad arguments) after printing a summary or the error.

@@ -10,15 +10,14 @@
 #include <fmt/format.h>
 
 #include "data/readers.hpp"
+#include "data/prepare_text.hpp"
 #include "data/token_dataset.hpp"
 
 namespace trainer::data {
 namespace {
 namespace fs = std::filesystem;
 
-constexpr uint32_t kLlmcMagic = 20240520;
 constexpr uint32_t kLlmcMagicUint32 = 20240801;  // llm.c's llama3 shards (uint32 tokens): not supported
-constexpr int64_t kLlmcHeaderBytes = 256 * 4;
 
 TokenSegment open_shard(const std::string& path) {
   auto file = std::make_shared<const MappedFile>(path);
@@ -27,7 +26,7 @@ TokenSegment open_shard(const std::string& path) {
   const uint8_t* d = file->data();
   int64_t size = file->size();
   uint32_t magic = size >= 4 ? read_le32(d) : 0;
-  if (size >= kLlmcHeaderBytes && magic == kLlmcMagic) {
+  if (size >= kLlmcHeaderBytes && magic == static_cast<uint32_t>(kLlmcMagic)) {
     uint32_t version = read_le32(d + 4);
     if (version != 1)
       throw DataError(fmt::format("{}: llm.c token shard version {}, only version 1 (uint16 tokens) is supported",

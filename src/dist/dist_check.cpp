@@ -17,10 +17,6 @@ namespace {
 
 constexpr int64_t kRowBytes = 256;  // one rank's "local_rank\thost\tdevice", zero-padded
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
-}
-
 std::string host_name() {
   char buf[256] = {};
   if (::gethostname(buf, sizeof(buf) - 1) != 0) return "?";

@@ -33,10 +33,6 @@ std::string error_text(const std::exception& e) {
   return e.what();
 }
 
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
-}
-
 // The store's listening socket, bound to the loopback interface only: a single-node job has no
 // reason to accept connections from the network. Multi-node jobs let TCPStore bind every interface.
 int listen_on_loopback(int port) {

@@ -167,4 +167,8 @@ LaunchEnv detect_launch_env() {
   return detect_launch_env([](const char* n) -> const char* { return std::getenv(n); });
 }
 
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
 }  // namespace trainer::dist

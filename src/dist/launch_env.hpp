@@ -40,4 +40,7 @@ LaunchEnv detect_launch_env();  // from the process environment
 // SLURM hostlist expansion: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04 gpu07 login1.
 std::vector<std::string> expand_hostlist(const std::string& list);
 
+// "localhost", "::1" or 127.x.y.z: an address only this machine can reach.
+bool is_loopback(const std::string& addr);
+
 }  // namespace trainer::dist

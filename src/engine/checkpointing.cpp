@@ -32,6 +32,7 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
                {"step", tr.best_step()},
                {"evals_without_improvement", tr.evals_without_improvement()}};
   s["global_batch_size"] = cfg.train.global_batch_size;
+  s["world_size"] = pos.world_size;
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -68,6 +69,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     pos.step = s.at("step").get<int64_t>();
     pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
     pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
+    pos.world_size = s.value("world_size", int64_t{0});
     const std::string hash = s.value(io::kStateConfigHash, "");
     if (hash != config::config_hash(cfg))
       spdlog::warn("resuming from {} written with a different config (hash {} vs {}): the run continues with the "

@@ -24,6 +24,7 @@ namespace trainer::engine {
 struct RunPosition {
   int64_t step = 0;           // optimizer steps done
   data::LoaderState loader;   // global position of the training loader after `step`
+  int64_t world_size = 1;     // ranks of the run that saved it (0: not recorded, an older checkpoint)
 };
 
 struct RunObjects {

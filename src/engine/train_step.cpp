@@ -1,5 +1,7 @@
 #include "engine/train_step.hpp"
 
+#include <cmath>
+
 #include "engine/grad_clip.hpp"
 #include "engine/optim.hpp"
 
@@ -12,10 +14,17 @@ torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tenso
 }
 
 ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,
-                            double grad_clip, double lr, bool need_norm) {
+                            double grad_clip, double lr, bool need_norm, bool skip_nonfinite) {
   ApplyResult r;
   scaler.unscale(params);  // clipping must see the true gradients
-  if (grad_clip > 0 || need_norm) r.grad_norm = clip_grad_norm(params, grad_clip);
+  skip_nonfinite = skip_nonfinite && !scaler.enabled();  // the fp16 scaler skips such steps itself
+  if (grad_clip > 0 || need_norm || skip_nonfinite) r.grad_norm = clip_grad_norm(params, grad_clip);
+  if (skip_nonfinite && !std::isfinite(r.grad_norm.item<double>())) {
+    r.stepped = false;
+    r.nonfinite = true;
+    opt.zero_grad(/*set_to_none=*/true);
+    return r;
+  }
   set_learning_rate(opt, lr);
   r.stepped = scaler.step(opt);
   scaler.update();

@@ -32,13 +32,15 @@ torch::Tensor forward_backward(Model& model, const torch::Tensor& input, const t
 
 struct ApplyResult {
   torch::Tensor grad_norm;  // before clipping; undefined when neither clipping nor need_norm asked for it
-  bool stepped = true;      // false: inf/NaN gradients under fp16, the step was skipped
+  bool stepped = true;      // false: the step was skipped (inf/NaN gradients)
+  bool nonfinite = false;   // skipped by `skip_nonfinite` (outside the fp16 scaler's own skipping)
 };
 
 // Unscale (fp16), clip to grad_clip (0 = off), set the learning rate, step unless the gradients are
 // non-finite, update the loss scale, zero_grad(set_to_none). Gradients must already be averaged
-// over ranks.
+// over ranks. skip_nonfinite (train.nonfinite skip|rollback, no fp16 scaler): the gradient norm is
+// checked on the host (one sync) and a non-finite one skips the step, which `nonfinite` reports.
 ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,
-                            double grad_clip, double lr, bool need_norm);
+                            double grad_clip, double lr, bool need_norm, bool skip_nonfinite = false);
 
 }  // namespace trainer::engine

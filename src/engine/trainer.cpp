@@ -2,12 +2,21 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <spawn.h>
 #include <spdlog/spdlog.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
+#include <sstream>
 #include <stdexcept>
 
 #include "config/exit_codes.hpp"
@@ -37,6 +46,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A multi-rank run agrees on a pending stop signal at least this often (and on every log step).
+constexpr int64_t kStopCheckEvery = 10;
+
 double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 
 // Host time spent per phase since the last record. On CPU the ops run synchronously, so these are
@@ -46,6 +58,63 @@ struct IntervalTimes {
   double data_ms = 0, compute_ms = 0, comm_ms = 0, optim_ms = 0;
   Clock::time_point start = Clock::now();
 };
+
+// TRAINER_INJECT_NONFINITE_GRAD=7,8: fault injection for tests and drills. The gradients of those
+// optimizer steps (1-based, as logged) are made NaN on every rank after the gradient sync, once per
+// listing: a step redone after a rollback is clean unless it is listed again ("7,7").
+std::multiset<int64_t> injected_nonfinite_steps() {
+  std::multiset<int64_t> out;
+  const char* v = std::getenv("TRAINER_INJECT_NONFINITE_GRAD");
+  if (!v) return out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.insert(std::stoll(item));
+  return out;
+}
+
+// The train records' losses already in a run's metrics.jsonl, by step (a later record of the same
+// step, from a later resumed run, wins). Lines that are not JSON are ignored: the file may end in a
+// line torn by the kill that interrupted the run.
+std::map<int64_t, double> logged_train_losses(const std::filesystem::path& metrics) {
+  std::map<int64_t, double> out;
+  std::ifstream in(metrics);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("kind", "") != "train" || !j.contains("step") || !j.contains("loss")) continue;
+    if (!j["loss"].is_number()) continue;
+    out[j["step"].get<int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// "nan", "inf", "-inf" or the number (a NaN's sign bit means nothing to a user).
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  return fmt::format("{:.6g}", v);
+}
+
+// SLURM's id for `scontrol requeue`: ARRAYJOB_TASK for an array task, else the job id.
+std::string slurm_job_to_requeue() {
+  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
+  const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
+  if (array_job && *array_job && task && *task) return std::string(array_job) + "_" + task;
+  const char* job = std::getenv("SLURM_JOB_ID");
+  return job ? job : "";
+}
+
+// Runs argv (found on PATH) and returns its exit status, or -1 when it could not be started.
+int run_program(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  if (::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
 
 double metric_value(const EvalResult& r, const std::string& metric) {
   if (metric == "loss") return r.loss;
@@ -114,6 +183,11 @@ class Trainer {
     scaler_ = std::make_unique<LossScaler>(sc, device_);
     tracker_ = std::make_unique<EarlyStopping>(cfg_.train.early_stopping, tokens_ ? "loss" : "accuracy");
 
+    inject_nonfinite_ = injected_nonfinite_steps();
+    if (!inject_nonfinite_.empty())
+      spdlog::warn("TRAINER_INJECT_NONFINITE_GRAD: the gradients of {} step(s) will be made NaN (fault injection)",
+                   inject_nonfinite_.size());
+
     flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
     peak_tflops_ = cfg_.log.peak_tflops;
     if (peak_tflops_ <= 0 && device_.is_cuda()) {
@@ -166,13 +240,19 @@ class Trainer {
   }
 
   // --- the step ----------------------------------------------------------------------------------
+  struct StepOutcome {
+    torch::Tensor grad_norm;  // before clipping (on the device) when computed, else undefined
+    bool nonfinite = false;   // train.nonfinite skip|rollback: the step was skipped
+  };
+
   // One optimizer step: grad_accum micro-batches forward/backward, gradient sync, unscale, clip,
-  // step, scale update, zero_grad. Returns the gradient norm before clipping (on the device) when
-  // it was computed, an undefined tensor otherwise. No host synchronisation unless fp16 (the
-  // scaler's skip decision) or `need_norm`.
-  torch::Tensor train_step(int64_t step, bool need_norm, IntervalTimes& times) {
+  // step, scale update, zero_grad. No host synchronisation unless fp16 (the scaler's skip
+  // decision), `need_norm`, or train.nonfinite skip|rollback (the per-step finiteness check).
+  StepOutcome train_step(int64_t step, bool need_norm, IntervalTimes& times) {
     model_->train();
     const int64_t accum = cfg_.train.grad_accum;
+    const bool check_finite = cfg_.train.nonfinite != "abort";
+    torch::Tensor step_loss;
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto t0 = Clock::now();
       auto batch = train_loader_->next();
@@ -185,21 +265,37 @@ class Trainer {
       // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
       if (grad_sync_) grad_sync_->set_enabled(micro == accum - 1);
       auto l = forward_backward(*model_, input, target, accum, precision_, device_, *scaler_);
-      loss_sum_ = loss_sum_.defined() ? loss_sum_ + l : l;  // stays on the device until a log step
-      ++loss_count_;
+      step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step
       times.compute_ms += ms_since(t1);
     }
 
     auto t2 = Clock::now();
     if (grad_sync_) grad_sync_->finish();  // waits for the buckets launched during the last backward
     times.comm_ms += ms_since(t2);
+    if (auto it = inject_nonfinite_.find(step + 1); it != inject_nonfinite_.end()) {
+      inject_nonfinite_.erase(it);
+      torch::NoGradGuard ng;
+      for (auto& p : params_)
+        if (p.grad().defined()) p.grad().fill_(std::numeric_limits<float>::quiet_NaN());
+    }
 
     auto t3 = Clock::now();
-    auto applied = apply_gradients(*optimizer_, *scaler_, params_, cfg_.train.grad_clip, schedule_->lr_at(step), need_norm);
+    auto applied = apply_gradients(*optimizer_, *scaler_, params_, cfg_.train.grad_clip, schedule_->lr_at(step),
+                                   need_norm, check_finite);
     if (!applied.stepped) ++skipped_steps_;
     times.optim_ms += ms_since(t3);
     ++times.steps;
-    return applied.grad_norm;
+    if (applied.nonfinite) {
+      // the gradients agree over ranks after the sync; the loss is this rank's own
+      const double local = step_loss.item<double>();
+      if (!std::isfinite(local))
+        spdlog::warn("rank {}: non-finite loss ({}) at step {}", env_.rank, number_text(local), step + 1);
+      return {applied.grad_norm, true};
+    }
+    // a skipped step's loss stays out of the logged average
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + step_loss : step_loss;
+    loss_count_ += accum;
+    return {applied.grad_norm, false};
   }
 
   // --- evaluation --------------------------------------------------------------------------------
@@ -277,6 +373,10 @@ class Trainer {
   }
 
   void record_train(int64_t step, const torch::Tensor& norm, IntervalTimes& times) {
+    if (loss_count_ == 0) {  // every step of the interval was skipped (the same on every rank)
+      times = IntervalTimes{};
+      return;
+    }
     obs::TrainRecord r;
     const double elapsed_s = std::chrono::duration<double>(Clock::now() - times.start).count();
     const double n = static_cast<double>(times.steps);
@@ -284,11 +384,19 @@ class Trainer {
     r.epoch = epochs_done();
     r.time_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
     r.samples = step * samples_per_step_;
-    r.loss = loss_sum_.item<double>() / static_cast<double>(loss_count_);  // the log step's host sync
+    const double local_loss = loss_sum_.item<double>() / static_cast<double>(loss_count_);  // the log step's host sync
+    r.loss = local_loss;
     if (dist_ && dist_->active()) r.loss = dist_->all_reduce_mean(r.loss);
-    if (!std::isfinite(r.loss) && !scaler_->enabled())
-      throw std::runtime_error("training loss is " + std::to_string(r.loss) + " at step " + std::to_string(step) +
-                               " (lower optim.lr, set train.grad_clip, or use fp32)");
+    if (!std::isfinite(r.loss) && !scaler_->enabled()) {
+      if (!std::isfinite(local_loss))
+        spdlog::error("rank {}: non-finite training loss ({}) in the steps up to {}", env_.rank, number_text(local_loss),
+                      step);
+      throw std::runtime_error("training loss is " + number_text(r.loss) + " in the steps up to " +
+                               std::to_string(step) + (env_.world_size > 1 ? " (each rank's log says whether it saw it)" : "") +
+                               "; train.nonfinite: abort stops here. Lower optim.lr, set train.grad_clip, use fp32, "
+                               "or set train.nonfinite: skip | rollback");
+    }
+    verify_against_log(step, r.loss);
     r.lr = schedule_->lr_at(step - 1);
     r.grad_norm = norm.item<double>();
     if (scaler_->enabled()) r.loss_scale = scaler_->state().scale;
@@ -315,6 +423,30 @@ class Trainer {
     loss_sum_ = torch::Tensor();
     loss_count_ = 0;
     times = IntervalTimes{};
+  }
+
+  // checkpoint.verify_tolerance: a resumed run recomputes steps the interrupted run had logged; a
+  // record whose whole interval lies after the checkpoint must match the logged loss.
+  void verify_against_log(int64_t step, double loss) {
+    if (logged_losses_.empty()) return;
+    auto it = logged_losses_.find(step);
+    if (it != logged_losses_.end() && step - cfg_.train.log_every >= start_step_) {
+      const double diff = std::abs(loss - it->second) / std::max(std::abs(it->second), 1e-12);
+      verify_max_diff_ = std::max(verify_max_diff_, diff);
+      ++verified_;
+      if (diff > cfg_.checkpoint.verify_tolerance)
+        throw std::runtime_error(fmt::format(
+            "resume check: the loss at step {} is {:.6g}, but the interrupted run logged {:.6g} (relative difference "
+            "{:.3g} > checkpoint.verify_tolerance {:g}): the data, the code or the config changed since the checkpoint. "
+            "Set checkpoint.verify_tolerance: 0 to continue anyway",
+            step, loss, it->second, diff, cfg_.checkpoint.verify_tolerance));
+    }
+    if (step >= logged_losses_.rbegin()->first) {
+      if (verified_ > 0)
+        spdlog::info("resume check: {} logged step(s) recomputed, max relative loss difference {:.2g} (tolerance {:g})",
+                     verified_, verify_max_diff_, cfg_.checkpoint.verify_tolerance);
+      logged_losses_.clear();
+    }
   }
 
   // --- checkpoints -------------------------------------------------------------------------------
@@ -348,20 +480,166 @@ class Trainer {
     start_step_ = pos.step;
     spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it)", from.string(), pos.step, pos.loader.epoch,
                  pos.loader.samples_consumed);
+    if (pos.world_size > 0 && pos.world_size != env_.world_size) adapt_to_world_size(pos);
+    if (cfg_.checkpoint.verify_tolerance > 0) {
+      logged_losses_ = logged_train_losses(dir_.metrics_file());
+      logged_losses_.erase(logged_losses_.begin(), logged_losses_.upper_bound(start_step_));
+      if (!logged_losses_.empty())
+        spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
+                     logged_losses_.size(), start_step_);
+    }
   }
 
-  // Rank 0 writes (parameters and optimizer state are replicated). A failed save never touches the
-  // previous checkpoints; checkpoint.on_error decides whether training goes on.
-  void save_checkpoint(int64_t step) {
-    if (!store_) return;
-    auto t0 = Clock::now();
-    try {
-      auto path = store_->save(step, capture_checkpoint(cfg_, objects(), RunPosition{step, train_loader_->state()}));
-      spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), ms_since(t0));
-    } catch (const io::CheckpointError& e) {
-      if (cfg_.checkpoint.on_error == "abort") throw;
-      spdlog::warn("checkpoint at step {} failed; training continues (checkpoint.on_error: warn): {}", step, e.what());
+  // A checkpoint saved by another number of ranks: parameters and optimizer state are replicated, so
+  // they load as they are; the data position is global, so the loader continues at the same sample;
+  // every rank takes the saved generator state (the ranks' streams are re-derived from it).
+  void adapt_to_world_size(const RunPosition& pos) {
+    const int64_t saved_global = cfg_.train.batch_size * pos.world_size;  // per micro-step, at save time
+    spdlog::warn("resuming a checkpoint of {} rank(s) on {}: the data continue at global sample {} of epoch {}, "
+                 "and every rank's random generators are re-derived from the saved state",
+                 pos.world_size, env_.world_size, pos.loader.samples_consumed, pos.loader.epoch);
+    if (cfg_.train.global_batch_size > 0 && cfg_.train.global_batch_size == samples_per_step_)
+      spdlog::info("train.global_batch_size {} kept: {} per micro-batch x {} accumulation x {} ranks",
+                   cfg_.train.global_batch_size, cfg_.train.batch_size, cfg_.train.grad_accum, env_.world_size);
+    else
+      spdlog::warn("the global batch changes to {} samples per step ({} ranks); set train.global_batch_size to keep it "
+                   "across world sizes (was {} x accumulation)",
+                   samples_per_step_, env_.world_size, saved_global);
+    if (cfg_.train.max_steps == 0) {
+      // a run sized in epochs ends after the same number of samples: the remaining steps are
+      // recounted at the new samples per step, and the schedule is laid out over the new total
+      const int64_t per_epoch = train_loader_->batches_per_epoch() * cfg_.train.batch_size * env_.world_size;
+      const double target = cfg_.train.epochs * static_cast<double>(per_epoch);
+      const double done = static_cast<double>(pos.loader.epoch * per_epoch + pos.loader.samples_consumed);
+      const int64_t left = std::max<int64_t>(
+          0, static_cast<int64_t>(std::ceil((target - done) / static_cast<double>(samples_per_step_) - 1e-9)));
+      if (start_step_ + left != total_steps_) {
+        spdlog::info("the run is sized in epochs: {} steps in all now (was {})", start_step_ + left, total_steps_);
+        total_steps_ = start_step_ + left;
+        schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+      }
     }
+  }
+
+  // The first parameter holding inf or NaN, or "" (one host sync for the whole model).
+  std::string nonfinite_parameter() {
+    torch::NoGradGuard ng;
+    std::vector<torch::Tensor> flags;
+    for (const auto& p : params_) flags.push_back(p.isfinite().all());
+    if (flags.empty() || torch::stack(flags).all().item<bool>()) return "";
+    for (const auto& item : model_->named_parameters())
+      if (!item.value().isfinite().all().template item<bool>()) return item.key();
+    return "?";
+  }
+
+  // Rank 0 writes (parameters and optimizer state are replicated); every rank calls this at the same
+  // step and learns the outcome, so with checkpoint.on_error: abort they all stop together. A failed
+  // save never touches the previous checkpoints. Weights holding inf/NaN are never saved: that stops
+  // the run whatever on_error says. Returns true when the checkpoint was written.
+  bool save_checkpoint(int64_t step) {
+    int failure = 0;  // 1: the save failed, 2: non-finite weights
+    std::string what;
+    if (store_) {
+      auto t0 = Clock::now();
+      if (auto bad = nonfinite_parameter(); !bad.empty()) {
+        failure = 2;
+        what = "refusing to save a checkpoint at step " + std::to_string(step) + ": parameter '" + bad +
+               "' holds inf/NaN values (the previous checkpoints are kept)";
+      } else {
+        try {
+          RunPosition pos{step, train_loader_->state(), env_.world_size};
+          auto path = store_->save(step, capture_checkpoint(cfg_, objects(), pos));
+          spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), ms_since(t0));
+        } catch (const io::CheckpointError& e) {
+          failure = 1;
+          what = e.what();
+        }
+      }
+    }
+    if (dist_ && dist_->active()) {
+      // rank 0's outcome, agreed on by every rank: 0, 1 or 2
+      const double agreed = dist_->all_reduce_mean(static_cast<double>(failure)) * env_.world_size;
+      failure = static_cast<int>(std::lround(agreed));
+      if (failure != 0 && what.empty())
+        what = "rank 0 could not save the checkpoint at step " + std::to_string(step) + " (its log says why)";
+    }
+    if (failure == 2) throw std::runtime_error(what);
+    if (failure == 1) {
+      if (cfg_.checkpoint.on_error == "abort") throw io::CheckpointError(what);
+      spdlog::warn("checkpoint at step {} failed; training continues (checkpoint.on_error: warn): {}", step, what);
+    }
+    return failure == 0;
+  }
+
+  // checkpoint.save_best: the evaluation at `step` set a new best; its checkpoint becomes `best`.
+  void keep_best(int64_t step, bool saved_at_step) {
+    if (!cfg_.checkpoint.save_best || tracker_->best_step() != step) return;
+    if (!saved_at_step && !save_checkpoint(step)) return;
+    if (!store_) return;
+    try {
+      store_->mark_best(step);
+      store_->prune(step);  // the previous best is now only an ordinary older checkpoint
+      spdlog::info("best {} so far ({:.4f}): checkpoint step {} is kept as `best`", tracker_->metric(),
+                   tracker_->best().value_or(0), step);
+    } catch (const io::CheckpointError& e) {
+      spdlog::warn("could not mark the checkpoint of step {} as best: {}", step, e.what());
+    }
+  }
+
+  // checkpoint.requeue under SLURM: ask the scheduler to requeue this job before exiting 75.
+  void requeue_if_asked() {
+    if (!cfg_.checkpoint.requeue || env_.rank != 0) return;
+    const std::string job = slurm_job_to_requeue();
+    if (job.empty()) {
+      spdlog::warn("checkpoint.requeue is set but SLURM_JOB_ID is not: nothing to requeue");
+      return;
+    }
+    const int rc = run_program({"scontrol", "requeue", job});
+    if (rc == 0) spdlog::info("scontrol requeue {}: the job is queued again and will resume from this checkpoint", job);
+    else spdlog::error("scontrol requeue {} failed ({}); requeue the job by hand: the checkpoint is saved", job,
+                       rc < 0 ? std::string("could not run scontrol") : "exit code " + std::to_string(rc));
+  }
+
+  // train.nonfinite: rollback. Every rank reloads the newest complete checkpoint (model, optimizer,
+  // scaler, generators) and the step count goes back to it, while the data loader keeps its place:
+  // the steps are redone on the batches that follow, not on the ones that diverged.
+  int64_t roll_back(int64_t step) {
+    const auto ckpt_dir = checkpoint_dir(cfg_, dir_.root);
+    // the newest checkpoint of this run's past that verifies: later ones (left by an earlier run that
+    // got further, see --force) are not this run's past
+    std::optional<io::CheckpointInfo> target;
+    if (std::filesystem::exists(ckpt_dir)) {
+      auto all = io::CheckpointStore(ckpt_dir, io::CheckpointPolicy{}).list();
+      for (auto it = all.rbegin(); it != all.rend() && !target; ++it) {
+        if (it->step >= step) continue;
+        try {
+          io::verify_checkpoint(it->path);
+          target = *it;
+        } catch (const io::CheckpointError& e) {
+          spdlog::warn("rollback: skipping a checkpoint that does not verify: {}", e.what());
+        }
+      }
+    }
+    if (!target)
+      throw std::runtime_error("non-finite gradients at step " + std::to_string(step) +
+                               " and no checkpoint to roll back to in " + ckpt_dir.string() +
+                               " (train.nonfinite: rollback needs checkpoint.every_steps)");
+    auto pos = restore_checkpoint(io::load_checkpoint(target->path), target->path, cfg_, objects());
+    if (pos.step == rollback_target_) {
+      if (++rollbacks_to_target_ > cfg_.train.max_nonfinite)
+        throw std::runtime_error(fmt::format("non-finite gradients again after {} rollbacks to step {} "
+                                             "(train.max_nonfinite {}): giving up",
+                                             rollbacks_to_target_ - 1, pos.step, cfg_.train.max_nonfinite));
+    } else {
+      rollback_target_ = pos.step;
+      rollbacks_to_target_ = 1;
+    }
+    loss_sum_ = torch::Tensor();
+    loss_count_ = 0;
+    spdlog::warn("non-finite gradients at step {}: rolled back to the checkpoint of step {} ({}); the data continue "
+                 "where they were (rollback {} of at most {} to this checkpoint)",
+                 step, pos.step, target->path.string(), rollbacks_to_target_, cfg_.train.max_nonfinite);
+    return pos.step;
   }
 
   // --- the loop ----------------------------------------------------------------------------------
@@ -378,25 +656,51 @@ class Trainer {
     while (step < total_steps_) {
       if (dist_) dist_->set_step(step);
       const bool log_step = (step + 1) % cfg_.train.log_every == 0 || step + 1 == total_steps_;
-      auto norm = train_step(step, log_step, times);
+      auto outcome = train_step(step, log_step, times);
       ++step;
+      if (outcome.nonfinite) {
+        if (cfg_.train.nonfinite == "rollback") {
+          step = roll_back(step);
+          times = IntervalTimes{};
+          continue;
+        }
+        if (++nonfinite_in_row_ > cfg_.train.max_nonfinite)
+          throw std::runtime_error(fmt::format("non-finite gradients in {} consecutive steps up to step {} "
+                                               "(train.max_nonfinite {}): giving up",
+                                               nonfinite_in_row_, step, cfg_.train.max_nonfinite));
+        spdlog::warn("non-finite gradients at step {}: step skipped ({} in a row, at most {})", step, nonfinite_in_row_,
+                     cfg_.train.max_nonfinite);
+      } else {
+        nonfinite_in_row_ = 0;
+      }
       log_->step_done(step);
-      if (log_step) record_train(step, norm, times);
-      // signals only set a flag; every rank acts on it at the same step boundary
-      const bool stop = dist_ && dist_->active() ? dist_->any(stop_requested()) : stop_requested();
+      if (log_step) record_train(step, outcome.grad_norm, times);
+      // Signals only set a flag; every rank acts on it at the same step boundary. With several ranks
+      // agreeing costs a collective and a host sync, so they agree only on log steps and every
+      // kStopCheckEvery steps (the same steps on every rank), never on each step of the hot path.
+      bool stop = false;
+      if (dist_ && dist_->active()) {
+        if (log_step || step % kStopCheckEvery == 0) stop = dist_->any(stop_requested());
+      } else {
+        stop = stop_requested();
+      }
       if (stop) {
         spdlog::warn("{} received: saving a checkpoint at step {} and exiting with code {} (requeue me)",
                      stop_signal_name().empty() ? "a stop signal" : stop_signal_name(), step, kExitSavedAfterSignal);
-        save_checkpoint(step);
+        const bool saved = save_checkpoint(step);
         if (dist_) dist_->barrier();
+        if (saved) requeue_if_asked();
         return kExitSavedAfterSignal;
       }
+      bool saved = false;
       if (cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0 && step < total_steps_)
-        save_checkpoint(step);
+        saved = save_checkpoint(step);
       evaluated_last = false;
       if (cfg_.train.eval_every > 0 && step % cfg_.train.eval_every == 0 && step < total_steps_) {
         evaluated_last = true;
-        if (evaluate_and_record(step)) {
+        const bool stop_early = evaluate_and_record(step);
+        keep_best(step, saved);
+        if (stop_early) {
           stop_reason = "early_stopping";
           spdlog::info("early stopping at step {}: {} has not improved for {} evaluations (best {:.4f} at step {})",
                        step, tracker_->metric(), tracker_->evals_without_improvement(), tracker_->best().value_or(0),
@@ -406,7 +710,7 @@ class Trainer {
       }
     }
     if (!evaluated_last) evaluate_and_record(step);
-    save_checkpoint(step);
+    if (save_checkpoint(step)) keep_best(step, /*saved_at_step=*/true);
     if (dist_) dist_->barrier();
 
     obs::SummaryRecord s;
@@ -453,6 +757,12 @@ class Trainer {
   double flops_per_sample_ = 0, peak_tflops_ = 0;
   torch::Tensor loss_sum_;
   int64_t loss_count_ = 0, skipped_steps_ = 0;
+  std::multiset<int64_t> inject_nonfinite_;  // TRAINER_INJECT_NONFINITE_GRAD
+  int64_t nonfinite_in_row_ = 0;            // train.nonfinite: skip
+  int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;  // train.nonfinite: rollback
+  std::map<int64_t, double> logged_losses_;  // checkpoint.verify_tolerance: the interrupted run's records
+  double verify_max_diff_ = 0;
+  int64_t verified_ = 0;
   bool warned_no_val_ = false;
   Clock::time_point run_start_;
 };

@@ -266,6 +266,14 @@ int cmd_report(const std::string& run_dir, const std::string& out) {
       json j = json::parse(line);
       if (!j.is_object() || !j.contains("kind")) throw std::runtime_error("not a record with a \"kind\"");
       recs.push_back(std::move(j));
+    } catch (const json::parse_error& e) {
+      if (e.byte < line.size()) {
+        std::cerr << "error: " << metrics.string() << ":" << n << ": invalid record: " << e.what() << "\n";
+        return kExitFailure;
+      }
+      // valid up to its end: a record cut short by a run killed while writing it
+      std::cerr << "warning: " << metrics.string() << ":" << n << ": skipping a record cut short (killed while "
+                << "writing it?)\n";
     } catch (const std::exception& e) {
       std::cerr << "error: " << metrics.string() << ":" << n << ": invalid record: " << e.what() << "\n";
       return kExitFailure;

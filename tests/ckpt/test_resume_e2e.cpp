@@ -7,35 +7,13 @@
 #include <sstream>
 
 #include "io/safetensors.hpp"
+#include "ckpt_runs.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using trainer::test::run_trainer;
-
-namespace {
-
-// A tiny GPT on synthetic tokens with dropout, so model, optimizer, loader and RNG state all matter.
-std::string tiny_config(const std::string& name, int64_t max_steps) {
-  return "run: {name: " + name + ", out_dir: runs, seed: 3, deterministic: true}\n"
-         "model: {arch: gpt, vocab_size: 64, block_size: 16, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1}\n"
-         "data: {format: synthetic, workers: 1, synthetic: {num_samples: 96, val_samples: 32}}\n"
-         "train: {batch_size: 8, max_steps: " + std::to_string(max_steps) + ", log_every: 1, threads: 1}\n"
-         "optim: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
-         "checkpoint: {every_steps: 4, keep_last: 10}\n"
-         "log: {progress: off}\n";
-}
-
-std::map<int64_t, double> train_losses(const fs::path& metrics) {
-  std::map<int64_t, double> out;
-  std::istringstream in(trainer::test::read_file(metrics));
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j.value("kind", "") == "train") out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return out;
-}
-
-}  // namespace
+using trainer::test::tiny_config;
+using trainer::test::train_losses;
 
 TEST_CASE("a run resumed from a mid-run checkpoint continues bitwise like the uninterrupted run", "[e2e]") {
   auto dir = trainer::test::scratch_dir("resume_bitwise");

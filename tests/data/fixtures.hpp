@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "data/image_decode.hpp"
 #include "data/prepare_text.hpp"
 #include "test_util.hpp"
@@ -16,6 +17,23 @@
 namespace trainer::test {
 
 namespace fs = std::filesystem;
+
+// Model configs the readers check their data against.
+inline config::ModelConfig resnet(int64_t channels, int64_t classes) {
+  config::ModelConfig m;
+  m.arch = "resnet";
+  m.in_channels = channels;
+  m.num_classes = classes;
+  return m;
+}
+
+inline config::ModelConfig gpt(int64_t block, int64_t vocab = 256) {
+  config::ModelConfig m;
+  m.arch = "gpt";
+  m.block_size = block;
+  m.vocab_size = vocab;
+  return m;
+}
 
 inline uint8_t pixel_value(int64_t i, int64_t c, int64_t y, int64_t x) {
   return static_cast<uint8_t>((i * 37 + c * 101 + y * 13 + x * 7) % 256);

@@ -19,21 +19,6 @@ config::DataConfig cfg(const std::string& format, const fs::path& path) {
   return d;
 }
 
-config::ModelConfig resnet(int64_t channels, int64_t classes) {
-  config::ModelConfig m;
-  m.in_channels = channels;
-  m.num_classes = classes;
-  return m;
-}
-
-config::ModelConfig gpt(int64_t block, int64_t vocab) {
-  config::ModelConfig m;
-  m.arch = "gpt";
-  m.block_size = block;
-  m.vocab_size = vocab;
-  return m;
-}
-
 std::string error_of(const std::function<void()>& f) {
   try {
     f();

@@ -21,22 +21,6 @@ config::DataConfig data_cfg(const std::string& format, const fs::path& path) {
   return d;
 }
 
-config::ModelConfig resnet(int64_t channels, int64_t classes) {
-  config::ModelConfig m;
-  m.arch = "resnet";
-  m.in_channels = channels;
-  m.num_classes = classes;
-  return m;
-}
-
-config::ModelConfig gpt(int64_t block, int64_t vocab = 256) {
-  config::ModelConfig m;
-  m.arch = "gpt";
-  m.block_size = block;
-  m.vocab_size = vocab;
-  return m;
-}
-
 std::vector<int> cycle_labels(int n, int classes) {
   std::vector<int> v;
   for (int i = 0; i < n; ++i) v.push_back(i % classes);

@@ -13,7 +13,6 @@ using namespace trainer;
 
 namespace {
 
-constexpr double kLossTolerance = 1e-5;
 
 std::string torchrun_path() {
   const char* venv = std::getenv("TRAINER_VENV");
@@ -44,7 +43,7 @@ void check_matches(const test::TrainRun& run, const test::TrainRun& ref) {
                                                          << run.seconds << " s)");
   for (size_t i = 0; i < run.losses.size(); ++i) {
     INFO("step " << i + 1);
-    CHECK(run.losses[i] == Approx(ref.losses[i]).margin(kLossTolerance).epsilon(0));
+    CHECK(run.losses[i] == Approx(ref.losses[i]).margin(test::kLossTolerance).epsilon(0));
   }
 }
 

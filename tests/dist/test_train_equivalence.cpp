@@ -11,7 +11,6 @@ using namespace trainer;
 
 namespace {
 
-constexpr double kLossTolerance = 1e-5;
 constexpr size_t kSteps = 20;
 
 void require_trained(const test::TrainRun& run, int64_t world) {
@@ -28,7 +27,7 @@ void check_same_losses(const test::TrainRun& a, const test::TrainRun& b) {
                                      << b.seconds << " s)");
   for (size_t i = 0; i < kSteps; ++i) {
     INFO("step " << i + 1);
-    CHECK(a.losses[i] == Approx(b.losses[i]).margin(kLossTolerance).epsilon(0));
+    CHECK(a.losses[i] == Approx(b.losses[i]).margin(test::kLossTolerance).epsilon(0));
   }
 }
 

@@ -16,6 +16,9 @@
 
 namespace trainer::test {
 
+// Losses of runs that differ only in the order of floating-point sums agree to this.
+inline constexpr double kLossTolerance = 1e-5;
+
 // A 2-layer GPT on synthetic token windows; dropout 0 and deterministic kernels, so that the only
 // differences between a 1-rank and a 2-rank run are the order of floating-point sums.
 inline constexpr const char* kTinyGptYaml = R"(run:

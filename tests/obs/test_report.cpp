@@ -57,5 +57,10 @@ TEST_CASE("report errors name the run directory or the bad line", "[unit]") {
   CHECK(cmd_report(dir.string(), "") == 1);
   trainer::test::write_file(dir / "metrics.jsonl", "{\"kind\":\"train\",\"step\":1,\"loss\":2.0}\n");
   CHECK(cmd_report(dir.string(), (dir / "r.html").string()) == 0);
+  // a line torn by kill -9 (then ended by the resumed run) is skipped, not fatal
+  trainer::test::write_file(dir / "metrics.jsonl",
+                            "{\"kind\":\"train\",\"step\":1,\"loss\":2.0}\n{\"kind\":\"train\",\"st\n"
+                            "{\"kind\":\"train\",\"step\":2,\"loss\":1.5}\n");
+  CHECK(cmd_report(dir.string(), (dir / "r.html").string()) == 0);
   CHECK(trainer::test::read_file(dir / "r.html").find("no summary record") != std::string::npos);
 }
