@@ -49,11 +49,10 @@ struct CommandResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs `trainer ARGS` through the shell, capturing its output and exit code.
-inline CommandResult run_trainer(const std::string& args, const std::string& env = "") {
-  std::string cmd = env + (env.empty() ? "" : " ") + std::string("\"") + TRAINER_BIN + "\" " + args + " 2>&1";
+// Runs a shell command line, capturing stdout and stderr together, and its exit code.
+inline CommandResult run_shell(const std::string& cmd) {
   CommandResult r;
-  FILE* p = popen(cmd.c_str(), "r");
+  FILE* p = popen(("{ " + cmd + "\n} 2>&1").c_str(), "r");  // stderr of every command of the line
   if (!p) return r;
   std::array<char, 4096> buf;
   size_t n;
@@ -61,6 +60,11 @@ inline CommandResult run_trainer(const std::string& args, const std::string& env
   int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+// Runs `trainer ARGS` through the shell (after `env`: variables or a wrapper like `timeout 5`).
+inline CommandResult run_trainer(const std::string& args, const std::string& env = "") {
+  return run_shell(env + (env.empty() ? "" : " ") + std::string("\"") + TRAINER_BIN + "\" " + args);
 }
 
 inline std::string source_path(const std::string& rel) { return std::string(TRAINER_SOURCE_DIR) + "/" + rel; }

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <iostream>
 #include <string>
 
 #include <fmt/format.h>
@@ -43,6 +44,12 @@ void report(const std::string& name, const std::shared_ptr<data::Dataset>& ds, i
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && argv[1][0] == '-') {
+    std::cerr << "usage: bench_loader [WORK_DIR [MAX_WORKERS]]\n"
+                 "  loader throughput (samples/s) for Fashion-MNIST, token shards and a generated JPEG folder;\n"
+                 "  WORK_DIR (default: $TMPDIR/trainer_bench_loader) receives the generated data\n";
+    return argv[1] == std::string("-h") || argv[1] == std::string("--help") ? 0 : 2;
+  }
   fs::path work = argc > 1 ? argv[1] : fs::temp_directory_path() / "trainer_bench_loader";
   int64_t max_workers = argc > 2 ? std::stoll(argv[2]) : 2;
   fs::create_directories(work);

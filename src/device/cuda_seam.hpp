@@ -28,6 +28,8 @@ std::string cudnn_version();                 // "" when unavailable
 std::string nccl_version();                  // "" when unavailable
 std::string cuda_runtime_version();          // "" when unavailable
 CudaMemoryStats cuda_memory_stats(int device);
+// NVML's bus id of CUDA device `device` (see nvml.hpp); "" without CUDA.
+std::string cuda_pci_bus_id(int device);
 void cuda_reset_peak_memory(int device);
 
 }  // namespace trainer::device

@@ -7,6 +7,7 @@
 #include <torch/cuda.h>
 
 #include "device/cuda_seam.hpp"
+#include "device/nvml.hpp"
 
 namespace trainer::device {
 
@@ -21,6 +22,12 @@ std::vector<CudaDeviceInfo> cuda_devices() {
                                  p->multiProcessorCount});
   }
   return out;
+}
+
+std::string cuda_pci_bus_id(int device) {
+  if (!torch::cuda::is_available() || device < 0 || device >= static_cast<int>(torch::cuda::device_count())) return "";
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device);
+  return pci_bus_id_text(p->pciDomainID, p->pciBusID, p->pciDeviceID);
 }
 
 std::string cudnn_version() {

@@ -13,6 +13,7 @@
 #include "config/schema.hpp"
 #include "data/dataset.hpp"
 #include "device/cuda_seam.hpp"
+#include "device/nvml.hpp"
 #include "device/device.hpp"
 #include "dist/dist_check.hpp"
 #include "dist/launch_env.hpp"
@@ -80,6 +81,8 @@ int cmd_env() {
   std::string cudnn = device::cudnn_version(), nccl = device::nccl_version();
   std::cout << "cuDNN: " << (cudnn.empty() ? "not available" : cudnn) << "\n";
   std::cout << "NCCL: " << (nccl.empty() ? "not available" : nccl) << "\n";
+  const std::string nvml = device::nvml_status();
+  std::cout << "NVML (GPU utilisation): " << (nvml.empty() ? "available" : nvml) << "\n";
   std::cout << "Intra-op threads: " << at::get_num_threads() << " (hardware threads " << std::thread::hardware_concurrency()
             << "), inter-op threads: " << at::get_num_interop_threads() << "\n";
   std::cout << "CPU math: " << device::cpu_math_summary() << "\n";

@@ -25,6 +25,7 @@
 #include "data/loader.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
+#include "device/nvml.hpp"
 #include "dist/dist_context.hpp"
 #include "dist/grad_sync.hpp"
 #include "engine/checkpointing.hpp"
@@ -417,6 +418,7 @@ class Trainer {
       r.cuda_allocated_mb = static_cast<double>(m.allocated) / (1 << 20);
       r.cuda_reserved_mb = static_cast<double>(m.reserved) / (1 << 20);
       r.cuda_peak_allocated_mb = static_cast<double>(m.peak_allocated) / (1 << 20);
+      r.gpu_util_pct = device::gpu_utilization_percent(device_.index());
     }
     r.mfu = obs::compute_mfu(flops_per_sample_, r.samples_per_s, env_.world_size, peak_tflops_);
     log_->train(r);

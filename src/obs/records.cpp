@@ -26,6 +26,7 @@ nlohmann::json to_json(const TrainRecord& r) {
   put(j, "cuda_allocated_mb", r.cuda_allocated_mb);
   put(j, "cuda_reserved_mb", r.cuda_reserved_mb);
   put(j, "cuda_peak_allocated_mb", r.cuda_peak_allocated_mb);
+  put(j, "gpu_util_pct", r.gpu_util_pct);
   put(j, "mfu", r.mfu);
   return j;
 }
@@ -74,6 +75,7 @@ std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r) {
   opt("memory/cuda_allocated_mb", r.cuda_allocated_mb);
   opt("memory/cuda_reserved_mb", r.cuda_reserved_mb);
   opt("memory/cuda_peak_allocated_mb", r.cuda_peak_allocated_mb);
+  opt("perf/gpu_util_pct", r.gpu_util_pct);
   return s;
 }
 

@@ -28,6 +28,7 @@ struct TrainRecord {
   std::optional<double> comm_ms;     // gradient all-reduce wait; multi-process runs only
   std::optional<double> rss_mb, peak_rss_mb;
   std::optional<double> cuda_allocated_mb, cuda_reserved_mb, cuda_peak_allocated_mb;
+  std::optional<double> gpu_util_pct;  // NVML: percent of the last sample period a kernel ran
   std::optional<double> mfu;         // model FLOPs utilisation in [0, 1]
 };
 

@@ -237,3 +237,40 @@ TEST_CASE("checkpoint.requeue runs scontrol requeue for the job (array task incl
   REQUIRE(array.exit_code == 75);
   CHECK(trainer::test::read_file(dir / "scontrol.log") == "requeue 4242\nrequeue 100_7\n");
 }
+
+TEST_CASE("SIGTERM during checkpoint saves: the save completes, one more is written, exit 75, all verify", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("sigterm_in_save");
+  // a model whose 40 MB of checkpoint (weights + AdamW moments, fsynced) take far longer to save
+  // than its tiny step computes, saved every step: the signals land inside saves
+  write_file(dir / "c.yaml",
+             "run: {name: c, out_dir: runs, seed: 1}\n"
+             "model: {arch: gpt, vocab_size: 64, block_size: 8, n_layer: 4, n_head: 4, n_embd: 256}\n"
+             "data: {format: synthetic, workers: 1, synthetic: {num_samples: 64, val_samples: 8}}\n"
+             "train: {batch_size: 2, max_steps: 1000000, log_every: 1, threads: 1}\n"
+             "optim: {name: adamw, lr: 0.001}\n"
+             "checkpoint: {every_steps: 1, keep_last: 2}\n"
+             "log: {progress: off}\n");
+  // five SIGTERMs 20 ms apart, 5 s in (well after start-up, which installs the handlers)
+  auto r = trainer::test::run_shell("\"" + std::string(TRAINER_BIN) + "\" run " + (dir / "c.yaml").string() +
+                                    " & p=$!; sleep 5; for i in 1 2 3 4 5; do kill -TERM $p; sleep 0.02; done; wait $p");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 75);
+  CHECK(contains(r.output, "SIGTERM received: saving a checkpoint at step "));
+  CHECK_FALSE(contains(r.output, "failed"));
+  const auto ck = dir / "runs/c/checkpoints";
+  int verified = 0;
+  for (const auto& e : fs::directory_iterator(ck)) {
+    const auto name = e.path().filename().string();
+    INFO(name);
+    CHECK(name.find(".tmp-") == std::string::npos);  // no temporary folder left behind
+    if (name.rfind("step-", 0) == 0) {
+      CHECK_NOTHROW(trainer::io::verify_checkpoint(e.path()));
+      ++verified;
+    }
+  }
+  CHECK(verified == 2);  // keep_last 2
+  auto more = run_trainer("run " + (dir / "c.yaml").string() + " --set train.max_steps=" +
+                          std::to_string(train_losses(dir / "runs/c/metrics.jsonl").rbegin()->first + 2));
+  INFO(more.output);
+  CHECK(more.exit_code == 0);
+}

@@ -70,19 +70,6 @@ inline std::filesystem::path write_tiny_gpt_config(const std::filesystem::path& 
   return path;
 }
 
-// Runs a shell command line, capturing stdout and stderr together.
-inline CommandResult run_shell(const std::string& cmd) {
-  CommandResult r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
-
 // The train losses (in step order) and the world size of the run directory's metrics.jsonl.
 inline void read_metrics(const std::filesystem::path& run_dir, TrainRun& run) {
   std::istringstream in(read_file(run_dir / "metrics.jsonl"));
