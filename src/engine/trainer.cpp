@@ -69,8 +69,18 @@ std::multiset<int64_t> injected_nonfinite_steps() {
   if (!v) return out;
   std::stringstream ss(v);
   std::string item;
-  while (std::getline(ss, item, ','))
-    if (!item.empty()) out.insert(std::stoll(item));
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int64_t step = -1;
+    try {
+      step = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || step < 1)
+      throw std::invalid_argument("TRAINER_INJECT_NONFINITE_GRAD: '" + item + "' is not a step number (1, 2, ...)");
+    out.insert(step);
+  }
   return out;
 }
 
@@ -84,7 +94,7 @@ std::map<int64_t, double> logged_train_losses(const std::filesystem::path& metri
   while (std::getline(in, line)) {
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object() || j.value("kind", "") != "train" || !j.contains("step") || !j.contains("loss")) continue;
-    if (!j["loss"].is_number()) continue;
+    if (!j["loss"].is_number() || !j["step"].is_number_integer()) continue;
     out[j["step"].get<int64_t>()] = j["loss"].get<double>();
   }
   return out;
