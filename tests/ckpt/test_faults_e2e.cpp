@@ -226,13 +226,13 @@ TEST_CASE("checkpoint.requeue runs scontrol requeue for the job (array task incl
   write_file(dir / "c.yaml", tiny_config("c", 1000000, "checkpoint: {requeue: true}\n"));
   const std::string path = "PATH=" + (dir / "bin").string() + ":$PATH ";
   auto plain = run_trainer("run " + (dir / "c.yaml").string(),
-                           path + "SLURM_JOB_ID=4242 timeout --preserve-status -s TERM 6");
+                           path + "SLURM_JOB_ID=4242 timeout --preserve-status -s TERM 10");
   INFO(plain.output);
   REQUIRE(plain.exit_code == 75);
   CHECK(contains(plain.output, "scontrol requeue 4242: the job is queued again"));
   auto array = run_trainer("run " + (dir / "c.yaml").string(),
                            path + "SLURM_JOB_ID=4243 SLURM_ARRAY_JOB_ID=100 SLURM_ARRAY_TASK_ID=7 "
-                                  "timeout --preserve-status -s TERM 6");
+                                  "timeout --preserve-status -s TERM 10");
   INFO(array.output);
   REQUIRE(array.exit_code == 75);
   CHECK(trainer::test::read_file(dir / "scontrol.log") == "requeue 4242\nrequeue 100_7\n");
@@ -250,9 +250,9 @@ TEST_CASE("SIGTERM during checkpoint saves: the save completes, one more is writ
              "optim: {name: adamw, lr: 0.001}\n"
              "checkpoint: {every_steps: 1, keep_last: 2}\n"
              "log: {progress: off}\n");
-  // five SIGTERMs 20 ms apart, 5 s in (well after start-up, which installs the handlers)
+  // five SIGTERMs 20 ms apart, 8 s in (well after start-up, which installs the handlers)
   auto r = trainer::test::run_shell("\"" + std::string(TRAINER_BIN) + "\" run " + (dir / "c.yaml").string() +
-                                    " & p=$!; sleep 5; for i in 1 2 3 4 5; do kill -TERM $p; sleep 0.02; done; wait $p");
+                                    " & p=$!; sleep 8; for i in 1 2 3 4 5; do kill -TERM $p; sleep 0.02; done; wait $p");
   INFO(r.output);
   REQUIRE(r.exit_code == 75);
   CHECK(contains(r.output, "SIGTERM received: saving a checkpoint at step "));
