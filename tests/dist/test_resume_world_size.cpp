@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "ckpt/ckpt_runs.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
 
@@ -11,16 +12,6 @@ using namespace trainer;
 namespace fs = std::filesystem;
 
 namespace {
-
-std::map<int64_t, double> losses_by_step(const fs::path& metrics) {
-  std::map<int64_t, double> out;
-  std::istringstream in(test::read_file(metrics));
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("kind", "") == "train") out[j.at("step").get<int64_t>()] = j.at("loss").get<double>();
-  }
-  return out;
-}
 
 // 12 steps of 16 samples (global_batch_size), a checkpoint at step 6.
 const std::string kArgs = " --set train.global_batch_size=16 --set train.max_steps=12 --set checkpoint.every_steps=6";
@@ -49,8 +40,8 @@ void check_resume_across(int saved_world, int resumed_world, const std::string& 
                             std::to_string(2 / resumed_world) + " accumulation x " + std::to_string(resumed_world) +
                             " ranks") != std::string::npos);
 
-  auto a = losses_by_step(dir / "full/tiny/metrics.jsonl");
-  auto b = losses_by_step(dir / "resumed/tiny/metrics.jsonl");
+  auto a = test::train_losses(dir / "full/tiny/metrics.jsonl");
+  auto b = test::train_losses(dir / "resumed/tiny/metrics.jsonl");
   REQUIRE(a.size() == 12);
   REQUIRE(b.size() == 6);  // steps 7..12
   for (int64_t s = 7; s <= 12; ++s) {

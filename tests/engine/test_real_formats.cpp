@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <random>
-#include <sstream>
 
+#include "ckpt/ckpt_runs.hpp"
 #include "data/image_decode.hpp"
 #include "test_util.hpp"
 
@@ -23,25 +23,14 @@ struct Metrics {
   std::vector<nlohmann::json> train, eval;
 };
 
-Metrics read_metrics(const fs::path& run_dir) {
-  Metrics m;
-  std::istringstream in(trainer::test::read_file(run_dir / "metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line);
-    if (j.at("kind") == "train") m.train.push_back(j);
-    if (j.at("kind") == "eval") m.eval.push_back(j);
-  }
-  return m;
-}
-
 // Runs `yaml` (written to DIR/exp.yaml) and returns its metrics; REQUIREs a clean exit.
 Metrics train(const fs::path& dir, const std::string& yaml) {
   write_file(dir / "exp.yaml", yaml);
   auto r = run_trainer("run " + (dir / "exp.yaml").string() + " --out-dir " + (dir / "runs").string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  auto m = read_metrics(dir / "runs/exp");
+  Metrics m{trainer::test::records(dir / "runs/exp/metrics.jsonl", "train"),
+            trainer::test::records(dir / "runs/exp/metrics.jsonl", "eval")};
   REQUIRE(m.train.size() >= 2);
   REQUIRE_FALSE(m.eval.empty());
   return m;
