@@ -15,6 +15,11 @@ constexpr double kInitStd = 0.02;  // nanoGPT / GPT-2
 
 nn::Linear linear(int64_t in, int64_t out, bool bias) { return nn::Linear(nn::LinearOptions(in, out).bias(bias)); }
 
+// at::linear rather than nn::Linear's forward: LibTorch's functional linear runs matmul + add_ on a
+// (B, T, C) input (and MmBackward + a bias reduction in backward), while at::linear flattens it into
+// one addmm as PyTorch's nn.Linear does: ~10 % of a GPT-mini step on CPU.
+torch::Tensor fused_linear(const nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
+
 void check_config(const config::ModelConfig& c) {
   if (c.vocab_size < 1 || c.block_size < 1 || c.n_layer < 0 || c.n_head < 1 || c.n_embd < 1)
     throw std::invalid_argument("gpt needs vocab_size, block_size, n_head, n_embd >= 1 and n_layer >= 0");
@@ -45,7 +50,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const config::ModelConfig& cfg)
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   const int64_t B = x.size(0), T = x.size(1), C = n_embd_, hs = C / n_head_;
-  auto qkv = c_attn(x).split(C, 2);                       // 3 x (B, T, C)
+  auto qkv = fused_linear(c_attn, x).split(C, 2);                       // 3 x (B, T, C)
   auto q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
   auto k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
   auto v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
@@ -61,7 +66,7 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
     y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true);  // (B, nh, T, hs)
   }
   y = y.transpose(1, 2).contiguous().view({B, T, C});        // (B, T, C)
-  return torch::dropout(c_proj(y), dropout_, is_training());  // (B, T, C)
+  return torch::dropout(fused_linear(c_proj, y), dropout_, is_training());  // (B, T, C)
 }
 
 MlpImpl::MlpImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
@@ -70,8 +75,8 @@ MlpImpl::MlpImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  auto h = torch::gelu(c_fc(x));                            // (B, T, 4C), exact (erf) GELU as nn.GELU()
-  return torch::dropout(c_proj(h), dropout_, is_training());  // (B, T, C)
+  auto h = torch::gelu(fused_linear(c_fc, x));                            // (B, T, 4C), exact (erf) GELU as nn.GELU()
+  return torch::dropout(fused_linear(c_proj, h), dropout_, is_training());  // (B, T, C)
 }
 
 BlockImpl::BlockImpl(const config::ModelConfig& cfg) {

@@ -43,6 +43,15 @@ class ModelRegistry {
   std::map<std::string, Factory> factories_;
 };
 
+// Restrides every 4-d parameter and buffer of `m` to channels-last, in place (set_data). A tensor with
+// one channel, such as the stem weight of a 1-channel model, is "contiguous" in both layouts, so
+// .contiguous(ChannelsLast) would leave it NCHW-strided; a convolution then suggests NCHW for its
+// output and the whole network runs mixed layouts with a copy per conv (PyTorch's
+// Module.to(memory_format=...) restrides such tensors too). No-op for tensors already restrided.
+void to_channels_last(torch::nn::Module& m);
+// True when `t` has channels-last strides (not merely an ambiguous layout that is also NCHW).
+bool has_channels_last_strides(const torch::Tensor& t);
+
 // Adds "resnet" and "gpt".
 void register_builtin_models(ModelRegistry& registry);
 

@@ -39,6 +39,20 @@ std::vector<std::string> ModelRegistry::names() const {
   return out;
 }
 
+bool has_channels_last_strides(const torch::Tensor& t) {
+  return t.dim() == 4 && t.suggest_memory_format() == at::MemoryFormat::ChannelsLast;
+}
+
+void to_channels_last(torch::nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  auto restride = [](torch::Tensor& t) {
+    if (t.dim() != 4 || has_channels_last_strides(t)) return;
+    t.set_data(at::empty_like(t, at::MemoryFormat::ChannelsLast).copy_(t));
+  };
+  for (auto& p : m.parameters(/*recurse=*/true)) restride(p);
+  for (auto& b : m.buffers(/*recurse=*/true)) restride(b);
+}
+
 void register_builtin_models(ModelRegistry& registry) {
   registry.add("resnet", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<ResNet>(c); });
   registry.add("gpt", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); });

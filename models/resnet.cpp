@@ -180,11 +180,7 @@ ResNet::ResNet(const config::ModelConfig& cfg) : cfg_(cfg) {
   if (cfg.channels_last) to_channels_last();
 }
 
-void ResNet::to_channels_last() {
-  torch::NoGradGuard no_grad;
-  for (auto& p : parameters(true))
-    if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
-}
+void ResNet::to_channels_last() { models::to_channels_last(*this); }
 
 torch::Tensor ResNet::run_stage(size_t i, torch::Tensor x) {
   for (auto& b : blocks_[i]) x = b->forward(x);
@@ -198,7 +194,7 @@ torch::Tensor ResNet::forward(const torch::Tensor& input) {
   torch::Tensor x = input;
   if (cfg_.channels_last) {
     // weights may have been replaced since construction (loading, broadcast): keep them channels-last too
-    if (!conv1_->weight.is_contiguous(at::MemoryFormat::ChannelsLast)) to_channels_last();
+    if (!has_channels_last_strides(conv1_->weight)) to_channels_last();
     x = x.contiguous(at::MemoryFormat::ChannelsLast);
   }
   x = torch::relu(bn1_(conv1_(x)));  // (B, base, H/2, W/2) imagenet stem; (B, base, H, W) cifar stem

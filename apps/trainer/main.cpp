@@ -38,6 +38,13 @@ int main(int argc, char** argv) {
   auto* check = app.add_subcommand("check", "Validate a config, build its model and data, print a summary");
   add_config_args(check, check_args);
   check->add_flag("--no-data", check_args.no_data, "Do not open the dataset (validate and build the model only)");
+  check->add_flag("--memory", check_args.memory,
+                  "Measure activation memory (forward + backward at two small micro-batches, with and without "
+                  "activation checkpointing) and print the memory per process and the largest micro-batch that fits");
+  check->add_option("--memory-gb", check_args.memory_gb,
+                    "Memory per process for the largest-micro-batch line (implies --memory; default: "
+                    "train.memory_budget_gb, else 80 % of available host memory or 90 % of the GPU)")
+      ->check(CLI::PositiveNumber);
 
   int launch_n = 1, launch_port = 0;
   std::vector<std::string> launch_args;

@@ -87,7 +87,13 @@ def run(spec):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     t_last, last_step = time.perf_counter(), 0
+    prof = None  # spec["profile"] = {"start_step", "steps", "out"}: the trainer's profile.* window, same op tracer
+    p_cfg = spec.get("profile")
     for step in range(1, steps + 1):
+        if p_cfg and step == p_cfg["start_step"] + 1:
+            acts = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if device.type == "cuda" else [])
+            prof = torch.profiler.profile(activities=acts)
+            prof.__enter__()
         if pos + batch > n:  # new epoch: reshuffle, drop the ragged tail (the trainer's sampler does too)
             perm, pos = torch.randperm(n, generator=gen).to(device), 0
         idx = perm[pos:pos + batch]
@@ -101,6 +107,10 @@ def run(spec):
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if prof is not None and step == p_cfg["start_step"] + p_cfg["steps"]:
+            prof.__exit__(None, None, None)
+            prof.export_chrome_trace(p_cfg["out"])
+            prof = None
         if step % log_every == 0 or step == steps:
             loss_value = loss.item()  # the host waits here, as on the trainer's log steps
             now = time.perf_counter()

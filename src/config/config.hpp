@@ -90,7 +90,7 @@ struct EarlyStoppingConfig {
 };
 
 struct TrainConfig {
-  int64_t batch_size = 32;         // per process, per micro-step
+  int64_t batch_size = 32;         // per process, per micro-step; 0 = auto (largest that fits memory)
   int64_t grad_accum = 1;
   int64_t global_batch_size = 0;   // 0 = batch_size * grad_accum * world_size
   int64_t max_steps = 0;           // optimizer steps; exactly one of max_steps / epochs drives the run
@@ -99,6 +99,7 @@ struct TrainConfig {
   bool tf32 = true;                // CUDA: TF32 tensor cores for fp32 matmuls and convolutions
   std::string device = "auto";     // auto | cpu | cuda
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
+  double memory_budget_gb = 0.0;   // batch_size auto: bytes per process (0 = 80 % host / 90 % GPU)
   double grad_clip = 0.0;          // max global grad norm (0 = off)
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)
@@ -118,6 +119,7 @@ struct OptimConfig {
   std::vector<double> betas = {0.9, 0.999};
   double eps = 1e-8;
   bool decay_norm_and_bias = false;  // false: biases, norms and embeddings get no weight decay
+  bool fused = true;                 // ATen's fused multi-tensor kernels (false: LibTorch's per-parameter loop)
   bool operator==(const OptimConfig&) const = default;
 };
 
@@ -159,6 +161,13 @@ struct LogConfig {
   bool operator==(const LogConfig&) const = default;
 };
 
+struct ProfileConfig {
+  int64_t steps = 0;          // optimizer steps to record with the PyTorch profiler (0 = off)
+  int64_t start_step = 10;    // steps completed before recording starts (skips the warm-up)
+  bool record_shapes = false; // input shapes in the trace (costs more while recording)
+  bool operator==(const ProfileConfig&) const = default;
+};
+
 struct RunConfig {
   RunSection run;
   ModelConfig model;
@@ -169,6 +178,7 @@ struct RunConfig {
   DistConfig dist;
   CheckpointConfig checkpoint;
   LogConfig log;
+  ProfileConfig profile;
   bool operator==(const RunConfig&) const = default;
 };
 

@@ -196,7 +196,11 @@ class Loader {
       }
       case FieldType::Int: {
         int64_t v;
-        if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return bad("an integer");
+        if (f.accepts_auto && n.IsScalar() && n.Scalar() == "auto") {
+          *std::get<int64_t*>(f.ref) = 0;
+          return;
+        }
+        if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return bad(f.accepts_auto ? "an integer or auto" : "an integer");
         if (range(static_cast<double>(v))) *std::get<int64_t*>(f.ref) = v;
         return;
       }

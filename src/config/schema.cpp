@@ -52,7 +52,8 @@ struct Builder {
 
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names = {"run",      "model", "data",       "train", "optim",
-                                                 "schedule", "dist",  "checkpoint", "log"};
+                                                 "schedule", "dist",  "checkpoint", "log",
+                                                 "profile"};
   return names;
 }
 
@@ -127,7 +128,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
 
   k.prefix = "train";
   auto& t = c.train;
-  k.i("batch_size", t.batch_size, 1, 1e7, "Samples per micro-batch, per process.");
+  k.i("batch_size", t.batch_size, 1, 1e7,
+      "Samples per micro-batch, per process; auto = the largest that fits memory (needs global_batch_size).");
+  k.out.back().accepts_auto = true;
   k.i("grad_accum", t.grad_accum, 1, 1e5, "Micro-batches per optimizer step.");
   k.i("global_batch_size", t.global_batch_size, 0, 1e9,
       "Samples per optimizer step over all processes (0 = batch_size x grad_accum x world size); sets grad_accum.");
@@ -137,6 +140,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.c("device", t.device, {"auto", "cpu", "cuda"}, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
+  k.f("memory_budget_gb", t.memory_budget_gb, 0, 1e6,
+      "batch_size auto: memory per process in GB (0 = CPU: 80 % of available host memory / local ranks; CUDA: 90 % of the GPU).");
   k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");
   k.i("log_every", t.log_every, 1, 1e9, "Steps between metric records.");
   k.i("eval_every", t.eval_every, 0, 1e9, "Steps between evaluations (0 = only at the end).");
@@ -161,6 +166,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.l("betas", o.betas, "AdamW betas [beta1, beta2].");
   k.f("eps", o.eps, 0, 1, "AdamW epsilon.");
   k.b("decay_norm_and_bias", o.decay_norm_and_bias, "Also apply weight decay to biases, norms and embeddings.");
+  k.b("fused", o.fused, "One fused ATen kernel per step (_fused_adamw_ / _fused_sgd_) instead of a per-parameter loop.");
 
   k.prefix = "schedule";
   auto& s = c.schedule;
@@ -196,13 +202,19 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("tensorboard", c.log.tensorboard, "Write TensorBoard event files under <run dir>/tb.");
   k.f("peak_tflops", c.log.peak_tflops, 0, 1e6, "Peak TFLOP/s for MFU (0 = the device's known peak, if any).");
   k.c("level", c.log.level, {"trace", "debug", "info", "warn", "error"}, "Console log level.");
+
+  k.prefix = "profile";
+  k.i("steps", c.profile.steps, 0, 1e6,
+      "Optimizer steps to record with the PyTorch profiler (0 = off): <run dir>/profile/trace_rank<r>.json + ops_rank<r>.txt.");
+  k.i("start_step", c.profile.start_step, 0, 9.2e18, "Steps completed before recording starts (past the warm-up).");
+  k.b("record_shapes", c.profile.record_shapes, "Record input shapes in the trace.");
   return std::move(k.out);
 }
 
 std::string type_name(const FieldInfo& f) {
   switch (f.type) {
     case FieldType::Bool: return "bool";
-    case FieldType::Int: return "int";
+    case FieldType::Int: return f.accepts_auto ? "int | auto" : "int";
     case FieldType::Float: return "float";
     case FieldType::String: return "string";
     case FieldType::Path: return "path";
@@ -241,7 +253,7 @@ std::string value_text(const FieldInfo& f) {
       [&](auto* p) -> std::string {
         using T = std::remove_pointer_t<decltype(p)>;
         if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
-        else if constexpr (std::is_same_v<T, int64_t>) return std::to_string(*p);
+        else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && *p == 0 ? "auto" : std::to_string(*p);
         else if constexpr (std::is_same_v<T, double>) return float_text(*p);
         else if constexpr (std::is_same_v<T, std::string>) return quote(*p);
         else {

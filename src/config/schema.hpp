@@ -22,6 +22,7 @@ struct FieldInfo {
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // Choice only
   std::string applies_to;            // model keys: "resnet" or "gpt"; "" = any arch
+  bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
   std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*> ref;
 };
 

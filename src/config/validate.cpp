@@ -19,6 +19,7 @@ bool valid_resnet_depth(int64_t d) {
 
 void resolve(RunConfig& c, int64_t world_size) {
   auto& t = c.train;
+  if (t.batch_size == 0) return;  // auto: the engine picks the micro-batch and grad_accum at start
   const int64_t per_accum = t.batch_size * std::max<int64_t>(world_size, 1);
   if (t.global_batch_size > 0 && per_accum > 0 && t.global_batch_size % per_accum == 0)
     t.grad_accum = t.global_batch_size / per_accum;
@@ -80,7 +81,16 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     err(loaded.is_set("train.epochs") ? "train.epochs" : "train.max_steps",
         "set either train.max_steps or train.epochs, not both");
   if (t.max_steps == 0 && t.epochs == 0) err("train.max_steps", "set train.max_steps or train.epochs (both are 0)");
-  if (t.global_batch_size > 0) {
+  if (t.batch_size == 0) {  // auto
+    if (t.global_batch_size <= 0)
+      err("train.batch_size", "auto picks the micro-batch that fits and keeps train.global_batch_size by accumulation: "
+                              "set train.global_batch_size");
+    else if (t.global_batch_size % std::max<int64_t>(opts.world_size, 1) != 0)
+      err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by the world size " +
+                                         std::to_string(opts.world_size) + " (train.batch_size auto)");
+    if (loaded.is_set("train.grad_accum"))
+      err("train.grad_accum", "is derived when train.batch_size is auto: remove it");
+  } else if (t.global_batch_size > 0) {
     const int64_t per_accum = t.batch_size * opts.world_size;
     if (t.global_batch_size % per_accum != 0)
       err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by batch_size x world size = " +

@@ -31,5 +31,7 @@ CudaMemoryStats cuda_memory_stats(int device);
 // NVML's bus id of CUDA device `device` (see nvml.hpp); "" without CUDA.
 std::string cuda_pci_bus_id(int device);
 void cuda_reset_peak_memory(int device);
+// Returns the caching allocator's unused cached blocks to the driver (after an out-of-memory probe).
+void cuda_empty_cache();
 
 }  // namespace trainer::device

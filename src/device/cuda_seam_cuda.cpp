@@ -69,4 +69,8 @@ void cuda_reset_peak_memory(int device) {
     c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(device));
 }
 
+void cuda_empty_cache() {
+  if (torch::cuda::is_available()) c10::cuda::CUDACachingAllocator::emptyCache();
+}
+
 }  // namespace trainer::device

@@ -10,6 +10,7 @@ std::string nccl_version() { return ""; }
 std::string cuda_runtime_version() { return ""; }
 CudaMemoryStats cuda_memory_stats(int) { return {}; }
 void cuda_reset_peak_memory(int) {}
+void cuda_empty_cache() {}
 std::string cuda_pci_bus_id(int) { return ""; }
 
 }  // namespace trainer::device

@@ -18,6 +18,8 @@
 #include "dist/dist_check.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/checkpointing.hpp"
+#include "engine/memory_plan.hpp"
+#include "engine/precision.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/run_dir.hpp"
@@ -121,6 +123,90 @@ std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
   return {};
 }
 
+// The memory table of `trainer check`: fixed parts counted, activations measured on `device` for
+// the model as configured and with model.activation_checkpointing flipped.
+void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const std::vector<int64_t>& shape,
+                  int64_t classes, double budget_gb) {
+  const auto device = device::select_device(c.train.device, env.local_rank);
+  const Precision precision = parse_precision(c.train.precision);
+  check_precision_supported(precision, device);
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
+  struct Column {
+    std::string title;
+    FixedMemory fixed;
+    ActivationProbe probe;
+  };
+  std::vector<Column> cols;
+  for (bool ac : {false, true}) {
+    auto mc = c.model;
+    mc.init_from.clear();
+    mc.activation_checkpointing = ac;
+    torch::manual_seed(c.run.seed);
+    auto model = registry.create(mc);
+    model->to(device);
+    const bool image = model->input_kind() == models::InputKind::Image;
+    if (c.model.channels_last && image) models::to_channels_last(*model);
+    const int64_t b1 = image ? 2 : 1;
+    cols.push_back({ac ? "activation checkpointing" : "no checkpointing", fixed_memory(*model, c.optim, env.world_size),
+                    probe_activations(*model, shape, classes, precision, device, c.model.channels_last && image, b1,
+                                      2 * b1)});
+  }
+  double budget = budget_gb > 0 ? budget_gb * 1e9 : c.train.memory_budget_gb * 1e9;
+  std::string budget_source = budget_gb > 0 ? "--memory-gb" : "train.memory_budget_gb";
+  if (budget <= 0) {
+    if (device.is_cuda()) {
+      const auto devs = device::cuda_devices();
+      const int index = device.has_index() ? device.index() : 0;
+      if (index < static_cast<int>(devs.size())) budget = 0.9 * static_cast<double>(devs[index].total_memory);
+      budget_source = "90 % of the GPU";
+    } else if (auto avail = available_host_memory()) {
+      budget = 0.8 * *avail / static_cast<double>(std::max<int64_t>(env.local_world_size, 1));
+      budget_source = "80 % of available host memory";
+    }
+  }
+  const int64_t b = c.train.batch_size;
+  std::cout << "memory per process (" << c.train.precision << ", fp32 weights and optimizer state; activations measured on "
+            << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
+            << cols[0].probe.b2 << "):\n";
+  auto row = [&](const std::string& name, auto value) {
+    std::cout << "  " << std::left << std::setw(34) << name;
+    for (const auto& col : cols) std::cout << std::right << std::setw(26) << value(col);
+    std::cout << "\n";
+  };
+  row("", [](const Column& col) { return col.title; });
+  row("parameters", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
+  row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
+  row("optimizer state (" + c.optim.name + ")",
+      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
+  row("DDP gradient buckets", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
+  row("step constant (measured)", [](const Column& col) { return bytes_text(col.probe.intercept()); });
+  row("activations per sample (measured)", [](const Column& col) { return bytes_text(col.probe.per_sample()); });
+  if (b > 0)
+    row("total at micro-batch " + std::to_string(b),
+        [&](const Column& col) { return bytes_text(static_cast<double>(col.fixed.total()) + col.probe.at(b)); });
+  if (budget > 0) {
+    row("largest micro-batch in " + bytes_text(budget), [&](const Column& col) {
+      const double room = budget - static_cast<double>(col.fixed.total()) - col.probe.intercept();
+      const double per = col.probe.per_sample();
+      if (room < per) return std::string("none fits");
+      return per > 0 ? std::to_string(static_cast<int64_t>(room / per)) : std::string("any");
+    });
+    std::cout << "  (budget: " << budget_source << ")\n";
+    if (c.train.batch_size == 0) {
+      const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(env.world_size, 1);
+      const auto& col = cols[c.model.activation_checkpointing ? 1 : 0];
+      const int64_t pick = largest_fitting(col.fixed, col.probe, budget, micro_batch_candidates(per_rank));
+      if (pick > 0)
+        std::cout << "train.batch_size auto would pick micro-batch " << pick << " x " << per_rank / pick
+                  << " accumulation (divisors of " << per_rank << " samples per rank per step)"
+                  << (device.is_cuda() ? ", then confirm it by a real step" : "") << "\n";
+      else
+        std::cout << "train.batch_size auto: not even micro-batch 1 fits this budget\n";
+    }
+  }
+}
+
 }  // namespace
 
 int cmd_check(const CheckArgs& args) {
@@ -158,9 +244,14 @@ int cmd_check(const CheckArgs& args) {
     }
 
     const int64_t global = c.train.global_batch_size;
-    std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
-              << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x "
-              << env.world_size << " ranks\n";
+    if (c.train.batch_size == 0)
+      std::cout << "world size " << env.world_size << " (" << env.launcher << "), global batch " << global
+                << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << env.world_size
+                << " ranks\n";
+    else
+      std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
+                << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x "
+                << env.world_size << " ranks\n";
     if (train_size >= 0) {
       const int64_t steps_per_epoch = train_size / global;
       std::cout << "steps per epoch: " << steps_per_epoch << " (" << train_size << " samples / " << global << ")\n";
@@ -172,6 +263,13 @@ int cmd_check(const CheckArgs& args) {
                                 : static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(steps_per_epoch)));
       std::cout << "optimizer steps: " << total << (c.train.max_steps > 0 ? " (train.max_steps)" : " (train.epochs)")
                 << "\n";
+    }
+    if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
+      if (shape.empty())
+        throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
+      int64_t classes = c.model.arch == "gpt" ? c.model.vocab_size : c.model.num_classes;
+      std::cout.flush();
+      print_memory(c, env, shape, classes, args.memory_gb);
     }
     // in a launched job: join the process group, print the rank table and the all-reduce bandwidth
     if (env.world_size > 1 || env.launcher != "none") {

@@ -55,6 +55,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(g.decay, std::make_unique<torch::optim::SGDOptions>(decay));
     if (!g.no_decay.empty()) groups.emplace_back(g.no_decay, std::make_unique<torch::optim::SGDOptions>(none));
+    if (cfg.fused) return std::make_unique<FusedSGD>(std::move(groups), decay);
     return std::make_unique<torch::optim::SGD>(std::move(groups), decay);
   }
   if (cfg.name == "adamw") {
@@ -68,9 +69,165 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
     std::vector<torch::optim::OptimizerParamGroup> groups;
     groups.emplace_back(g.decay, std::make_unique<torch::optim::AdamWOptions>(decay));
     if (!g.no_decay.empty()) groups.emplace_back(g.no_decay, std::make_unique<torch::optim::AdamWOptions>(none));
+    if (cfg.fused) return std::make_unique<FusedAdamW>(std::move(groups), decay);
     return std::make_unique<torch::optim::AdamW>(std::move(groups), decay);
   }
   throw std::invalid_argument("unknown optimizer '" + cfg.name + "'; known: adamw, sgd");
+}
+
+bool fused_update_supported(const torch::Tensor& p) {
+  const auto& g = p.grad();
+  return g.defined() && !g.is_sparse() && (p.is_cpu() || p.is_cuda()) && p.is_floating_point() &&
+         g.scalar_type() == p.scalar_type() && p.is_non_overlapping_and_dense() && g.strides() == p.strides();
+}
+
+namespace {
+
+// Tensors of one parameter group that share a device and dtype: one fused kernel call.
+struct FusedBucket {
+  torch::Device device;
+  torch::ScalarType dtype;
+  std::vector<torch::Tensor> params, grads, a, b, c, steps;  // a/b/c: per-optimizer state lists
+};
+
+FusedBucket& bucket_for(std::vector<FusedBucket>& buckets, const torch::Tensor& p) {
+  for (auto& b : buckets)
+    if (b.device == p.device() && b.dtype == p.scalar_type()) return b;
+  buckets.push_back(FusedBucket{p.device(), p.scalar_type(), {}, {}, {}, {}, {}, {}});
+  return buckets.back();
+}
+
+// Runs the base class's per-parameter step for `fallback` only: the other parameters' gradients are
+// hidden for the duration (the base step skips parameters without a gradient).
+template <class Base>
+void step_unfused(Base& opt, const std::vector<torch::Tensor>& fallback) {
+  if (fallback.empty()) return;
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> hidden;
+  for (auto& group : opt.param_groups())
+    for (auto& p : group.params()) {
+      bool keep = false;
+      for (const auto& f : fallback) keep = keep || f.unsafeGetTensorImpl() == p.unsafeGetTensorImpl();
+      if (!keep && p.grad().defined()) {
+        hidden.emplace_back(p, p.grad());
+        p.mutable_grad() = torch::Tensor();
+      }
+    }
+  try {
+    opt.Base::step();
+  } catch (...) {
+    for (auto& [p, g] : hidden) p.mutable_grad() = g;
+    throw;
+  }
+  for (auto& [p, g] : hidden) p.mutable_grad() = g;
+}
+
+}  // namespace
+
+torch::Tensor FusedAdamW::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    at::AutoGradMode grad_mode(true);
+    loss = closure();
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> fallback;
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
+    std::vector<FusedBucket> buckets;
+    std::vector<torch::Tensor> stale_counters;  // one _foreach_add_ advances every counter in sync
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (!fused_update_supported(p)) {
+        fallback.push_back(p);
+        continue;
+      }
+      void* key = p.unsafeGetTensorImpl();
+      auto it = state_.find(key);
+      if (it == state_.end()) {
+        auto s = std::make_unique<torch::optim::AdamWParamState>();
+        s->step(0);
+        s->exp_avg(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        s->exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        if (o.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+        it = state_.emplace(key, std::move(s)).first;
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+      if (o.amsgrad() && !s.max_exp_avg_sq().defined())
+        s.max_exp_avg_sq(torch::zeros_like(p, at::MemoryFormat::Preserve));
+      auto& counter = counters_[key];
+      if (!counter.tensor.defined() || counter.tensor.device() != p.device()) {
+        counter.tensor = torch::zeros({}, torch::TensorOptions().dtype(torch::kFloat32).device(p.device()));
+        counter.value = 0;
+      }
+      if (counter.value == s.step()) {
+        stale_counters.push_back(counter.tensor);
+      } else {  // state loaded from a checkpoint, or stepped by the unfused loop: set it outright
+        counter.tensor.fill_(static_cast<double>(s.step() + 1));
+      }
+      s.step(s.step() + 1);
+      counter.value = s.step();
+      auto& b = bucket_for(buckets, p);
+      b.params.push_back(p);
+      b.grads.push_back(p.grad());
+      b.a.push_back(s.exp_avg());
+      b.b.push_back(s.exp_avg_sq());
+      if (o.amsgrad()) b.c.push_back(s.max_exp_avg_sq());
+      b.steps.push_back(counter.tensor);
+    }
+    if (!stale_counters.empty()) torch::_foreach_add_(stale_counters, 1);
+    const auto [beta1, beta2] = o.betas();
+    for (auto& b : buckets)
+      at::_fused_adamw_(b.params, b.grads, b.a, b.b, b.c, b.steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                        o.amsgrad(), /*maximize=*/false);
+  }
+  step_unfused<torch::optim::AdamW>(*this, fallback);
+  return loss;
+}
+
+torch::Tensor FusedSGD::step(LossClosure closure) {
+  torch::Tensor loss;
+  if (closure) {
+    at::AutoGradMode grad_mode(true);
+    loss = closure();
+  }
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> fallback;
+  for (auto& group : param_groups_) {
+    auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+    const bool momentum = o.momentum() != 0;
+    // a parameter's first momentum step copies the gradient into the buffer: a separate kernel call
+    std::vector<FusedBucket> first, later;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (!fused_update_supported(p)) {
+        fallback.push_back(p);
+        continue;
+      }
+      bool is_first = false;
+      torch::Tensor buf;
+      if (momentum) {
+        void* key = p.unsafeGetTensorImpl();
+        auto it = state_.find(key);
+        if (it == state_.end()) {
+          auto s = std::make_unique<torch::optim::SGDParamState>();
+          s->momentum_buffer(torch::empty_like(p, at::MemoryFormat::Preserve));
+          it = state_.emplace(key, std::move(s)).first;
+          is_first = true;
+        }
+        buf = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
+      }
+      auto& b = bucket_for(is_first ? first : later, p);
+      b.params.push_back(p);
+      b.grads.push_back(p.grad());
+      if (momentum) b.a.push_back(buf);
+    }
+    for (auto* list : {&first, &later})
+      for (auto& b : *list)
+        at::_fused_sgd_(b.params, b.grads, b.a, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                        /*maximize=*/false, /*is_first_step=*/list == &first);
+  }
+  step_unfused<torch::optim::SGD>(*this, fallback);
+  return loss;
 }
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr) {

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "config/config.hpp"
@@ -27,9 +28,38 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
 std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& model);
 
 // Group 0 decays (weight_decay = cfg.weight_decay), group 1 (if non-empty) has weight_decay 0.
-// Throws std::invalid_argument for an unknown optimizer name.
+// cfg.fused: the step runs ATen's fused multi-tensor kernels (FusedAdamW / FusedSGD below), else
+// LibTorch's per-parameter loop. Throws std::invalid_argument for an unknown optimizer name.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
                                                          const torch::nn::Module& model);
+
+// torch::optim::AdamW / SGD whose step() runs one ATen fused kernel (_fused_adamw_, _fused_sgd_) per
+// group, device and dtype instead of ~8 ATen ops per parameter; the same update rule (PyTorch's
+// fused=True path), state objects and checkpoint format as the base class, so a run can switch
+// between fused and unfused across a resume. Parameters whose gradient is not laid out like the
+// parameter (strides differ or the tensor is not dense), and sparse gradients, take the base class's
+// per-parameter loop.
+class FusedAdamW : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  struct StepCounter {
+    int64_t value = -1;   // the step count `tensor` holds
+    torch::Tensor tensor; // float32 scalar on the parameter's device, as the kernel reads it
+  };
+  std::unordered_map<const void*, StepCounter> counters_;
+};
+
+class FusedSGD : public torch::optim::SGD {
+ public:
+  using torch::optim::SGD::SGD;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+};
+
+// True when the fused kernels can update `p` with its current gradient (see above).
+bool fused_update_supported(const torch::Tensor& p);
 
 // Sets the learning rate of every parameter group.
 void set_learning_rate(torch::optim::Optimizer& opt, double lr);

@@ -37,6 +37,8 @@
 #include "engine/schedule.hpp"
 #include "engine/stop_signal.hpp"
 #include "engine/train_step.hpp"
+#include "engine/memory_plan.hpp"
+#include "obs/profiler.hpp"
 #include "models/model.hpp"
 #include "obs/memory.hpp"
 #include "obs/mfu.hpp"
@@ -174,7 +176,7 @@ class Trainer {
     models::register_builtin_models(registry);
     model_ = registry.create(cfg_.model);  // seeded above: every rank draws the same initial weights
     model_->to(device_);
-    if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) to_channels_last(*model_);
+    if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);
     if (dist_ && dist_->active()) dist_->broadcast_module(*model_);  // init_from or not, rank 0's weights are the truth
     params_ = unique_parameters(*model_);
     if (dist_ && dist_->active()) grad_sync_ = std::make_unique<dist::GradSync>(*dist_, params_, cfg_.dist.bucket_mb);
@@ -183,6 +185,7 @@ class Trainer {
     train_set_ = datasets.train;
     val_set_ = datasets.val;
     tokens_ = train_set_->kind() == data::SampleKind::Tokens;
+    if (cfg_.train.batch_size == 0) choose_micro_batch();
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
     samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
@@ -238,10 +241,86 @@ class Trainer {
     return o;
   }
 
-  static void to_channels_last(torch::nn::Module& m) {
-    torch::NoGradGuard ng;
-    for (auto& p : m.parameters())
-      if (p.dim() == 4) p.set_data(p.contiguous(at::MemoryFormat::ChannelsLast));
+  // train.batch_size auto: the largest divisor of the per-rank batch that fits this process's memory
+  // (see memory_plan.hpp), the same on every rank (the smallest choice wins); grad_accum follows, so
+  // train.global_batch_size is kept. The probe runs on a separate model and restores the generators.
+  void choose_micro_batch() {
+    const int64_t per_rank = cfg_.train.global_batch_size / env_.world_size;
+    const auto candidates = micro_batch_candidates(per_rank);
+    const auto rng = rng_state_tensors(device_);
+    auto probe_cfg = cfg_.model;
+    probe_cfg.init_from.clear();  // the probe measures sizes; its weights do not matter
+    models::ModelRegistry registry;
+    models::register_builtin_models(registry);
+    auto probe_model = registry.create(probe_cfg);
+    probe_model->to(device_);
+    const bool image = probe_model->input_kind() == models::InputKind::Image;
+    if (cfg_.model.channels_last && image) models::to_channels_last(*probe_model);
+    const auto fixed = fixed_memory(*probe_model, cfg_.optim, env_.world_size);
+    const int64_t b1 = image ? 2 : 1;
+    const auto probe = probe_activations(*probe_model, train_set_->sample_shape(), train_set_->num_classes(),
+                                         precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1);
+    double budget = cfg_.train.memory_budget_gb * 1e9;
+    std::string budget_source = "train.memory_budget_gb";
+    if (budget <= 0) {
+      if (device_.is_cuda()) {
+        const auto devs = device::cuda_devices();
+        const int index = device_.has_index() ? device_.index() : 0;
+        if (index < static_cast<int>(devs.size())) budget = 0.9 * static_cast<double>(devs[index].total_memory);
+        budget_source = "90 % of the GPU's memory";
+      } else if (auto avail = available_host_memory()) {
+        budget = 0.8 * *avail / static_cast<double>(std::max<int64_t>(env_.local_world_size, 1));
+        budget_source = fmt::format("80 % of the host's available memory / {} local rank(s)", env_.local_world_size);
+      }
+      if (budget <= 0)
+        throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
+    }
+    int64_t chosen = largest_fitting(fixed, probe, budget, candidates);
+    if (device_.is_cuda() && chosen > 0) {
+      // the estimate is a start: a real step at that size must run; out of memory steps down
+      chosen = search_fitting(candidates, chosen, [&](int64_t b) {
+        bool ok = true;
+        try {
+          auto reserve = torch::empty({fixed.optimizer + fixed.ddp_buckets}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+          (void)probe_activations(*probe_model, train_set_->sample_shape(), train_set_->num_classes(), precision_,
+                                  device_, cfg_.model.channels_last && image, b, b);
+        } catch (const c10::OutOfMemoryError&) {
+          ok = false;
+        }
+        if (!ok) spdlog::info("train.batch_size auto: micro-batch {} ran out of GPU memory; trying a smaller one", b);
+        for (auto& p : probe_model->parameters()) p.mutable_grad() = torch::Tensor();
+        device::cuda_empty_cache();
+        return ok;
+      });
+    }
+    probe_model.reset();
+    restore_rng_state(rng, device_);
+    if (dist_ && dist_->active()) {  // every rank takes the largest micro-batch that fits on all of them
+      int64_t agreed = 0;
+      for (int64_t c : candidates)
+        if (!dist_->any(c > chosen)) {
+          agreed = c;
+          break;
+        }
+      chosen = agreed;
+    }
+    if (chosen == 0)
+      throw std::runtime_error(fmt::format(
+          "train.batch_size auto: not even a micro-batch of 1 fits {} ({}): {} held across steps (parameters {}, "
+          "optimizer {}, buckets {}) + a step of {} + {} per sample (measured by the {}); set "
+          "model.activation_checkpointing, use bf16, or give more memory",
+          bytes_text(budget), budget_source, bytes_text(static_cast<double>(fixed.total())), bytes_text(fixed.parameters),
+          bytes_text(fixed.optimizer), bytes_text(fixed.ddp_buckets),
+          bytes_text(probe.intercept()), bytes_text(probe.per_sample()), probe.how));
+    cfg_.train.batch_size = chosen;
+    cfg_.train.grad_accum = per_rank / chosen;
+    spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {}; estimated "
+                 "{} of a {} budget ({}): {} held + a step of {} + {} per sample x {} (measured by the {} "
+                 "at micro-batches {} and {})",
+                 chosen, cfg_.train.grad_accum, env_.world_size, cfg_.train.global_batch_size,
+                 bytes_text(static_cast<double>(fixed.total()) + probe.at(chosen)), bytes_text(budget), budget_source,
+                 bytes_text(static_cast<double>(fixed.total())), bytes_text(probe.intercept()),
+                 bytes_text(probe.per_sample()), chosen, probe.how, probe.b1, probe.b2);
   }
 
   torch::Tensor to_device(const torch::Tensor& t, bool image_input) const {
@@ -266,7 +345,11 @@ class Trainer {
     torch::Tensor step_loss;
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto t0 = Clock::now();
-      auto batch = train_loader_->next();
+      std::optional<data::Batch> batch;
+      {
+        RECORD_USER_SCOPE("trainer::next_batch");
+        batch = train_loader_->next();
+      }
       if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
       times.data_ms += ms_since(t0);
 
@@ -275,6 +358,7 @@ class Trainer {
       auto target = to_device(batch->target, false);
       // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
       if (grad_sync_) grad_sync_->set_enabled(micro == accum - 1);
+      RECORD_USER_SCOPE("trainer::forward_backward");
       auto l = forward_backward(*model_, input, target, accum, precision_, device_, *scaler_);
       step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step
       times.compute_ms += ms_since(t1);
@@ -291,6 +375,7 @@ class Trainer {
     }
 
     auto t3 = Clock::now();
+    RECORD_USER_SCOPE("trainer::optimizer");
     auto applied = apply_gradients(*optimizer_, *scaler_, params_, cfg_.train.grad_clip, schedule_->lr_at(step),
                                    need_norm, check_finite);
     if (!applied.stepped) ++skipped_steps_;
@@ -661,6 +746,8 @@ class Trainer {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     int64_t step = start_step_;
     bool evaluated_last = false;
+    obs::StepProfiler profiler(cfg_.profile.start_step, cfg_.profile.steps, dir_.root / "profile", env_.rank,
+                               device_.is_cuda(), cfg_.profile.record_shapes);
     if (step >= total_steps_) {
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", step, total_steps_);
       return kExitOk;
@@ -668,7 +755,13 @@ class Trainer {
     while (step < total_steps_) {
       if (dist_) dist_->set_step(step);
       const bool log_step = (step + 1) % cfg_.train.log_every == 0 || step + 1 == total_steps_;
+      profiler.before_step(step);
       auto outcome = train_step(step, log_step, times);
+      profiler.after_step(step);
+      if (!profiler.summary().empty() && !profile_reported_) {
+        spdlog::info("{}", profiler.summary());
+        profile_reported_ = true;
+      }
       ++step;
       if (outcome.nonfinite) {
         if (cfg_.train.nonfinite == "rollback") {
@@ -745,9 +838,10 @@ class Trainer {
     return kExitOk;
   }
 
-  const config::RunConfig& cfg_;
+  config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   const dist::LaunchEnv& env_;
   const io::RunDir& dir_;
+  bool profile_reported_ = false;
   ResumeOptions resume_;
   std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
   int64_t start_step_ = 0;

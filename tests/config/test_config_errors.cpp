@@ -46,7 +46,7 @@ TEST_CASE("an unknown section far from any name lists the sections", "[unit]") {
   auto e = errors_of(kValidHead + "zzz: 1\n");
   REQUIRE(e.size() == 1);
   REQUIRE(e[0] ==
-          "exp.yaml:5:1: zzz: unknown section; sections are: run model data train optim schedule dist checkpoint log");
+          "exp.yaml:5:1: zzz: unknown section; sections are: run model data train optim schedule dist checkpoint log profile");
 }
 
 TEST_CASE("YAML syntax errors give the parser's position", "[unit]") {
@@ -57,7 +57,24 @@ TEST_CASE("YAML syntax errors give the parser's position", "[unit]") {
 
 TEST_CASE("a wrong type names the expected type and the value", "[unit]") {
   auto e = errors_of("train:\n  max_steps: 10\n  batch_size: abc\ndata:\n  format: synthetic\n");
-  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:15: train.batch_size: expected an integer, got 'abc'"});
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:15: train.batch_size: expected an integer or auto, got 'abc'"});
+  e = errors_of("train:\n  max_steps: 10\n  log_every: auto\ndata:\n  format: synthetic\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:14: train.log_every: expected an integer, got 'auto'"});
+}
+
+TEST_CASE("train.batch_size auto needs global_batch_size, divisible by the ranks, and no grad_accum", "[unit]") {
+  auto e = errors_of("train:\n  max_steps: 10\n  batch_size: auto\ndata:\n  format: synthetic\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:3: train.batch_size: auto picks the micro-batch that fits and "
+                                        "keeps train.global_batch_size by accumulation: set train.global_batch_size"});
+  ValidateOptions two;
+  two.world_size = 2;
+  e = errors_of("train:\n  max_steps: 10\n  batch_size: auto\n  global_batch_size: 33\n  grad_accum: 2\n"
+                "data:\n  format: synthetic\n", {}, two);
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:4:3: train.global_batch_size: 33 is not divisible by the world size 2 (train.batch_size auto)",
+                   "exp.yaml:5:3: train.grad_accum: is derived when train.batch_size is auto: remove it"});
+  CHECK(errors_of("train:\n  max_steps: 10\n  global_batch_size: 64\ndata:\n  format: synthetic\n",
+                  {"train.batch_size=auto"}, two).empty());
 }
 
 TEST_CASE("a boolean key rejects a number", "[unit]") {
@@ -171,7 +188,7 @@ TEST_CASE("every error is reported in one pass", "[unit]") {
   REQUIRE(e.size() == 4);
   CHECK(e[0] == "exp.yaml:2:3: optim.lr_rate: unknown key, did you mean 'optim.lr'?");
   CHECK(e[1] == "exp.yaml:3:9: optim.name: 'adam' is not one of sgd | adamw; did you mean 'adamw'?");
-  CHECK(e[2] == "exp.yaml:5:15: train.batch_size: expected an integer, got 'abc'");
+  CHECK(e[2] == "exp.yaml:5:15: train.batch_size: expected an integer or auto, got 'abc'");
   CHECK(e[3] == "exp.yaml:7:3: train.epochs: set either train.max_steps or train.epochs, not both");
 }
 

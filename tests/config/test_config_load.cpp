@@ -83,6 +83,20 @@ TEST_CASE("the dumped config loads back into the identical struct", "[unit]") {
   REQUIRE(config_hash(again.cfg) == config_hash(loaded.cfg));
 }
 
+TEST_CASE("batch_size auto reads as 0, dumps as auto and round-trips", "[unit]") {
+  auto loaded = load_config_text("train: {batch_size: auto, global_batch_size: 96, memory_budget_gb: 1.5}\n", "a.yaml");
+  CHECK(loaded.cfg.train.batch_size == 0);
+  CHECK(loaded.cfg.train.memory_budget_gb == 1.5);
+  std::string text = dump_yaml(loaded.cfg);
+  CHECK(text.find("  batch_size: auto\n") != std::string::npos);
+  auto again = load_config_text(text, "config.yaml");
+  CHECK(again.cfg == loaded.cfg);
+  RunConfig c = loaded.cfg;
+  resolve(c, 2);  // auto: the engine derives grad_accum at start; the global batch stays
+  CHECK(c.train.global_batch_size == 96);
+  CHECK(c.train.batch_size == 0);
+}
+
 TEST_CASE("the hash changes with any value", "[unit]") {
   RunConfig a, b;
   b.optim.lr = a.optim.lr * (1 + 1e-12);

@@ -2,6 +2,9 @@
 #include <catch2/catch.hpp>
 
 #include "engine/optim.hpp"
+#include "engine/train_state.hpp"
+
+#include <functional>
 
 using namespace trainer::engine;
 using trainer::config::OptimConfig;
@@ -104,4 +107,134 @@ TEST_CASE("set_learning_rate reaches every group; unknown optimizer lists the kn
   for (auto& g : opt->param_groups()) CHECK(g.options().get_lr() == Approx(0.123));
   c.name = "lamb";
   REQUIRE_THROWS_WITH(build_optimizer(c, net), "unknown optimizer 'lamb'; known: adamw, sgd");
+}
+
+namespace {
+
+// Two nets with equal weights; `steps` updates from the same random gradients; returns the largest
+// absolute weight difference. A gradient hook (`regrad`) may replace the gradients before each step.
+double fused_vs_loop(OptimConfig c, int steps, const std::function<void(TinyNet&)>& regrad = {}) {
+  torch::manual_seed(5);
+  TinyNet a, b;
+  {
+    torch::NoGradGuard ng;
+    auto pa = a.parameters(), pb = b.parameters();
+    for (size_t i = 0; i < pa.size(); ++i) pb[i].copy_(pa[i]);
+  }
+  c.fused = true;
+  auto fused = build_optimizer(c, a);
+  c.fused = false;
+  auto loop = build_optimizer(c, b);
+  const bool is_fused = dynamic_cast<FusedSGD*>(fused.get()) != nullptr || dynamic_cast<FusedAdamW*>(fused.get()) != nullptr;
+  REQUIRE(is_fused);
+  REQUIRE(dynamic_cast<FusedSGD*>(loop.get()) == nullptr);
+  REQUIRE(dynamic_cast<FusedAdamW*>(loop.get()) == nullptr);
+  for (int s = 0; s < steps; ++s) {
+    auto pa = a.parameters(), pb = b.parameters();
+    for (size_t i = 0; i < pa.size(); ++i) {
+      auto g = torch::randn_like(pa[i]);
+      pa[i].mutable_grad() = g.clone();
+      pb[i].mutable_grad() = g.clone();
+    }
+    if (regrad) regrad(a), regrad(b);
+    fused->step();
+    loop->step();
+  }
+  double worst = 0;
+  auto pa = a.parameters(), pb = b.parameters();
+  for (size_t i = 0; i < pa.size(); ++i) worst = std::max(worst, (pa[i] - pb[i]).abs().max().item<double>());
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("fused AdamW and SGD take the per-parameter loop's steps, to float rounding", "[unit]") {
+  OptimConfig adamw;
+  adamw.name = "adamw";
+  adamw.lr = 0.01;
+  adamw.weight_decay = 0.1;
+  adamw.betas = {0.9, 0.95};
+  const double d_adamw = fused_vs_loop(adamw, 6);
+  INFO("AdamW max |diff| after 6 steps " << d_adamw);
+  CHECK(d_adamw < 1e-6);
+
+  OptimConfig sgd;
+  sgd.name = "sgd";
+  sgd.lr = 0.1;
+  sgd.momentum = 0.9;
+  sgd.nesterov = true;
+  sgd.weight_decay = 5e-4;
+  const double d_sgd = fused_vs_loop(sgd, 6);
+  INFO("SGD max |diff| after 6 steps " << d_sgd);
+  CHECK(d_sgd < 1e-6);
+
+  sgd.momentum = 0;  // no buffers at all
+  sgd.nesterov = false;
+  CHECK(fused_vs_loop(sgd, 3) < 1e-6);
+}
+
+TEST_CASE("fused optimizers hand gradients laid out unlike their parameter to the loop", "[unit]") {
+  // fc.weight is (2, 3) contiguous; a gradient with transposed strides cannot go through the kernel
+  auto transposed_grad = [](TinyNet& n) {
+    n.fc->weight.mutable_grad() = n.fc->weight.grad().t().contiguous().t();
+    REQUIRE(!fused_update_supported(n.fc->weight));
+    REQUIRE(fused_update_supported(n.fc->bias));
+  };
+  OptimConfig adamw;
+  adamw.name = "adamw";
+  adamw.lr = 0.01;
+  adamw.weight_decay = 0.1;
+  CHECK(fused_vs_loop(adamw, 4, transposed_grad) < 1e-6);
+  OptimConfig sgd;
+  sgd.momentum = 0.9;
+  sgd.weight_decay = 0.01;
+  CHECK(fused_vs_loop(sgd, 4, transposed_grad) < 1e-6);
+}
+
+TEST_CASE("fused AdamW resumes from saved state exactly (its step counters follow the loaded state)", "[unit]") {
+  OptimConfig c;
+  c.name = "adamw";
+  c.lr = 0.01;
+  c.weight_decay = 0.1;
+  torch::manual_seed(9);
+  std::vector<std::vector<torch::Tensor>> grads;  // per step, per parameter
+  TinyNet ref;
+  for (int s = 0; s < 4; ++s) {
+    grads.emplace_back();
+    for (auto& p : ref.parameters()) grads.back().push_back(torch::randn_like(p));
+  }
+  auto init = [&](TinyNet& n) {
+    torch::NoGradGuard ng;
+    auto pr = ref.parameters(), pn = n.parameters();
+    for (size_t i = 0; i < pr.size(); ++i) pn[i].copy_(pr[i]);
+  };
+  auto run = [&](TinyNet& n, torch::optim::Optimizer& opt, int from, int to) {
+    for (int s = from; s < to; ++s) {
+      auto ps = n.parameters();
+      for (size_t i = 0; i < ps.size(); ++i) ps[i].mutable_grad() = grads[s][i].clone();
+      opt.step();
+    }
+  };
+  TinyNet straight, resumed;
+  init(straight);
+  init(resumed);
+  auto opt_straight = build_optimizer(c, straight);
+  run(straight, *opt_straight, 0, 4);
+
+  auto first = build_optimizer(c, resumed);
+  run(resumed, *first, 0, 2);
+  auto saved = optimizer_state_tensors(*first, resumed);
+  c.fused = false;  // two steps with the loop in between: the counters must follow the state, not themselves
+  auto middle = build_optimizer(c, resumed);
+  load_optimizer_state(*middle, resumed, saved);
+  run(resumed, *middle, 2, 3);
+  saved = optimizer_state_tensors(*middle, resumed);
+  c.fused = true;
+  auto second = build_optimizer(c, resumed);
+  load_optimizer_state(*second, resumed, saved);
+  run(resumed, *second, 3, 4);
+  for (auto& [name, t] : optimizer_state_tensors(*second, resumed))
+    if (name.ends_with(".step")) CHECK(t.item<int64_t>() == 4);
+  auto ps = straight.parameters(), pr = resumed.parameters();
+  for (size_t i = 0; i < ps.size(); ++i) CHECK((ps[i] - pr[i]).abs().max().item<double>() < 1e-6);
 }

@@ -1,0 +1,151 @@
+// Memory estimates (fixed parts counted, activations measured) and train.batch_size auto.
+#include <catch2/catch.hpp>
+
+#include <c10/core/CPUAllocator.h>
+
+#include "engine/memory_plan.hpp"
+#include "models/model.hpp"
+#include "engine/memory_runs.hpp"
+#include "test_util.hpp"
+
+using namespace trainer;
+using namespace trainer::engine;
+
+namespace {
+
+models::ModelPtr small_gpt(bool checkpointing) {
+  config::ModelConfig m;
+  m.arch = "gpt";
+  m.vocab_size = 64;
+  m.block_size = 32;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 32;
+  m.activation_checkpointing = checkpointing;
+  models::ModelRegistry r;
+  models::register_builtin_models(r);
+  torch::manual_seed(0);
+  return r.create(m);
+}
+
+}  // namespace
+
+TEST_CASE("fixed memory counts parameters, gradients, optimizer state and DDP buckets", "[unit]") {
+  auto model = small_gpt(false);
+  const int64_t p = model->num_parameters() * 4;  // fp32
+  config::OptimConfig adamw;
+  adamw.name = "adamw";
+  auto m = fixed_memory(*model, adamw, 1);
+  CHECK(m.parameters == p);
+  CHECK(m.gradients == p);
+  CHECK(m.optimizer == 2 * p);  // exp_avg + exp_avg_sq
+  CHECK(m.ddp_buckets == 0);
+  config::OptimConfig sgd;  // momentum 0.9 by default: one buffer
+  CHECK(fixed_memory(*model, sgd, 2).optimizer == p);
+  CHECK(fixed_memory(*model, sgd, 2).ddp_buckets == p);
+  sgd.momentum = 0;
+  CHECK(fixed_memory(*model, sgd, 1).optimizer == 0);
+  CHECK(fixed_memory(*model, sgd, 1).total() == p);  // the gradients are part of the measured step
+}
+
+TEST_CASE("the activation probe measures per-sample bytes; checkpointing needs fewer; nothing is left behind", "[unit]") {
+  c10::Allocator* before = c10::GetCPUAllocator();
+  auto plain = small_gpt(false), ckpt = small_gpt(true);
+  const torch::Device cpu(torch::kCPU);
+  auto a = probe_activations(*plain, {32}, 64, Precision::Fp32, cpu, false, 1, 2);
+  auto b = probe_activations(*ckpt, {32}, 64, Precision::Fp32, cpu, false, 1, 2);
+  CHECK(c10::GetCPUAllocator() == before);  // the counting allocator is gone again
+  for (auto& p : plain->parameters()) CHECK(!p.grad().defined());
+  INFO("per sample: plain " << a.per_sample() << " B, checkpointed " << b.per_sample() << " B");
+  CHECK(a.how == "CPU counting allocator");
+  CHECK(a.peak2 > a.peak1);
+  // at least the logits (T x V fp32) and their gradient are held per sample
+  CHECK(a.per_sample() >= 2.0 * 32 * 64 * 4);
+  CHECK(b.per_sample() < a.per_sample());
+  // the parameter gradients are allocated inside the step: the peak at the larger batch holds them
+  CHECK(a.peak2 >= static_cast<double>(plain->num_parameters() * 4));
+  // the two-point fit predicts a larger micro-batch's measured peak
+  auto at8 = probe_activations(*plain, {32}, 64, Precision::Fp32, cpu, false, 8, 8);
+  INFO("micro-batch 8: predicted " << a.at(8) << " B, measured " << at8.peak1 << " B");
+  CHECK(a.at(8) == Approx(at8.peak1).epsilon(0.1));
+  // the same model measures the same twice (the estimate is reproducible)
+  auto again = probe_activations(*plain, {32}, 64, Precision::Fp32, cpu, false, 1, 2);
+  CHECK(again.per_sample() == Approx(a.per_sample()).epsilon(0.02));
+}
+
+TEST_CASE("micro-batch candidates are the divisors of the per-rank batch, largest first", "[unit]") {
+  CHECK(micro_batch_candidates(12) == std::vector<int64_t>{12, 6, 4, 3, 2, 1});
+  CHECK(micro_batch_candidates(1) == std::vector<int64_t>{1});
+  CHECK(micro_batch_candidates(49) == std::vector<int64_t>{49, 7, 1});
+}
+
+TEST_CASE("largest_fitting and the OOM search pick the largest candidate within the budget", "[unit]") {
+  FixedMemory fixed;
+  fixed.parameters = fixed.gradients = 100;
+  fixed.optimizer = 200;  // held: 300 (the gradients fall inside the measured step)
+  ActivationProbe probe;
+  probe.b1 = 2;
+  probe.b2 = 4;
+  probe.peak1 = 150 + 2 * 50;  // intercept 150, 50 per sample
+  probe.peak2 = 150 + 4 * 50;
+  REQUIRE(probe.per_sample() == 50);
+  REQUIRE(probe.intercept() == 150);
+  const auto c = micro_batch_candidates(24);
+  CHECK(largest_fitting(fixed, probe, 300 + 150 + 24 * 50, c) == 24);
+  CHECK(largest_fitting(fixed, probe, 300 + 150 + 23 * 50, c) == 12);  // 23 is no divisor of 24
+  CHECK(largest_fitting(fixed, probe, 300 + 150 + 50, c) == 1);
+  CHECK(largest_fitting(fixed, probe, 300 + 150 + 49, c) == 0);
+  // CUDA: from the estimate down until a real step fits; larger candidates are never tried
+  std::vector<int64_t> tried;
+  auto fits = [&](int64_t b) {
+    tried.push_back(b);
+    return b <= 5;
+  };
+  CHECK(search_fitting(c, 12, fits) == 4);
+  CHECK(tried == std::vector<int64_t>{12, 8, 6, 4});
+  tried.clear();
+  CHECK(search_fitting(c, 24, [&](int64_t b) { return fits(b) && false; }) == 0);
+  CHECK(tried.size() == c.size());
+}
+
+
+TEST_CASE("trainer check --memory prints the table; batch_size auto picks what check predicts", "[e2e]") {
+  auto dir = test::scratch_dir("auto_batch");
+  const auto cfg = test::auto_config(dir);
+  auto check = test::run_trainer("check " + cfg + " --memory");
+  INFO(check.output);
+  REQUIRE(check.exit_code == 0);
+  for (const char* row : {"parameters", "gradients \\(inside the step\\)", "optimizer state \\(adamw\\)", "step constant \\(measured\\)",
+                          "activations per sample \\(measured\\)"})
+    CHECK(test::row_bytes(check.output, row) >= 0);
+  CHECK(check.output.find("activation checkpointing") != std::string::npos);
+  const double fixed = test::row_bytes(check.output, "parameters") +
+                       test::row_bytes(check.output, "optimizer state \\(adamw\\)");
+  const double constant = test::row_bytes(check.output, "step constant \\(measured\\)");
+  const double per_sample = test::row_bytes(check.output, "activations per sample \\(measured\\)");
+  REQUIRE(per_sample > 0);
+
+  // a budget for 5.5 samples: of the divisors of 16, micro-batch 4 fits and 8 does not
+  const double budget_gb = (fixed + constant + 5.5 * per_sample) / 1e9;
+  const std::string set = " --set train.memory_budget_gb=" + std::to_string(budget_gb);
+  auto predicted = test::run_trainer("check " + cfg + " --memory" + set);
+  INFO(predicted.output);
+  CHECK(predicted.output.find("train.batch_size auto would pick micro-batch 4 x 4 accumulation") != std::string::npos);
+  auto run = test::run_trainer("run " + cfg + set + " --out-dir " + (dir / "small").string());
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("train.batch_size auto: micro-batch 4 x 4 accumulation x 1 rank(s) = global batch 16") !=
+        std::string::npos);
+
+  // plenty of memory: the whole per-rank batch in one micro-batch
+  auto big = test::run_trainer("run " + cfg + " --set train.memory_budget_gb=8 --out-dir " + (dir / "big").string());
+  INFO(big.output);
+  REQUIRE(big.exit_code == 0);
+  CHECK(big.output.find("train.batch_size auto: micro-batch 16 x 1 accumulation x 1 rank(s)") != std::string::npos);
+
+  // too little for even one sample: a clear error before training, nothing trained
+  auto none = test::run_trainer("run " + cfg + " --set train.memory_budget_gb=0.000001 --out-dir " + (dir / "none").string());
+  CHECK(none.exit_code == 1);
+  CHECK(none.output.find("train.batch_size auto: not even a micro-batch of 1 fits") != std::string::npos);
+  CHECK(!std::filesystem::exists(dir / "none/auto/checkpoints/step-4"));
+}
