@@ -138,6 +138,9 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     ActivationProbe probe;
   };
   std::vector<Column> cols;
+  // as the run probes: up to 64, and with batch_size auto not beyond the samples per rank per step
+  const int64_t probe_cap =
+      c.train.batch_size == 0 ? std::min<int64_t>(64, c.train.global_batch_size / std::max<int64_t>(env.world_size, 1)) : 64;
   for (bool ac : {false, true}) {
     auto mc = c.model;
     mc.init_from.clear();
@@ -150,7 +153,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     const int64_t b1 = image ? 2 : 1;
     cols.push_back({ac ? "activation checkpointing" : "no checkpointing", fixed_memory(*model, c.optim, env.world_size),
                     probe_activations(*model, shape, classes, precision, device, c.model.channels_last && image, b1,
-                                      2 * b1)});
+                                      2 * b1, /*max_b2=*/probe_cap)});
   }
   double budget = budget_gb > 0 ? budget_gb * 1e9 : c.train.memory_budget_gb * 1e9;
   std::string budget_source = budget_gb > 0 ? "--memory-gb" : "train.memory_budget_gb";
@@ -166,9 +169,10 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     }
   }
   const int64_t b = c.train.batch_size;
-  std::cout << "memory per process (" << c.train.precision << ", fp32 weights and optimizer state; activations measured on "
+  std::cout << "memory per process (" << c.train.precision << ", fp32 weights and optimizer state; the step measured on "
             << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
-            << cols[0].probe.b2 << "):\n";
+            << cols[0].probe.b2 << " without checkpointing, " << cols[1].probe.b1 << " and " << cols[1].probe.b2
+            << " with):\n";
   auto row = [&](const std::string& name, auto value) {
     std::cout << "  " << std::left << std::setw(34) << name;
     for (const auto& col : cols) std::cout << std::right << std::setw(26) << value(col);

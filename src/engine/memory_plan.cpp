@@ -94,7 +94,7 @@ FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& 
 
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,
                                   int64_t vocab_or_classes, Precision precision, const torch::Device& device,
-                                  bool channels_last, int64_t b1, int64_t b2) {
+                                  bool channels_last, int64_t b1, int64_t b2, int64_t max_b2) {
   ActivationProbe r;
   r.b1 = b1;
   r.b2 = b2;
@@ -148,7 +148,13 @@ ActivationProbe probe_activations(models::Model& model, const std::vector<int64_
   };
   r.how = device.is_cuda() ? "CUDA caching allocator" : "CPU counting allocator";
   r.peak1 = measure(b1);
-  r.peak2 = measure(b2);
+  r.peak2 = b2 == b1 ? r.peak1 : measure(b2);
+  while (b2 > b1 && 2 * r.b2 <= max_b2 && r.peak2 - r.peak1 < 0.25 * r.peak1) {
+    r.b1 = r.b2;
+    r.peak1 = r.peak2;
+    r.b2 *= 2;
+    r.peak2 = measure(r.b2);
+  }
   return r;
 }
 

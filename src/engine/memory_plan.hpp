@@ -49,9 +49,13 @@ struct ActivationProbe {
 // on `device`, on random inputs: images (C, H, W) with classes = model output width, or tokens (T)
 // below `vocab_or_classes`. Gradients are cleared before and after; BatchNorm running statistics and
 // the global RNG move, so probe a separate model instance, not the one being trained.
+// The step's peak is the larger of a batch-independent spike (parameter gradients, cast weights)
+// and the batch-dependent activations; while the second point adds less than a quarter to the
+// first (the spike still dominates), both micro-batches double, up to `max_b2`, so that the slope
+// is the activations' and not the spike's.
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,
                                   int64_t vocab_or_classes, Precision precision, const torch::Device& device,
-                                  bool channels_last, int64_t b1, int64_t b2);
+                                  bool channels_last, int64_t b1, int64_t b2, int64_t max_b2 = 0);
 
 // The divisors of `per_rank` (samples per rank per optimizer step), largest first: the micro-batches
 // that keep the global batch exact with a whole number of accumulation steps.

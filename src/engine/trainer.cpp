@@ -259,7 +259,8 @@ class Trainer {
     const auto fixed = fixed_memory(*probe_model, cfg_.optim, env_.world_size);
     const int64_t b1 = image ? 2 : 1;
     const auto probe = probe_activations(*probe_model, train_set_->sample_shape(), train_set_->num_classes(),
-                                         precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1);
+                                         precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,
+                                         /*max_b2=*/std::min<int64_t>(64, per_rank));
     double budget = cfg_.train.memory_budget_gb * 1e9;
     std::string budget_source = "train.memory_budget_gb";
     if (budget <= 0) {
