@@ -100,6 +100,7 @@ struct TrainConfig {
   std::string device = "auto";     // auto | cpu | cuda
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
   double memory_budget_gb = 0.0;   // batch_size auto: bytes per process (0 = 80 % host / 90 % GPU)
+  bool reuse_host_memory = true;   // glibc malloc keeps freed blocks (see device::keep_host_memory_for_reuse)
   double grad_clip = 0.0;          // max global grad norm (0 = off)
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)

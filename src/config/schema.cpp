@@ -140,6 +140,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.c("device", t.device, {"auto", "cpu", "cuda"}, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
+  k.b("reuse_host_memory", t.reuse_host_memory,
+      "Keep freed host memory for reuse (malloc mmap threshold 32 MiB, no trimming) instead of re-faulting it every step.");
   k.f("memory_budget_gb", t.memory_budget_gb, 0, 1e6,
       "batch_size auto: memory per process in GB (0 = CPU: 80 % of available host memory / local ranks; CUDA: 90 % of the GPU).");
   k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");

@@ -5,7 +5,12 @@
 #include <ATen/Version.h>
 #include <torch/cuda.h>
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <algorithm>
+#include <climits>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -49,6 +54,17 @@ std::string cpu_math_summary() {
     s << ", " << std::string(k).substr(0, std::string(k).find_first_of("=:")) << " " << cfg.substr(p, e - p);
   }
   return s.str();
+}
+
+std::string keep_host_memory_for_reuse() {
+#if defined(__GLIBC__)
+  constexpr int kMmapThreshold = 32 << 20;  // glibc refuses more (HEAP_MAX_SIZE / 2 on 64-bit)
+  const bool ok = mallopt(M_MMAP_THRESHOLD, kMmapThreshold) == 1 && mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
+  if (!ok) return "";
+  return "host memory: freed blocks are kept for reuse (malloc mmap threshold 32 MiB, no trimming)";
+#else
+  return "";
+#endif
 }
 
 }  // namespace trainer::device

@@ -20,4 +20,11 @@ int64_t default_threads(int64_t configured, int64_t local_world_size);
 // CPU math libraries as LibTorch reports them (MKL, oneDNN, OpenMP, BLAS, capability).
 std::string cpu_math_summary();
 
+// train.reuse_host_memory: glibc malloc keeps freed blocks for reuse instead of handing them back
+// to the kernel (mmap threshold 32 MiB, glibc's maximum, and no trimming of the heap top). Every
+// training step frees and reallocates the same activation buffers; with glibc's defaults the large
+// ones come from fresh mmap()s whose pages fault in (and are zeroed) again every step. Returns a
+// line for the log; "" where malloc is not glibc's.
+std::string keep_host_memory_for_reuse();
+
 }  // namespace trainer::device

@@ -155,6 +155,10 @@ class Trainer {
  private:
   // --- setup -------------------------------------------------------------------------------------
   void setup() {
+    if (cfg_.train.reuse_host_memory) {
+      const auto line = device::keep_host_memory_for_reuse();
+      if (!line.empty()) spdlog::debug("{}", line);
+    }
     at::set_num_threads(static_cast<int>(device::default_threads(cfg_.train.threads, env_.local_world_size)));
     torch::manual_seed(static_cast<uint64_t>(cfg_.run.seed));
     if (cfg_.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
