@@ -26,12 +26,24 @@ void check_config(const config::ModelConfig& c) {
   if (c.n_embd % c.n_head != 0)
     throw std::invalid_argument("model.n_embd " + std::to_string(c.n_embd) + " is not divisible by model.n_head " +
                                 std::to_string(c.n_head));
-  if (c.attention != "sdpa" && c.attention != "math")
-    throw std::invalid_argument("model.attention '" + c.attention + "' is unknown; known: math, sdpa");
+  if (c.attention != "sdpa" && c.attention != "math" && c.attention != "auto")
+    throw std::invalid_argument("model.attention '" + c.attention + "' is unknown; known: auto, math, sdpa");
   if (!(c.dropout >= 0.0 && c.dropout < 1.0)) throw std::invalid_argument("model.dropout must be in [0, 1)");
 }
 
 }  // namespace
+
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool math,
+                               double dropout, bool training) {
+  const double p = training ? dropout : 0.0;
+  if (!math) return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true);
+  const int64_t T = q.size(-2), hs = q.size(-1);
+  auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));  // (B, nh, T, T)
+  auto future = torch::ones({T, T}, q.options().dtype(torch::kBool)).triu(1);  // true above the diagonal
+  att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
+  att = torch::dropout(torch::softmax(att, -1), p, training);
+  return torch::matmul(att, v);  // (B, nh, T, hs)
+}
 
 LayerNormImpl::LayerNormImpl(int64_t n, bool with_bias) {
   weight = register_parameter("weight", torch::ones({n}));
@@ -54,18 +66,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
   auto q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
   auto k = qkv[1].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
   auto v = qkv[2].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
-  const double p = is_training() ? dropout_ : 0.0;
-  torch::Tensor y;
-  if (math_) {
-    auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));  // (B, nh, T, T)
-    auto future = torch::ones({T, T}, x.options().dtype(torch::kBool)).triu(1);  // true above the diagonal
-    att = att.masked_fill(future, -std::numeric_limits<double>::infinity());
-    att = torch::dropout(torch::softmax(att, -1), p, is_training());
-    y = torch::matmul(att, v);  // (B, nh, T, hs)
-  } else {
-    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true);  // (B, nh, T, hs)
-  }
-  y = y.transpose(1, 2).contiguous().view({B, T, C});        // (B, T, C)
+  auto y = causal_attention(q, k, v, math_, dropout_, is_training());  // (B, nh, T, hs)
+  y = y.transpose(1, 2).contiguous().view({B, T, C});                  // (B, T, C)
   return torch::dropout(fused_linear(c_proj, y), dropout_, is_training());  // (B, T, C)
 }
 

@@ -8,6 +8,13 @@
 
 namespace trainer::models {
 
+// Causal attention over q, k, v (B, nh, T, hs) -> (B, nh, T, hs): `math` = explicit masked softmax
+// (two matmuls), else scaled_dot_product_attention (fused kernels). Dropout p on the weights when
+// training. The same result up to rounding; the speed differs by device and dtype (see
+// model.attention auto in engine/autotune.hpp).
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool math,
+                               double dropout, bool training);
+
 // LayerNorm whose bias is optional (nanoGPT's `bias: false`); torch::nn::LayerNorm has both or neither.
 class LayerNormImpl : public torch::nn::Module {
  public:
@@ -26,7 +33,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  private:
   int64_t n_head_, n_embd_;
   double dropout_;
-  bool math_;  // explicit masked softmax instead of scaled_dot_product_attention
+  bool math_;  // explicit masked softmax instead of scaled_dot_product_attention ("auto" = sdpa here)
 };
 TORCH_MODULE(CausalSelfAttention);
 

@@ -37,7 +37,7 @@ struct ModelConfig {
   int64_t n_embd = 384;
   double dropout = 0.0;
   bool bias = true;
-  std::string attention = "sdpa";  // sdpa | math (explicit masked softmax: the reference path)
+  std::string attention = "auto";  // auto | sdpa | math (explicit masked softmax); auto: engine/autotune.hpp
   // both
   bool activation_checkpointing = false;
   std::string init_from;  // a .safetensors file to initialise the weights from ("" = random init)

@@ -96,7 +96,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.arch("gpt");
   k.b("bias", m.bias, "GPT: biases in Linear and LayerNorm layers.");
   k.arch("gpt");
-  k.c("attention", m.attention, {"sdpa", "math"}, "GPT attention: sdpa (fused kernels) or math (explicit masked softmax).");
+  k.c("attention", m.attention, {"auto", "sdpa", "math"},
+      "GPT attention: sdpa (fused kernels), math (explicit masked softmax), or auto (measured at start: see docs/PERFORMANCE.md).");
   k.arch("gpt");
   k.b("activation_checkpointing", m.activation_checkpointing,
       "Recompute activations in backward (per ResNet stage or GPT block) to save memory.");

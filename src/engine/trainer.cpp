@@ -38,6 +38,8 @@
 #include "engine/stop_signal.hpp"
 #include "engine/train_step.hpp"
 #include "engine/memory_plan.hpp"
+#include "engine/autotune.hpp"
+#include "engine/train_state.hpp"
 #include "obs/profiler.hpp"
 #include "models/model.hpp"
 #include "obs/memory.hpp"
@@ -148,7 +150,11 @@ class Trainer {
     resume();
     install_stop_handlers();
     int rc = train_loop();
-    restore_stop_handlers();
+    // after a stop signal's checkpoint the process is on its way out: more signals of the same burst
+    // (schedulers repeat SIGTERM) must not kill it between the saved checkpoint and exit 75, so the
+    // handlers stay (found by the SIGTERM-burst test once saves got faster); otherwise the previous
+    // handlers come back
+    if (rc != kExitSavedAfterSignal) restore_stop_handlers();
     return rc;
   }
 
@@ -176,6 +182,7 @@ class Trainer {
     if (env_.world_size > 1)
       dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config::config_hash(cfg_));
 
+    if (cfg_.model.arch == "gpt" && cfg_.model.attention == "auto") resolve_attention();
     models::ModelRegistry registry;
     models::register_builtin_models(registry);
     model_ = registry.create(cfg_.model);  // seeded above: every rank draws the same initial weights
@@ -243,6 +250,37 @@ class Trainer {
     o.train = train;
     o.pin_memory = device_.is_cuda();
     return o;
+  }
+
+  // model.attention auto (engine/autotune.hpp): rank 0 decides, every rank takes its choice, and the
+  // run directory keeps it (autotune.json) so that a resumed run computes with the same kernels.
+  void resolve_attention() {
+    const auto file = dir_.root / "autotune.json";
+    if (std::filesystem::exists(file)) {
+      std::ifstream in(file);
+      auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+      if (j.is_object() && j.contains("model.attention") && j["model.attention"].is_string()) {
+        cfg_.model.attention = j["model.attention"].get<std::string>();
+        if (cfg_.model.attention == "sdpa" || cfg_.model.attention == "math") {
+          spdlog::info("model.attention auto: {} (kept from {})", cfg_.model.attention, file.string());
+          return;
+        }
+      }
+      throw std::runtime_error(file.string() + ": no valid \"model.attention\" (sdpa or math); delete the file to measure again");
+    }
+    const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
+    AttentionChoice c;
+    if (env_.rank == 0) c = choose_attention(cfg_.model, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
+    restore_rng_state(rng, device_);
+    bool math = c.attention == "math";
+    if (dist_ && dist_->active()) math = dist_->any(env_.rank == 0 && math);
+    cfg_.model.attention = math ? "math" : "sdpa";
+    if (env_.rank == 0) {
+      nlohmann::json j = {{"model.attention", cfg_.model.attention}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
+                          {"math_ms", c.math_ms}};
+      io::write_file_atomic(file, j.dump(2) + "\n");
+      spdlog::info("model.attention auto: {} ({})", cfg_.model.attention, c.reason);
+    }
   }
 
   // train.batch_size auto: the largest divisor of the per-rank batch that fits this process's memory
