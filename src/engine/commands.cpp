@@ -155,19 +155,11 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
                     probe_activations(*model, shape, classes, precision, device, c.model.channels_last && image, b1,
                                       2 * b1, /*max_b2=*/probe_cap)});
   }
-  double budget = budget_gb > 0 ? budget_gb * 1e9 : c.train.memory_budget_gb * 1e9;
-  std::string budget_source = budget_gb > 0 ? "--memory-gb" : "train.memory_budget_gb";
-  if (budget <= 0) {
-    if (device.is_cuda()) {
-      const auto devs = device::cuda_devices();
-      const int index = device.has_index() ? device.index() : 0;
-      if (index < static_cast<int>(devs.size())) budget = 0.9 * static_cast<double>(devs[index].total_memory);
-      budget_source = "90 % of the GPU";
-    } else if (auto avail = available_host_memory()) {
-      budget = 0.8 * *avail / static_cast<double>(std::max<int64_t>(env.local_world_size, 1));
-      budget_source = "80 % of available host memory";
-    }
-  }
+  const auto mb = budget_gb > 0 ? memory_budget(budget_gb, "--memory-gb", device, env.local_world_size)
+                                : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
+                                                env.local_world_size);
+  const double budget = mb.bytes;
+  const std::string& budget_source = mb.source;
   const int64_t b = c.train.batch_size;
   std::cout << "memory per process (" << c.train.precision << ", fp32 weights and optimizer state; the step measured on "
             << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "

@@ -1,82 +1,19 @@
 #include "engine/memory_plan.hpp"
 
-#include <c10/core/CPUAllocator.h>
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
+#include <chrono>
 #include <fstream>
-#include <mutex>
-#include <unordered_map>
 
 #include "device/cuda_seam.hpp"
+#include "device/host_alloc_probe.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/optim.hpp"
 #include "engine/train_step.hpp"
 
 namespace trainer::engine {
 namespace {
-
-// Wraps the CPU allocator while a probe runs and counts the bytes its tensors hold: live and the
-// high-water mark. The context of each block is its data pointer (some ATen code frees through
-// raw_deleter(), which needs that); the inner allocation is kept in a table until then. Tensors
-// allocated through it may outlive the probe: the allocator is never destroyed.
-class CountingCpuAllocator final : public c10::Allocator {
- public:
-  static CountingCpuAllocator& get() {
-    static auto* a = new CountingCpuAllocator();
-    return *a;
-  }
-  void install() {
-    inner_ = c10::GetCPUAllocator();
-    c10::SetCPUAllocator(this, /*priority=*/255);
-  }
-  void uninstall() { c10::SetCPUAllocator(inner_, /*priority=*/255); }
-  void reset_peak() { peak_.store(live_.load()); }
-  int64_t live() const { return live_.load(); }
-  int64_t peak() const { return peak_.load(); }
-
-  c10::DataPtr allocate(size_t n) override {
-    c10::DataPtr inner = inner_->allocate(n);
-    void* data = inner.get();
-    if (n == 0 || data == nullptr) return inner;  // nothing to count
-    const auto bytes = static_cast<int64_t>(n);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      held_.emplace(data, Held{std::move(inner), bytes});
-    }
-    const int64_t now = live_.fetch_add(bytes) + bytes;
-    int64_t seen = peak_.load();
-    while (now > seen && !peak_.compare_exchange_weak(seen, now)) {
-    }
-    return {data, data, &CountingCpuAllocator::release, c10::Device(c10::kCPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &CountingCpuAllocator::release; }
-  void copy_data(void* dest, const void* src, std::size_t count) const override { std::memcpy(dest, src, count); }
-
- private:
-  struct Held {
-    c10::DataPtr inner;
-    int64_t bytes;
-  };
-  static void release(void* data) {
-    auto& self = get();
-    c10::DataPtr inner;  // freed outside the lock
-    {
-      std::lock_guard<std::mutex> lock(self.mu_);
-      auto it = self.held_.find(data);
-      if (it == self.held_.end()) return;
-      self.live_.fetch_sub(it->second.bytes);
-      inner = std::move(it->second.inner);
-      self.held_.erase(it);
-    }
-  }
-  c10::Allocator* inner_ = nullptr;
-  std::mutex mu_;
-  std::unordered_map<void*, Held> held_;
-  std::atomic<int64_t> live_{0}, peak_{0};
-};
 
 int64_t tensor_bytes(const torch::Tensor& t) { return t.numel() * static_cast<int64_t>(t.element_size()); }
 
@@ -130,30 +67,30 @@ ActivationProbe probe_activations(models::Model& model, const std::vector<int64_
       run();
       peak = static_cast<double>(device::cuda_memory_stats(index).peak_allocated - before);
     } else {
-      auto& counter = CountingCpuAllocator::get();
-      counter.install();
+      auto& counter = device::HostAllocProbe::instance();
+      device::HostAllocProbe::Scope installed;
       const int64_t before = counter.live();
       counter.reset_peak();
-      try {
-        run();
-      } catch (...) {
-        counter.uninstall();
-        throw;
-      }
+      run();
       peak = static_cast<double>(counter.peak() - before);
-      counter.uninstall();
     }
     clear_grads();
     return peak;
   };
   r.how = device.is_cuda() ? "CUDA caching allocator" : "CPU counting allocator";
   r.peak1 = measure(b1);
+  auto t0 = std::chrono::steady_clock::now();
   r.peak2 = b2 == b1 ? r.peak1 : measure(b2);
-  while (b2 > b1 && 2 * r.b2 <= max_b2 && r.peak2 - r.peak1 < 0.25 * r.peak1) {
+  double last_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // larger points fit larger batches better: keep doubling while a probe step is cheap (under half a
+  // second), and in any case while the spike still hides the activations
+  while (b2 > b1 && 2 * r.b2 <= max_b2 && (last_s < 0.5 || r.peak2 - r.peak1 < 0.25 * r.peak1)) {
     r.b1 = r.b2;
     r.peak1 = r.peak2;
     r.b2 *= 2;
+    t0 = std::chrono::steady_clock::now();
     r.peak2 = measure(r.b2);
+    last_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   return r;
 }
@@ -182,6 +119,22 @@ int64_t search_fitting(const std::vector<int64_t>& candidates, int64_t start, co
     if (fits(b)) return b;
   }
   return 0;
+}
+
+MemoryBudget memory_budget(double configured_gb, const std::string& configured_what, const torch::Device& device,
+                           int64_t local_world_size) {
+  MemoryBudget b;
+  if (configured_gb > 0) return {configured_gb * 1e9, configured_what};
+  if (device.is_cuda()) {
+    const auto devs = device::cuda_devices();
+    const int index = device.has_index() ? device.index() : 0;
+    if (index < static_cast<int>(devs.size())) b.bytes = 0.9 * static_cast<double>(devs[index].total_memory);
+    b.source = "90 % of the GPU's memory";
+  } else if (auto avail = available_host_memory()) {
+    b.bytes = 0.8 * *avail / static_cast<double>(std::max<int64_t>(local_world_size, 1));
+    b.source = fmt::format("80 % of the host's available memory / {} local rank(s)", local_world_size);
+  }
+  return b;
 }
 
 std::optional<double> available_host_memory() {

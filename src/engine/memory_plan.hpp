@@ -50,9 +50,10 @@ struct ActivationProbe {
 // below `vocab_or_classes`. Gradients are cleared before and after; BatchNorm running statistics and
 // the global RNG move, so probe a separate model instance, not the one being trained.
 // The step's peak is the larger of a batch-independent spike (parameter gradients, cast weights)
-// and the batch-dependent activations; while the second point adds less than a quarter to the
-// first (the spike still dominates), both micro-batches double, up to `max_b2`, so that the slope
-// is the activations' and not the spike's.
+// and the batch-dependent activations, and small micro-batches fit large ones poorly; so both
+// micro-batches double, up to `max_b2`, while a probe step takes under half a second and, whatever
+// it costs, while the second point adds less than a quarter to the first (the spike still hides
+// the activations).
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,
                                   int64_t vocab_or_classes, Precision precision, const torch::Device& device,
                                   bool channels_last, int64_t b1, int64_t b2, int64_t max_b2 = 0);
@@ -68,6 +69,15 @@ int64_t largest_fitting(const FixedMemory& fixed, const ActivationProbe& probe, 
 // CUDA: from the estimate down, the first candidate for which `fits(b)` (a real step; false on out
 // of memory) holds; 0 if none. Candidates above `start` are not tried.
 int64_t search_fitting(const std::vector<int64_t>& candidates, int64_t start, const std::function<bool(int64_t)>& fits);
+
+struct MemoryBudget {
+  double bytes = 0;    // 0: unknown
+  std::string source;  // for messages: where the figure comes from
+};
+// `configured_gb` (x 1e9) when > 0, named `configured_what`; else CUDA: 90 % of the device's memory,
+// CPU: 80 % of the host's available memory divided by the local ranks.
+MemoryBudget memory_budget(double configured_gb, const std::string& configured_what, const torch::Device& device,
+                           int64_t local_world_size);
 
 // MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
 std::optional<double> available_host_memory();

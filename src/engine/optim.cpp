@@ -121,14 +121,17 @@ void step_unfused(Base& opt, const std::vector<torch::Tensor>& fallback) {
   for (auto& [p, g] : hidden) p.mutable_grad() = g;
 }
 
+// The loss closure of Optimizer::step, evaluated with gradients on (undefined without one).
+torch::Tensor evaluate_closure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (!closure) return {};
+  at::AutoGradMode grad_mode(true);
+  return closure();
+}
+
 }  // namespace
 
 torch::Tensor FusedAdamW::step(LossClosure closure) {
-  torch::Tensor loss;
-  if (closure) {
-    at::AutoGradMode grad_mode(true);
-    loss = closure();
-  }
+  torch::Tensor loss = evaluate_closure(closure);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> fallback;
   for (auto& group : param_groups_) {
@@ -185,11 +188,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
 }
 
 torch::Tensor FusedSGD::step(LossClosure closure) {
-  torch::Tensor loss;
-  if (closure) {
-    at::AutoGradMode grad_mode(true);
-    loss = closure();
-  }
+  torch::Tensor loss = evaluate_closure(closure);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> fallback;
   for (auto& group : param_groups_) {

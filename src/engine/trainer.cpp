@@ -303,21 +303,11 @@ class Trainer {
     const auto probe = probe_activations(*probe_model, train_set_->sample_shape(), train_set_->num_classes(),
                                          precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,
                                          /*max_b2=*/std::min<int64_t>(64, per_rank));
-    double budget = cfg_.train.memory_budget_gb * 1e9;
-    std::string budget_source = "train.memory_budget_gb";
-    if (budget <= 0) {
-      if (device_.is_cuda()) {
-        const auto devs = device::cuda_devices();
-        const int index = device_.has_index() ? device_.index() : 0;
-        if (index < static_cast<int>(devs.size())) budget = 0.9 * static_cast<double>(devs[index].total_memory);
-        budget_source = "90 % of the GPU's memory";
-      } else if (auto avail = available_host_memory()) {
-        budget = 0.8 * *avail / static_cast<double>(std::max<int64_t>(env_.local_world_size, 1));
-        budget_source = fmt::format("80 % of the host's available memory / {} local rank(s)", env_.local_world_size);
-      }
-      if (budget <= 0)
-        throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
-    }
+    const auto mb = memory_budget(cfg_.train.memory_budget_gb, "train.memory_budget_gb", device_, env_.local_world_size);
+    const double budget = mb.bytes;
+    const std::string& budget_source = mb.source;
+    if (budget <= 0)
+      throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
     int64_t chosen = largest_fitting(fixed, probe, budget, candidates);
     if (device_.is_cuda() && chosen > 0) {
       // the estimate is a start: a real step at that size must run; out of memory steps down

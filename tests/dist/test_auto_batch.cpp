@@ -11,13 +11,11 @@ using namespace trainer;
 TEST_CASE("batch_size auto on 2 ranks: one micro-batch for both, global batch kept, same losses", "[dist][e2e]") {
   auto dir = test::scratch_dir("auto_batch_dist");
   const auto cfg = test::auto_config(dir);
-  auto check = test::run_trainer("check " + cfg + " --memory");
+  const auto check = test::check_memory(cfg);
   INFO(check.output);
   REQUIRE(check.exit_code == 0);
-  const double params = test::row_bytes(check.output, "parameters");
-  const double fixed = params + test::row_bytes(check.output, "optimizer state \\(adamw\\)");
-  const double constant = test::row_bytes(check.output, "step constant \\(measured\\)");
-  const double per_sample = test::row_bytes(check.output, "activations per sample \\(measured\\)");
+  const double params = check.parameters, fixed = check.held(), constant = check.step_constant;
+  const double per_sample = check.per_sample;
   REQUIRE(per_sample > 0);
   // 2 ranks add the DDP buckets (one copy of the gradients); room for 2.5 samples: of the divisors
   // of 8 samples per rank, micro-batch 2 fits and 4 does not

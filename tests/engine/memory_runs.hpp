@@ -20,6 +20,25 @@ inline double row_bytes(const std::string& out, const std::string& row) {
   return v * (u == "B" ? 1 : u == "KiB" ? 1024.0 : u == "MiB" ? 1048576.0 : 1073741824.0);
 }
 
+// The first column (no checkpointing) of `trainer check CONFIG --memory`, in bytes.
+struct CheckedMemory {
+  std::string output;  // the whole check output (for INFO)
+  int exit_code = -1;
+  double parameters = -1, optimizer = -1, step_constant = -1, per_sample = -1;
+  double held() const { return parameters + optimizer; }  // one rank: no DDP buckets
+};
+inline CheckedMemory check_memory(const std::string& config) {
+  auto r = run_trainer("check " + config + " --memory");
+  CheckedMemory m;
+  m.output = r.output;
+  m.exit_code = r.exit_code;
+  m.parameters = row_bytes(r.output, "parameters");
+  m.optimizer = row_bytes(r.output, "optimizer state \\(adamw\\)");
+  m.step_constant = row_bytes(r.output, "step constant \\(measured\\)");
+  m.per_sample = row_bytes(r.output, "activations per sample \\(measured\\)");
+  return m;
+}
+
 // A 2-layer GPT on synthetic tokens, global batch 16, micro-batch auto; returns the file's path.
 inline std::string auto_config(const std::filesystem::path& dir) {
   auto file = dir / "auto.yaml";

@@ -1,16 +1,13 @@
 // Helpers for the model tests: configs, deterministic weights (the C++ twin of
-// tests/reference/det_fill.py), comparisons, and a CPU allocator probe.
+// tests/reference/det_fill.py) and comparisons.
 #pragma once
 
 #include <torch/torch.h>
 
-#include <c10/core/CPUAllocator.h>
-
-#include <atomic>
 #include <cmath>
-#include <cstring>
-#include <mutex>
-#include <unordered_map>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "io/safetensors.hpp"
@@ -83,62 +80,5 @@ inline torch::Tensor det_resnet_tensor(const std::string& name, const std::vecto
   }
   return (center + half * (2.0 * u - 1.0)).to(torch::kFloat32).reshape(shape);
 }
-
-// Counts live and peak bytes of CPU tensor storage while installed (wraps the default allocator).
-class CpuAllocProbe : public c10::Allocator {
- public:
-  static CpuAllocProbe& instance() {
-    static CpuAllocProbe probe(c10::GetCPUAllocator());
-    return probe;
-  }
-  struct Scope {  // installs the probe for its lifetime
-    Scope() { c10::SetCPUAllocator(&instance(), /*priority=*/100); }
-    ~Scope() { c10::SetCPUAllocator(instance().base_, /*priority=*/100); }
-  };
-  int64_t live() const { return live_.load(); }
-  int64_t peak() const { return peak_.load(); }
-  void reset_peak() { peak_.store(live_.load()); }
-
-  c10::DataPtr allocate(size_t n) override {
-    if (n == 0) return base_->allocate(0);
-    c10::DataPtr inner = base_->allocate(n);
-    void* data = inner.get();
-    const auto device = inner.device();
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      blocks_.emplace(data, Block{std::move(inner), static_cast<int64_t>(n)});
-    }
-    const int64_t now = live_.fetch_add(static_cast<int64_t>(n)) + static_cast<int64_t>(n);
-    int64_t p = peak_.load();
-    while (now > p && !peak_.compare_exchange_weak(p, now)) {
-    }
-    return c10::DataPtr(data, data, &release, device);  // context == data: raw_allocate() works too
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &release; }
-  void copy_data(void* dst, const void* src, size_t n) const override { std::memcpy(dst, src, n); }
-
- private:
-  struct Block {
-    c10::DataPtr inner;
-    int64_t n;
-  };
-  explicit CpuAllocProbe(c10::Allocator* base) : base_(base) {}
-  static void release(void* data) {
-    auto& self = instance();
-    c10::DataPtr inner;  // freed through the wrapped allocator when it goes out of scope
-    {
-      std::lock_guard<std::mutex> lock(self.mu_);
-      auto it = self.blocks_.find(data);
-      if (it == self.blocks_.end()) return;
-      self.live_ -= it->second.n;
-      inner = std::move(it->second.inner);
-      self.blocks_.erase(it);
-    }
-  }
-  c10::Allocator* base_;
-  std::mutex mu_;
-  std::unordered_map<void*, Block> blocks_;
-  std::atomic<int64_t> live_{0}, peak_{0};
-};
 
 }  // namespace trainer::test

@@ -1,6 +1,7 @@
 // GPT: shapes, names, init, attention paths, sequence length, checkpointing (gradients and memory).
 #include <catch2/catch.hpp>
 
+#include "device/host_alloc_probe.hpp"
 #include "model_test_util.hpp"
 
 using namespace trainer;
@@ -111,8 +112,8 @@ TEST_CASE("gpt activation checkpointing keeps less memory alive between forward 
   auto measure = [&](bool checkpointing, int64_t& retained, int64_t& peak) {
     cfg.activation_checkpointing = checkpointing;
     auto model = test::make_model(cfg, 1);
-    auto& probe = test::CpuAllocProbe::instance();
-    test::CpuAllocProbe::Scope scope;
+    auto& probe = device::HostAllocProbe::instance();
+    device::HostAllocProbe::Scope scope;
     const int64_t before = probe.live();
     probe.reset_peak();
     auto loss = model->forward(idx).logsumexp(-1).mean();
