@@ -254,33 +254,70 @@ class Trainer {
 
   // model.attention auto (engine/autotune.hpp): rank 0 decides, every rank takes its choice, and the
   // run directory keeps it (autotune.json) so that a resumed run computes with the same kernels.
+  std::filesystem::path autotune_file() const { return dir_.root / "autotune.json"; }
+
+  // <run dir>/autotune.json as an object ({} when there is none yet).
+  nlohmann::json read_autotune() const {
+    const auto file = autotune_file();
+    if (!std::filesystem::exists(file)) return nlohmann::json::object();
+    std::ifstream in(file);
+    auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) throw std::runtime_error(file.string() + ": not a JSON object; delete it to measure again");
+    return j;
+  }
+
+  // Rank 0 merges `entries` into autotune.json (atomically).
+  void write_autotune(const nlohmann::json& entries) const {
+    if (env_.rank != 0) return;
+    auto j = read_autotune();
+    j.update(entries);
+    io::write_file_atomic(autotune_file(), j.dump(2) + "\n");
+  }
+
+  // Rank 0's decisions reach the other ranks through collectives, never through the file, so ranks
+  // that do not share the run directory still agree.
+  bool rank0_says(bool flag) { return dist_ && dist_->active() ? dist_->any(env_.rank == 0 && flag) : flag; }
+
   void resolve_attention() {
-    const auto file = dir_.root / "autotune.json";
-    if (std::filesystem::exists(file)) {
-      std::ifstream in(file);
-      auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-      if (j.is_object() && j.contains("model.attention") && j["model.attention"].is_string()) {
-        cfg_.model.attention = j["model.attention"].get<std::string>();
-        if (cfg_.model.attention == "sdpa" || cfg_.model.attention == "math") {
-          spdlog::info("model.attention auto: {} (kept from {})", cfg_.model.attention, file.string());
-          return;
-        }
-      }
-      throw std::runtime_error(file.string() + ": no valid \"model.attention\" (sdpa or math); delete the file to measure again");
-    }
-    const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
-    AttentionChoice c;
-    if (env_.rank == 0) c = choose_attention(cfg_.model, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
-    restore_rng_state(rng, device_);
-    bool math = c.attention == "math";
-    if (dist_ && dist_->active()) math = dist_->any(env_.rank == 0 && math);
-    cfg_.model.attention = math ? "math" : "sdpa";
+    const auto file = autotune_file();
+    bool kept = false, math = false;
     if (env_.rank == 0) {
-      nlohmann::json j = {{"model.attention", cfg_.model.attention}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
-                          {"math_ms", c.math_ms}};
-      io::write_file_atomic(file, j.dump(2) + "\n");
-      spdlog::info("model.attention auto: {} ({})", cfg_.model.attention, c.reason);
+      const auto saved = read_autotune();
+      if (saved.contains("model.attention")) {
+        const auto& a = saved["model.attention"];
+        if (!a.is_string() || (a != "sdpa" && a != "math"))
+          throw std::runtime_error(file.string() + ": \"model.attention\" is not sdpa or math; delete the file to measure again");
+        kept = true;
+        math = a == "math";
+      }
     }
+    kept = rank0_says(kept);
+    AttentionChoice c;
+    if (!kept && env_.rank == 0) {
+      const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
+      c = choose_attention(cfg_.model, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
+      restore_rng_state(rng, device_);
+      math = c.attention == "math";
+    }
+    if (env_.rank != 0) c.reason = "rank 0's measurement";
+    math = rank0_says(math);
+    cfg_.model.attention = math ? "math" : "sdpa";
+    if (kept) {
+      spdlog::info("model.attention auto: {} (kept from {})", cfg_.model.attention, file.string());
+      return;
+    }
+    write_autotune({{"model.attention", cfg_.model.attention}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
+                    {"math_ms", c.math_ms}});
+    spdlog::info("model.attention auto: {} ({})", cfg_.model.attention, c.reason);
+  }
+
+  // The smallest of the ranks' `mine` (each one of `candidates`, or 0), on every rank: walking the
+  // candidates from the largest, the first that no rank is below. One rank alone: `mine`.
+  int64_t agree_on_smallest(const std::vector<int64_t>& candidates, int64_t mine) {
+    if (!dist_ || !dist_->active()) return mine;
+    for (int64_t c : candidates)
+      if (!dist_->any(c > mine)) return c;
+    return 0;
   }
 
   // train.batch_size auto: the largest divisor of the per-rank batch that fits this process's memory
@@ -289,6 +326,32 @@ class Trainer {
   void choose_micro_batch() {
     const int64_t per_rank = cfg_.train.global_batch_size / env_.world_size;
     const auto candidates = micro_batch_candidates(per_rank);
+    // a resumed run keeps its micro-batch (BatchNorm statistics depend on it, and the resume check
+    // compares losses) unless the world size, the global batch or the budget changed
+    const nlohmann::json key = {{"world_size", env_.world_size},
+                                {"global_batch_size", cfg_.train.global_batch_size},
+                                {"memory_budget_gb", cfg_.train.memory_budget_gb}};
+    int64_t kept_b = 0;
+    if (env_.rank == 0) {
+      const auto saved = read_autotune();
+      if (saved.contains("train.batch_size") && saved["train.batch_size"].is_object()) {
+        auto entry = saved["train.batch_size"];
+        const int64_t b = entry.value("micro_batch", int64_t{0});
+        entry.erase("micro_batch");
+        if (entry == key && b > 0 && per_rank % b == 0) kept_b = b;
+      }
+    }
+    if (rank0_says(kept_b > 0)) {
+      // rank 0's kept micro-batch reaches every rank as the minimum over ranks of
+      // (rank 0: kept, others: the whole per-rank batch)
+      const int64_t b = agree_on_smallest(candidates, env_.rank == 0 ? kept_b : per_rank);
+      cfg_.train.batch_size = b;
+      cfg_.train.grad_accum = per_rank / b;
+      spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {} (kept "
+                   "from {})",
+                   b, cfg_.train.grad_accum, env_.world_size, cfg_.train.global_batch_size, autotune_file().string());
+      return;
+    }
     const auto rng = rng_state_tensors(device_);
     auto probe_cfg = cfg_.model;
     probe_cfg.init_from.clear();  // the probe measures sizes; its weights do not matter
@@ -328,15 +391,7 @@ class Trainer {
     }
     probe_model.reset();
     restore_rng_state(rng, device_);
-    if (dist_ && dist_->active()) {  // every rank takes the largest micro-batch that fits on all of them
-      int64_t agreed = 0;
-      for (int64_t c : candidates)
-        if (!dist_->any(c > chosen)) {
-          agreed = c;
-          break;
-        }
-      chosen = agreed;
-    }
+    chosen = agree_on_smallest(candidates, chosen);  // the largest micro-batch that fits on every rank
     if (chosen == 0)
       throw std::runtime_error(fmt::format(
           "train.batch_size auto: not even a micro-batch of 1 fits {} ({}): {} held across steps (parameters {}, "
@@ -347,6 +402,9 @@ class Trainer {
           bytes_text(probe.intercept()), bytes_text(probe.per_sample()), probe.how));
     cfg_.train.batch_size = chosen;
     cfg_.train.grad_accum = per_rank / chosen;
+    auto entry = key;
+    entry["micro_batch"] = chosen;
+    write_autotune({{"train.batch_size", entry}});
     spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {}; estimated "
                  "{} of a {} budget ({}): {} held + a step of {} + {} per sample x {} (measured by the {} "
                  "at micro-batches {} and {})",

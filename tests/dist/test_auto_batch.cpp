@@ -28,6 +28,16 @@ TEST_CASE("batch_size auto on 2 ranks: one micro-batch for both, global batch ke
         std::string::npos);
   // rank 1 logs to its own file: the same choice there
   CHECK(test::read_file(dir / "auto/auto/logs/rank1.log").find("micro-batch 2 x 4 accumulation") != std::string::npos);
+  // resumed on 2 ranks: rank 0 reads the kept choice and hands it to rank 1
+  auto resumed = test::run_trainer("launch -n 2 -- run " + cfg + " --set train.memory_budget_gb=" +
+                                   std::to_string(budget_gb) + " --set train.max_steps=6 --out-dir " +
+                                   (dir / "auto").string());
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.output.find("micro-batch 2 x 4 accumulation x 2 rank(s) = global batch 16 (kept from") !=
+        std::string::npos);
+  const auto rank1 = test::read_file(dir / "auto/auto/logs/rank1.log");
+  CHECK(rank1.find("micro-batch 2 x 4 accumulation x 2 rank(s) = global batch 16 (kept from") != std::string::npos);
 
   auto fixed_run = test::run_trainer("launch -n 2 -- run " + cfg + " --set train.batch_size=8 --out-dir " +
                                      (dir / "fixed").string());
@@ -35,7 +45,7 @@ TEST_CASE("batch_size auto on 2 ranks: one micro-batch for both, global batch ke
   REQUIRE(fixed_run.exit_code == 0);
   auto a = test::train_losses(dir / "auto/auto/metrics.jsonl");
   auto b = test::train_losses(dir / "fixed/auto/metrics.jsonl");
-  REQUIRE(a.size() == 4);
+  REQUIRE(a.size() == 6);  // 4 + the 2 resumed steps
   REQUIRE(b.size() == 4);
   for (int64_t s = 1; s <= 4; ++s) {
     INFO("step " << s << ": micro-batch 2 x 4 " << a.at(s) << ", micro-batch 8 " << b.at(s));

@@ -129,6 +129,13 @@ TEST_CASE("trainer check --memory prints the table; batch_size auto picks what c
   REQUIRE(run.exit_code == 0);
   CHECK(run.output.find("train.batch_size auto: micro-batch 4 x 4 accumulation x 1 rank(s) = global batch 16") !=
         std::string::npos);
+  // the resumed run keeps the micro-batch from autotune.json instead of measuring again
+  auto resumed = test::run_trainer("run " + cfg + set + " --set train.max_steps=6 --out-dir " + (dir / "small").string());
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.output.find("resuming") != std::string::npos);
+  CHECK(resumed.output.find("train.batch_size auto: micro-batch 4 x 4 accumulation x 1 rank(s) = global batch 16 "
+                            "(kept from") != std::string::npos);
 
   // plenty of memory: the whole per-rank batch in one micro-batch
   auto big = test::run_trainer("run " + cfg + " --set train.memory_budget_gb=8 --out-dir " + (dir / "big").string());
