@@ -149,3 +149,18 @@ TEST_CASE("trainer check --memory prints the table; batch_size auto picks what c
   CHECK(none.output.find("train.batch_size auto: not even a micro-batch of 1 fits") != std::string::npos);
   CHECK(!std::filesystem::exists(dir / "none/auto/checkpoints/step-4"));
 }
+
+TEST_CASE("the memory budget: the configured figure, else 80 % of available host memory per local rank", "[unit]") {
+  const torch::Device cpu(torch::kCPU);
+  auto set = memory_budget(1.5, "train.memory_budget_gb", cpu, 4);
+  CHECK(set.bytes == 1.5e9);
+  CHECK(set.source == "train.memory_budget_gb");
+  const auto avail = available_host_memory();
+  REQUIRE(avail.has_value());
+  CHECK(*avail > 0);
+  auto one = memory_budget(0, "train.memory_budget_gb", cpu, 1);
+  auto four = memory_budget(0, "train.memory_budget_gb", cpu, 4);
+  CHECK(one.bytes == Approx(0.8 * *avail).epsilon(0.05));  // MemAvailable moves a little between reads
+  CHECK(four.bytes == Approx(one.bytes / 4).epsilon(0.05));
+  CHECK(four.source == "80 % of the host's available memory / 4 local rank(s)");
+}
