@@ -849,10 +849,6 @@ class Trainer {
       profiler.before_step(step);
       auto outcome = train_step(step, log_step, times);
       profiler.after_step(step);
-      if (!profiler.summary().empty() && !profile_reported_) {
-        spdlog::info("{}", profiler.summary());
-        profile_reported_ = true;
-      }
       ++step;
       if (outcome.nonfinite) {
         if (cfg_.train.nonfinite == "rollback") {
@@ -932,7 +928,6 @@ class Trainer {
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   const dist::LaunchEnv& env_;
   const io::RunDir& dir_;
-  bool profile_reported_ = false;
   ResumeOptions resume_;
   std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
   int64_t start_step_ = 0;

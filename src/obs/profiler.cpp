@@ -156,6 +156,7 @@ void StepProfiler::stop_and_write() {
   for (size_t i = 0; i < ops.size() && i < 3; ++i)
     summary_ += fmt::format("{} {} {:.1f} %", i == 0 ? "; top self time:" : ",", ops[i].name,
                             wall_ms > 0 ? 100.0 * ops[i].self_ms / wall_ms : 0.0);
+  spdlog::info("{}", summary_);
 }
 
 }  // namespace trainer::obs

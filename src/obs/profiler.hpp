@@ -47,7 +47,7 @@ class StepProfiler {
   void before_step(int64_t step);
   void after_step(int64_t step);
   bool active() const { return active_; }
-  // Set once a window was written: the summary line (top ops) for the console.
+  // Set once a window was written (and logged): where the files are and the top ops.
   const std::string& summary() const { return summary_; }
 
  private:
