@@ -10,7 +10,8 @@
 #   4. benchmarks GPT-2 124M (bf16, block 1024) and ResNet-50 (bf16, channels_last, 224x224 synthetic)
 #      for a fixed number of steps next to their PyTorch-Python equivalents (scripts/bench/bench_train.py
 #      --device cuda): tokens/s, images/s, MFU = tokens/s x (6N + 12 n_layer block n_embd) / 989e12
-#      (H100/H200 dense bf16), peak CUDA memory and trainer / PyTorch ratios.
+#      (H100/H200 dense bf16), peak CUDA memory and trainer / PyTorch ratios; then ResNet-18-CIFAR
+#      (bf16, batch 128) without and with train.cuda_graphs next to PyTorch eager (the graphs ratio).
 # The whole check is meant to fit in 8 minutes; the benchmark shrinks (--quick) or is skipped when the
 # build left too little of DEVICE_CHECK_BUDGET_S.
 # Environment: PYTHON (python3), BUILD_DIR (build-device), JOBS (nproc), DEVICE_CHECK_BUDGET_S (480),
@@ -138,7 +139,7 @@ if [ -z "$gpu_test_areas" ]; then
 else
   for area in $gpu_test_areas; do
     say "test_$area [gpu]"
-    LD_LIBRARY_PATH="$trainer_ld_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 120 \
+    LD_LIBRARY_PATH="$trainer_ld_path${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" timeout 240 \
       "$build/tests/test_$area" '[gpu]' >"$results/gpu_tests_$area.log" 2>&1
     rc=$?
     tail -3 "$results/gpu_tests_$area.log"

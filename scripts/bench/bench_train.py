@@ -15,6 +15,8 @@ Sections (--only compare,loader,memory):
   at the same shape, alternately; ratio real / synthetic (trainer only).
 - memory: peak RSS of short runs, fp32 vs bf16, without vs with activation checkpointing, for the
   trainer (peak_rss_mb of metrics.jsonl) and the reference (getrusage ru_maxrss).
+- graphs (--device cuda): ResNet-18-CIFAR, bf16, batch 128: the trainer without and with
+  train.cuda_graphs and the PyTorch eager loop, in turn; ratios graphs / eager and graphs / PyTorch.
 With --device cuda: GPT-2 124M (bf16, block 1024) and ResNet-50 (bf16, channels_last, 224x224)
 with tokens/s, images/s, MFU and peak CUDA memory (scripts/device_check.sh runs this).
 
@@ -134,6 +136,53 @@ def compare(args, work, env):
     return results
 
 
+def graphs(args, work, env):
+    w = workloads.cuda_graph_workload(args.quick, args.threads)
+    wdir = os.path.join(work, w["name"])
+    os.makedirs(wdir, exist_ok=True)
+    out = {"workload": w, **{side: {"runs": [], "errors": []} for side in ("eager", "graphs", "python")}}
+    init = None
+    if not args.python_only:
+        init = os.path.join(wdir, "init.safetensors")
+        run_python(args.python, dict(w, init_out=init, init_only=True), wdir, "init")
+    sides = ["eager", "graphs", "python"]
+    for r in range(args.rounds):
+        for side in sides[r % 3:] + sides[:r % 3]:  # the order turns every round
+            if side != "python" and args.python_only:
+                continue
+            try:
+                if side == "python":
+                    res = run_python(args.python, w, wdir, f"python{r}")
+                else:
+                    run_w = dict(w, cuda_graphs=side == "graphs")
+                    run_dir = os.path.join(wdir, f"{side}{r}")
+                    res = trainer_side.run_workload(args.trainer, run_w, run_dir, init, env)
+                    with open(os.path.join(run_dir, f"{w['name']}.log")) as f:
+                        text = f.read()
+                    res["captured"] = "train.cuda_graphs: step" in text and "captured" in text
+                    if side == "graphs" and not res["captured"]:
+                        why = [x for x in text.splitlines() if "train.cuda_graphs" in x]
+                        raise RuntimeError("the step was not captured: " + (why[-1] if why else "no graph line in the log"))
+                out[side]["runs"].append(res)
+                log(f"[bench] {w['name']} round {r + 1}/{args.rounds} {side}: {res['samples_per_s']:.1f} samples/s")
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
+                out[side]["errors"].append(str(e))
+                log(f"[bench] {w['name']} round {r + 1} {side} FAILED: {e}")
+    for side in sides:
+        runs = out[side]["runs"]
+        if runs:
+            out[side]["samples_per_s"] = median([x["samples_per_s"] for x in runs])
+            for key in ("step_ms", "cuda_peak_allocated_mb"):
+                vals = [x[key] for x in runs if key in x]
+                if vals:
+                    out[side][key] = median(vals)
+    sps = {side: out[side].get("samples_per_s") for side in sides}
+    for a, b in (("graphs", "eager"), ("graphs", "python"), ("eager", "python")):
+        if sps[a] and sps[b]:
+            out[f"{a}/{b}"] = sps[a] / sps[b]
+    return out
+
+
 def loader(args, work, env):
     q = workloads.quickstart_loader_runs(REPO, args.quick)
     out = {"config": os.path.relpath(q["config"], REPO), "steps": q["steps"], "warmup": q["warmup"],
@@ -248,6 +297,18 @@ def markdown(report):
                   for side in ("trainer", "python") for err in e[side]["errors"]]
         if errors:
             lines += ["Failures:", *errors, ""]
+    g = report.get("graphs")
+    if g:
+        w = g["workload"]
+        lines += [f"| {w['name']} | samples/s | step ms | peak CUDA MiB | runs |", "|---|---|---|---|---|"]
+        for side, label in (("eager", "trainer"), ("graphs", "trainer, train.cuda_graphs"), ("python", "PyTorch eager")):
+            s = g[side]
+            lines.append(f"| {label} | {fmt(s.get('samples_per_s'), 1)} | {fmt(s.get('step_ms'), 2)} | "
+                         f"{fmt(s.get('cuda_peak_allocated_mb'))} | {len(s['runs'])} |")
+        ratios = ", ".join(f"{k} **{g[k]:.2f}**" for k in ("graphs/eager", "graphs/python", "eager/python") if k in g)
+        lines += ["", f"ratios: {ratios or '-'}", ""]
+        lines += [f"- {side} FAILED: {first_and_last(err)}" for side in ("eager", "graphs", "python")
+                  for err in g[side]["errors"]]
     q = report.get("loader")
     if q:
         lines += ["| quickstart (batch 128) | samples/s | step ms (split) | runs |", "|---|---|---|---|"]
@@ -280,7 +341,8 @@ def parse_args(argv):
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--rounds", type=int, default=None, help="runs per side (default 3; --quick: 1)")
     ap.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads of both sides")
-    ap.add_argument("--only", default=None, help="sections: compare,loader,memory (default: all; cuda: compare)")
+    ap.add_argument("--only", default=None,
+                    help="sections: compare,loader,memory,graphs (default: cpu compare,loader,memory; cuda compare,graphs)")
     ap.add_argument("--workload", action="append", help="run only compare workloads whose name contains this")
     ap.add_argument("--work-dir", default=None, help="where configs, runs and logs go (default: a temp folder)")
     ap.add_argument("--json", default=None, help="write the full results here")
@@ -289,11 +351,13 @@ def parse_args(argv):
     a.rounds = a.rounds if a.rounds is not None else (1 if a.quick else 3)
     if a.rounds < 1:
         ap.error("--rounds must be at least 1")
-    default_sections = "compare" if a.device == "cuda" else "compare,loader,memory"
+    default_sections = "compare,graphs" if a.device == "cuda" else "compare,loader,memory"
     a.sections = (a.only or default_sections).split(",")
-    unknown = set(a.sections) - {"compare", "loader", "memory"}
+    unknown = set(a.sections) - {"compare", "loader", "memory", "graphs"}
     if unknown:
-        ap.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; known: compare, loader, memory")
+        ap.error(f"--only: unknown section(s) {', '.join(sorted(unknown))}; known: compare, loader, memory, graphs")
+    if "graphs" in a.sections and a.device != "cuda":
+        ap.error("--only graphs: CUDA graphs need --device cuda")
     if a.python_only:
         a.sections = [s for s in a.sections if s != "loader"]  # the loader section is trainer-only
     elif not os.access(a.trainer, os.X_OK):
@@ -318,6 +382,8 @@ def main(argv):
     }}
     if "compare" in args.sections:
         report["compare"] = compare(args, work, env)
+    if "graphs" in args.sections:
+        report["graphs"] = graphs(args, work, env)
     if "loader" in args.sections:
         report["loader"] = loader(args, work, env)
     if "memory" in args.sections:
@@ -332,6 +398,8 @@ def main(argv):
         with open(args.json, "w") as f:
             json.dump(report, f, indent=1)
     failed = any(e[s]["errors"] and not e[s]["runs"] for e in report.get("compare", []) for s in ("trainer", "python"))
+    g = report.get("graphs")
+    failed = failed or bool(g and any(g[s]["errors"] and not g[s]["runs"] for s in ("eager", "graphs", "python")))
     return 1 if failed else 0
 
 

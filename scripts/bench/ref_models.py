@@ -98,12 +98,18 @@ def build_model(model_cfg):
     ac = bool(model_cfg.get("activation_checkpointing", False))
     if model_cfg["arch"] == "resnet":
         depth = int(model_cfg["depth"])
-        if depth == 50:
-            import torchvision  # the trainer's depth-50 layout is torchvision's, names included
+        if depth in (18, 50):
+            import torchvision  # the trainer's depth-18/50 layout is torchvision's, names included
 
             if ac:
-                raise ValueError("activation checkpointing is not wired into the torchvision ResNet-50 reference")
-            return torchvision.models.resnet50(num_classes=int(model_cfg["num_classes"]))
+                raise ValueError("activation checkpointing is not wired into the torchvision ResNet references")
+            model = getattr(torchvision.models, f"resnet{depth}")(num_classes=int(model_cfg["num_classes"]))
+            if int(model_cfg.get("in_channels", 3)) != 3:
+                raise ValueError("the torchvision ResNet references take 3 input channels")
+            if model_cfg.get("stem", "imagenet") == "cifar":  # 3x3/1 conv, no max-pool (the trainer's model.stem: cifar)
+                model.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+                model.maxpool = torch.nn.Identity()
+            return model
         return CifarResNet(depth, float(model_cfg.get("width", 1.0)), int(model_cfg["in_channels"]),
                            int(model_cfg["num_classes"]), ac)
     if model_cfg["arch"] == "gpt":

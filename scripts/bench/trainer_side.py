@@ -40,7 +40,7 @@ def trainer_config(w, out_dir, init_from=None):
     """The RunConfig tree that runs workload `w` on synthetic data of the same shape as the reference's."""
     model = dict(w["model"])
     if model["arch"] == "resnet":
-        model["stem"] = "cifar" if model["depth"] not in (18, 34, 50, 101, 152) else "imagenet"
+        model.setdefault("stem", "cifar" if model["depth"] not in (18, 34, 50, 101, 152) else "imagenet")
     if init_from:
         model["init_from"] = init_from
     data = {"format": "synthetic", "workers": w["data_workers"],
@@ -57,7 +57,7 @@ def trainer_config(w, out_dir, init_from=None):
         "data": data,
         "train": {"batch_size": w["batch_size"], "max_steps": w["steps"], "precision": w["precision"],
                   "device": w["device"], "threads": w["threads"], "log_every": w["log_every"], "eval_every": 0,
-                  "eval_steps": 1},
+                  "eval_steps": 1, "cuda_graphs": bool(w.get("cuda_graphs", False))},
         "optim": dict(w["optim"]),
         "schedule": {"name": "constant"},
         "checkpoint": {"every_steps": 0, "keep_last": 1},

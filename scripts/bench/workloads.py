@@ -22,6 +22,9 @@ GPT2_124M = {
     "arch": "gpt", "vocab_size": 50304, "block_size": 1024, "n_layer": 12, "n_head": 12, "n_embd": 768, "bias": False,
 }
 RESNET50 = {"arch": "resnet", "depth": 50, "in_channels": 3, "num_classes": 1000, "channels_last": True}
+# ResNet-18 with the CIFAR stem (3x3/1 conv, no max-pool) on 32x32x3, 10 classes: the usual "ResNet-18 on CIFAR"
+RESNET18_CIFAR = {"arch": "resnet", "depth": 18, "stem": "cifar", "in_channels": 3, "num_classes": 10,
+                  "channels_last": True}
 
 SGD = {"name": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": True, "weight_decay": 5.0e-4}
 ADAMW = {"name": "adamw", "lr": 6.0e-4, "betas": [0.9, 0.95], "eps": 1.0e-8, "weight_decay": 0.1}
@@ -59,6 +62,13 @@ def cuda_compare_workloads(quick, threads):
         _workload("resnet50-bf16-224", RESNET50, dict(SGD, lr=0.1, nesterov=False, weight_decay=1e-4), 256, "bf16",
                   s(50, 12), s(20, 4), s(10, 4), threads, "cuda", image_size=224, num_samples=4096, data_workers=12),
     ]
+
+
+def cuda_graph_workload(quick, threads):
+    """train.cuda_graphs: ResNet-18-CIFAR, bf16 channels_last, batch 128, 32x32 synthetic, on one GPU."""
+    s = (lambda full, short: short if quick else full)
+    return _workload("resnet18-cifar-bf16-b128", RESNET18_CIFAR, dict(SGD, lr=0.1), 128, "bf16", s(120, 30), s(40, 10),
+                     s(20, 10), threads, "cuda", image_size=32, num_samples=8192, data_workers=6)
 
 
 def memory_workloads(quick, threads):

@@ -101,6 +101,7 @@ struct TrainConfig {
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
   double memory_budget_gb = 0.0;   // batch_size auto: bytes per process (0 = 80 % host / 90 % GPU)
   bool reuse_host_memory = true;   // glibc malloc keeps freed blocks (see device::keep_host_memory_for_reuse)
+  bool cuda_graphs = false;        // CUDA: capture the whole step once after warm-up, replay it (engine/graphed_step.hpp)
   double grad_clip = 0.0;          // max global grad norm (0 = off)
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)

@@ -143,6 +143,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
   k.b("reuse_host_memory", t.reuse_host_memory,
       "Keep freed host memory for reuse (malloc mmap threshold 32 MiB, no trimming) instead of re-faulting it every step.");
+  k.b("cuda_graphs", t.cuda_graphs,
+      "CUDA: capture the whole step into a CUDA graph after 3 warm-up steps and replay it (static shapes); "
+      "falls back to eager steps with a logged reason where it cannot (CPU, several ranks, fp16, ...).");
   k.f("memory_budget_gb", t.memory_budget_gb, 0, 1e6,
       "batch_size auto: memory per process in GB (0 = CPU: 80 % of available host memory / local ranks; CUDA: 90 % of the GPU).");
   k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");

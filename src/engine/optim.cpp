@@ -134,6 +134,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::Tensor loss = evaluate_closure(closure);
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> fallback;
+  stepped_.clear();
   for (auto& group : param_groups_) {
     auto& o = static_cast<torch::optim::AdamWOptions&>(group.options());
     std::vector<FusedBucket> buckets;
@@ -169,6 +170,7 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       }
       s.step(s.step() + 1);
       counter.value = s.step();
+      stepped_.push_back(key);
       auto& b = bucket_for(buckets, p);
       b.params.push_back(p);
       b.grads.push_back(p.grad());
@@ -179,12 +181,30 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     }
     if (!stale_counters.empty()) torch::_foreach_add_(stale_counters, 1);
     const auto [beta1, beta2] = o.betas();
-    for (auto& b : buckets)
-      at::_fused_adamw_(b.params, b.grads, b.a, b.b, b.c, b.steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
-                        o.amsgrad(), /*maximize=*/false);
+    for (auto& b : buckets) {
+      if (lr_.defined())
+        at::_fused_adamw_(b.params, b.grads, b.a, b.b, b.c, b.steps, lr_, beta1, beta2, o.weight_decay(), o.eps(),
+                          o.amsgrad(), /*maximize=*/false);
+      else
+        at::_fused_adamw_(b.params, b.grads, b.a, b.b, b.c, b.steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                          o.amsgrad(), /*maximize=*/false);
+    }
   }
+  last_fused_ = fallback.empty();
   step_unfused<torch::optim::AdamW>(*this, fallback);
   return loss;
+}
+
+void FusedAdamW::count_steps(int64_t delta) {
+  // a replay advanced the device counters (its captured _foreach_add_): the host follows, so that
+  // the next eager step and a checkpoint see the true count
+  for (const void* key : stepped_) {
+    auto it = state_.find(const_cast<void*>(key));
+    if (it == state_.end()) continue;
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*it->second);
+    s.step(s.step() + delta);
+    counters_[key].value += delta;
+  }
 }
 
 torch::Tensor FusedSGD::step(LossClosure closure) {
@@ -221,10 +241,16 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
       if (momentum) b.a.push_back(buf);
     }
     for (auto* list : {&first, &later})
-      for (auto& b : *list)
-        at::_fused_sgd_(b.params, b.grads, b.a, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
-                        /*maximize=*/false, /*is_first_step=*/list == &first);
+      for (auto& b : *list) {
+        if (lr_.defined())
+          at::_fused_sgd_(b.params, b.grads, b.a, o.weight_decay(), o.momentum(), lr_, o.dampening(), o.nesterov(),
+                          /*maximize=*/false, /*is_first_step=*/list == &first);
+        else
+          at::_fused_sgd_(b.params, b.grads, b.a, o.weight_decay(), o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                          /*maximize=*/false, /*is_first_step=*/list == &first);
+      }
   }
+  last_fused_ = fallback.empty();
   step_unfused<torch::optim::SGD>(*this, fallback);
   return loss;
 }

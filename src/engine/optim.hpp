@@ -33,18 +33,42 @@ std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& model);
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
                                                          const torch::nn::Module& model);
 
+// What train.cuda_graphs (engine/graphed_step.hpp) needs from an optimizer whose step() it captures:
+// a learning rate read from device memory (a captured float would be frozen into the graph), the
+// host-side bookkeeping of a step whose kernels ran as a replay, and whether the last step() ran
+// only fused kernels (a host loop cannot be replayed). FusedAdamW and FusedSGD implement it.
+class GraphableOptimizer {
+ public:
+  virtual ~GraphableOptimizer() = default;
+  // From now on every group's learning rate is read from `lr` (a float32 scalar on the parameters'
+  // device; every group gets the same rate, as set_learning_rate sets them); undefined: the groups'
+  // options again. The caller keeps the options in step too (checkpoints save them).
+  virtual void read_lr_from(torch::Tensor lr) = 0;
+  // Adds `delta` to the host-side step counts of the parameters the last step() updated: +1 after a
+  // replay of a captured step(), -1 to take back the count of a capture that failed.
+  virtual void count_steps(int64_t delta) = 0;
+  // True when the last step() updated every parameter with a gradient through the fused kernels.
+  virtual bool last_step_fused() const = 0;
+};
+
 // torch::optim::AdamW / SGD whose step() runs one ATen fused kernel (_fused_adamw_, _fused_sgd_) per
 // group, device and dtype instead of ~8 ATen ops per parameter; the same update rule (PyTorch's
 // fused=True path), state objects and checkpoint format as the base class, so a run can switch
 // between fused and unfused across a resume. Parameters whose gradient is not laid out like the
 // parameter (strides differ or the tensor is not dense), and sparse gradients, take the base class's
 // per-parameter loop.
-class FusedAdamW : public torch::optim::AdamW {
+class FusedAdamW : public torch::optim::AdamW, public GraphableOptimizer {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void read_lr_from(torch::Tensor lr) override { lr_ = std::move(lr); }
+  void count_steps(int64_t delta) override;
+  bool last_step_fused() const override { return last_fused_; }
 
  private:
+  torch::Tensor lr_;                // defined: the learning rate of every group (read_lr_from)
+  std::vector<const void*> stepped_;  // state keys the last step() updated through the fused kernels
+  bool last_fused_ = true;
   struct StepCounter {
     int64_t value = -1;   // the step count `tensor` holds
     torch::Tensor tensor; // float32 scalar on the parameter's device, as the kernel reads it
@@ -52,10 +76,17 @@ class FusedAdamW : public torch::optim::AdamW {
   std::unordered_map<const void*, StepCounter> counters_;
 };
 
-class FusedSGD : public torch::optim::SGD {
+class FusedSGD : public torch::optim::SGD, public GraphableOptimizer {
  public:
   using torch::optim::SGD::SGD;
   torch::Tensor step(LossClosure closure = nullptr) override;
+  void read_lr_from(torch::Tensor lr) override { lr_ = std::move(lr); }
+  void count_steps(int64_t) override {}  // SGD keeps no step count
+  bool last_step_fused() const override { return last_fused_; }
+
+ private:
+  torch::Tensor lr_;
+  bool last_fused_ = true;
 };
 
 // True when the fused kernels can update `p` with its current gradient (see above).

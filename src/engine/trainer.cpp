@@ -23,6 +23,7 @@
 #include "config/load.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "device/cuda_graph.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "device/nvml.hpp"
@@ -31,6 +32,8 @@
 #include "engine/checkpointing.hpp"
 #include "engine/early_stopping.hpp"
 #include "engine/eval_metrics.hpp"
+#include "engine/grad_clip.hpp"
+#include "engine/graphed_step.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/optim.hpp"
 #include "engine/precision.hpp"
@@ -174,6 +177,12 @@ class Trainer {
     if (precision_ == Precision::Bf16 && device_.is_cpu() && !cpu_has_native_bf16())
       spdlog::warn("precision bf16 on a CPU without avx512_bf16/amx_bf16: bf16 matmuls are emulated and likely "
                    "slower than fp32");
+    if (device_.is_cuda() && cfg_.run.deterministic && !std::getenv("CUBLAS_WORKSPACE_CONFIG")) {
+      // deterministic cuBLAS needs a fixed workspace configuration, read when the first handle is
+      // made; without it ATen refuses every CUDA matmul of a deterministic run
+      ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+      spdlog::info("run.deterministic on CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's deterministic workspace)");
+    }
     if (device_.is_cuda()) {
       at::globalContext().setAllowTF32CuBLAS(cfg_.train.tf32);
       at::globalContext().setAllowTF32CuDNN(cfg_.train.tf32);
@@ -212,6 +221,7 @@ class Trainer {
     if (!inject_nonfinite_.empty())
       spdlog::warn("TRAINER_INJECT_NONFINITE_GRAD: the gradients of {} step(s) will be made NaN (fault injection)",
                    inject_nonfinite_.size());
+    if (cfg_.train.cuda_graphs) setup_graph();
 
     flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
     peak_tflops_ = cfg_.log.peak_tflops;
@@ -237,6 +247,30 @@ class Trainer {
                  device_.str(), cfg_.train.precision, at::get_num_threads(), env_.world_size, total_steps_,
                  samples_per_step_, cfg_.train.batch_size, cfg_.train.grad_accum, env_.world_size,
                  train_loader_->batches_per_epoch());
+  }
+
+  // train.cuda_graphs (engine/graphed_step.hpp): a GraphedStep when the settings allow one, else the
+  // reason in the log and eager steps.
+  void setup_graph() {
+    GraphConditions c;
+    c.cuda = device_.is_cuda();
+    c.world_size = env_.world_size;
+    c.precision = precision_;
+    c.nonfinite = cfg_.train.nonfinite;
+    c.fused_optimizer = cfg_.optim.fused;
+    c.activation_checkpointing = cfg_.model.activation_checkpointing;
+    c.fault_injection = !inject_nonfinite_.empty();
+    if (const auto why = graph_blocker(c); !why.empty()) {
+      spdlog::warn("train.cuda_graphs: not used, every step runs eagerly: {}", why);
+      return;
+    }
+    graph_ = std::make_unique<GraphedStep>(
+        *optimizer_, params_, device_,
+        [this](const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+          return graph_body(inputs, targets);
+        });
+    spdlog::info("train.cuda_graphs: after {} eager warm-up steps the step is captured into a CUDA graph and replayed",
+                 kGraphWarmupSteps);
   }
 
   data::LoaderOptions loader_options(bool train) const {
@@ -433,11 +467,16 @@ class Trainer {
     model_->train();
     const int64_t accum = cfg_.train.grad_accum;
     const bool check_finite = cfg_.train.nonfinite != "abort";
+    std::vector<data::Batch> taken;  // batches a graphed step took from the loader but left to this eager one
+    if (graph_ && steps_in_process_++ >= kGraphWarmupSteps)
+      if (auto out = graphed_train_step(step, need_norm, times, taken)) return *out;
     torch::Tensor step_loss;
     for (int64_t micro = 0; micro < accum; ++micro) {
       auto t0 = Clock::now();
       std::optional<data::Batch> batch;
-      {
+      if (micro < static_cast<int64_t>(taken.size())) {
+        batch = std::move(taken[static_cast<size_t>(micro)]);
+      } else {
         RECORD_USER_SCOPE("trainer::next_batch");
         batch = train_loader_->next();
       }
@@ -483,6 +522,81 @@ class Trainer {
     loss_sum_ = loss_sum_.defined() ? loss_sum_ + step_loss : step_loss;
     loss_count_ += accum;
     return {applied.grad_norm, false};
+  }
+
+  // The captured step's work (GraphedStep's StepBody): what train_step and apply_gradients do for a
+  // run that graph_blocker() accepts (no scaler, no sync, no finiteness check), with the gradient
+  // norm always computed and no zero_grad.
+  StepTensors graph_body(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+    const auto accum = static_cast<int64_t>(inputs.size());
+    torch::Tensor loss;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      auto l = forward_backward(*model_, inputs[i], targets[i], accum, precision_, device_, *scaler_);
+      loss = loss.defined() ? loss + l : l;
+    }
+    auto norm = clip_grad_norm(params_, cfg_.train.grad_clip);
+    optimizer_->step();
+    return {loss, norm};
+  }
+
+  // A step through the graph: the first one after the warm-up captures it, later ones replay it.
+  // nullopt: the caller runs this step eagerly on the batches left in `taken` (the capture failed,
+  // and graphs are off for the rest of the run; or the batches' shapes differ from the captured ones).
+  std::optional<StepOutcome> graphed_train_step(int64_t step, bool need_norm, IntervalTimes& times,
+                                                std::vector<data::Batch>& taken) {
+    const int64_t accum = cfg_.train.grad_accum;
+    auto t0 = Clock::now();
+    {
+      RECORD_USER_SCOPE("trainer::next_batch");
+      for (int64_t micro = 0; micro < accum; ++micro) {
+        auto batch = train_loader_->next();
+        if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
+        taken.push_back(std::move(*batch));
+      }
+    }
+    times.data_ms += ms_since(t0);
+
+    auto t1 = Clock::now();
+    const double lr = schedule_->lr_at(step);
+    set_learning_rate(*optimizer_, lr);  // the host's copy (checkpoints save it); the graph reads a device tensor
+    std::optional<StepTensors> out;
+    {
+      RECORD_USER_SCOPE("trainer::graph_step");
+      std::vector<torch::Tensor> inputs, targets;
+      const bool capture = !graph_->captured();
+      for (const auto& b : taken) {
+        inputs.push_back(capture ? to_device(b.input, !tokens_) : b.input);  // a capture's become the static inputs
+        targets.push_back(capture ? to_device(b.target, false) : b.target);
+      }
+      if (capture) {
+        out = graph_->capture_and_run(std::move(inputs), std::move(targets), lr);
+        if (!out) {
+          spdlog::warn("train.cuda_graphs: capturing step {} failed, so the run goes on without graphs: {}", step + 1,
+                       graph_->failure());
+          graph_.reset();
+          return std::nullopt;
+        }
+        spdlog::info("train.cuda_graphs: step {} captured after {} eager warm-up steps; the following steps replay it",
+                     step + 1, kGraphWarmupSteps);
+      } else {
+        out = graph_->replay(inputs, targets, lr);
+        if (!out) {
+          if (!warned_graph_shape_)
+            spdlog::warn("train.cuda_graphs: step {} has batches of another shape than the captured step; such "
+                         "steps run eagerly",
+                         step + 1);
+          warned_graph_shape_ = true;
+          graph_->before_eager_step(lr);
+          return std::nullopt;
+        }
+      }
+    }
+    taken.clear();
+    times.compute_ms += ms_since(t1);  // the host's time to launch the graph (docs/METRICS.md)
+    ++times.steps;
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + out->loss : out->loss;
+    loss_count_ += accum;
+    return StepOutcome{need_norm || cfg_.train.grad_clip > 0 ? out->grad_norm : torch::Tensor(), false};
   }
 
   // --- evaluation --------------------------------------------------------------------------------
@@ -839,6 +953,10 @@ class Trainer {
     bool evaluated_last = false;
     obs::StepProfiler profiler(cfg_.profile.start_step, cfg_.profile.steps, dir_.root / "profile", env_.rank,
                                device_.is_cuda(), cfg_.profile.record_shapes);
+    // a graph is captured on a stream other than the default one: with train.cuda_graphs every step,
+    // evaluation and checkpoint of the loop runs on that one stream, in order
+    std::optional<device::CudaSideStream> graph_stream;
+    if (graph_) graph_stream.emplace(device_.index());
     if (step >= total_steps_) {
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", step, total_steps_);
       return kExitOk;
@@ -944,6 +1062,9 @@ class Trainer {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
+  std::unique_ptr<GraphedStep> graph_;  // train.cuda_graphs, when the run can use it
+  int64_t steps_in_process_ = 0;         // train_step calls so far (the graph's warm-up counts them)
+  bool warned_graph_shape_ = false;
   std::unique_ptr<EarlyStopping> tracker_;
   std::unique_ptr<obs::RunLog> log_;
   double flops_per_sample_ = 0, peak_tflops_ = 0;
