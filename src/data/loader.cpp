@@ -48,7 +48,22 @@ Batch DataLoader::build(const BatchPlan& plan) const {
     raw = raw.narrow(0, 0, rows);
     target = target.narrow(0, 0, rows);
   }
-  return Batch{dataset_->finish(raw, opts_.pin_memory), target, plan.epoch};
+  Batch batch{dataset_->finish(raw, opts_.pin_memory), target, plan.epoch};
+  if (opts_.device_index >= 0 && opts_.pin_memory) {
+    auto on_device = device::copy_to_device_async({batch.input, batch.target}, opts_.device_index, batch.copied);
+    batch.input = on_device[0];
+    batch.target = on_device[1];
+  }
+  return batch;
+}
+
+// The caller's stream may use the batch once its device copy is done (without one: at once).
+std::optional<Batch> DataLoader::handed_over(std::optional<Batch> batch) {
+  if (batch && batch->copied) {
+    device::wait_for_copy(*batch->copied, {batch->input, batch->target});
+    batch->copied.reset();
+  }
+  return batch;
 }
 
 DataLoader::Slot DataLoader::build_slot(const std::optional<BatchPlan>& plan) const {
@@ -93,7 +108,7 @@ std::optional<Batch> DataLoader::next() {
     if (!plan) ended_ = true;
     if (slot.error) std::rethrow_exception(error_ = slot.error);
     if (plan) delivered_ = slot.after;
-    return std::move(slot.batch);
+    return handed_over(std::move(slot.batch));
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (error_) std::rethrow_exception(error_);
@@ -108,7 +123,8 @@ std::optional<Batch> DataLoader::next() {
     return std::nullopt;
   }
   delivered_ = slot.after;
-  return std::move(slot.batch);
+  lock.unlock();
+  return handed_over(std::move(slot.batch));
 }
 
 LoaderState DataLoader::state() const {

@@ -23,6 +23,7 @@
 
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
+#include "device/cuda_copy.hpp"
 
 namespace trainer::data {
 
@@ -36,11 +37,16 @@ struct LoaderOptions {
   bool train = true;        // true: shuffle, augment, drop the ragged tail, roll over epochs forever
                             // false: one sequential pass, sharded, last batch may be short, then end
   bool pin_memory = false;  // true when training on CUDA (ignored without CUDA)
+  // >= 0 (with pin_memory): the thread that builds a batch also copies it to this CUDA device, on its
+  // own stream (device/cuda_copy.hpp), so that the copy overlaps the running step; next() makes the
+  // caller's current stream wait for it. -1: batches stay on the host.
+  int device_index = -1;
 };
 
 struct Batch {
   torch::Tensor input, target;  // images: (B, C, H, W) float + (B) int64; tokens: (B, T) + (B, T) int64
   int64_t epoch = 0;
+  std::shared_ptr<device::CopyFence> copied;  // set while a device copy may still be in flight
 };
 
 struct LoaderState {
@@ -70,6 +76,7 @@ class DataLoader {
     SamplerPosition after;
   };
   Batch build(const BatchPlan& plan) const;
+  static std::optional<Batch> handed_over(std::optional<Batch> batch);
   Slot build_slot(const std::optional<BatchPlan>& plan) const;
   void start_workers();
   void stop_workers();

@@ -283,6 +283,7 @@ class Trainer {
     o.world_size = env_.world_size;
     o.train = train;
     o.pin_memory = device_.is_cuda();
+    o.device_index = device_.is_cuda() ? device_.index() : -1;  // copied to the GPU by the loader's threads
     return o;
   }
 

@@ -1,6 +1,7 @@
 // Sampler and DataLoader: coverage and disjointness over ranks, world-size changes, exact replay
 // after restore(), independence from the number of workers, error propagation, clean shutdown.
 #include <catch2/catch.hpp>
+#include <torch/cuda.h>
 
 #include <dirent.h>
 
@@ -235,4 +236,29 @@ TEST_CASE("loader: evaluation batches, the short last batch, and limit_samples",
   m.arch = "gpt";
   m.block_size = 4;
   CHECK(create_datasets(d, m, 0).train->size() == 30);
+}
+
+TEST_CASE("on a GPU, the loader's threads copy batches to the device, the same batches as on the host", "[gpu]") {
+  if (!torch::cuda::is_available()) {
+    WARN("skipped: no CUDA device");
+    return;
+  }
+  auto ds = std::make_shared<IndexDataset>(200);
+  for (int64_t workers : {0, 3}) {
+    INFO(workers << " workers");
+    auto host_opts = opts(16, 0, 1, true, workers);
+    auto device_opts = host_opts;
+    device_opts.pin_memory = true;
+    device_opts.device_index = 0;
+    DataLoader host(ds, host_opts), device(ds, device_opts);
+    for (int k = 0; k < 30; ++k) {  // crosses epochs; later copies overlap the use of earlier batches
+      auto h = host.next(), d = device.next();
+      REQUIRE(d->input.is_cuda());
+      REQUIRE(d->target.is_cuda());
+      CHECK_FALSE(d->copied);  // next() made this thread's stream wait for the copy
+      CHECK(torch::equal(d->input.cpu(), h->input));
+      CHECK(torch::equal(d->target.cpu(), h->target));
+    }
+    CHECK(device.state() == host.state());
+  }
 }
