@@ -16,10 +16,13 @@ class EventFence : public CopyFence {
   mutable at::cuda::CUDAEvent event;  // block() is not const
 };
 
-// The calling thread's copy stream on `device` (one per loader thread and device).
+// The calling thread's copy stream on `device` (one per loader thread and device). From ATen's
+// high-priority pool: never one of the low-priority streams that the training loop (CudaSideStream,
+// which a CUDA graph captures) or NCCL take, so a copy can never land inside a capture; and a copy
+// that gates the next step goes first.
 c10::cuda::CUDAStream copy_stream(c10::DeviceIndex device) {
   thread_local std::optional<c10::cuda::CUDAStream> stream;
-  if (!stream || stream->device_index() != device) stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device);
+  if (!stream || stream->device_index() != device) stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, device);
   return *stream;
 }
 

@@ -34,7 +34,8 @@ class CudaGraph {
   std::unique_ptr<Impl> impl_;
 };
 
-// While it lives, the current stream of CUDA device `device` is a stream from ATen's pool: it starts
+// While it lives, the current stream of CUDA device `device` is a stream from ATen's (low-priority)
+// pool, which the loader's copy streams never come from (cuda_copy.hpp): it starts
 // after the work already queued on the previous current stream, which in turn waits for it when the
 // scope ends. No-op for device < 0.
 class CudaSideStream {
