@@ -28,6 +28,16 @@ nn::Sequential make_downsample(int64_t in, int64_t out, int64_t stride) {
   return nn::Sequential(conv(in, out, 1, stride), nn::BatchNorm2d(out));
 }
 
+// out += identity, then ReLU, both in place when the dtypes allow (they do in fp32 and under autocast,
+// where both branches end in the same dtype): no new tensors for the two memory-bound ops of every
+// block. Autograd allows it: BatchNorm's backward reads its input, not its output, and add's backward
+// reads neither.
+torch::Tensor add_relu_(torch::Tensor out, const torch::Tensor& identity) {
+  if (out.scalar_type() != identity.scalar_type()) return torch::relu(out + identity);
+  out.add_(identity);
+  return out.relu_();
+}
+
 class BasicBlock : public ResidualBlock {
  public:
   static constexpr int64_t kExpansion = 1;
@@ -39,9 +49,9 @@ class BasicBlock : public ResidualBlock {
     if (stride != 1 || in != planes) downsample_ = register_module("downsample", make_downsample(in, planes, stride));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto out = torch::relu(bn1_(conv1_(x)));  // (B, planes, H/s, W/s)
+    auto out = bn1_(conv1_(x)).relu_();  // (B, planes, H/s, W/s)
     out = bn2_(conv2_(out));
-    return torch::relu(out + (downsample_ ? downsample_->forward(x) : x));
+    return add_relu_(out, downsample_ ? downsample_->forward(x) : x);
   }
   double forward_flops(int64_t& h, int64_t& w) const override {
     int64_t h0 = h, w0 = w;
@@ -73,10 +83,10 @@ class Bottleneck : public ResidualBlock {
       downsample_ = register_module("downsample", make_downsample(in, planes * kExpansion, stride));
   }
   torch::Tensor forward(const torch::Tensor& x) override {
-    auto out = torch::relu(bn1_(conv1_(x)));  // (B, planes, H, W)
-    out = torch::relu(bn2_(conv2_(out)));     // (B, planes, H/s, W/s)
+    auto out = bn1_(conv1_(x)).relu_();  // (B, planes, H, W)
+    out = bn2_(conv2_(out)).relu_();     // (B, planes, H/s, W/s)
     out = bn3_(conv3_(out));                  // (B, 4 planes, H/s, W/s)
-    return torch::relu(out + (downsample_ ? downsample_->forward(x) : x));
+    return add_relu_(out, downsample_ ? downsample_->forward(x) : x);
   }
   double forward_flops(int64_t& h, int64_t& w) const override {
     int64_t h0 = h, w0 = w;
@@ -197,7 +207,7 @@ torch::Tensor ResNet::forward(const torch::Tensor& input) {
     if (!has_channels_last_strides(conv1_->weight)) to_channels_last();
     x = x.contiguous(at::MemoryFormat::ChannelsLast);
   }
-  x = torch::relu(bn1_(conv1_(x)));  // (B, base, H/2, W/2) imagenet stem; (B, base, H, W) cifar stem
+  x = bn1_(conv1_(x)).relu_();  // (B, base, H/2, W/2) imagenet stem; (B, base, H, W) cifar stem
   if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (B, base, H/4, W/4)
   for (size_t i = 0; i < stages_.size(); ++i) {
     if (cfg_.activation_checkpointing)
