@@ -48,15 +48,14 @@ std::optional<StepTensors> GraphedStep::capture_and_run(std::vector<torch::Tenso
   targets_ = std::move(targets);
   lr_ = torch::full({}, lr, torch::TensorOptions().dtype(torch::kFloat32).device(device_));
   hooks_->read_lr_from(lr_);
-  bool stepped = false;  // optimizer.step() ran during the capture (its host counts moved)
+  const int64_t calls_before = hooks_->step_calls();
   try {
-    graph_->capture([&] {
-      out_ = body_(inputs_, targets_);
-      stepped = true;  // the body ends with the optimizer step
-    });
+    graph_->capture([&] { out_ = body_(inputs_, targets_); });
   } catch (const std::exception& e) {
     failure_ = e.what();
   }
+  // optimizer.step() ran during the capture (its host counts moved), even if the body failed later
+  const bool stepped = hooks_->step_calls() != calls_before;
   if (failure_.empty() && !hooks_->last_step_fused())
     failure_ = "some gradients are laid out unlike their parameters, so the fused optimizer kernels cannot take "
                "them and a host loop steps those parameters";

@@ -133,6 +133,7 @@ torch::Tensor evaluate_closure(const torch::optim::Optimizer::LossClosure& closu
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::Tensor loss = evaluate_closure(closure);
   torch::NoGradGuard no_grad;
+  ++step_calls_;
   std::vector<torch::Tensor> fallback;
   stepped_.clear();
   for (auto& group : param_groups_) {
@@ -210,6 +211,7 @@ void FusedAdamW::count_steps(int64_t delta) {
 torch::Tensor FusedSGD::step(LossClosure closure) {
   torch::Tensor loss = evaluate_closure(closure);
   torch::NoGradGuard no_grad;
+  ++step_calls_;
   std::vector<torch::Tensor> fallback;
   for (auto& group : param_groups_) {
     auto& o = static_cast<torch::optim::SGDOptions&>(group.options());

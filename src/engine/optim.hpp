@@ -49,6 +49,8 @@ class GraphableOptimizer {
   virtual void count_steps(int64_t delta) = 0;
   // True when the last step() updated every parameter with a gradient through the fused kernels.
   virtual bool last_step_fused() const = 0;
+  // How many times step() has run (its host-side part: a captured step() counts once).
+  virtual int64_t step_calls() const = 0;
 };
 
 // torch::optim::AdamW / SGD whose step() runs one ATen fused kernel (_fused_adamw_, _fused_sgd_) per
@@ -64,8 +66,10 @@ class FusedAdamW : public torch::optim::AdamW, public GraphableOptimizer {
   void read_lr_from(torch::Tensor lr) override { lr_ = std::move(lr); }
   void count_steps(int64_t delta) override;
   bool last_step_fused() const override { return last_fused_; }
+  int64_t step_calls() const override { return step_calls_; }
 
  private:
+  int64_t step_calls_ = 0;
   torch::Tensor lr_;                // defined: the learning rate of every group (read_lr_from)
   std::vector<const void*> stepped_;  // state keys the last step() updated through the fused kernels
   bool last_fused_ = true;
@@ -83,8 +87,10 @@ class FusedSGD : public torch::optim::SGD, public GraphableOptimizer {
   void read_lr_from(torch::Tensor lr) override { lr_ = std::move(lr); }
   void count_steps(int64_t) override {}  // SGD keeps no step count
   bool last_step_fused() const override { return last_fused_; }
+  int64_t step_calls() const override { return step_calls_; }
 
  private:
+  int64_t step_calls_ = 0;
   torch::Tensor lr_;
   bool last_fused_ = true;
 };
