@@ -126,6 +126,13 @@ def compare(args, work, env):
                     entry[side]["tokens_per_s"] = entry[side]["samples_per_s"] * w["model"]["block_size"]
         if "samples_per_s" in entry["trainer"] and "samples_per_s" in entry["python"]:
             entry["ratio"] = entry["trainer"]["samples_per_s"] / entry["python"]["samples_per_s"]
+        # round by round (both sides of a round ran back to back): drift of the machine's speed over
+        # the whole benchmark moves these less than it moves the ratio of the two medians
+        pairs = [t["samples_per_s"] / p["samples_per_s"]
+                 for t, p in zip(entry["trainer"]["runs"], entry["python"]["runs"])]
+        if pairs and len(entry["trainer"]["runs"]) == len(entry["python"]["runs"]) == args.rounds:
+            entry["paired_ratios"] = pairs
+            entry["paired_median"] = median(pairs)
         flops = next((x["flops_per_token"] for x in entry["python"]["runs"] if "flops_per_token" in x), None)
         if w["device"] == "cuda" and flops:
             entry["flops_per_token"] = flops
@@ -271,8 +278,8 @@ def markdown(report):
              f"{m['load_before']} / {m['load_after']}", ""]
     if report.get("compare"):
         cuda = report["meta"]["device"] == "cuda"
-        head = ("| workload | batch | trainer samples/s | PyTorch samples/s | trainer / PyTorch | trainer step ms "
-                "(split) | PyTorch step ms |")
+        head = ("| workload | batch | trainer samples/s | PyTorch samples/s | trainer / PyTorch | paired by round "
+                "| trainer step ms (split) | PyTorch step ms |")
         if cuda:
             head = ("| workload | batch | trainer samples/s | PyTorch samples/s | trainer / PyTorch | tokens/s "
                     "trainer / PyTorch | MFU (989 TF/s) trainer / PyTorch | peak CUDA MiB trainer / PyTorch |")
@@ -289,8 +296,13 @@ def markdown(report):
                 mem = " / ".join(fmt(s.get("cuda_peak_allocated_mb")) for s in (t, p))
                 lines.append(base + f" {tok} | {mfu} | {mem} |")
             else:
-                lines.append(base + f" {split_text(t)} | {fmt(p.get('step_ms'), 1)} |")
-        lines += ["", "(n) = runs; figures are medians. GPT tokens/s = samples/s x block size."
+                paired = "-"
+                if "paired_median" in e:
+                    lo, hi = min(e["paired_ratios"]), max(e["paired_ratios"])
+                    paired = f"{e['paired_median']:.2f} ({lo:.2f}-{hi:.2f})"
+                lines.append(base + f" {paired} | {split_text(t)} | {fmt(p.get('step_ms'), 1)} |")
+        lines += ["", "(n) = runs; figures are medians; paired by round = median (range) of the rounds' "
+                  "trainer / PyTorch. GPT tokens/s = samples/s x block size."
                   + (" MFU = tokens/s x (6N + 12 n_layer block n_embd) / 989e12, N = parameters without wpe."
                      if cuda else ""), ""]
         errors = [f"- {e['workload']['name']} {side}: {first_and_last(err)}" for e in report["compare"]

@@ -91,6 +91,7 @@ def test_configs_accepted_by_trainer():
     todo = workloads.cpu_compare_workloads(False, 1) + workloads.memory_workloads(False, 1)
     # the GPU workloads, checked with train.device cpu (this machine may have no GPU; the rest is the same)
     todo += [dict(w, device="cpu") for w in workloads.cuda_compare_workloads(False, 1)]
+    todo.append(dict(workloads.cuda_graph_workload(False, 1), device="cpu", cuda_graphs=True))
     for w in todo:
         cfg = os.path.join(TMP, w["name"] + ".yaml")
         with open(cfg, "w") as f:
@@ -108,6 +109,11 @@ def test_reference_models_match_trainer_layout():
     assert names[-2:] == ["fc.weight", "fc.bias"]
     # the trainer logs "model resnet: 308074 parameters" for depth 8, width 2, 1 channel, 10 classes
     assert sum(p.numel() for p in m.parameters()) == 308074
+    # ResNet-18-CIFAR (the graphs workload): torchvision's resnet18 with a 3x3/1 stem and no max-pool;
+    # the trainer logs "model resnet: 11173962 parameters" for it
+    r18 = ref_models.build_model(dict(workloads.RESNET18_CIFAR))
+    assert tuple(r18.conv1.weight.shape) == (64, 3, 3, 3) and isinstance(r18.maxpool, torch.nn.Identity)
+    assert sum(p.numel() for p in r18.parameters()) == 11173962
     # GPT: a tied weight is written under both owners' names, each its own storage (safetensors refuses shared)
     g = ref_models.build_model(dict(workloads.GPT_MINI))
     state = ref_models.state_for_trainer(g)
@@ -147,12 +153,13 @@ def test_report_and_arguments():
     w = workloads.cpu_compare_workloads(True, 2)[0]
     report = {"meta": {"date": "d", "machine": "m", "cores": 2, "torch": "t", "threads": 2, "rounds": 1,
                        "device": "cpu", "command": "c", "load_before": "1", "load_after": "2"},
-              "compare": [{"workload": w, "ratio": 1.25,
+              "compare": [{"workload": w, "ratio": 1.25, "paired_ratios": [1.2, 1.3, 1.25], "paired_median": 1.25,
                            "trainer": {"runs": [{}], "errors": [], "samples_per_s": 125.0, "step_ms": 10.0,
                                        "data_wait_ms": 1.0, "compute_ms": 8.0, "optim_ms": 1.0},
                            "python": {"runs": [{}], "errors": ["boom\nmore"], "samples_per_s": 100.0, "step_ms": 12.5}}]}
     text = bench_train.markdown(report)
-    assert f"| {w['name']} | 128 | 125.0 (1) | 100.0 (1) | **1.25** | 10.0 = data 1.0 / compute 8.0 / optim 1.0 | 12.5 |" in text, text
+    assert (f"| {w['name']} | 128 | 125.0 (1) | 100.0 (1) | **1.25** | 1.25 (1.20-1.30) | "
+            "10.0 = data 1.0 / compute 8.0 / optim 1.0 | 12.5 |") in text, text
     assert f"- {w['name']} python: boom more" in text, text
     err = io.StringIO()
     try:
@@ -165,6 +172,25 @@ def test_report_and_arguments():
         raise AssertionError("a missing trainer binary must be refused")
     a = bench_train.parse_args(["--python-only", "--quick"])
     assert a.rounds == 1 and a.sections == ["compare", "memory"], (a.rounds, a.sections)
+    a = bench_train.parse_args(["--python-only", "--device", "cuda"])
+    assert a.sections == ["compare", "graphs"], a.sections
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            bench_train.parse_args(["--python-only", "--only", "graphs"])
+    except SystemExit as e:
+        assert e.code == 2 and "--only graphs: CUDA graphs need --device cuda" in err.getvalue(), err.getvalue()
+    else:
+        raise AssertionError("the graphs section without --device cuda must be refused")
+    g = workloads.cuda_graph_workload(False, 16)
+    graphs = {"workload": g, "graphs/eager": 1.4, "graphs/python": 1.5, "eager/python": 1.07,
+              "eager": {"runs": [{}], "errors": [], "samples_per_s": 10000.0, "step_ms": 12.8},
+              "graphs": {"runs": [{}], "errors": [], "samples_per_s": 14000.0, "step_ms": 9.14},
+              "python": {"runs": [], "errors": ["no GPU"]}}
+    text = bench_train.markdown(dict(report, compare=[], graphs=graphs))
+    assert "| trainer, train.cuda_graphs | 14,000.0 | 9.14 | - | 1 |" in text, text
+    assert "ratios: graphs/eager **1.40**, graphs/python **1.50**, eager/python **1.07**" in text, text
+    assert "- python FAILED: no GPU" in text, text
 
 
 def main():
