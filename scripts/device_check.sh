@@ -14,6 +14,7 @@
 #      (bf16, batch 128) without and with train.cuda_graphs next to PyTorch eager (the graphs ratio).
 # The whole check is meant to fit in 8 minutes; the benchmark shrinks (--quick) or is skipped when the
 # build left too little of DEVICE_CHECK_BUDGET_S.
+# Reports: device_check.log, gpu_tests_<area>.log, bench_cuda_compare.{md,json}, bench_cuda_graphs.{md,json}.
 # Environment: PYTHON (python3), BUILD_DIR (build-device), JOBS (nproc), DEVICE_CHECK_BUDGET_S (480),
 #   DEVICE_CHECK_REQUIRE_GPU=1 (exit 2 instead of 0 when there is no CUDA device), OUT (results folder).
 # Exit: 0 checked (or no GPU), 1 a build, test or benchmark failed, 2 no GPU with REQUIRE_GPU.
@@ -147,21 +148,34 @@ else
   done
 fi
 
-# --- 6. GPT-2 124M and ResNet-50 next to PyTorch eager ----------------------------------------------
+# --- 6. the GPU benchmark, one section at a time --------------------------------------------------
+# compare (GPT-2 124M, ResNet-50 vs PyTorch eager) first, then graphs (ResNet-18-CIFAR without / with
+# train.cuda_graphs): each section writes its own report, so a section cut short by the budget does
+# not take the other's figures with it.
 left=$(( budget - $(elapsed) ))
-bench=(--device cuda --trainer "$trainer_bin" --python "$py" --work-dir "$build/bench-cuda"
-       --json "$results/bench_cuda.json" --markdown "$results/bench_cuda.md")
 if [ $left -ge 270 ]; then
-  bench+=(--rounds 2)
+  size=(--rounds 2)
 elif [ $left -ge 120 ]; then
   say "only ${left}s of the ${budget}s budget left: the short benchmark (--quick)"
-  bench+=(--quick)
+  size=(--quick)
 else
   say "only ${left}s of the ${budget}s budget left: GPU benchmark skipped"
   exit $status
 fi
-say "benchmark: bench_train.py ${bench[*]}"
-PYTHONUNBUFFERED=1 timeout $(( left - 10 )) "$py" "$repo/scripts/bench/bench_train.py" "${bench[@]}" || {
-  say "benchmark FAILED or ran out of time"; status=1; }
+for section in compare graphs; do
+  left=$(( budget - $(elapsed) - 5 ))
+  # compare may take up to two thirds of what is left; graphs gets the rest
+  [ "$section" = compare ] && slice=$(( left * 2 / 3 )) || slice=$left
+  if [ $slice -lt 45 ]; then
+    say "benchmark section $section skipped: ${slice}s left"
+    continue
+  fi
+  bench=(--device cuda --only "$section" "${size[@]}" --trainer "$trainer_bin" --python "$py"
+         --work-dir "$build/bench-cuda" --json "$results/bench_cuda_$section.json"
+         --markdown "$results/bench_cuda_$section.md")
+  say "benchmark ($slice s at most): bench_train.py ${bench[*]}"
+  PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_train.py" "${bench[@]}" || {
+    say "benchmark section $section FAILED or ran out of time"; status=1; }
+done
 say "done in $(elapsed)s (status $status); results in $results"
 exit $status
