@@ -112,8 +112,7 @@ void CudaGraph::replay() {
 }
 
 struct CudaSideStream::Impl {
-  std::optional<c10::cuda::CUDAStream> previous;
-  std::optional<c10::cuda::CUDAStreamGuard> guard;
+  std::optional<c10::cuda::CUDAStreamGuard> guard;  // its original_stream() is the previous current stream
 };
 
 CudaSideStream::CudaSideStream(int device) : impl_(std::make_unique<Impl>()) {
@@ -124,17 +123,17 @@ CudaSideStream::CudaSideStream(int device) : impl_(std::make_unique<Impl>()) {
   at::cuda::CUDAEvent ready;
   ready.record(previous);
   ready.block(side);
-  impl_->previous = previous;
   impl_->guard.emplace(side);
 }
 
 CudaSideStream::~CudaSideStream() {
   if (!impl_->guard) return;
-  auto side = impl_->guard->current_stream();
+  const auto side = impl_->guard->current_stream();
+  const auto previous = impl_->guard->original_stream();
   impl_->guard.reset();
   at::cuda::CUDAEvent done;
   done.record(side);
-  done.block(*impl_->previous);
+  done.block(previous);
 }
 
 }  // namespace trainer::device

@@ -6,6 +6,17 @@
 #include "device/cuda_graph.hpp"
 
 namespace trainer::engine {
+namespace {
+
+// The same number of tensors, each of the same sizes and dtype.
+bool same_layout(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return false;
+  return true;
+}
+
+}  // namespace
 
 std::string graph_blocker(const GraphConditions& c) {
   if (!c.cuda) return "CUDA graphs need a CUDA device, and this run trains on the CPU";
@@ -71,13 +82,6 @@ std::optional<StepTensors> GraphedStep::capture_and_run(std::vector<torch::Tenso
   }
   graph_->replay();  // the capture only recorded the step: this runs it (its host counts are already in)
   return StepTensors{out_.loss.clone(), out_.grad_norm.clone()};
-}
-
-bool GraphedStep::same_layout(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) const {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i].sizes() != b[i].sizes() || a[i].scalar_type() != b[i].scalar_type()) return false;
-  return true;
 }
 
 std::optional<StepTensors> GraphedStep::replay(const std::vector<torch::Tensor>& inputs,

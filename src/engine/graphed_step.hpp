@@ -86,8 +86,6 @@ class GraphedStep {
   void before_eager_step(double lr);
 
  private:
-  bool same_layout(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) const;
-
   torch::optim::Optimizer& opt_;
   GraphableOptimizer* hooks_ = nullptr;
   std::vector<torch::Tensor> params_;

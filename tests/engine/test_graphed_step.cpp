@@ -5,8 +5,8 @@
 
 #include <cmath>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
+#include "ckpt/ckpt_runs.hpp"
 #include "device/cuda_graph.hpp"
 #include "engine/graphed_step.hpp"
 #include "engine/grad_clip.hpp"
@@ -209,16 +209,6 @@ TEST_CASE("a capture that cannot happen leaves the optimizer as it was, for an e
 
 namespace {
 
-std::vector<nlohmann::json> train_records(const std::filesystem::path& metrics) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(test::read_file(metrics));
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_object() && j.value("kind", "") == "train") out.push_back(j);
-  }
-  return out;
-}
-
 // The largest relative difference of `key` between two runs' train records, step by step.
 double worst_relative(const std::vector<nlohmann::json>& a, const std::vector<nlohmann::json>& b,
                       const std::string& key) {
@@ -255,7 +245,7 @@ Run run_config(const std::filesystem::path& dir, const std::string& name, const 
   Run r;
   r.result = test::run_trainer("run " + (dir / (name + ".yaml")).string() + " --set run.name=" + name + " --out-dir " +
                                (dir / "runs").string() + " " + args);
-  if (r.result.exit_code == 0) r.records = train_records(dir / "runs" / name / "metrics.jsonl");
+  if (r.result.exit_code == 0) r.records = test::records(dir / "runs" / name / "metrics.jsonl", "train");
   return r;
 }
 
