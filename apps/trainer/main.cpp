@@ -1,6 +1,8 @@
 // trainer: YAML experiment file -> trained model. This file only parses the command line.
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+
 #include <iostream>
 
 #include "config/exit_codes.hpp"
@@ -9,6 +11,7 @@
 #include "engine/commands.hpp"
 #include "obs/report.hpp"
 #include "engine/export.hpp"
+#include "engine/stop_signal.hpp"
 
 namespace {
 
@@ -22,10 +25,16 @@ void add_config_args(CLI::App* cmd, trainer::engine::ConfigArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // first: a stop signal from here on is a graceful stop for `run` (exit 75), whatever start-up is doing
+  trainer::engine::install_stop_handlers();
+  // a reader that went away (`trainer run | tee` after a closed terminal) must not kill a run that
+  // is saving its checkpoint: writes fail with EPIPE instead
+  ::signal(SIGPIPE, SIG_IGN);
   CLI::App app{"trainer: deep-learning training runner (LibTorch). YAML experiment in, trained model out.", "trainer"};
   app.set_version_flag("--version", std::string("trainer ") + TRAINER_VERSION);
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, 75 stopped by a signal after saving a checkpoint.");
+  app.footer("Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, 74 a checkpoint that had to be saved was not, "
+             "75 stopped by a signal after saving a checkpoint (requeue me).");
 
   trainer::engine::RunArgs run_args;
   auto* run = app.add_subcommand("run", "Train: trainer run CONFIG [--set KEY=VALUE]...");
@@ -84,6 +93,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;
+  }
+  if (!*run) {
+    // other commands take the signals' default actions, including one that arrived during parsing
+    trainer::engine::restore_stop_handlers();
+    trainer::engine::unblock_stop_signals();
+    if (const int sig = trainer::engine::stop_signal()) ::raise(sig);
   }
   if (*run) return trainer::engine::cmd_run(run_args);
   if (*check) return trainer::engine::cmd_check(check_args);

@@ -148,6 +148,7 @@ struct CheckpointConfig {
   std::string dir = "";     // "" = <run dir>/checkpoints
   int64_t keep_every = 0;   // also keep every checkpoint whose step is a multiple of this (0 = off)
   std::string on_error = "warn";  // warn | abort: what a failed save does to the run
+  int64_t max_failures = 3;       // on_error warn: consecutive failed saves tolerated before the run stops
   bool save_best = true;          // an evaluation that improves the best metric saves and marks `best`
   bool requeue = false;           // SLURM: `scontrol requeue` this job after a stop signal's checkpoint
   double verify_tolerance = 0.01; // resume: relative drift allowed against the logged losses (0 = off)

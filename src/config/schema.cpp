@@ -193,7 +193,11 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("keep_last", c.checkpoint.keep_last, 1, 1e6, "Newest checkpoints kept.");
   k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints).");
   k.i("keep_every", c.checkpoint.keep_every, 0, 1e9, "Also keep forever every checkpoint whose step is a multiple of this (0 = off).");
-  k.c("on_error", c.checkpoint.on_error, {"warn", "abort"}, "A failed save: warn and keep training, or abort the run.");
+  k.c("on_error", c.checkpoint.on_error, {"warn", "abort"},
+      "A failed periodic save: warn and keep training (up to max_failures in a row), or abort the run (exit 74). "
+      "The final save and a stop signal's save are never optional: their failure exits 74.");
+  k.i("max_failures", c.checkpoint.max_failures, 0, 1e6,
+      "on_error warn: consecutive failed saves tolerated; one more stops the run with exit 74.");
   k.b("save_best", c.checkpoint.save_best,
       "When an evaluation improves the best metric, save a checkpoint at that step and point `best` at it (kept by pruning).");
   k.b("requeue", c.checkpoint.requeue,

@@ -135,14 +135,18 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
     throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
-  const int kForwarded[] = {SIGINT, SIGTERM, SIGUSR1};
-  struct sigaction sa{}, old[4];
+  // SIGHUP too: a closed terminal must stop the ranks with a checkpoint, not kill the launcher (and,
+  // through PDEATHSIG, every rank without one)
+  constexpr int kNumForwarded = 4;
+  const int kForwarded[kNumForwarded] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+  struct sigaction sa{}, old[kNumForwarded + 1];
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &sa, &old[i]);
-  ::sigaction(SIGCHLD, &sa, &old[3]);
+  for (int i = 0; i < kNumForwarded; ++i) ::sigaction(kForwarded[i], &sa, &old[i]);
+  ::sigaction(SIGCHLD, &sa, &old[kNumForwarded]);
 
+  const bool block_until_handled = child_args.front() == "run";
   std::vector<std::string> argv_store;
   argv_store.push_back(o.exe);
   for (const auto& a : child_args) argv_store.push_back(a);
@@ -164,10 +168,16 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (::getppid() != me) ::_exit(kExitFailure);
       ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only; it forwards exactly once
-      for (int i = 0; i < 4; ++i) ::signal(i < 3 ? kForwarded[i] : SIGCHLD, SIG_DFL);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      for (int sig : kForwarded) ::signal(sig, SIG_DFL);
+      ::signal(SIGCHLD, SIG_DFL);
+      // `trainer run` ranks: the stop signals stay blocked across exec until the rank's handlers are
+      // in place (its main() unblocks them), so one forwarded during start-up is neither lost nor
+      // fatal. Any other command starts with nothing blocked.
+      sigset_t mask;
+      sigemptyset(&mask);
+      if (block_until_handled)
+        for (int sig : kForwarded) sigaddset(&mask, sig);
+      ::sigprocmask(SIG_SETMASK, &mask, nullptr);
       ::dup2(out[1], 1);
       ::dup2(err[1], 2);
       ::execve(argv[0], argv.data(), envp.data());
@@ -265,8 +275,8 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     }
   }
 
-  for (int i = 0; i < 3; ++i) ::sigaction(kForwarded[i], &old[i], nullptr);
-  ::sigaction(SIGCHLD, &old[3], nullptr);
+  for (int i = 0; i < kNumForwarded; ++i) ::sigaction(kForwarded[i], &old[i], nullptr);
+  ::sigaction(SIGCHLD, &old[kNumForwarded], nullptr);
   ::close(g_signal_pipe[0]);
   ::close(g_signal_pipe[1]);
   return result;

@@ -33,6 +33,7 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
                {"evals_without_improvement", tr.evals_without_improvement()}};
   s["global_batch_size"] = cfg.train.global_batch_size;
   s["world_size"] = pos.world_size;
+  s["time_s"] = pos.time_s;
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -49,27 +50,36 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
   };
   const auto& s = content.state;
   try {
+    // everything read first: a checkpoint that lacks a part fails before anything is loaded
+    for (const char* g : {"model", "optimizer", "rng"}) (void)group(g);
+    RunPosition pos;
+    pos.step = s.at("step").get<int64_t>();
+    pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
+    pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
+    pos.world_size = s.value("world_size", int64_t{0});
+    pos.time_s = s.value("time_s", 0.0);
+    if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0)
+      throw io::CheckpointError((from / "state.json").string() + ": negative step or loader position");
+    if (auto folder_step = io::parse_step_dir_name(from.filename().string()); folder_step && *folder_step != pos.step)
+      throw io::CheckpointError((from / "state.json").string() + ": says step " + std::to_string(pos.step) +
+                                ", but the folder is " + from.filename().string());
+    LossScalerState sc;
+    sc.scale = s.at("loss_scaler").at("scale").get<double>();
+    sc.growth_tracker = s.at("loss_scaler").at("growth_tracker").get<int64_t>();
+    const auto& b = s.at("best");
+    std::optional<double> best;
+    if (!b.at("value").is_null()) best = b.at("value").get<double>();
+    const auto best_step = b.at("step").get<int64_t>();
+    const auto evals_without = b.at("evals_without_improvement").get<int64_t>();
+
     io::SafetensorsFile weights;
     weights.path = (from / "model.safetensors").string();
     weights.tensors = group("model");
     io::load_state_into(objs.model, weights, /*strict=*/true);
     load_optimizer_state(objs.optimizer, objs.model, group("optimizer"));
     restore_rng_state(group("rng"), objs.device);
-
-    LossScalerState sc;
-    sc.scale = s.at("loss_scaler").at("scale").get<double>();
-    sc.growth_tracker = s.at("loss_scaler").at("growth_tracker").get<int64_t>();
     objs.scaler.load_state(sc);
-    const auto& b = s.at("best");
-    std::optional<double> best;
-    if (!b.at("value").is_null()) best = b.at("value").get<double>();
-    objs.tracker.restore(best, b.at("step").get<int64_t>(), b.at("evals_without_improvement").get<int64_t>());
-
-    RunPosition pos;
-    pos.step = s.at("step").get<int64_t>();
-    pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
-    pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
-    pos.world_size = s.value("world_size", int64_t{0});
+    objs.tracker.restore(best, best_step, evals_without);
     const std::string hash = s.value(io::kStateConfigHash, "");
     if (hash != config::config_hash(cfg))
       spdlog::warn("resuming from {} written with a different config (hash {} vs {}): the run continues with the "

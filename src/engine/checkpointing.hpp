@@ -25,6 +25,7 @@ struct RunPosition {
   int64_t step = 0;           // optimizer steps done
   data::LoaderState loader;   // global position of the training loader after `step`
   int64_t world_size = 1;     // ranks of the run that saved it (0: not recorded, an older checkpoint)
+  double time_s = 0;          // the run's training clock at `step`, over all attempts (0: not recorded)
 };
 
 struct RunObjects {
@@ -38,7 +39,9 @@ struct RunObjects {
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos);
 
 // Loads everything into `objs` and returns where the run stands. Throws io::CheckpointError /
-// std::runtime_error naming the checkpoint and what does not fit (another model, optimizer).
+// std::runtime_error naming the checkpoint and what does not fit (another model, optimizer, a
+// state.json whose step is not its folder's). Every group and state field is checked to be there
+// before anything is loaded, so a checkpoint that lacks one leaves `objs` untouched.
 RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::filesystem::path& from,
                                const config::RunConfig& cfg, const RunObjects& objs);
 

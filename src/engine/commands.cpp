@@ -1,5 +1,6 @@
 #include "engine/commands.hpp"
 
+#include <spdlog/sinks/basic_file_sink.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "device/device.hpp"
 #include "dist/dist_check.hpp"
 #include "dist/launch_env.hpp"
+#include "engine/checkpoint_manager.hpp"
 #include "engine/checkpointing.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/precision.hpp"
@@ -46,6 +48,15 @@ config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv&
   vo.world_size = env.world_size;
   vo.cuda_available = device::cuda_available();
   return config::load_and_validate(args.config, overrides, vo);
+}
+
+// An error that ends the run, into this rank's log file (the console has it from std::cerr).
+void log_to_rank_file(const std::string& what) {
+  for (auto& sink : spdlog::default_logger()->sinks())
+    if (std::dynamic_pointer_cast<spdlog::sinks::basic_file_sink_mt>(sink)) {
+      sink->log(spdlog::details::log_msg("trainer", spdlog::level::err, what));
+      sink->flush();
+    }
 }
 
 }  // namespace
@@ -287,6 +298,11 @@ int cmd_check(const CheckArgs& args) {
 }
 
 int cmd_run(const RunArgs& args) {
+  bool logging = false;  // once the run's log is open, errors go there too (every rank keeps its own)
+  auto report = [&](const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (logging) log_to_rank_file(e.what());
+  };
   try {
     auto env = dist::detect_launch_env();
     auto loaded = load_checked(args, env);
@@ -306,10 +322,18 @@ int cmd_run(const RunArgs& args) {
     }
     auto dir = io::prepare_run_dir(loaded.cfg, env.rank);
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
+    logging = true;
     spdlog::info("run directory {}", dir.root.string());
+    for (const auto& lock : {dir.lock, dir.checkpoint_lock})
+      if (lock && !lock->recovered_from().empty())
+        spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",
+                     lock->file().string(), lock->recovered_from());
     ResumeOptions resume;
     resume.mode = args.resume;
     return run_training(loaded.cfg, env, dir, resume);
+  } catch (const CheckpointFailed& e) {
+    report(e);
+    return kExitCheckpointFailed;
   } catch (const config::ConfigError& e) {
     print_config_error(e);
     return kExitUsage;
@@ -317,7 +341,7 @@ int cmd_run(const RunArgs& args) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    report(e);
     return kExitFailure;
   }
 }

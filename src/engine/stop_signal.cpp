@@ -14,8 +14,9 @@ std::atomic<int> g_signal{0};
 std::atomic<int> g_sigint_count{0};
 static_assert(std::atomic<int>::is_always_lock_free);
 
-constexpr int kSignals[] = {SIGTERM, SIGUSR1, SIGINT};
-struct sigaction g_previous[3];
+constexpr int kSignals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
+constexpr int kCount = 4;
+struct sigaction g_previous[kCount];
 bool g_installed = false;
 
 // Only async-signal-safe calls in here: atomics, write(2), _exit(2).
@@ -42,13 +43,21 @@ void install_stop_handlers() {
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // blocking reads resume; the flag is polled at the next step boundary
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
+  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
   g_installed = true;
+  unblock_stop_signals();  // one that arrived while blocked (trainer launch's start-up) is delivered now
+}
+
+void unblock_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kSignals) sigaddset(&set, sig);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
 }
 
 void restore_stop_handlers() {
   if (!g_installed) return;
-  for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
   g_installed = false;
 }
 
@@ -61,6 +70,7 @@ std::string stop_signal_name() {
     case SIGTERM: return "SIGTERM";
     case SIGUSR1: return "SIGUSR1";
     case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
     default: return "";
   }
 }

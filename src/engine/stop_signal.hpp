@@ -1,4 +1,6 @@
-// Graceful stop on SIGTERM / SIGUSR1 / SIGINT (preemption, scancel, Ctrl-C). The handlers only set an
+// Graceful stop on SIGTERM / SIGUSR1 / SIGINT / SIGHUP (preemption, scancel, Ctrl-C, a closed
+// terminal). `trainer` installs them first thing in main(), before LibTorch does any work, so a stop
+// signal at any moment of start-up is handled like one during training. The handlers only set an
 // atomic flag (async-signal-safe); the training loop polls stop_requested() at step boundaries, agrees
 // with the other ranks, saves one checkpoint and exits with kExitSavedAfterSignal. A second SIGINT
 // means "now": the process exits at once with 130 (128 + SIGINT), without saving.
@@ -8,14 +10,18 @@
 
 namespace trainer::engine {
 
-// Installs the three handlers (idempotent). The previous handlers are remembered for restore.
+// Installs the four handlers (idempotent) and unblocks the signals. The previous handlers are
+// remembered for restore.
 void install_stop_handlers();
+// Unblocks the four signals (trainer launch starts its ranks with them blocked until their handlers
+// are in place; a command without handlers unblocks them and takes the default action).
+void unblock_stop_signals();
 // Puts the previous handlers back (tests; the end of a run inside a longer-lived process).
 void restore_stop_handlers();
 
 bool stop_requested();
 int stop_signal();                // the first signal received (SIGTERM, ...), 0 when none
-std::string stop_signal_name();   // "SIGTERM" | "SIGUSR1" | "SIGINT" | "" when none
+std::string stop_signal_name();   // "SIGTERM" | "SIGUSR1" | "SIGINT" | "SIGHUP" | "" when none
 void clear_stop_request();        // forget a received signal (tests; after a handled stop)
 
 }  // namespace trainer::engine

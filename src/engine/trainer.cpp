@@ -2,9 +2,7 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
-#include <spawn.h>
 #include <spdlog/spdlog.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -29,6 +27,7 @@
 #include "device/nvml.hpp"
 #include "dist/dist_context.hpp"
 #include "dist/grad_sync.hpp"
+#include "engine/checkpoint_manager.hpp"
 #include "engine/checkpointing.hpp"
 #include "engine/early_stopping.hpp"
 #include "engine/eval_metrics.hpp"
@@ -46,6 +45,7 @@
 #include "obs/profiler.hpp"
 #include "models/model.hpp"
 #include "obs/memory.hpp"
+#include "obs/history.hpp"
 #include "obs/mfu.hpp"
 #include "obs/run_log.hpp"
 
@@ -91,47 +91,10 @@ std::multiset<int64_t> injected_nonfinite_steps() {
   return out;
 }
 
-// The train records' losses already in a run's metrics.jsonl, by step (a later record of the same
-// step, from a later resumed run, wins). Lines that are not JSON are ignored: the file may end in a
-// line torn by the kill that interrupted the run.
-std::map<int64_t, double> logged_train_losses(const std::filesystem::path& metrics) {
-  std::map<int64_t, double> out;
-  std::ifstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || j.value("kind", "") != "train" || !j.contains("step") || !j.contains("loss")) continue;
-    if (!j["loss"].is_number() || !j["step"].is_number_integer()) continue;
-    out[j["step"].get<int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
-}
-
 // "nan", "inf", "-inf" or the number (a NaN's sign bit means nothing to a user).
 std::string number_text(double v) {
   if (std::isnan(v)) return "nan";
   return fmt::format("{:.6g}", v);
-}
-
-// SLURM's id for `scontrol requeue`: ARRAYJOB_TASK for an array task, else the job id.
-std::string slurm_job_to_requeue() {
-  const char* array_job = std::getenv("SLURM_ARRAY_JOB_ID");
-  const char* task = std::getenv("SLURM_ARRAY_TASK_ID");
-  if (array_job && *array_job && task && *task) return std::string(array_job) + "_" + task;
-  const char* job = std::getenv("SLURM_JOB_ID");
-  return job ? job : "";
-}
-
-// Runs argv (found on PATH) and returns its exit status, or -1 when it could not be started.
-int run_program(const std::vector<std::string>& args) {
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = 0;
-  if (::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) return -1;
-  int status = 0;
-  if (::waitpid(pid, &status, 0) != pid) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
 double metric_value(const EvalResult& r, const std::string& metric) {
@@ -227,7 +190,7 @@ class Trainer {
     peak_tflops_ = cfg_.log.peak_tflops;
     if (peak_tflops_ <= 0 && device_.is_cuda()) {
       for (const auto& d : device::cuda_devices())
-        if (d.index == device_.index()) peak_tflops_ = obs::known_peak_tflops(d.name, cfg_.train.precision).value_or(0);
+        if (d.index == device_.index()) peak_tflops_ = obs::known_peak_tflops(d.name, cfg_.train.precision, cfg_.train.tf32).value_or(0);
     }
 
     obs::RunLogOptions lo;
@@ -652,7 +615,7 @@ class Trainer {
     obs::EvalRecord rec;
     rec.step = step;
     rec.epoch = epochs_done();
-    rec.time_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+    rec.time_s = clock_s();
     rec.loss = r.loss;
     rec.count = r.count;
     rec.accuracy = r.accuracy;
@@ -684,7 +647,7 @@ class Trainer {
     const double n = static_cast<double>(times.steps);
     r.step = step;
     r.epoch = epochs_done();
-    r.time_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+    r.time_s = clock_s();
     r.samples = step * samples_per_step_;
     const double local_loss = loss_sum_.item<double>() / static_cast<double>(loss_count_);  // the log step's host sync
     r.loss = local_loss;
@@ -752,44 +715,42 @@ class Trainer {
     }
   }
 
-  // --- checkpoints -------------------------------------------------------------------------------
+  // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
   RunObjects objects() { return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_}; }
 
-  // --resume auto|never|PATH: every rank reads the same checkpoint (a shared filesystem on multi-node
-  // jobs); a bad explicit PATH is an error, a bad newest checkpoint under auto falls back to an older one.
+  // The run's training clock: the seconds of the attempts before this one (up to the checkpoint it
+  // resumed from) plus this attempt's.
+  double clock_s() const { return clock_offset_s_ + std::chrono::duration<double>(Clock::now() - run_start_).count(); }
+
+  // --resume auto|never|PATH: every rank restores the same checkpoint; the resume check then compares
+  // the losses of the steps the interrupted run logged after it, and those steps are not logged twice.
   void resume() {
-    const auto ckpt_dir = checkpoint_dir(cfg_, dir_.root);
-    if (env_.rank == 0) {
-      io::CheckpointPolicy policy;
-      policy.keep_last = cfg_.checkpoint.keep_last;
-      policy.keep_every = cfg_.checkpoint.keep_every;
-      store_ = std::make_unique<io::CheckpointStore>(ckpt_dir, policy);
-    }
-    if (dist_) dist_->barrier();  // the store cleaned stale temporary folders before anyone scans
-    std::filesystem::path from;
-    if (resume_.mode == "never") return;
-    if (resume_.mode == "auto") {
-      io::CheckpointStore reader(ckpt_dir, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
-      auto scan = reader.find_newest_complete();
-      for (const auto& r : scan.rejected) spdlog::warn("skipping a checkpoint that does not verify: {}", r);
-      if (!scan.newest) return;
-      from = scan.newest->path;
-    } else {
-      from = io::resolve_checkpoint_path(resume_.mode);
-    }
-    auto content = io::load_checkpoint(from);  // verifies every checksum before deserialising
-    auto pos = restore_checkpoint(content, from, cfg_, objects());
+    ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(), [this](int64_t step) {
+      return RunPosition{step, train_loader_->state(), env_.world_size, clock_s()};
+    });
+    const auto history = obs::read_history(dir_.metrics_file());
+    attempt_.attempt = history.attempts + 1;
+    previous_wall_s_ = history.wall_s;
+    const auto resumed = ckpt_->resume(resume_.mode);
+    if (!resumed) return;
+    const auto& pos = resumed->pos;
     train_loader_->restore(pos.loader);
     start_step_ = pos.step;
-    spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it)", from.string(), pos.step, pos.loader.epoch,
-                 pos.loader.samples_consumed);
+    clock_offset_s_ = pos.time_s;
+    attempt_.start_step = pos.step;
+    attempt_.time_s = pos.time_s;
+    attempt_.resumed_from = resumed->from.string();
+    spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", resumed->from.string(),
+                 pos.step, pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
     if (pos.world_size > 0 && pos.world_size != env_.world_size) adapt_to_world_size(pos);
     if (cfg_.checkpoint.verify_tolerance > 0) {
-      logged_losses_ = logged_train_losses(dir_.metrics_file());
+      logged_losses_ = history.train_losses;
       logged_losses_.erase(logged_losses_.begin(), logged_losses_.upper_bound(start_step_));
       if (!logged_losses_.empty())
         spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
                      logged_losses_.size(), start_step_);
+      // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
+      if (history.last_step > start_step_) log_->skip_records_until(history.last_step);
     }
   }
 
@@ -824,130 +785,76 @@ class Trainer {
     }
   }
 
-  // The first parameter holding inf or NaN, or "" (one host sync for the whole model).
-  std::string nonfinite_parameter() {
-    torch::NoGradGuard ng;
-    std::vector<torch::Tensor> flags;
-    for (const auto& p : params_) flags.push_back(p.isfinite().all());
-    if (flags.empty() || torch::stack(flags).all().item<bool>()) return "";
-    for (const auto& item : model_->named_parameters())
-      if (!item.value().isfinite().all().template item<bool>()) return item.key();
-    return "?";
-  }
-
-  // Rank 0 writes (parameters and optimizer state are replicated); every rank calls this at the same
-  // step and learns the outcome, so with checkpoint.on_error: abort they all stop together. A failed
-  // save never touches the previous checkpoints. Weights holding inf/NaN are never saved: that stops
-  // the run whatever on_error says. Returns true when the checkpoint was written.
-  bool save_checkpoint(int64_t step) {
-    int failure = 0;  // 1: the save failed, 2: non-finite weights
-    std::string what;
-    if (store_) {
-      auto t0 = Clock::now();
-      if (auto bad = nonfinite_parameter(); !bad.empty()) {
-        failure = 2;
-        what = "refusing to save a checkpoint at step " + std::to_string(step) + ": parameter '" + bad +
-               "' holds inf/NaN values (the previous checkpoints are kept)";
-      } else {
-        try {
-          RunPosition pos{step, train_loader_->state(), env_.world_size};
-          auto path = store_->save(step, capture_checkpoint(cfg_, objects(), pos));
-          spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), ms_since(t0));
-        } catch (const io::CheckpointError& e) {
-          failure = 1;
-          what = e.what();
-        }
-      }
-    }
-    if (dist_ && dist_->active()) {
-      // rank 0's outcome, agreed on by every rank: 0, 1 or 2
-      const double agreed = dist_->all_reduce_mean(static_cast<double>(failure)) * env_.world_size;
-      failure = static_cast<int>(std::lround(agreed));
-      if (failure != 0 && what.empty())
-        what = "rank 0 could not save the checkpoint at step " + std::to_string(step) + " (its log says why)";
-    }
-    if (failure == 2) throw std::runtime_error(what);
-    if (failure == 1) {
-      if (cfg_.checkpoint.on_error == "abort") throw io::CheckpointError(what);
-      spdlog::warn("checkpoint at step {} failed; training continues (checkpoint.on_error: warn): {}", step, what);
-    }
-    return failure == 0;
-  }
-
-  // checkpoint.save_best: the evaluation at `step` set a new best; its checkpoint becomes `best`.
-  void keep_best(int64_t step, bool saved_at_step) {
-    if (!cfg_.checkpoint.save_best || tracker_->best_step() != step) return;
-    if (!saved_at_step && !save_checkpoint(step)) return;
-    if (!store_) return;
-    try {
-      store_->mark_best(step);
-      store_->prune(step);  // the previous best is now only an ordinary older checkpoint
-      spdlog::info("best {} so far ({:.4f}): checkpoint step {} is kept as `best`", tracker_->metric(),
-                   tracker_->best().value_or(0), step);
-    } catch (const io::CheckpointError& e) {
-      spdlog::warn("could not mark the checkpoint of step {} as best: {}", step, e.what());
-    }
-  }
-
-  // checkpoint.requeue under SLURM: ask the scheduler to requeue this job before exiting 75.
-  void requeue_if_asked() {
-    if (!cfg_.checkpoint.requeue || env_.rank != 0) return;
-    const std::string job = slurm_job_to_requeue();
-    if (job.empty()) {
-      spdlog::warn("checkpoint.requeue is set but SLURM_JOB_ID is not: nothing to requeue");
-      return;
-    }
-    const int rc = run_program({"scontrol", "requeue", job});
-    if (rc == 0) spdlog::info("scontrol requeue {}: the job is queued again and will resume from this checkpoint", job);
-    else spdlog::error("scontrol requeue {} failed ({}); requeue the job by hand: the checkpoint is saved", job,
-                       rc < 0 ? std::string("could not run scontrol") : "exit code " + std::to_string(rc));
-  }
-
-  // train.nonfinite: rollback. Every rank reloads the newest complete checkpoint (model, optimizer,
-  // scaler, generators) and the step count goes back to it, while the data loader keeps its place:
-  // the steps are redone on the batches that follow, not on the ones that diverged.
-  int64_t roll_back(int64_t step) {
-    const auto ckpt_dir = checkpoint_dir(cfg_, dir_.root);
-    // the newest checkpoint of this run's past that verifies: later ones (left by an earlier run that
-    // got further, see --force) are not this run's past
-    std::optional<io::CheckpointInfo> target;
-    if (std::filesystem::exists(ckpt_dir)) {
-      auto all = io::CheckpointStore(ckpt_dir, io::CheckpointPolicy{}).list();
-      for (auto it = all.rbegin(); it != all.rend() && !target; ++it) {
-        if (it->step >= step) continue;
-        try {
-          io::verify_checkpoint(it->path);
-          target = *it;
-        } catch (const io::CheckpointError& e) {
-          spdlog::warn("rollback: skipping a checkpoint that does not verify: {}", e.what());
-        }
-      }
-    }
-    if (!target)
-      throw std::runtime_error("non-finite gradients at step " + std::to_string(step) +
-                               " and no checkpoint to roll back to in " + ckpt_dir.string() +
-                               " (train.nonfinite: rollback needs checkpoint.every_steps)");
-    auto pos = restore_checkpoint(io::load_checkpoint(target->path), target->path, cfg_, objects());
-    if (pos.step == rollback_target_) {
-      if (++rollbacks_to_target_ > cfg_.train.max_nonfinite)
-        throw std::runtime_error(fmt::format("non-finite gradients again after {} rollbacks to step {} "
-                                             "(train.max_nonfinite {}): giving up",
-                                             rollbacks_to_target_ - 1, pos.step, cfg_.train.max_nonfinite));
-    } else {
-      rollback_target_ = pos.step;
-      rollbacks_to_target_ = 1;
-    }
-    loss_sum_ = torch::Tensor();
-    loss_count_ = 0;
-    spdlog::warn("non-finite gradients at step {}: rolled back to the checkpoint of step {} ({}); the data continue "
-                 "where they were (rollback {} of at most {} to this checkpoint)",
-                 step, pos.step, target->path.string(), rollbacks_to_target_, cfg_.train.max_nonfinite);
-    return pos.step;
-  }
-
   // --- the loop ----------------------------------------------------------------------------------
+  // Signals only set a flag; every rank acts on it at the same step boundary. With several ranks
+  // agreeing costs a collective and a host sync, so they agree only on log steps and every
+  // kStopCheckEvery steps (the same steps on every rank), never on each step of the hot path.
+  bool stop_agreed(int64_t step, bool log_step) {
+    if (!dist_ || !dist_->active()) return stop_requested();
+    return (log_step || step % kStopCheckEvery == 0) && dist_->any(stop_requested());
+  }
+
+  // A stop signal: one checkpoint at this step boundary, then exit 75 (a stop before the first step
+  // has nothing new to save: the run resumes where it stands). A save that fails exits 74 instead.
+  int stop_for_signal(int64_t step) {
+    const std::string sig = stop_signal_name().empty() ? "a stop signal" : stop_signal_name();
+    if (step == start_step_) {
+      spdlog::warn("{} received during start-up, before step {}: nothing new to save; exiting with code {} "
+                   "(requeue me)", sig, step + 1, kExitSavedAfterSignal);
+    } else {
+      spdlog::warn("{} received: saving a checkpoint at step {} and exiting with code {} (requeue me)", sig, step,
+                   kExitSavedAfterSignal);
+      ckpt_->save(step, SaveKind::Signal);
+    }
+    if (dist_) dist_->barrier();
+    ckpt_->requeue_if_asked();
+    return kExitSavedAfterSignal;
+  }
+
+  // train.nonfinite skip|rollback after a step whose gradients were not finite; returns the step the
+  // run continues from.
+  int64_t handle_nonfinite(int64_t step, IntervalTimes& times) {
+    if (cfg_.train.nonfinite == "rollback") {
+      loss_sum_ = torch::Tensor();
+      loss_count_ = 0;
+      times = IntervalTimes{};
+      return ckpt_->roll_back(step);
+    }
+    if (++nonfinite_in_row_ > cfg_.train.max_nonfinite)
+      throw std::runtime_error(fmt::format("non-finite gradients in {} consecutive steps up to step {} "
+                                           "(train.max_nonfinite {}): giving up",
+                                           nonfinite_in_row_, step, cfg_.train.max_nonfinite));
+    spdlog::warn("non-finite gradients at step {}: step skipped ({} in a row, at most {})", step, nonfinite_in_row_,
+                 cfg_.train.max_nonfinite);
+    return step;
+  }
+
+  // Periodic checkpoint and evaluation after `step`; returns true when early stopping ends the run.
+  bool checkpoint_and_evaluate(int64_t step, bool& evaluated) {
+    evaluated = false;
+    if (step >= total_steps_) return false;  // the end of the run saves and evaluates once, below
+    bool saved = false;
+    if (cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0)
+      saved = ckpt_->save(step, SaveKind::Periodic);
+    if (cfg_.train.eval_every <= 0 || step % cfg_.train.eval_every != 0) return false;
+    evaluated = true;
+    const bool stop_early = evaluate_and_record(step);
+    ckpt_->keep_best(step, saved);
+    if (stop_early)
+      spdlog::info("early stopping at step {}: {} has not improved for {} evaluations (best {:.4f} at step {})", step,
+                   tracker_->metric(), tracker_->evals_without_improvement(), tracker_->best().value_or(0),
+                   tracker_->best_step());
+    return stop_early;
+  }
+
   int train_loop() {
     run_start_ = Clock::now();
+    log_->attempt(attempt_);
+    if (step_is_final(start_step_)) {
+      spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
+      return kExitOk;
+    }
+    if (stop_agreed(start_step_, /*log_step=*/true)) return stop_for_signal(start_step_);
     IntervalTimes times;
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     int64_t step = start_step_;
@@ -958,77 +865,44 @@ class Trainer {
     // evaluation and checkpoint of the loop runs on that one stream, in order
     std::optional<device::CudaSideStream> graph_stream;
     if (graph_) graph_stream.emplace(device_.index());
-    if (step >= total_steps_) {
-      spdlog::info("the run is already complete ({} of {} steps); nothing to train", step, total_steps_);
-      return kExitOk;
-    }
     while (step < total_steps_) {
       if (dist_) dist_->set_step(step);
-      const bool log_step = (step + 1) % cfg_.train.log_every == 0 || step + 1 == total_steps_;
+      const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
       profiler.before_step(step);
       auto outcome = train_step(step, log_step, times);
       profiler.after_step(step);
       ++step;
       if (outcome.nonfinite) {
-        if (cfg_.train.nonfinite == "rollback") {
-          step = roll_back(step);
-          times = IntervalTimes{};
-          continue;
-        }
-        if (++nonfinite_in_row_ > cfg_.train.max_nonfinite)
-          throw std::runtime_error(fmt::format("non-finite gradients in {} consecutive steps up to step {} "
-                                               "(train.max_nonfinite {}): giving up",
-                                               nonfinite_in_row_, step, cfg_.train.max_nonfinite));
-        spdlog::warn("non-finite gradients at step {}: step skipped ({} in a row, at most {})", step, nonfinite_in_row_,
-                     cfg_.train.max_nonfinite);
+        step = handle_nonfinite(step, times);
+        if (cfg_.train.nonfinite == "rollback") continue;
       } else {
         nonfinite_in_row_ = 0;
       }
       log_->step_done(step);
       if (log_step) record_train(step, outcome.grad_norm, times);
-      // Signals only set a flag; every rank acts on it at the same step boundary. With several ranks
-      // agreeing costs a collective and a host sync, so they agree only on log steps and every
-      // kStopCheckEvery steps (the same steps on every rank), never on each step of the hot path.
-      bool stop = false;
-      if (dist_ && dist_->active()) {
-        if (log_step || step % kStopCheckEvery == 0) stop = dist_->any(stop_requested());
-      } else {
-        stop = stop_requested();
-      }
-      if (stop) {
-        spdlog::warn("{} received: saving a checkpoint at step {} and exiting with code {} (requeue me)",
-                     stop_signal_name().empty() ? "a stop signal" : stop_signal_name(), step, kExitSavedAfterSignal);
-        const bool saved = save_checkpoint(step);
-        if (dist_) dist_->barrier();
-        if (saved) requeue_if_asked();
-        return kExitSavedAfterSignal;
-      }
-      bool saved = false;
-      if (cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0 && step < total_steps_)
-        saved = save_checkpoint(step);
-      evaluated_last = false;
-      if (cfg_.train.eval_every > 0 && step % cfg_.train.eval_every == 0 && step < total_steps_) {
-        evaluated_last = true;
-        const bool stop_early = evaluate_and_record(step);
-        keep_best(step, saved);
-        if (stop_early) {
-          stop_reason = "early_stopping";
-          spdlog::info("early stopping at step {}: {} has not improved for {} evaluations (best {:.4f} at step {})",
-                       step, tracker_->metric(), tracker_->evals_without_improvement(), tracker_->best().value_or(0),
-                       tracker_->best_step());
-          break;
-        }
+      if (stop_agreed(step, log_step)) return stop_for_signal(step);
+      if (checkpoint_and_evaluate(step, evaluated_last)) {
+        stop_reason = "early_stopping";
+        break;
       }
     }
     if (!evaluated_last) evaluate_and_record(step);
-    if (save_checkpoint(step)) keep_best(step, /*saved_at_step=*/true);
+    if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
     if (dist_) dist_->barrier();
+    write_summary(step, stop_reason);
+    return kExitOk;
+  }
 
+  bool step_is_final(int64_t step) const { return step >= total_steps_; }
+
+  void write_summary(int64_t step, const std::string& stop_reason) {
     obs::SummaryRecord s;
     s.steps = step;
     s.epochs = epochs_done();
     s.samples = step * samples_per_step_;
-    s.wall_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+    s.attempt_wall_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+    s.wall_s = previous_wall_s_ + s.attempt_wall_s;
+    s.attempts = attempt_.attempt;
     s.stop_reason = stop_reason;
     s.best_metric = tracker_->metric();
     s.best_value = tracker_->best();
@@ -1038,17 +912,17 @@ class Trainer {
     s.device = device_.str();
     s.precision = cfg_.train.precision;
     log_->summary(s);
-    spdlog::info("done: {} steps, {:.2f} epochs, {} samples in {:.1f} s ({}); best {} {:.4f} at step {}", s.steps,
-                 s.epochs, s.samples, s.wall_s, stop_reason, s.best_metric, s.best_value.value_or(0),
+    const std::string attempts =
+        s.attempts > 1 ? fmt::format(" over {} attempts ({:.1f} s in this one)", s.attempts, s.attempt_wall_s) : "";
+    spdlog::info("done: {} steps, {:.2f} epochs, {} samples in {:.1f} s{} ({}); best {} {:.4f} at step {}", s.steps,
+                 s.epochs, s.samples, s.wall_s, attempts, stop_reason, s.best_metric, s.best_value.value_or(0),
                  s.best_step.value_or(0));
-    return kExitOk;
   }
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   const dist::LaunchEnv& env_;
   const io::RunDir& dir_;
   ResumeOptions resume_;
-  std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
   int64_t start_step_ = 0;
   torch::Device device_{torch::kCPU};
   Precision precision_ = Precision::Fp32;
@@ -1073,7 +947,10 @@ class Trainer {
   int64_t loss_count_ = 0, skipped_steps_ = 0;
   std::multiset<int64_t> inject_nonfinite_;  // TRAINER_INJECT_NONFINITE_GRAD
   int64_t nonfinite_in_row_ = 0;            // train.nonfinite: skip
-  int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;  // train.nonfinite: rollback
+  std::unique_ptr<CheckpointManager> ckpt_;  // after the objects it saves and restores
+  obs::AttemptRecord attempt_;               // this attempt: number, start step, resumed from
+  double clock_offset_s_ = 0;                // the training clock at the checkpoint resumed from
+  double previous_wall_s_ = 0;               // wall seconds of the earlier attempts (metrics.jsonl)
   std::map<int64_t, double> logged_losses_;  // checkpoint.verify_tolerance: the interrupted run's records
   double verify_max_diff_ = 0;
   int64_t verified_ = 0;

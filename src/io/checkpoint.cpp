@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -220,6 +221,8 @@ std::optional<int64_t> parse_step_dir_name(const std::string& name) {
 
 std::string step_dir_name(int64_t step) { return "step-" + std::to_string(step); }
 
+std::vector<CheckpointInfo> step_folders_newest_first(const fs::path& dir) { return step_dirs_newest_first(dir); }
+
 void verify_checkpoint(const fs::path& dir) {
   const fs::path manifest_path = dir / kManifestName;
   std::error_code ec;
@@ -334,6 +337,13 @@ fs::path CheckpointStore::save(int64_t step, const CheckpointContent& content) {
     write_file_synced(tmp / kManifestName, manifest.dump(1));
     fsync_path(tmp, true);
 
+    if (std::error_code e2; fs::exists(final_dir, e2) && !verifies({step, final_dir})) {
+      // a folder of this step that does not verify (another run's, or damaged) is never deleted:
+      // it moves aside for a person to look at
+      const fs::path aside = dir_ / (final_name + ".rejected-" + std::to_string(::time(nullptr)));
+      if (::rename(final_dir.c_str(), aside.c_str()) != 0) fail_errno(final_dir, "cannot move aside");
+      spdlog::warn("{} does not verify; moved aside to {} (not deleted)", final_dir.string(), aside.string());
+    }
     if (::rename(tmp.c_str(), final_dir.c_str()) != 0) {
       if (errno != ENOTEMPTY && errno != EEXIST) fail_errno(final_dir, "cannot rename " + tmp.string() + " into place");
       // Same step saved again (e.g. stopped right after a resume): swap atomically, so at every moment a
@@ -357,6 +367,8 @@ fs::path CheckpointStore::save(int64_t step, const CheckpointContent& content) {
     throw CheckpointError(e.what());
   }
   // The checkpoint is complete and durable; what follows only tidies up, so it warns instead of failing.
+  verified_.insert(step);
+  rejected_.erase(step);
   try {
     replace_symlink(dir_, "latest", final_name);
   } catch (const CheckpointError& e) {
@@ -386,6 +398,20 @@ std::vector<CheckpointInfo> CheckpointStore::list() const {
   return out;
 }
 
+bool CheckpointStore::verifies(const CheckpointInfo& c) {
+  if (verified_.count(c.step)) return true;
+  try {
+    verify_checkpoint(c.path);
+    verified_.insert(c.step);
+    return true;
+  } catch (const CheckpointError& e) {
+    if (rejected_.insert(c.step).second)
+      spdlog::warn("keeping {}: it does not verify, so it is never deleted automatically ({})", c.path.string(),
+                   e.what());
+    return false;
+  }
+}
+
 void CheckpointStore::prune(int64_t newest_step) {
   std::set<int64_t> keep = {newest_step};
   if (auto best = best_step()) keep.insert(*best);
@@ -393,7 +419,7 @@ void CheckpointStore::prune(int64_t newest_step) {
   std::vector<CheckpointInfo> candidates;
   auto all = list();
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
-    if (it->step > newest_step) continue;
+    if (it->step > newest_step || !verifies(*it)) continue;
     if (newest_kept < policy_.keep_last) {
       keep.insert(it->step);
       ++newest_kept;
@@ -405,6 +431,7 @@ void CheckpointStore::prune(int64_t newest_step) {
     if (keep.count(c.step)) continue;
     try {
       remove_checkpoint_dir(dir_, c.path);
+      verified_.erase(c.step);
     } catch (const CheckpointError& e) {
       spdlog::warn("{}", e.what());
     }

@@ -20,6 +20,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -65,6 +66,9 @@ struct ScanResult {
 std::optional<int64_t> parse_step_dir_name(const std::string& name);
 std::string step_dir_name(int64_t step);
 
+// Every step-<N> folder under `dir`, newest first, complete or not (not verified).
+std::vector<CheckpointInfo> step_folders_newest_first(const std::filesystem::path& dir);
+
 // Checks manifest.json and every file it lists (size, then sha256) before anything is deserialised.
 // Throws CheckpointError naming the file and, for a mismatch, the expected and actual hashes.
 void verify_checkpoint(const std::filesystem::path& dir);
@@ -100,13 +104,20 @@ class CheckpointStore {
   std::vector<CheckpointInfo> list() const;
 
   // Deletes what the policy does not keep, considering only steps <= newest_step: the newest keep_last
-  // complete ones, multiples of keep_every, `best`, and newest_step itself stay. Folders of later steps
-  // (a run resumed from an older checkpoint) are left alone until they fall under the policy.
+  // checkpoints that verify, multiples of keep_every, `best`, and newest_step itself stay. A folder
+  // that does not verify is never deleted (nor counted): it is warned about once and left for a
+  // person to look at. Folders of later steps (a run resumed from an older checkpoint) are left alone
+  // until they fall under the policy.
   void prune(int64_t newest_step);
 
+  // Tells the store that step-<step> verified (the run resumed from it), so pruning need not hash it.
+  void mark_verified(int64_t step) { verified_.insert(step); }
+
  private:
+  bool verifies(const CheckpointInfo& c);  // cached: each folder is hashed at most once per store
   std::filesystem::path dir_;
   CheckpointPolicy policy_;
+  std::set<int64_t> verified_, rejected_;
 };
 
 }  // namespace trainer::io

@@ -72,8 +72,20 @@ RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank) {
   RunDir d{run_dir_path(cfg)};
   make_dirs(d.root);
   make_dirs(d.logs_dir());
-  make_dirs(d.checkpoints_dir());
   if (::access(d.root.c_str(), W_OK) != 0) fail(d.root, "run directory is not writable", errno);
+  // locked before anything is written: a second run must not touch config.yaml, logs or checkpoints
+  if (rank == 0) {
+    d.lock = std::make_shared<RunLock>(d.lock_file(), "run directory " + d.root.string());
+    if (!cfg.checkpoint.dir.empty()) {
+      make_dirs(cfg.checkpoint.dir);
+      d.checkpoint_lock = std::make_shared<RunLock>(fs::path(cfg.checkpoint.dir) / ".lock",
+                                                    "checkpoint.dir " + cfg.checkpoint.dir);
+    }
+  } else {
+    d.lock = std::make_shared<RunLock>(d.logs_dir() / (".rank" + std::to_string(rank) + ".lock"),
+                                       "rank " + std::to_string(rank) + "'s log in " + d.root.string());
+  }
+  make_dirs(d.checkpoints_dir());
   if (rank == 0) {
     write_file_atomic(d.config_file(), config::dump_yaml(cfg));
     write_file_atomic(d.root / "config.sha256", config::config_hash(cfg) + "\n");

@@ -2,9 +2,11 @@
 #pragma once
 
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "config/config.hpp"
+#include "io/run_lock.hpp"
 
 namespace trainer::io {
 
@@ -15,11 +17,16 @@ struct RunDir {
   std::filesystem::path logs_dir() const { return root / "logs"; }
   std::filesystem::path rank_log(int64_t rank) const { return logs_dir() / ("rank" + std::to_string(rank) + ".log"); }
   std::filesystem::path checkpoints_dir() const { return root / "checkpoints"; }
+  std::filesystem::path lock_file() const { return root / ".lock"; }
+  // held for the whole run: rank 0 locks the run directory (and checkpoint.dir when it is set),
+  // every other rank its own log (logs/.rank<N>.lock)
+  std::shared_ptr<RunLock> lock, checkpoint_lock;
 };
 
 std::filesystem::path run_dir_path(const config::RunConfig& cfg);
 
-// Creates the folders (idempotent, safe when every rank calls it at once). Rank 0 also writes
+// Creates the folders (idempotent, safe when every rank calls it at once) and takes the run's locks
+// (RunDirBusy when another run holds one) before anything is written. Rank 0 also writes
 // config.yaml and config.sha256 atomically. Throws std::runtime_error naming the path and errno text.
 RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank);
 

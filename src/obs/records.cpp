@@ -45,12 +45,19 @@ nlohmann::json to_json(const EvalRecord& r) {
 nlohmann::json to_json(const SummaryRecord& r) {
   nlohmann::json j = {{"kind", "summary"},          {"steps", r.steps},
                       {"epochs", r.epochs},         {"samples", r.samples},
-                      {"wall_s", r.wall_s},         {"stop_reason", r.stop_reason},
+                      {"wall_s", r.wall_s},         {"attempts", r.attempts},
+                      {"attempt_wall_s", r.attempt_wall_s}, {"stop_reason", r.stop_reason},
                       {"best_metric", r.best_metric}, {"num_parameters", r.num_parameters},
                       {"world_size", r.world_size}, {"device", r.device},
                       {"precision", r.precision}};
   put(j, "best_value", r.best_value);
   put(j, "best_step", r.best_step);
+  return j;
+}
+
+nlohmann::json to_json(const AttemptRecord& r) {
+  nlohmann::json j = {{"kind", "attempt"}, {"attempt", r.attempt}, {"start_step", r.start_step}, {"time_s", r.time_s}};
+  j["resumed_from"] = r.resumed_from ? nlohmann::json(*r.resumed_from) : nlohmann::json(nullptr);
   return j;
 }
 

@@ -45,11 +45,21 @@ struct EvalRecord {
   int64_t best_step = 0;
 };
 
+// Written at the start of every attempt: a fresh run is attempt 1, each resume adds one.
+struct AttemptRecord {
+  int64_t attempt = 1;
+  int64_t start_step = 0;          // optimizer steps already done (the checkpoint's step)
+  double time_s = 0;               // the run's training clock at the start (the checkpoint's time_s)
+  std::optional<std::string> resumed_from;  // the checkpoint folder; absent for a fresh start
+};
+
 struct SummaryRecord {
   int64_t steps = 0;
   double epochs = 0;
   int64_t samples = 0;
-  double wall_s = 0;
+  double wall_s = 0;          // wall seconds of all attempts, as measured by their records
+  int64_t attempts = 1;
+  double attempt_wall_s = 0;  // wall seconds of this attempt alone
   std::string stop_reason;  // "max_steps" | "epochs" | "early_stopping"
   std::string best_metric;
   std::optional<double> best_value;
@@ -63,6 +73,7 @@ struct SummaryRecord {
 nlohmann::json to_json(const TrainRecord& r);    // {"kind": "train", ...}
 nlohmann::json to_json(const EvalRecord& r);     // {"kind": "eval", ...}
 nlohmann::json to_json(const SummaryRecord& r);  // {"kind": "summary", ...}
+nlohmann::json to_json(const AttemptRecord& r);  // {"kind": "attempt", ...}
 
 // The scalars of a record for TensorBoard: (tag, value), e.g. ("train/loss", 2.3).
 std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r);

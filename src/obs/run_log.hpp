@@ -1,5 +1,8 @@
 // Where a run's records go: metrics.jsonl (log.jsonl), TensorBoard (log.tensorboard) and the console,
-// all from rank 0 only. Each record is written whole and flushed, so a killed run leaves complete lines.
+// all from rank 0 only. Each record is one write(2) of a whole line; a write that fails (a full disk)
+// is cut back off the file, warned about once and counted, so the file never holds a torn line that
+// the next record would glue onto. A torn last line left by a killed run is removed when the file
+// is opened again.
 #pragma once
 
 #include <cstdint>
@@ -26,15 +29,24 @@ struct RunLogOptions {
 class RunLog {
  public:
   explicit RunLog(const RunLogOptions& opts);  // throws std::runtime_error naming a file it cannot open
+  ~RunLog();
+  RunLog(const RunLog&) = delete;
+  RunLog& operator=(const RunLog&) = delete;
   void train(const TrainRecord& r);
   void eval(const EvalRecord& r);
   void summary(const SummaryRecord& r);
+  void attempt(const AttemptRecord& r);
   void step_done(int64_t step) { progress_.update(step); }  // every step: redraws the bar if due
+  // A resumed run recomputes the steps its previous attempt logged after the checkpoint: records of
+  // steps <= `step` are not written again (metrics.jsonl and TensorBoard hold each step once).
+  void skip_records_until(int64_t step) { replay_until_ = step; }
+  int64_t write_failures() const { return write_failures_; }  // metrics.jsonl records lost
 
  private:
   void write_json(const nlohmann::json& j);
   RunLogOptions opts_;
-  std::ofstream jsonl_;
+  int jsonl_fd_ = -1;
+  int64_t replay_until_ = -1, write_failures_ = 0;
   std::unique_ptr<TensorBoardWriter> tb_;
   ProgressDisplay progress_;
 };

@@ -22,11 +22,12 @@ const Schema kTrain{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s",
                      {"optim_ms", true}, {"loss_scale", false}, {"tokens_per_s", false}, {"comm_ms", false},
                      {"rss_mb", false}, {"peak_rss_mb", false}, {"cuda_allocated_mb", false},
                      {"cuda_reserved_mb", false}, {"cuda_peak_allocated_mb", false}, {"gpu_util_pct", false}, {"mfu", false}}};
+const Schema kAttempt{{{"kind", true}, {"attempt", true}, {"start_step", true}, {"time_s", true}, {"resumed_from", true}}};
 const Schema kEval{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s", true}, {"loss", true},
                     {"count", true}, {"eval_ms", true}, {"best_metric", true}, {"best_value", true},
                     {"best_step", true}, {"accuracy", false}, {"top5", false}, {"ppl", false}, {"bpb", false}}};
 const Schema kSummary{{{"kind", true}, {"steps", true}, {"epochs", true}, {"samples", true}, {"wall_s", true},
-                       {"stop_reason", true}, {"best_metric", true}, {"best_value", false}, {"best_step", false},
+                       {"attempts", true}, {"attempt_wall_s", true}, {"stop_reason", true}, {"best_metric", true}, {"best_value", false}, {"best_step", false},
                        {"num_parameters", true}, {"world_size", true}, {"device", true}, {"precision", true}}};
 
 void check_schema(const json& rec, const Schema& s) {
@@ -34,7 +35,8 @@ void check_schema(const json& rec, const Schema& s) {
   for (const auto& [k, v] : rec.items()) {
     INFO("key " << k);
     CHECK(s.keys.count(k) == 1);
-    if (k != "kind" && k != "best_metric" && k != "stop_reason" && k != "device" && k != "precision")
+    if (k != "kind" && k != "best_metric" && k != "stop_reason" && k != "device" && k != "precision" &&
+        k != "resumed_from")
       CHECK(v.is_number());
   }
   for (const auto& [k, required] : s.keys)
@@ -76,6 +78,11 @@ log: {progress: off, tensorboard: true}
       CHECK(rec.contains("top5"));
       CHECK_FALSE(rec.contains("bpb"));
       CHECK(rec.at("count") == 32);
+    } else if (kind == "attempt") {
+      check_schema(rec, kAttempt);
+      CHECK(rec.at("attempt") == 1);  // a fresh run
+      CHECK(rec.at("start_step") == 0);
+      CHECK(rec.at("resumed_from").is_null());
     } else {
       REQUIRE(kind == "summary");
       check_schema(rec, kSummary);
@@ -83,9 +90,11 @@ log: {progress: off, tensorboard: true}
       CHECK(rec.at("steps") == 4);
       CHECK(rec.at("samples") == 128);
       CHECK(rec.at("epochs").get<double>() == Approx(1.0));
+      CHECK(rec.at("attempts") == 1);
+      CHECK(rec.at("wall_s") == rec.at("attempt_wall_s"));  // one attempt: its time is the run's
     }
   }
-  CHECK(kinds == std::map<std::string, int>{{"eval", 1}, {"summary", 1}, {"train", 2}});
+  CHECK(kinds == std::map<std::string, int>{{"attempt", 1}, {"eval", 1}, {"summary", 1}, {"train", 2}});
   // TensorBoard asked for: one event file in <run>/tb
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir / "runs/img/tb"))

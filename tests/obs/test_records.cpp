@@ -56,6 +56,10 @@ TEST_CASE("MFU is achieved FLOP/s over the devices' peak", "[unit]") {
   CHECK_FALSE(compute_mfu(1e9, 1000, 1, 0.0));
   CHECK(*known_peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0);
   CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", "fp32") == 156.0);
+  // train.tf32 off: fp32 matmuls run on the FP32 units, whose peak is far lower than TF32's
+  CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", "fp32", /*tf32=*/false) == 19.5);
+  CHECK(*known_peak_tflops("NVIDIA H200", "fp32", /*tf32=*/false) == 66.9);
+  CHECK(*known_peak_tflops("NVIDIA H200", "bf16", /*tf32=*/false) == 989.0);  // tf32 says nothing about bf16
   CHECK_FALSE(known_peak_tflops("cpu", "fp32"));
 }
 

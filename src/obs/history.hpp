@@ -1,0 +1,23 @@
+// What a run directory's metrics.jsonl says about the attempts before this one: how many there
+// were, how long they ran, the last step they logged and their training losses (the resume check
+// compares against these). Read by rank 0 when a run resumes.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+
+namespace trainer::obs {
+
+struct RunHistory {
+  int64_t attempts = 0;    // attempt records, or 1 for a file of records written before they existed
+  double wall_s = 0;       // per attempt: its last record's time_s minus its start, summed
+  int64_t last_step = -1;  // highest step of a train or eval record (-1: none)
+  std::map<int64_t, double> train_losses;  // by step; a later record of the same step wins
+};
+
+// Lines that are not JSON objects are skipped: the file may end in a line torn by a kill. A missing
+// file is an empty history.
+RunHistory read_history(const std::filesystem::path& metrics);
+
+}  // namespace trainer::obs

@@ -1,0 +1,132 @@
+// A run over several attempts (hardening): totals add up, each step is logged once, a torn last line
+// is cut off, and stop signals at any moment of start-up (SIGHUP included) exit 75.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ckpt_runs.hpp"
+#include "hardening_util.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace trainer::test;
+
+namespace {
+
+bool contains_text(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Every line of a metrics file is a JSON object (no torn or glued lines).
+void require_every_line_json(const fs::path& metrics) {
+  std::istringstream in(read_file(metrics));
+  int n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    INFO("line " << n + 1 << ": " << line);
+    REQUIRE(nlohmann::json::parse(line, nullptr, false).is_object());
+  }
+}
+
+}  // namespace
+
+TEST_CASE("attempts: a resume continues the clock, logs recomputed steps once, adds up the wall time", "[e2e]") {
+  auto dir = scratch_dir("attempts_totals");
+  write_file(dir / "c.yaml", tiny_config("c", 12, "checkpoint: {every_steps: 4, keep_last: 5}\n"));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const fs::path run = dir / "runs/c", metrics = run / "metrics.jsonl";
+  double first_last_time = 0;
+  for (const auto& kind : {"train", "eval"})
+    for (const auto& j : records(metrics, kind)) first_last_time = std::max(first_last_time, j.at("time_s").get<double>());
+  const double step4_time = nlohmann::json::parse(read_file(run / "checkpoints/step-4/state.json")).at("time_s");
+  CHECK(step4_time > 0);
+  // as if killed at step 12 before its checkpoints 8 and 12 were complete, mid-way through a record
+  fs::remove_all(run / "checkpoints/step-12");
+  fs::remove_all(run / "checkpoints/step-8");
+  { std::ofstream(metrics, std::ios::app) << R"({"kind": "train", "step": 13, "lo)"; }
+
+  auto r = run_trainer("run " + cfg + " --set train.max_steps=16");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(contains_text(r.output, "removed a torn last line (33 bytes) left by an interrupted run"));
+  CHECK(contains_text(r.output, "(recomputed after the resume; not logged again)"));
+  require_every_line_json(metrics);
+
+  std::vector<int64_t> steps;
+  for (const auto& j : records(metrics, "train")) steps.push_back(j.at("step").get<int64_t>());
+  CHECK(steps == std::vector<int64_t>{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16});
+  std::set<int64_t> eval_steps;
+  for (const auto& j : records(metrics, "eval")) CHECK(eval_steps.insert(j.at("step").get<int64_t>()).second);
+
+  const auto attempts = records(metrics, "attempt");
+  REQUIRE(attempts.size() == 2);
+  CHECK(attempts[0].at("attempt") == 1);
+  CHECK(attempts[0].at("start_step") == 0);
+  CHECK(attempts[0].at("resumed_from").is_null());
+  CHECK(attempts[1].at("attempt") == 2);
+  CHECK(attempts[1].at("start_step") == 4);
+  CHECK(attempts[1].at("resumed_from") == (run / "checkpoints/step-4").string());
+  CHECK(attempts[1].at("time_s").get<double>() == step4_time);
+  // the clock continues: step 13's record is later than anything the first attempt logged
+  for (const auto& j : records(metrics, "train"))
+    if (j.at("step") == 13) CHECK(j.at("time_s").get<double>() > first_last_time);
+
+  const auto summaries = records(metrics, "summary");
+  REQUIRE(summaries.size() == 2);
+  const auto& s = summaries.back();
+  CHECK(s.at("attempts") == 2);
+  // all attempts: the first one's measured time (its last record) plus this one's
+  CHECK(s.at("wall_s").get<double>() - s.at("attempt_wall_s").get<double>() == Approx(first_last_time).epsilon(1e-9));
+  CHECK(contains_text(r.output, "over 2 attempts ("));
+}
+
+TEST_CASE("stop signals: SIGHUP (a closed terminal) saves a checkpoint and exits 75", "[e2e]") {
+  auto dir = scratch_dir("sighup");
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, ""));
+  start_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(), dir / "a.log", dir / "a.rc");
+  const fs::path metrics = dir / "runs/c/metrics.jsonl";
+  REQUIRE(wait_for([&] { return fs::exists(metrics) && !records(metrics, "train").empty(); }));
+  REQUIRE(::kill(lock_holder(dir / "runs/c/.lock"), SIGHUP) == 0);
+  CHECK(wait_rc(dir / "a.rc") == 75);
+  const auto log = read_file(dir / "a.log");
+  INFO(log);
+  CHECK(contains_text(log, "SIGHUP received: saving a checkpoint at step "));
+  CHECK(fs::exists(dir / "runs/c/checkpoints/latest/manifest.json"));
+}
+
+TEST_CASE("stop signals: SIGHUP to trainer launch stops every rank with a checkpoint", "[e2e][dist]") {
+  auto dir = scratch_dir("sighup_launch");
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, ""));
+  start_trainer("launch -n 2 -- run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(),
+                dir / "a.log", dir / "a.rc");
+  const fs::path metrics = dir / "runs/c/metrics.jsonl";
+  REQUIRE(wait_for([&] { return fs::exists(metrics) && !records(metrics, "train").empty(); }));
+  // the launcher: the parent of rank 0
+  const pid_t rank0 = lock_holder(dir / "runs/c/.lock");
+  const auto stat = read_file("/proc/" + std::to_string(rank0) + "/stat");
+  const pid_t launcher = static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4)));
+  REQUIRE(::kill(launcher, SIGHUP) == 0);
+  CHECK(wait_rc(dir / "a.rc") == 75);
+  INFO(read_file(dir / "a.log"));
+  CHECK(fs::exists(dir / "runs/c/checkpoints/latest/manifest.json"));
+}
+
+TEST_CASE("stop signals: a signal during start-up exits 75 with nothing lost", "[e2e]") {
+  auto dir = scratch_dir("startup_signal");
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, ""));
+  for (const char* sig : {"TERM", "INT", "USR1", "HUP"}) {
+    // start-up (LibTorch, the model, the data) is still going on one second in on this machine
+    auto r = run_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(),
+                         std::string("timeout --preserve-status -s ") + sig + " 1");
+    INFO(sig << ": " << r.output);
+    CHECK(r.exit_code == 75);
+  }
+  // and through trainer launch, whose ranks keep the signals blocked until their handlers are in place
+  auto l = run_trainer("launch -n 2 -- run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(),
+                       "timeout --preserve-status -s TERM 1");
+  INFO(l.output);
+  CHECK(l.exit_code == 75);
+}

@@ -1,0 +1,227 @@
+// Nothing a user ran is lost silently (hardening): the run-directory lock, saves that fail, a resume
+// that finds checkpoints but none it can use, pruning that never deletes what it could not verify.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "ckpt_runs.hpp"
+#include "ckpt_test_util.hpp"
+#include "hardening_util.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using namespace trainer::test;
+
+namespace {
+
+bool has(const std::string& haystack, const std::string& needle) { return haystack.find(needle) != std::string::npos; }
+
+// Each train record's step, in file order.
+std::vector<int64_t> train_steps(const fs::path& metrics) {
+  std::vector<int64_t> out;
+  for (const auto& j : records(metrics, "train")) out.push_back(j.at("step").get<int64_t>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("run lock: a second run on the same run directory is refused naming the holder, the first is untouched",
+          "[e2e]") {
+  auto dir = scratch_dir("lock_second_run");
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, "checkpoint: {every_steps: 50}\n"));
+  const fs::path run = dir / "runs/c";
+  start_trainer("run " + (dir / "c.yaml").string(), dir / "a.log", dir / "a.rc");
+  REQUIRE(wait_for([&] { return fs::exists(run / "metrics.jsonl") && !records(run / "metrics.jsonl", "train").empty(); }));
+  const pid_t holder = lock_holder(run / ".lock");
+  REQUIRE(holder > 0);
+
+  auto second = run_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string());
+  INFO(second.output);
+  CHECK(second.exit_code == 1);
+  CHECK(has(second.output, "run directory " + run.string() + " is in use by another trainer run (pid " +
+                               std::to_string(holder) + " on host "));
+  CHECK(has(second.output, "choose another run.name"));
+  // the refused run wrote nothing: no second attempt in the metrics, the config is the first run's
+  CHECK(records(run / "metrics.jsonl", "attempt").size() == 1);
+
+  REQUIRE(::kill(holder, SIGTERM) == 0);
+  CHECK(wait_rc(dir / "a.rc") == 75);
+  const auto steps = train_steps(run / "metrics.jsonl");
+  CHECK(std::set<int64_t>(steps.begin(), steps.end()).size() == steps.size());  // every step once
+}
+
+TEST_CASE("run lock: a lock file left by a killed run is taken over, and says so", "[e2e]") {
+  auto dir = scratch_dir("lock_stale");
+  write_file(dir / "c.yaml", tiny_config("c", 4));
+  // as a run killed with -9 leaves it: the file names its holder, but nobody holds the lock
+  write_file(dir / "runs/c/.lock", "pid 4194303 on host elsewhere since 2026-11-30T10:00:00Z\n");
+  auto r = run_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(has(r.output, "took over a stale lock of pid 4194303 on host elsewhere since 2026-11-30T10:00:00Z"));
+  CHECK(read_file(dir / "runs/c/.lock").empty());  // released at the end
+}
+
+TEST_CASE("run lock: two ranks of two jobs on one run directory: the second job's ranks are refused", "[e2e][dist]") {
+  auto dir = scratch_dir("lock_launch");
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, "checkpoint: {every_steps: 50}\n"));
+  const fs::path run = dir / "runs/c";
+  start_trainer("launch -n 2 -- run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(),
+                dir / "a.log", dir / "a.rc");
+  REQUIRE(wait_for([&] { return fs::exists(run / "metrics.jsonl") && !records(run / "metrics.jsonl", "train").empty(); }));
+  auto second = run_trainer("launch -n 2 -- run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string());
+  INFO(second.output);
+  CHECK(second.exit_code != 0);
+  CHECK(has(second.output, "is in use by another trainer run (pid "));
+  REQUIRE(::kill(lock_holder(run / ".lock"), SIGTERM) == 0);
+  CHECK(wait_rc(dir / "a.rc") == 75);
+}
+
+TEST_CASE("failed saves: warn tolerates checkpoint.max_failures in a row, then the run stops with exit 74", "[e2e]") {
+  auto dir = scratch_dir("save_failures");
+  TmpfsMount full(dir / "full", "64k");  // a checkpoint of the tiny model needs ~400 KB
+  REQUIRE(full.mounted());  // needs root (CI and the development machines run as root)
+  const std::string ckpt = "checkpoint: {every_steps: 2, dir: " + (dir / "full").string() + "}\n";
+  write_file(dir / "c.yaml", tiny_config("c", 20, ckpt));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+
+  auto warn = run_trainer("run " + cfg + " --resume never");
+  INFO(warn.output);
+  CHECK(warn.exit_code == 74);
+  CHECK(has(warn.output, "the checkpoint at step 2 could not be saved; training continues (1 failed in a row"));
+  CHECK(has(warn.output, "the checkpoint at step 8 could not be saved: "));
+  CHECK(has(warn.output, "that is 4 failed saves in a row (checkpoint.max_failures 3)"));
+  CHECK(records(dir / "runs/c/metrics.jsonl", "summary").empty());  // the run did not end "done"
+
+  // every periodic failure tolerated: the final save is never optional
+  auto last = run_trainer("run " + cfg + " --resume never --set checkpoint.max_failures=100");
+  INFO(last.output);
+  CHECK(last.exit_code == 74);
+  CHECK(has(last.output, "the final checkpoint at step 20 could not be saved: "));
+  CHECK(has(last.output, "No space left on device"));
+
+  auto abort = run_trainer("run " + cfg + " --resume never --set checkpoint.on_error=abort");
+  INFO(abort.output);
+  CHECK(abort.exit_code == 74);
+  CHECK(has(abort.output, "the checkpoint at step 2 could not be saved (checkpoint.on_error: abort)"));
+}
+
+TEST_CASE("failed saves: a stop signal whose checkpoint cannot be saved exits 74, not 75", "[e2e]") {
+  auto dir = scratch_dir("signal_save_fails");
+  TmpfsMount full(dir / "full", "64k");
+  REQUIRE(full.mounted());
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, "checkpoint: {dir: " + (dir / "full").string() + "}\n"));
+  start_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(), dir / "a.log", dir / "a.rc");
+  const fs::path metrics = dir / "runs/c/metrics.jsonl";
+  REQUIRE(wait_for([&] { return fs::exists(metrics) && !records(metrics, "train").empty(); }));
+  REQUIRE(::kill(lock_holder(dir / "runs/c/.lock"), SIGTERM) == 0);
+  CHECK(wait_rc(dir / "a.rc") == 74);
+  const auto log = read_file(dir / "a.log");
+  INFO(log);
+  CHECK(has(log, "the checkpoint the stop signal asked for at step "));
+}
+
+TEST_CASE("resume auto: checkpoints that exist but none verifies stop the run, listing them, nothing is deleted",
+          "[e2e]") {
+  auto dir = scratch_dir("resume_none_verifies");
+  write_file(dir / "c.yaml", tiny_config("c", 8, "checkpoint: {every_steps: 4, keep_last: 5}\n"));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const fs::path ck = dir / "runs/c/checkpoints";
+  // a newer format version in one, a damaged weight file in the other
+  auto m = read_json(ck / "step-8/manifest.json");
+  m["version"] = 99;
+  write_file(ck / "step-8/manifest.json", m.dump(1));
+  flip_byte(ck / "step-4/model.safetensors", 100);
+  const std::string m8 = read_file(ck / "step-8/manifest.json"), w4 = read_file(ck / "step-4/model.safetensors");
+
+  auto r = run_trainer("run " + cfg + " --set train.max_steps=12");
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(has(r.output, "--resume auto: " + ck.string() + " holds 2 checkpoint folder(s), but none can be resumed from:"));
+  CHECK(has(r.output, (ck / "step-8/manifest.json").string() + ": unsupported checkpoint format version 99"));
+  CHECK(has(r.output, (ck / "step-4/model.safetensors").string() + ": checksum mismatch"));
+  CHECK(has(r.output, "Nothing was deleted"));
+  CHECK(read_file(ck / "step-8/manifest.json") == m8);
+  CHECK(read_file(ck / "step-4/model.safetensors") == w4);
+
+  // starting over on purpose: the folders that do not verify are moved aside, never deleted
+  auto fresh = run_trainer("run " + cfg + " --resume never --force");
+  INFO(fresh.output);
+  CHECK(fresh.exit_code == 0);
+  int aside = 0;
+  for (const auto& e : fs::directory_iterator(ck))
+    if (e.path().filename().string().find(".rejected-") != std::string::npos) ++aside;
+  CHECK(aside == 2);
+}
+
+TEST_CASE("resume auto: a newest checkpoint that lacks a part or is not its folder's step falls back to an older one",
+          "[e2e]") {
+  auto dir = scratch_dir("resume_fallback");
+  write_file(dir / "c.yaml", tiny_config("c", 12, "checkpoint: {every_steps: 4, keep_last: 5}\n"));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const fs::path ck = dir / "runs/c/checkpoints";
+  // step-12: no optimizer state (and a manifest that agrees); step-8: state.json says another step
+  fs::remove(ck / "step-12/optimizer.safetensors");
+  auto m = read_json(ck / "step-12/manifest.json");
+  m["files"].erase("optimizer.safetensors");
+  write_file(ck / "step-12/manifest.json", m.dump(1));
+  resign_manifest(ck / "step-12");
+  auto st = read_json(ck / "step-8/state.json");
+  st["step"] = 7;
+  write_file(ck / "step-8/state.json", st.dump(1));
+  resign_manifest(ck / "step-8");
+
+  auto r = run_trainer("run " + cfg + " --set train.max_steps=14");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(has(r.output, (ck / "step-12").string() + ": no optimizer.safetensors in this checkpoint"));
+  CHECK(has(r.output, (ck / "step-8/state.json").string() + ": says step 7, but the folder is step-8"));
+  CHECK(has(r.output, "resumed from " + (ck / "step-4").string() + " at step 4"));
+}
+
+TEST_CASE("pruning never deletes a checkpoint it could not verify", "[e2e]") {
+  auto dir = scratch_dir("prune_unverified");
+  write_file(dir / "c.yaml", tiny_config("c", 4, "checkpoint: {every_steps: 2, keep_last: 2}\n"));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const fs::path ck = dir / "runs/c/checkpoints";
+  flip_byte(ck / "step-2/model.safetensors", 200);
+  auto r = run_trainer("run " + cfg + " --set train.max_steps=8");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(has(r.output, "keeping " + (ck / "step-2").string() + ": it does not verify"));
+  CHECK(fs::exists(ck / "step-2"));     // damaged: kept for a person
+  CHECK_FALSE(fs::exists(ck / "step-4"));  // verified, older than the newest two: pruned
+  CHECK(fs::exists(ck / "step-6"));
+  CHECK(fs::exists(ck / "step-8"));
+}
+
+TEST_CASE("metrics.jsonl on a full disk: one warning, the lost records counted, never a torn line", "[e2e]") {
+  auto dir = scratch_dir("metrics_full");
+  TmpfsMount small(dir / "small", "256k");
+  REQUIRE(small.mounted());
+  write_file(dir / "small/filler", std::string(216 * 1024, 'x'));  // ~40 KB left: a few dozen records
+  write_file(dir / "c.yaml", tiny_config("c", 200, "checkpoint: {dir: " + (dir / "ckpt").string() + "}\n"));
+  auto r = run_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "small/runs").string());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);  // the checkpoints are safe; only records were lost, and that is said
+  const auto metrics = dir / "small/runs/c/metrics.jsonl";
+  const std::string warning = metrics.string() + ": cannot write a record (No space left on device)";
+  CHECK(has(r.output, warning));
+  CHECK(r.output.find(warning) == r.output.rfind(warning));  // once
+  CHECK(has(r.output, metrics.string() + ": "));
+  CHECK(has(r.output, " record(s) could not be written and are missing from the file"));
+  std::istringstream in(read_file(metrics));
+  int lines = 0;
+  for (std::string line; std::getline(in, line); ++lines) {
+    INFO(line);
+    CHECK(nlohmann::json::parse(line, nullptr, false).is_object());
+  }
+  CHECK(lines > 0);
+  CHECK(lines < 200);
+  CHECK(fs::exists(dir / "ckpt/step-200/manifest.json"));
+}
