@@ -45,6 +45,10 @@ TEST_CASE("hostile: IDX dims whose product overflows, or exceeds the file, fail 
     write_idx_header(dir, 0xffffffffu, 0xffffffffu, 0xffffffffu, std::string(64, '\1'), gz);
     CHECK(hostile_open(hostile_cfg("idx", dir), resnet(1, 10)) ==
           img.string() + ": the IDX header dims 4294967295x4294967295x4294967295 overflow 64-bit arithmetic (corrupt header)");
+    // 2^16 * 2^24 * 2^24 wraps to 0 in 64 bits: the old reader accepted it and crashed (SIGSEGV)
+    write_idx_header(dir, 1u << 16, 1u << 24, 1u << 24, std::string(64, '\1'), gz);
+    CHECK(hostile_open(hostile_cfg("idx", dir), resnet(1, 10)) ==
+          img.string() + ": the IDX header dims 65536x16777216x16777216 overflow 64-bit arithmetic (corrupt header)");
     write_idx_header(dir, 1u << 20, 1u << 20, 1u << 20, std::string(64, '\1'), gz);  // 2^60 bytes promised
     CHECK(hostile_open(hostile_cfg("idx", dir), resnet(1, 10)) ==
           img.string() + ": truncated: 80 bytes of data, the header promises 1152921504606846992");
