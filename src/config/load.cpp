@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/file_read.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
 
@@ -291,12 +292,15 @@ std::string read_config_file(const std::string& path, fs::path& base) {
     throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "config file not found"}});
   if (fs::is_directory(path, ec))
     throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "is a folder, expected a YAML file"}});
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "cannot read the file"}});
-  std::stringstream ss;
-  ss << in.rdbuf();
+  // a FIFO or device is refused (it could block or never end), and so is a "config" over 16 MiB
+  std::string text;
+  try {
+    text = RegularFile::open(path, 16u << 20, "a config file").read_all();
+  } catch (const FileReadError& e) {
+    throw ConfigError({Diagnostic{Location{path, 0, 0}, "", std::string(e.what()).substr(path.size() + 2)}});
+  }
   base = fs::absolute(fs::path(path), ec).parent_path();
-  return ss.str();
+  return text;
 }
 
 }  // namespace

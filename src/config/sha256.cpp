@@ -1,5 +1,9 @@
 #include "config/sha256.hpp"
 
+#include <algorithm>
+
+#include "config/file_read.hpp"
+
 #include <openssl/evp.h>
 
 #include <cerrno>
@@ -42,13 +46,15 @@ std::string sha256_hex(std::string_view data) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
-  std::unique_ptr<FILE, decltype(&fclose)> f(fopen(path.c_str(), "rb"), &fclose);
-  if (!f) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  const RegularFile f = RegularFile::open<std::runtime_error>(path);  // never a FIFO or device
   Sha256 h;
   std::vector<char> buf(1 << 20);
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), f.get())) > 0) h.update(buf.data(), n);
-  if (ferror(f.get())) throw std::runtime_error(path + ": read error: " + std::strerror(errno));
+  for (uint64_t done = 0; done < f.size();) {
+    const uint64_t n = std::min<uint64_t>(buf.size(), f.size() - done);
+    if (std::string why = f.read_at(buf.data(), n, done); !why.empty()) throw std::runtime_error(path + ": " + why);
+    h.update(buf.data(), n);
+    done += n;
+  }
   return h.hex();
 }
 

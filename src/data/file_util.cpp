@@ -9,61 +9,116 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <algorithm>
 
 #include <fmt/format.h>
 
+#include "config/file_read.hpp"
 #include "data/dataset.hpp"
 
 namespace trainer::data {
 
-std::vector<uint8_t> read_file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  std::vector<uint8_t> raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (raw.size() < 2 || raw[0] != 0x1f || raw[1] != 0x8b) return raw;
-  // gzip: inflate in one stream (windowBits 15 + 32 = auto-detect the gzip header)
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 32) != Z_OK) throw DataError(path + ": zlib init failed");
-  std::vector<uint8_t> out(raw.size() * 4 + 1024);
-  zs.next_in = raw.data();
-  zs.avail_in = static_cast<uInt>(raw.size());
-  int rc = Z_OK;
-  while (rc != Z_STREAM_END) {
-    if (zs.total_out == out.size()) out.resize(out.size() * 2);
-    zs.next_out = out.data() + zs.total_out;
-    zs.avail_out = static_cast<uInt>(out.size() - zs.total_out);
-    rc = inflate(&zs, Z_NO_FLUSH);
-    if (rc == Z_BUF_ERROR && zs.avail_in == 0) rc = Z_DATA_ERROR;  // input ended inside the stream
-    if (rc != Z_OK && rc != Z_STREAM_END) {
-      inflateEnd(&zs);
-      throw DataError(fmt::format("{}: corrupt or truncated gzip data ({})", path, zs.msg ? zs.msg : "unexpected end"));
+namespace {
+
+// deflate cannot expand data by more than about 1032:1 (zlib's FAQ); a stream claiming more is a bomb.
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
+bool is_gzip(const RegularFile& f) {
+  uint8_t magic[2] = {0, 0};
+  return f.size() >= 2 && f.read_at(magic, 2, 0).empty() && magic[0] == 0x1f && magic[1] == 0x8b;
+}
+
+struct GzReader {
+  gzFile gz = nullptr;
+  explicit GzReader(const RegularFile& f) {
+    int fd = ::dup(f.fd());  // gzclose closes its descriptor; RegularFile keeps its own
+    if (fd < 0) throw DataError(fmt::format("{}: cannot dup: {}", f.path(), std::strerror(errno)));
+    gz = ::gzdopen(fd, "rb");
+    if (!gz) {
+      ::close(fd);
+      throw DataError(f.path() + ": zlib init failed");
+    }
+    ::gzbuffer(gz, 1 << 20);
+  }
+  ~GzReader() {
+    if (gz) ::gzclose(gz);
+  }
+  // Up to `n` more bytes appended to `out`; fewer only at the end of the data.
+  void read(const std::string& path, std::vector<uint8_t>& out, uint64_t n) {
+    while (n > 0) {
+      const size_t at = out.size();
+      const unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(n, 1u << 26));
+      out.resize(at + chunk);
+      const int got = ::gzread(gz, out.data() + at, chunk);
+      int err = Z_OK;
+      const char* msg = ::gzerror(gz, &err);
+      if (got < 0 || (err != Z_OK && err != Z_STREAM_END)) {
+        out.resize(at);
+        throw DataError(fmt::format("{}: corrupt or truncated gzip data ({})", path, msg && *msg ? msg : "unexpected end"));
+      }
+      out.resize(at + static_cast<size_t>(got));
+      if (static_cast<unsigned>(got) < chunk) return;  // end of the data
+      n -= chunk;
     }
   }
-  out.resize(zs.total_out);
-  inflateEnd(&zs);
+};
+
+}  // namespace
+
+uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
+}
+
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes, const std::string& why) {
+  const RegularFile f = RegularFile::open<DataError>(path);
+  const uint64_t ram = physical_memory_bytes();
+  std::string cap_why = why;
+  if (ram < max_bytes) max_bytes = ram, cap_why = "this machine's physical memory";
+  if (!is_gzip(f)) {
+    if (f.size() > max_bytes)
+      throw DataError(fmt::format("{}: {} bytes, more than {} ({})", path, f.size(), max_bytes, cap_why));
+    std::vector<uint8_t> out(f.size());
+    if (std::string err = f.read_at(out.data(), out.size(), 0); !err.empty()) throw DataError(path + ": " + err);
+    return out;
+  }
+  uint64_t ratio_cap = UINT64_MAX;
+  if (!__builtin_mul_overflow(f.size(), kMaxDeflateRatio, &ratio_cap) && ratio_cap < max_bytes)
+    max_bytes = ratio_cap, cap_why = fmt::format("deflate's largest ratio {}:1 for {} compressed bytes",
+                                                 kMaxDeflateRatio, f.size());
+  GzReader gz(f);
+  std::vector<uint8_t> out;
+  out.reserve(std::min<uint64_t>(max_bytes, f.size() * 4 + 1024));
+  gz.read(path, out, max_bytes);
+  std::vector<uint8_t> probe;
+  gz.read(path, probe, 1);  // one byte past the cap means the data is larger than allowed
+  if (!probe.empty())
+    throw DataError(fmt::format("{}: the gzip data inflates to more than {} bytes ({})", path, max_bytes, cap_why));
+  return out;
+}
+
+std::vector<uint8_t> read_file_prefix(const std::string& path, uint64_t n) {
+  const RegularFile f = RegularFile::open<DataError>(path);
+  std::vector<uint8_t> out;
+  if (!is_gzip(f)) {
+    out.resize(std::min(n, f.size()));
+    if (std::string err = f.read_at(out.data(), out.size(), 0); !err.empty()) throw DataError(path + ": " + err);
+    return out;
+  }
+  GzReader gz(f);
+  gz.read(path, out, n);
   return out;
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) throw DataError(fmt::format("{}: cannot open: {}", path, std::strerror(errno)));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw DataError(fmt::format("{}: cannot stat: {}", path, std::strerror(errno)));
-  }
-  size_ = st.st_size;
+  const RegularFile f = RegularFile::open<DataError>(path);  // never a FIFO, device or folder
+  size_ = static_cast<int64_t>(f.size());
   if (size_ > 0) {
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      ::close(fd);
-      throw DataError(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
-    }
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, f.fd(), 0);
+    if (p == MAP_FAILED) throw DataError(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
     data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);  // the mapping keeps the file alive
-}
+}  // the mapping keeps the file alive after the descriptor closes
 
 MappedFile::MappedFile(MappedFile&& o) noexcept : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
   o.data_ = nullptr;

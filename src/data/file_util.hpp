@@ -8,10 +8,21 @@
 
 namespace trainer::data {
 
-// The file's bytes, gunzipped when it starts with the gzip magic (1f 8b).
-std::vector<uint8_t> read_file_bytes(const std::string& path);
+// The file's bytes, gunzipped when it starts with the gzip magic (1f 8b). Only regular files are
+// read (config/file_read.hpp). The result is capped before it is allocated: at `max_bytes` (what a
+// header promises; `why` says so in the error), at this machine's physical memory, and, for gzip,
+// at deflate's largest possible ratio (1032:1) times the compressed size, so a gzip bomb stops
+// with a DataError naming the file instead of exhausting memory.
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes = UINT64_MAX,
+                                     const std::string& why = "");
 
-// A read-only memory map of a whole file. Move-only; unmaps on destruction.
+// The first `n` bytes of the file (gunzipped as above), or all of it when it is shorter: headers.
+std::vector<uint8_t> read_file_prefix(const std::string& path, uint64_t n);
+
+// Physical memory of this machine in bytes: the cap on data held in memory.
+uint64_t physical_memory_bytes();
+
+// A read-only memory map of a whole regular file. Move-only; unmaps on destruction.
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path);

@@ -2,9 +2,11 @@
 // data.path is either a folder holding train-images-idx3-ubyte[.gz] and train-labels-idx1-ubyte[.gz]
 // (validation: the t10k-* files of the same folder), or an images file whose labels file has the
 // same name with images-idx3 replaced by labels-idx1. data.val_path takes the same two forms.
+#include <algorithm>
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "data/file_util.hpp"
 #include "data/memory_images.hpp"
@@ -52,41 +54,62 @@ IdxFiles locate(const std::string& path, const std::string& prefix, bool require
   return f;
 }
 
-// Checks the IDX header (magic 0x0000 08 NDIMS, big-endian dims) and returns the dims.
-std::vector<int64_t> parse_header(const std::vector<uint8_t>& b, const std::string& path, int ndims) {
+struct IdxHeader {
+  std::vector<int64_t> dims;
+  uint64_t file_bytes = 0;  // header + data, as the dims promise
+};
+
+// Checks the IDX header (magic 0x0000 08 NDIMS, big-endian uint32 dims) and what the dims promise:
+// their product is computed overflow-safe, and the file must hold exactly that many bytes (checked
+// by read_file_bytes against the real size, or the inflated size of a .gz, before allocating).
+IdxHeader parse_header(const std::string& path, int ndims) {
+  const uint64_t header_bytes = 4u + 4u * ndims;
+  const std::vector<uint8_t> b = read_file_prefix(path, header_bytes);
   if (b.size() < 4 || b[0] != 0 || b[1] != 0 || b[2] != kIdxUnsignedByte || b[3] != ndims) {
     uint32_t magic = b.size() >= 4 ? read_be32(b.data()) : 0;
     throw DataError(fmt::format("{}: wrong magic number 0x{:08x}, expected 0x{:08x} (IDX unsigned-byte, {} dims)",
                                 path, magic, 0x800u + ndims, ndims));
   }
-  if (b.size() < 4u + 4u * ndims) throw DataError(path + ": truncated IDX header");
-  std::vector<int64_t> dims;
-  int64_t total = 1;
+  if (b.size() < header_bytes) throw DataError(path + ": truncated IDX header");
+  IdxHeader h;
+  uint64_t total = 1;
+  bool overflow = false;
   for (int d = 0; d < ndims; ++d) {
-    dims.push_back(read_be32(b.data() + 4 + 4 * d));
-    total *= dims.back();
+    h.dims.push_back(read_be32(b.data() + 4 + 4 * d));
+    overflow |= __builtin_mul_overflow(total, static_cast<uint64_t>(h.dims.back()), &total);
   }
-  uint64_t expected = 4 + 4 * ndims + total;
-  if (b.size() < expected)
-    throw DataError(fmt::format("{}: truncated: {} bytes of data, the header promises {}", path, b.size(), expected));
-  return dims;
+  if (std::find(h.dims.begin() + 1, h.dims.end(), 0) != h.dims.end())  // dims after the count: an image's sides
+    throw DataError(fmt::format("{}: the IDX header gives an image side of 0 ({})", path, fmt::join(h.dims, "x")));
+  if (overflow || __builtin_add_overflow(total, header_bytes, &h.file_bytes))
+    throw DataError(fmt::format("{}: the IDX header dims {} overflow 64-bit arithmetic (corrupt header)", path,
+                                fmt::join(h.dims, "x")));
+  return h;
+}
+
+// The whole file, exactly as large as its header says.
+std::vector<uint8_t> read_checked(const std::string& path, const IdxHeader& h) {
+  std::vector<uint8_t> b = read_file_bytes(
+      path, h.file_bytes, fmt::format("the IDX header promises {} bytes for {}", h.file_bytes, fmt::join(h.dims, "x")));
+  if (b.size() < h.file_bytes)
+    throw DataError(fmt::format("{}: truncated: {} bytes of data, the header promises {}", path, b.size(), h.file_bytes));
+  return b;
 }
 
 ImageBlock read_pair(const IdxFiles& f) {
-  std::vector<uint8_t> img = read_file_bytes(f.images), lab = read_file_bytes(f.labels);
-  auto di = parse_header(img, f.images, 3);  // (N, H, W)
-  auto dl = parse_header(lab, f.labels, 1);  // (N)
-  if (di[0] != dl[0])
-    throw DataError(fmt::format("{}: {} labels but {} has {} images", f.labels, dl[0], f.images, di[0]));
+  const IdxHeader hi = parse_header(f.images, 3), hl = parse_header(f.labels, 1);  // (N, H, W), (N)
+  if (hi.dims[0] != hl.dims[0])
+    throw DataError(fmt::format("{}: {} labels but {} has {} images", f.labels, hl.dims[0], f.images, hi.dims[0]));
+  std::vector<uint8_t> img = read_checked(f.images, hi), lab = read_checked(f.labels, hl);
   ImageBlock b;
   b.source = f.images;
   b.label_source = f.labels;
-  b.count = di[0];
+  b.count = hi.dims[0];
   b.channels = 1;
-  b.height = di[1];
-  b.width = di[2];
-  b.pixels.assign(img.begin() + 16, img.begin() + 16 + b.count * b.height * b.width);
-  b.labels.assign(lab.begin() + 8, lab.begin() + 8 + b.count);
+  b.height = hi.dims[1];
+  b.width = hi.dims[2];
+  img.erase(img.begin(), img.begin() + 16);  // the sizes were checked: 16 + count * height * width bytes
+  b.pixels = std::move(img);
+  b.labels.assign(lab.begin() + 8, lab.end());
   return b;
 }
 

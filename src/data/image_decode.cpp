@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "data/dataset.hpp"
+#include "config/file_read.hpp"
 #include "data/file_util.hpp"
 
 namespace trainer::data {
@@ -20,9 +21,21 @@ namespace {
 enum class ImageType { Jpeg, Png, Unknown };
 
 std::vector<uint8_t> read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw DataError(path + ": cannot open");
-  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const RegularFile f = RegularFile::open<DataError>(path, kMaxImageFileBytes, "an image file");
+  std::vector<uint8_t> out(f.size());
+  if (std::string why = f.read_at(out.data(), out.size(), 0); !why.empty()) throw DataError(path + ": " + why);
+  return out;
+}
+
+// Why a header's size is refused ("" when it is not): more than kMaxImagePixels would be allocated
+// for it, and must be refused before anything is.
+std::string image_size_problem(const std::string& path, const char* type, uint64_t height, uint64_t width) {
+  if (height == 0 || width == 0) return fmt::format("{}: the {} header gives a size of {}x{}", path, type, height, width);
+  if (height > kMaxImagePixels || width > kMaxImagePixels || height * width > kMaxImagePixels)
+    return fmt::format("{}: the {} header gives {}x{} pixels, more than the limit of {} pixels (a corrupt header or a "
+                       "decompression bomb)",
+                       path, type, height, width, kMaxImagePixels);
+  return "";
 }
 
 ImageType sniff(const std::vector<uint8_t>& b) {
@@ -71,6 +84,10 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
   jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
   DecodedImage img{channels, static_cast<int64_t>(cinfo.image_height), static_cast<int64_t>(cinfo.image_width)};
+  if (std::string why = image_size_problem(path, "JPEG", cinfo.image_height, cinfo.image_width); !why.empty()) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataError(why);
+  }
   if (header_only) {
     jpeg_destroy_decompress(&cinfo);
     return img;
@@ -106,6 +123,11 @@ DecodedImage decode_png(const std::string& path, const std::vector<uint8_t>& byt
   if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()))
     throw DataError(fmt::format("{}: cannot decode PNG: {}", path, image.message));
   DecodedImage img{channels, static_cast<int64_t>(image.height), static_cast<int64_t>(image.width)};
+  // before PNG_IMAGE_SIZE, whose 32-bit arithmetic would wrap for a huge IHDR
+  if (std::string why = image_size_problem(path, "PNG", image.height, image.width); !why.empty()) {
+    png_image_free(&image);
+    throw DataError(why);
+  }
   if (header_only) {
     png_image_free(&image);
     return img;

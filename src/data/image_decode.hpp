@@ -8,6 +8,12 @@
 
 namespace trainer::data {
 
+// Limits checked before anything is allocated or decoded (the file's header is read first): an image
+// may have at most 128 Mi pixels (e.g. 11585 x 11585; PNG_IMAGE_SIZE's 32-bit arithmetic stays exact
+// below it), and an image file may be at most 1 GiB.
+inline constexpr uint64_t kMaxImagePixels = uint64_t{1} << 27;
+inline constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 30;
+
 struct DecodedImage {
   int64_t channels = 0, height = 0, width = 0;
 };

@@ -92,11 +92,17 @@ class ImageFolderDataset : public ImageDataset {
                                     img.height, img.width, height_, width_));
       return fit(s.decoded.data(), img.height, img.width, s);
     } catch (const DataError& e) {
-      std::string what = fmt::format("{} (sample {})", e.what(), index);
-      if (!opts_.skip_bad) throw DataError(what);
-      note_skip(what);
-      return nullptr;
+      return bad_sample(e.what(), index);
+    } catch (const std::bad_alloc&) {  // within the size limits, but this machine has no room for it now
+      return bad_sample(file + ": out of memory while decoding", index);
     }
+  }
+
+  const uint8_t* bad_sample(const std::string& error, int64_t index) const {
+    std::string what = fmt::format("{} (sample {})", error, index);
+    if (!opts_.skip_bad) throw DataError(what);
+    note_skip(what);
+    return nullptr;
   }
 
  private:
@@ -108,10 +114,17 @@ std::shared_ptr<ImageFolderDataset> open_folder(const std::string& root, const s
                                                 const ImageOptions& opts, int64_t channels) {
   FolderIndex idx = scan(root, classes);
   int64_t h = opts.size, w = opts.size;
-  if (opts.size == 0) {  // the output size is the first image's
-    DecodedImage first = probe_image(idx.files.front());
-    h = first.height;
-    w = first.width;
+  if (opts.size == 0) {  // the output size is the first image's (the first readable one, when skipping)
+    for (size_t i = 0; i < idx.files.size() && h == 0; ++i) {
+      try {
+        DecodedImage first = probe_image(idx.files[i]);
+        h = first.height;
+        w = first.width;
+      } catch (const DataError& e) {
+        if (!opts.skip_bad || i + 1 == idx.files.size()) throw;
+        spdlog::warn("skipping bad sample while probing the image size: {} (sample {})", e.what(), i);
+      }
+    }
   }
   return std::make_shared<ImageFolderDataset>(root, std::move(idx), opts, channels, h, w);
 }

@@ -5,6 +5,8 @@
 //       format (256 x int32 header: magic 20240520, version 1, token count; then uint16 tokens) or
 //       nanoGPT's headerless uint16 array; told apart by the magic. Validation: data.val_path (same
 //       forms), else the folder's val_*.bin, else the tail of data.val_fraction of the tokens.
+#include <algorithm>
+#include <bit>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -18,6 +20,27 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr uint32_t kLlmcMagicUint32 = 20240801;  // llm.c's llama3 shards (uint32 tokens): not supported
+
+// Every token of the shard must be below model.vocab_size: checked when the data is opened (also by
+// `trainer check`), not at the step whose batch happens to read it. A max over the mapped uint16
+// array, in parallel chunks (memory-bound); the slow search for the first offender only on failure.
+void check_vocab(const TokenSegment& s, int64_t vocab) {
+  static_assert(std::endian::native == std::endian::little, "token shards are little-endian uint16");
+  if (vocab > 65535 || s.count == 0) return;  // no uint16 token can be out of range
+  const auto* tok = reinterpret_cast<const uint16_t*>(s.file->data() + s.header_bytes);  // 2-aligned
+  const uint16_t max = at::parallel_reduce(
+      int64_t{0}, s.count, int64_t{1} << 20, uint16_t{0},
+      [&](int64_t begin, int64_t end, uint16_t m) {
+        for (int64_t i = begin; i < end; ++i) m = std::max(m, tok[i]);
+        return m;
+      },
+      [](uint16_t a, uint16_t b) { return std::max(a, b); });
+  if (max < vocab) return;
+  const int64_t pos = std::find_if(tok, tok + s.count, [&](uint16_t t) { return t >= vocab; }) - tok;
+  throw DataError(fmt::format("{}: token {} at byte offset {} (token {} of the file) is outside the vocabulary "
+                              "[0, {}) (model.vocab_size)",
+                              s.file->path(), tok[pos], s.header_bytes + 2 * pos, pos, vocab));
+}
 
 TokenSegment open_shard(const std::string& path) {
   auto file = std::make_shared<const MappedFile>(path);
@@ -60,9 +83,12 @@ std::vector<std::string> shard_files(const std::string& spec, const std::string&
   return expand_glob(spec);
 }
 
-std::vector<TokenSegment> open_shards(const std::vector<std::string>& files) {
+std::vector<TokenSegment> open_shards(const std::vector<std::string>& files, int64_t vocab) {
   std::vector<TokenSegment> segs;
-  for (const auto& f : files) segs.push_back(open_shard(f));
+  for (const auto& f : files) {
+    segs.push_back(open_shard(f));
+    check_vocab(segs.back(), vocab);
+  }
   return segs;
 }
 
@@ -97,13 +123,13 @@ DatasetPair open_tokens(const config::DataConfig& data, int64_t block_size, int6
   if (data.path.empty()) throw DataError("data.path is empty (data.format tokens wants a file, glob or folder)");
   auto train_files = shard_files(data.path, "train");
   if (train_files.empty()) throw DataError(fmt::format("{}: no such file, or no files match (data.format tokens)", data.path));
-  std::vector<TokenSegment> train = open_shards(train_files), val;
+  std::vector<TokenSegment> train = open_shards(train_files, vocab_size), val;
   if (!data.val_path.empty()) {
     auto files = shard_files(data.val_path, "val");
     if (files.empty()) throw DataError(fmt::format("{}: no such file, or no files match (data.val_path)", data.val_path));
-    val = open_shards(files);
+    val = open_shards(files, vocab_size);
   } else if (fs::is_directory(data.path)) {
-    val = open_shards(shard_files(data.path, "val"));
+    val = open_shards(shard_files(data.path, "val"), vocab_size);
   }
   if (val.empty() && data.val_path.empty() && data.val_fraction > 0) std::tie(train, val) = split_tail(train, data.val_fraction);
   DatasetPair pair;

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "config/exit_codes.hpp"
+#include "config/file_read.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
 #include "io/checkpoint.hpp"
@@ -41,11 +42,9 @@ nlohmann::json model_config_json(config::RunConfig& cfg) {
   return j;
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+std::string read_text(const fs::path& p) {  // regular files only: a FIFO would block
+  return RegularFile::open<io::CheckpointError>(p.string(), 1u << 30, "a checkpoint state document")
+      .read_all<io::CheckpointError>();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <set>
 #include <sstream>
 
+#include "config/file_read.hpp"
 #include "config/sha256.hpp"
 #include "io/safetensors.hpp"
 
@@ -74,12 +75,13 @@ void write_file_synced(const fs::path& path, const std::string& data) {
   if (::close(fd) != 0) fail_errno(path, "cannot close");
 }
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail_errno(path, "cannot read");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// Size limits on what is read whole into memory: a manifest lists a few files; the state document
+// holds the resolved config and the loader's position. A FIFO or device is refused (RegularFile).
+constexpr uint64_t kMaxManifestBytes = 16u << 20;
+constexpr uint64_t kMaxStateBytes = 1u << 30;
+
+std::string read_text(const fs::path& path, uint64_t max_bytes, const char* what) {
+  return RegularFile::open<CheckpointError>(path.string(), max_bytes, what).read_all<CheckpointError>();
 }
 
 bool valid_group_name(const std::string& name) {
@@ -230,7 +232,7 @@ void verify_checkpoint(const fs::path& dir) {
   if (!fs::exists(manifest_path, ec)) fail(dir, "incomplete checkpoint: no manifest.json");
   nlohmann::json m;
   try {
-    m = nlohmann::json::parse(read_text(manifest_path));
+    m = nlohmann::json::parse(read_text(manifest_path, kMaxManifestBytes, "a checkpoint manifest"));
   } catch (const nlohmann::json::exception& e) {
     fail(manifest_path, std::string("invalid JSON (torn or corrupted manifest): ") + e.what());
   }
@@ -245,7 +247,7 @@ void verify_checkpoint(const fs::path& dir) {
 CheckpointContent load_checkpoint(const fs::path& dir) {
   verify_checkpoint(dir);
   CheckpointContent c;
-  const auto manifest = nlohmann::json::parse(read_text(dir / kManifestName));
+  const auto manifest = nlohmann::json::parse(read_text(dir / kManifestName, kMaxManifestBytes, "a checkpoint manifest"));
   for (const auto& [name, entry] : manifest["files"].items()) {
     const fs::path file = dir / name;
     if (file.extension() != ".safetensors") continue;
@@ -256,7 +258,7 @@ CheckpointContent load_checkpoint(const fs::path& dir) {
     }
   }
   try {
-    c.state = nlohmann::json::parse(read_text(dir / kStateName));
+    c.state = nlohmann::json::parse(read_text(dir / kStateName, kMaxStateBytes, "a checkpoint state document"));
   } catch (const nlohmann::json::exception& e) {
     fail(dir / kStateName, std::string("invalid JSON: ") + e.what());
   }

@@ -13,6 +13,8 @@
 #include <set>
 #include <unordered_map>
 
+#include "config/file_read.hpp"
+
 namespace trainer::io {
 namespace {
 
@@ -142,18 +144,13 @@ std::string safetensors_dtype_name(torch::ScalarType t) {
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  Fd f;
-  f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (f.fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
-  struct stat st {};
-  if (::fstat(f.fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
-  if (!S_ISREG(st.st_mode)) fail(path, "not a regular file");
-  const auto file_bytes = static_cast<uint64_t>(st.st_size);
+  const RegularFile file = RegularFile::open<SafetensorsError>(path);  // a FIFO would block, a device never end
+  const uint64_t file_bytes = file.size();
   if (file_bytes < 8)
     fail(path, "file is " + std::to_string(file_bytes) + " bytes, too short for the 8-byte header length");
 
   uint64_t header_bytes = 0;  // little-endian u64; the host is little-endian (static_assert above)
-  read_exact(f.fd, path, &header_bytes, 8, 0, "the header length");
+  read_exact(file.fd(), path, &header_bytes, 8, 0, "the header length");
   if (header_bytes > kSafetensorsMaxHeaderBytes)
     fail(path, "header length " + std::to_string(header_bytes) + " exceeds the limit of " +
                    std::to_string(kSafetensorsMaxHeaderBytes) + " bytes");
@@ -161,7 +158,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     fail(path, "header length " + std::to_string(header_bytes) + " exceeds the " + std::to_string(file_bytes - 8) +
                    " bytes that follow it in the file");
   std::string header(header_bytes, '\0');
-  read_exact(f.fd, path, header.data(), header_bytes, 8, "the header");
+  read_exact(file.fd(), path, header.data(), header_bytes, 8, "the header");
 
   json j;
   try {
@@ -203,7 +200,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
   // The header is sound: now read the data, straight into the tensors.
   for (const auto& e : entries) {
     auto t = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
-    if (e.end > e.begin) read_exact(f.fd, path, t.data_ptr(), e.end - e.begin, data_start + e.begin, "tensor '" + e.name + "'");
+    if (e.end > e.begin) read_exact(file.fd(), path, t.data_ptr(), e.end - e.begin, data_start + e.begin, "tensor '" + e.name + "'");
     out.tensors.emplace_back(e.name, std::move(t));
   }
   return out;

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "config/exit_codes.hpp"
+#include "config/file_read.hpp"
 
 namespace trainer::obs {
 namespace {
@@ -253,9 +254,11 @@ int cmd_report(const std::string& run_dir, const std::string& out) {
     std::cerr << "error: " << run_dir << ": not a run directory (no such folder)\n";
     return kExitUsage;
   }
-  std::ifstream in(metrics);
-  if (!in) {
-    std::cerr << "error: " << metrics.string() << ": cannot read (is log.jsonl off, or has the run not started?)\n";
+  std::istringstream in;
+  try {  // regular files only: a FIFO would block
+    in.str(RegularFile::open(metrics.string()).read_all());
+  } catch (const FileReadError& e) {
+    std::cerr << "error: " << e.what() << " (is log.jsonl off, or has the run not started?)\n";
     return kExitUsage;
   }
   std::vector<json> recs;
@@ -280,10 +283,9 @@ int cmd_report(const std::string& run_dir, const std::string& out) {
     }
   }
   std::string config_yaml;
-  if (std::ifstream cf(dir / "config.yaml"); cf) {
-    std::stringstream ss;
-    ss << cf.rdbuf();
-    config_yaml = ss.str();
+  try {
+    config_yaml = RegularFile::open((dir / "config.yaml").string(), 16u << 20).read_all();
+  } catch (const FileReadError&) {  // the report is still useful without the config
   }
   fs::path canon = fs::weakly_canonical(dir);
   if (canon.filename().empty()) canon = canon.parent_path();  // "runs/x/" names the run "x" too

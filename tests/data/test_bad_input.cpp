@@ -187,14 +187,13 @@ TEST_CASE("bad input: data that does not fit the model", "[unit]") {
         dir.string() + ": data.format idx gives images but model.arch gpt takes tokens");
   CHECK(error_of(cfg("text", dir / "t.txt"), resnet(1, 10)) ==
         (dir / "t.txt").string() + ": data.format text gives tokens but model.arch resnet takes images");
-  // a token beyond the vocabulary is found when its window is read
+  // a token beyond the vocabulary is found when the data is opened, with its byte offset
   std::vector<uint16_t> toks(20, 5);
   toks[13] = 999;
   write_nanogpt(dir / "tok.bin", toks);
   auto tok = cfg("tokens", dir / "tok.bin");
   tok.val_fraction = 0;
-  auto ds = create_datasets(tok, gpt(4, 512), 0).train;
-  CHECK(error_of([&] { ds->get(3, 0, false); }) ==
+  CHECK(error_of(tok, gpt(4, 512)) ==
         (dir / "tok.bin").string() +
-            ": token 999 at position 13 (sample 3) is outside the vocabulary [0, 512) (model.vocab_size)");
+            ": token 999 at byte offset 26 (token 13 of the file) is outside the vocabulary [0, 512) (model.vocab_size)");
 }
