@@ -167,6 +167,14 @@ LaunchEnv detect_launch_env() {
   return detect_launch_env([](const char* n) -> const char* { return std::getenv(n); });
 }
 
+void check_rendezvous(const LaunchEnv& env, const std::string& dist_store) {
+  if (env.world_size <= 1 || !dist_store.empty()) return;
+  if (env.master_addr.empty() || env.master_port == 0)
+    throw LaunchEnvError(env.launcher + " launch with " + std::to_string(env.world_size) +
+                         " ranks: no rendezvous address; set MASTER_ADDR and MASTER_PORT (mpirun -x MASTER_ADDR=... "
+                         "-x MASTER_PORT=...), or dist.store: file:///shared/path");
+}
+
 bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
 }

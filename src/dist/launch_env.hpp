@@ -37,6 +37,11 @@ using GetEnv = std::function<const char*(const char*)>;
 LaunchEnv detect_launch_env(const GetEnv& getenv_fn);
 LaunchEnv detect_launch_env();  // from the process environment
 
+// Several ranks need a place to meet: MASTER_ADDR and MASTER_PORT (a TCPStore), or `dist_store`
+// file:///path. Called before anything is created, so that a launch without one is a usage error.
+// Throws LaunchEnvError.
+void check_rendezvous(const LaunchEnv& env, const std::string& dist_store);
+
 // SLURM hostlist expansion: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04 gpu07 login1.
 std::vector<std::string> expand_hostlist(const std::string& list);
 
