@@ -49,6 +49,18 @@ int parse_port(const Reader& r, const char* name) {
   return static_cast<int>(p);
 }
 
+// Variables a launcher gives every rank of one job alike, and the next job (or restart) differently.
+// Per-rank or per-node variables must not be here: ranks that disagree would never meet.
+std::string job_identity(const GetEnv& get) {
+  static const char* kJobWide[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",  "SLURM_STEP_ID", "SLURM_RESTART_COUNT",
+                                   "PMIX_NAMESPACE",      "OMPI_MCA_ess_base_jobid",       "MASTER_ADDR",
+                                   "MASTER_PORT"};
+  std::string id;
+  for (const char* name : kJobWide)
+    if (const char* v = get(name); v && *v) id += (id.empty() ? "" : ",") + std::string(name) + "=" + v;
+  return id;
+}
+
 }  // namespace
 
 std::vector<std::string> expand_hostlist(const std::string& list) {
@@ -160,6 +172,7 @@ LaunchEnv detect_launch_env(const GetEnv& getenv_fn) {
     }
     check(e, r, "PMI_RANK", "PMI_SIZE");
   }
+  if (e.world_size > 1) e.job_id = job_identity(getenv_fn);
   return e;
 }
 

@@ -22,6 +22,10 @@ struct LaunchEnv {
   // restart attempt (TORCHELASTIC_RESTART_COUNT) so that a restarted group never reads stale keys.
   bool agent_store = false;
   int64_t restart_count = 0;
+  // What every rank of this job sees and a later job does not (the launcher's job or run id, the
+  // rendezvous address): it names the job's keys in a dist.store file, so that one left by a
+  // crashed job is not read as this job's. "" when the launcher gives nothing of the kind.
+  std::string job_id;
 };
 
 // A launcher's variables are missing or contradict each other. Names the launcher and the variable.
