@@ -58,6 +58,11 @@ void set_console_overlay(ConsoleOverlay* overlay) {
   g_overlay = overlay;
 }
 
+void release_console_overlay(ConsoleOverlay* overlay) {
+  std::lock_guard<std::mutex> lk(g_overlay_mu);
+  if (g_overlay == overlay) g_overlay = nullptr;
+}
+
 void init_console_logging(const std::string& level) {
   auto console = console_sink();
   console->set_pattern("%^[%Y-%m-%d %H:%M:%S] [%l]%$ %v");

@@ -28,6 +28,8 @@ class ConsoleOverlay {
   virtual void show() = 0;
 };
 void set_console_overlay(ConsoleOverlay* overlay);
+// Unregisters `overlay` if it is the one registered (a newer one stays).
+void release_console_overlay(ConsoleOverlay* overlay);
 
 // Console only (before the run directory exists). Level: trace|debug|info|warn|error.
 void init_console_logging(const std::string& level = "info");

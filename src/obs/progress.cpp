@@ -66,7 +66,7 @@ ProgressDisplay::ProgressDisplay(bool enabled, int64_t total_steps, FILE* out)
 
 ProgressDisplay::~ProgressDisplay() {
   if (!enabled_) return;
-  set_console_overlay(nullptr);  // waits for a log line being written
+  release_console_overlay(this);  // waits for a log line being written
   std::lock_guard<std::mutex> lk(mu_);
   if (drawn_) {
     std::fputc('\n', out_);  // the last bar stays in the scrollback
