@@ -92,6 +92,83 @@ std::vector<std::string> axis_labels(const std::vector<double>& ticks, bool log_
   return out;
 }
 
+namespace {
+
+struct LegendEntry {
+  const ReportSeries* s;
+  double x, row;
+};
+
+// The legend: rows above the plot, wrapped at the chart's width.
+std::vector<LegendEntry> layout_legend(const std::vector<ReportSeries>& series) {
+  std::vector<LegendEntry> legend;
+  double lx = kLeft, row = 0;
+  for (const auto& s : series) {
+    if (s.x.empty()) continue;
+    const double w = 22 + 7.0 * static_cast<double>(s.name.size());
+    if (lx + w > kW - kRight && lx > kLeft) lx = kLeft, ++row;
+    legend.push_back({&s, lx, row});
+    lx += w;
+  }
+  return legend;
+}
+
+// Data ranges and their mapping to pixels; y in log10 units on a log axis.
+struct Plot {
+  double x0, x1, y0, y1, top, pw, ph;
+  bool log_y;
+  double px(double x) const { return kLeft + (x - x0) / (x1 - x0) * pw; }
+  double py(double y) const { return top + (1 - (y - y0) / (y1 - y0)) * ph; }
+  double py_value(double v) const { return py(log_y ? std::log10(v) : v); }
+  bool shown(double v) const { return !log_y || v > 0; }
+};
+
+void draw_axes(std::ostringstream& o, const Plot& p, const std::string& y_label, const std::vector<double>& x_markers) {
+  o << fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="f"/>)", kLeft, p.top, p.pw, p.ph);
+  const auto yt = p.log_y ? log_ticks(p.y0, p.y1) : linear_ticks(p.y0, p.y1, 5);
+  std::vector<double> y_values;
+  for (double t : yt) y_values.push_back(p.log_y ? std::pow(10.0, t) : t);
+  const auto y_text = axis_labels(y_values, p.log_y);
+  for (size_t i = 0; i < yt.size(); ++i) {
+    o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", kLeft, kLeft + p.pw,
+                     p.py(yt[i]), p.py(yt[i]));
+    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="yt">{}</text>)", kLeft - 4, p.py(yt[i]) + 4, y_text[i]);
+  }
+  const auto xt = linear_ticks(p.x0, p.x1, 6);
+  const auto x_text = axis_labels(xt, false);
+  for (size_t i = 0; i < xt.size(); ++i) {
+    o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", p.px(xt[i]), p.px(xt[i]),
+                     p.top, p.top + p.ph);
+    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="xt">{}</text>)", p.px(xt[i]), p.top + p.ph + 14, x_text[i]);
+  }
+  for (double m : x_markers)
+    if (m >= p.x0 && m <= p.x1)
+      o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="m"><title>resumed at step {}</title></line>)",
+                       p.px(m), p.px(m), p.top, p.top + p.ph, m);
+  o << fmt::format(R"(<text x="{}" y="{}" class="xl">step</text>)", kLeft + p.pw / 2, kH - 6);
+  o << fmt::format(R"svg(<text transform="translate(14 {}) rotate(-90)" class="xl">{}</text>)svg", p.top + p.ph / 2,
+                   svg_escape(p.log_y ? y_label + " (log scale)" : y_label));
+}
+
+void draw_series(std::ostringstream& o, const Plot& p, const ReportSeries& s) {
+  // a resumed run logs some steps again: a new line starts where the steps stop increasing
+  std::vector<std::string> runs(1);
+  for (size_t i = 0; i < s.x.size(); ++i) {
+    if (!p.shown(s.y[i])) continue;
+    if (i > 0 && s.x[i] <= s.x[i - 1] && !runs.back().empty()) runs.emplace_back();
+    runs.back() += fmt::format("{:.1f},{:.1f} ", p.px(s.x[i]), p.py_value(s.y[i]));
+  }
+  for (const auto& pts : runs)
+    if (!pts.empty()) o << fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"/>)", pts, s.color);
+  if (s.x.size() <= 40)  // few points (evaluations): mark each one
+    for (size_t i = 0; i < s.x.size(); ++i)
+      if (p.shown(s.y[i]))
+        o << fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="{}"><title>step {}: {:.6g}</title></circle>)",
+                         p.px(s.x[i]), p.py_value(s.y[i]), s.color, s.x[i], s.y[i]);
+}
+
+}  // namespace
+
 std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& series,
                            bool log_y, const std::vector<double>& x_markers) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
@@ -101,21 +178,8 @@ std::string svg_line_chart(const std::string& title, const std::string& y_label,
       double y = log_y ? std::log10(s.y[i]) : s.y[i];
       x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]), y0 = std::min(y0, y), y1 = std::max(y1, y);
     }
-  // the legend: rows above the plot, wrapped at the chart's width
-  struct Entry {
-    const ReportSeries* s;
-    double x, row;
-  };
-  std::vector<Entry> legend;
-  double lx = kLeft, row = 0;
-  for (const auto& s : series) {
-    if (s.x.empty()) continue;
-    const double w = 22 + 7.0 * static_cast<double>(s.name.size());
-    if (lx + w > kW - kRight && lx > kLeft) lx = kLeft, ++row;
-    legend.push_back({&s, lx, row});
-    lx += w;
-  }
-  const double top = kTitleH + kLegendRowH * (legend.empty() ? 0 : row + 1) + 6;
+  const auto legend = layout_legend(series);
+  const double top = kTitleH + kLegendRowH * (legend.empty() ? 0 : legend.back().row + 1) + 6;
 
   std::ostringstream o;
   o << fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" role="img">)", kW,
@@ -134,52 +198,10 @@ std::string svg_line_chart(const std::string& title, const std::string& y_label,
     y0 -= pad, y1 += pad;
     if (!log_y && y0 < 0 && y0 + pad >= 0) y0 = 0;  // non-negative data keeps a non-negative axis
   }
-  const double pw = kW - kLeft - kRight, ph = kH - top - kBottom;
-  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
-  auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
-
-  o << fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="f"/>)", kLeft, top, pw, ph);
-  const auto yt = log_y ? log_ticks(y0, y1) : linear_ticks(y0, y1, 5);
-  std::vector<double> y_values;
-  for (double t : yt) y_values.push_back(log_y ? std::pow(10.0, t) : t);
-  const auto y_text = axis_labels(y_values, log_y);
-  for (size_t i = 0; i < yt.size(); ++i) {
-    o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", kLeft, kLeft + pw, py(yt[i]),
-                     py(yt[i]));
-    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="yt">{}</text>)", kLeft - 4, py(yt[i]) + 4, y_text[i]);
-  }
-  const auto xt = linear_ticks(x0, x1, 6);
-  const auto x_text = axis_labels(xt, false);
-  for (size_t i = 0; i < xt.size(); ++i) {
-    o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", px(xt[i]), px(xt[i]), top,
-                     top + ph);
-    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="xt">{}</text>)", px(xt[i]), top + ph + 14, x_text[i]);
-  }
-  for (double m : x_markers)
-    if (m >= x0 && m <= x1)
-      o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="m"><title>resumed at step {}</title></line>)",
-                       px(m), px(m), top, top + ph, m);
-  o << fmt::format(R"(<text x="{}" y="{}" class="xl">step</text>)", kLeft + pw / 2, kH - 6);
-  o << fmt::format(R"svg(<text transform="translate(14 {}) rotate(-90)" class="xl">{}</text>)svg", top + ph / 2,
-                   svg_escape(log_y ? y_label + " (log scale)" : y_label));
-  for (const auto& s : series) {
-    if (s.x.empty()) continue;
-    // a resumed run logs some steps again: a new line starts where the steps go back
-    std::vector<std::string> runs(1);
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      if (log_y && s.y[i] <= 0) continue;
-      if (i > 0 && s.x[i] <= s.x[i - 1] && !runs.back().empty()) runs.emplace_back();
-      runs.back() += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(log_y ? std::log10(s.y[i]) : s.y[i]));
-    }
-    for (const auto& pts : runs)
-      if (!pts.empty())
-        o << fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"/>)", pts, s.color);
-    if (s.x.size() <= 40)  // few points (evaluations): mark each one
-      for (size_t i = 0; i < s.x.size(); ++i)
-        if (!log_y || s.y[i] > 0)
-          o << fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="{}"><title>step {}: {:.6g}</title></circle>)",
-                           px(s.x[i]), py(log_y ? std::log10(s.y[i]) : s.y[i]), s.color, s.x[i], s.y[i]);
-  }
+  const Plot plot{x0, x1, y0, y1, top, kW - kLeft - kRight, kH - top - kBottom, log_y};
+  draw_axes(o, plot, y_label, x_markers);
+  for (const auto& s : series)
+    if (!s.x.empty()) draw_series(o, plot, s);
   for (const auto& e : legend) {
     const double y = kTitleH + kLegendRowH * e.row;
     o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="3" fill="{}"/>)", e.x, y + 4, e.s->color);
