@@ -1,6 +1,7 @@
 // YAML -> RunConfig. The only file (with dump.cpp) that touches yaml-cpp.
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -31,6 +32,56 @@ std::string join_diagnostics(const std::vector<Diagnostic>& ds) {
   return s;
 }
 }  // namespace
+
+namespace {
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no UTF-16
+// surrogates, nothing above U+10FFFF), or 0 when the byte there does not start one.
+size_t utf8_sequence_at(const std::string& s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned c = byte(i);
+  size_t len = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, lo = 0xA0;
+  else if (c == 0xED) len = 3, hi = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else if (c == 0xF4) len = 4, hi = 0x8F;
+  else return 0;
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k)
+    if (byte(i + k) < (k == 1 ? lo : 0x80) || byte(i + k) > (k == 1 ? hi : 0xBF)) return 0;
+  return len;
+}
+}  // namespace
+
+std::optional<size_t> first_invalid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence_at(s, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+std::string printable(const std::string& s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence_at(s, i);
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (len == 0 || c < 0x20 || c == 0x7F) {  // a stray byte or a control character: shown as \xNN
+      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+      ++i;
+    } else {
+      out.append(s, i, len);
+      i += len;
+    }
+  }
+  return out;
+}
 
 ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
     : std::runtime_error(join_diagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
@@ -68,7 +119,7 @@ class Loader {
   }
 
   void apply_override(const std::string& text, const fs::path& cwd) {
-    file_ = "--set " + text;
+    file_ = "--set " + printable(text);
     base_dir_ = cwd;
     auto eq = text.find('=');
     Location where{file_, 0, 0};
@@ -78,21 +129,30 @@ class Loader {
     }
     std::string key = text.substr(0, eq);
     std::string value = text.substr(eq + 1);
+    if (auto bad = first_invalid_utf8(key)) {
+      error(where, printable(key), not_utf8(key, *bad));
+      return;
+    }
     auto it = by_key_.find(key);
     if (it == by_key_.end()) {
       unknown_key(where, key);
       return;
     }
-    YAML::Node node;
+    // a string value is taken verbatim, so "--set run.name=a: b" needs no quoting
+    if (it->second->type == FieldType::String || it->second->type == FieldType::Path)
+      return assign(*it->second, YAML::Node(value), where);
+    std::vector<YAML::Node> docs;
     try {
-      node = YAML::Load(value);
+      docs = YAML::LoadAll(value);
     } catch (const YAML::Exception& e) {
-      error(where, key, "cannot parse value '" + value + "': " + e.msg);
+      error(where, key, "cannot parse value '" + printable(value) + "': " + e.msg);
       return;
     }
-    // a string value is taken verbatim, so "--set run.name=a: b" needs no quoting
-    if (it->second->type == FieldType::String || it->second->type == FieldType::Path) node = YAML::Node(value);
-    assign(*it->second, node, where);
+    if (docs.size() > 1) {
+      error(where, key, "the value holds " + std::to_string(docs.size()) + " YAML documents; give one value");
+      return;
+    }
+    assign(*it->second, docs.empty() ? YAML::Node() : docs.front(), where);
   }
 
  private:
@@ -150,6 +210,10 @@ class Loader {
       }
       std::string name = knode.Scalar();
       std::string key = prefix.empty() ? name : prefix + "." + name;
+      if (auto bad = first_invalid_utf8(key)) {
+        error(where, printable(key), not_utf8(key, *bad));
+        continue;
+      }
       if (auto [pos, fresh] = seen.emplace(name, where.line); !fresh) {
         error(where, key, "duplicate key (first set at line " + std::to_string(pos->second) + ")");
         continue;
@@ -170,8 +234,13 @@ class Loader {
     }
   }
 
+  static std::string not_utf8(const std::string& s, size_t at) {
+    return "not valid UTF-8 (byte 0" + printable(s.substr(at, 1)).substr(1) + " at offset " + std::to_string(at) +
+           " of '" + printable(s) + "'); config text must be UTF-8";
+  }
+
   static std::string shown(const YAML::Node& n) {
-    if (n.IsScalar()) return "'" + n.Scalar() + "'";
+    if (n.IsScalar()) return "'" + printable(n.Scalar()) + "'";
     if (n.IsNull()) return "nothing";
     if (n.IsSequence()) return "a list";
     return "a mapping";
@@ -208,6 +277,7 @@ class Loader {
       case FieldType::Float: {
         double v;
         if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) return bad("a number");
+        if (!std::isfinite(v)) return bad("a finite number");
         if (range(v)) *std::get<double*>(f.ref) = v;
         return;
       }
@@ -219,21 +289,28 @@ class Loader {
         }
         if (!n.IsScalar()) return bad("a string");
         std::string v = n.Scalar();
+        // strings end up in JSON (checkpoint metadata, metrics), which holds only UTF-8
+        if (auto at = first_invalid_utf8(v)) return error(where, f.key, not_utf8(v, *at));
         if (f.type == FieldType::Path && !v.empty() && v.find("://") == std::string::npos &&
             fs::path(v).is_relative())
           v = (base_dir_ / v).lexically_normal().string();
+        if (auto at = first_invalid_utf8(v))
+          return error(where, f.key, "resolves to '" + printable(v) + "', which is not valid UTF-8 (the folder it is "
+                                     "relative to has a byte 0" + printable(v.substr(*at, 1)).substr(1) +
+                                     " in its name); use an absolute path");
         *std::get<std::string*>(f.ref) = v;
         return;
       }
       case FieldType::Choice: {
         std::string v = n.IsNull() ? "" : (n.IsScalar() ? n.Scalar() : "\x01");
         if (v == "\x01") return bad("one of " + type_name(f));
+        if (auto at = first_invalid_utf8(v)) return error(where, f.key, not_utf8(v, *at));
         for (const auto& c : f.choices)
           if (c == v) {
             *std::get<std::string*>(f.ref) = v;
             return;
           }
-        std::string msg = "'" + v + "' is not one of " + type_name(f);
+        std::string msg = "'" + printable(v) + "' is not one of " + type_name(f);
         std::string hint = did_you_mean(v, f.choices);
         if (!hint.empty()) msg += "; did you mean '" + hint + "'?";
         error(where, f.key, msg);
@@ -245,6 +322,7 @@ class Loader {
         for (const auto& e : n) {
           double x;
           if (!e.IsScalar() || !YAML::convert<double>::decode(e, x)) return bad("a list of numbers");
+          if (!std::isfinite(x)) return bad("a list of finite numbers");
           v.push_back(x);
         }
         *std::get<std::vector<double>*>(f.ref) = v;
@@ -262,26 +340,56 @@ class Loader {
   fs::path base_dir_;
 };
 
+// Where the second document starts: its first node, or when it is empty, the second '---' line
+// (the first one when the first document has no marker).
+Location second_document_at(const std::string& text, const YAML::Node& second, const std::string& name) {
+  const auto m = second.Mark();
+  if (!m.is_null() && !second.IsNull()) return Location{name, m.line + 1, m.column + 1};
+  std::istringstream in(text);
+  std::string line;
+  std::vector<int> markers;
+  bool content_before = false;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.rfind("---", 0) == 0 && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r')) {
+      if (markers.empty() && content_before) return Location{name, n, 1};
+      markers.push_back(n);
+      if (markers.size() == 2) return Location{name, n, 1};
+    } else if (line.find_first_not_of(" \t\r") != std::string::npos && line[line.find_first_not_of(" \t\r")] != '#') {
+      content_before = true;
+    }
+  }
+  return Location{name, 0, 0};
+}
+
+// `parsed` tells whether the file's document was read (no syntax error, one document): cross-field
+// checks of a file that was not read would only add noise.
 LoadedConfig load_impl(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
-                       const fs::path& base_dir, std::vector<Diagnostic>& diags) {
+                       const fs::path& base_dir, std::vector<Diagnostic>& diags, bool& parsed) {
   LoadedConfig out;
   out.source = name;
   Loader loader(out.cfg, out, diags);
-  YAML::Node root;
-  bool parsed = true;
+  std::vector<YAML::Node> docs;
+  parsed = true;
   try {
-    root = YAML::Load(text);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     diags.push_back(Diagnostic{Location{name, e.mark.line + 1, e.mark.column + 1}, "", "YAML syntax error: " + e.msg});
     parsed = false;
   }
-  if (parsed) loader.load_document(root, name, base_dir);
+  if (parsed && docs.size() > 1) {
+    // one file is one experiment: a second document would otherwise be dropped without a word
+    diags.push_back(Diagnostic{second_document_at(text, docs[1], name), "",
+                               "the file holds " + std::to_string(docs.size()) +
+                                   " YAML documents (separated by '---'); a config is one document"});
+    parsed = false;
+  }
+  if (parsed) loader.load_document(docs.empty() ? YAML::Node() : docs.front(), name, base_dir);
   std::error_code ec;
   fs::path cwd = fs::current_path(ec);
   for (const auto& o : overrides) loader.apply_override(o, cwd);
   for (const auto& o : overrides) {
     auto eq = o.find('=');
-    if (eq != std::string::npos) out.explicit_keys[o.substr(0, eq)] = Location{"--set " + o, 0, 0};
+    if (eq != std::string::npos) out.explicit_keys[o.substr(0, eq)] = Location{"--set " + printable(o), 0, 0};
   }
   return out;
 }
@@ -308,7 +416,8 @@ std::string read_config_file(const std::string& path, fs::path& base) {
 LoadedConfig load_config_text(const std::string& text, const std::string& name,
                               const std::vector<std::string>& overrides, const std::string& base_dir) {
   std::vector<Diagnostic> diags;
-  LoadedConfig out = load_impl(text, name, overrides, fs::path(base_dir), diags);
+  bool parsed = false;
+  LoadedConfig out = load_impl(text, name, overrides, fs::path(base_dir), diags, parsed);
   if (!diags.empty()) throw ConfigError(std::move(diags));
   return out;
 }
@@ -324,13 +433,13 @@ LoadedConfig load_and_validate(const std::string& path, const std::vector<std::s
   fs::path base;
   std::string text = read_config_file(path, base);
   std::vector<Diagnostic> diags;
-  LoadedConfig out = load_impl(text, path, overrides, base, diags);
+  bool parsed = false;
+  LoadedConfig out = load_impl(text, path, overrides, base, diags, parsed);
   // Cross-field checks run even when some keys failed to load, so one pass reports everything;
   // a key that already has a load error gets no second, derived complaint.
   std::set<std::string> bad_keys;
   for (const auto& d : diags) bad_keys.insert(d.key);
-  bool syntax_error = !diags.empty() && diags.front().message.rfind("YAML syntax error", 0) == 0;
-  if (!syntax_error) {
+  if (parsed) {
     try {
       validate(out, opts);
     } catch (const ConfigError& e) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -62,6 +63,11 @@ LoadedConfig load_and_validate(const std::string& path, const std::vector<std::s
 
 // Cross-field checks (contradictions, arch vs data, batch arithmetic). Throws ConfigError.
 void validate(const LoadedConfig& loaded, const ValidateOptions& opts);
+
+// The offset of the first byte of `s` that is not part of well-formed UTF-8, or nullopt.
+std::optional<size_t> first_invalid_utf8(const std::string& s);
+// `s` for a message: stray bytes and control characters written as \xNN, the rest as is.
+std::string printable(const std::string& s);
 
 // Fill derived values: grad_accum from global_batch_size, global_batch_size from the rest.
 void resolve(RunConfig& cfg, int64_t world_size);

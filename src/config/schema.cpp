@@ -208,7 +208,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
 
   k.prefix = "log";
   k.b("jsonl", c.log.jsonl, "Write metrics.jsonl in the run directory.");
-  k.c("progress", c.log.progress, {"auto", "on", "off"}, "Progress bar (auto: when stdout is a terminal).");
+  k.c("progress", c.log.progress, {"auto", "on", "off"}, "Progress bar on rank 0, cleared before every log line. auto: when stdout is a terminal, TERM is set and "
+      "not dumb, and the process is no mpirun/mpiexec rank (OMPI_COMM_WORLD_*, PMI_*: their ptys end up in log files); "
+      "on: whatever stdout is.");
   k.b("tensorboard", c.log.tensorboard, "Write TensorBoard event files under <run dir>/tb.");
   k.f("peak_tflops", c.log.peak_tflops, 0, 1e6, "Peak TFLOP/s for MFU (0 = the device's known peak, if any).");
   k.c("level", c.log.level, {"trace", "debug", "info", "warn", "error"}, "Console log level.");

@@ -15,6 +15,19 @@ bool valid_resnet_depth(int64_t d) {
   return d == 18 || d == 34 || d == 50 || d == 101 || d == 152 || (d >= 8 && (d - 2) % 6 == 0);
 }
 
+// run.name becomes one folder under run.out_dir: anything that could name another place ("..",
+// "a/b", "/abs", "", ".") or that a file system refuses is a config error, not a surprise later.
+std::string run_name_problem(const std::string& n) {
+  if (n.empty()) return "is empty; a run needs a name (its folder under run.out_dir)";
+  if (n == "." || n == "..") return "'" + n + "' names a folder that is not a new one under run.out_dir";
+  if (n.find('/') != std::string::npos || n.find('\\') != std::string::npos)
+    return "'" + printable(n) + "' has a path separator; a run name is one folder name (use run.out_dir for the parent)";
+  for (unsigned char ch : n)
+    if (ch < 0x20 || ch == 0x7F) return "'" + printable(n) + "' has a control character";
+  if (n.size() > 255) return "is " + std::to_string(n.size()) + " bytes long; a folder name has at most 255";
+  return "";
+}
+
 }  // namespace
 
 void resolve(RunConfig& c, int64_t world_size) {
@@ -33,6 +46,8 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   auto err = [&](const std::string& key, const std::string& msg) {
     diags.push_back(Diagnostic{loaded.where(key), key, msg});
   };
+
+  if (auto why = run_name_problem(c.run.name); !why.empty()) err("run.name", why);
 
   // model
   const auto& archs = opts.known_archs;
@@ -122,8 +137,10 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
 
   // dist
   if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
-  if (!c.dist.store.empty() && c.dist.store.rfind("file://", 0) != 0 && c.dist.store.rfind("tcp://", 0) != 0)
-    err("dist.store", "expected \"\", tcp://HOST:PORT or file:///path");
+  if (!c.dist.store.empty() && c.dist.store.rfind("file://", 0) != 0)
+    err("dist.store", "'" + printable(c.dist.store) + "': expected \"\" (a TCPStore at MASTER_ADDR:MASTER_PORT) or file:///path");
+  else if (c.dist.store.rfind("file://", 0) == 0 && c.dist.store.compare(7, 1, "/") != 0)
+    err("dist.store", "'" + c.dist.store + "': expected file:///absolute/path (three slashes) on a file system every rank sees");
 
   if (!diags.empty()) throw ConfigError(std::move(diags));
 }

@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -178,15 +179,54 @@ class DoneOp : public AsyncOp {
   void wait() override {}
 };
 
+const std::string kFileScheme = "file://";
+
+bool is_file_store(const config::DistConfig& cfg) { return cfg.store.rfind(kFileScheme, 0) == 0; }
+
+// The prefix of every key this attempt of this job puts in the store. A TCPStore lives as long as
+// its job, so the restart count is enough there (torchrun's agent keeps one store over restarts);
+// a file outlives a crashed job, so its keys are also named by the job's identity.
+std::string key_namespace(const LaunchEnv& env, const config::DistConfig& cfg) {
+  std::string ns = "trainer/";
+  if (is_file_store(cfg)) ns += "job[" + env.job_id + "]/";
+  return ns + "attempt_" + std::to_string(env.restart_count) + "/";
+}
+
+// Each rank signs in to a file store under its rank. Finding its own entry already there means the
+// file holds a job that did not finish with the same identity: its rendezvous keys (Gloo addresses
+// of dead processes) would be read as this job's, so stop here and say which file to delete.
+void sign_in(c10d::Store& store, const LaunchEnv& env, const config::DistConfig& cfg, const std::string& path) {
+  const std::string key = key_namespace(env, cfg) + "member/" + std::to_string(env.rank);
+  if (store.check({key})) {
+    const auto v = store.get(key);
+    throw DistError("dist.store " + cfg.store + ": rank " + std::to_string(env.rank) +
+                    " of this job is already registered in it (" + std::string(v.begin(), v.end()) +
+                    "): the file was left by an earlier job that did not finish (crashed or killed) and was "
+                    "started the same way (" + (env.job_id.empty() ? "no job id from the launcher" : env.job_id) +
+                    "); delete " + path + " (no job may be using it) and start again");
+  }
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string who = "host " + std::string(host) + ", pid " + std::to_string(::getpid()) + ", unix time " +
+                          std::to_string(std::time(nullptr));
+  store.set(key, std::vector<uint8_t>(who.begin(), who.end()));
+}
+
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::DistConfig& cfg, Millis timeout) {
-  const std::string kFile = "file://";
-  if (cfg.store.rfind(kFile, 0) == 0) {
-    std::string path = cfg.store.substr(kFile.size());
+  if (is_file_store(cfg)) {
+    std::string path = cfg.store.substr(kFileScheme.size());
     if (path.empty() || path[0] != '/')
       throw DistError("dist.store '" + cfg.store + "': expected file:///absolute/path on a shared file system");
-    auto fs = c10::make_intrusive<c10d::FileStore>(path, static_cast<int>(env.world_size));
-    fs->setTimeout(timeout);
-    return fs;
+    try {
+      auto fs = c10::make_intrusive<c10d::FileStore>(path, static_cast<int>(env.world_size));
+      fs->setTimeout(timeout);
+      sign_in(*fs, env, cfg, path);
+      return fs;
+    } catch (const DistError&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw DistError("rank " + std::to_string(env.rank) + ": dist.store " + cfg.store + ": " + error_text(e));
+    }
   }
   if (!cfg.store.empty())
     throw DistError("dist.store '" + cfg.store + "': expected \"\" (TCPStore at MASTER_ADDR:MASTER_PORT) or file:///path");
@@ -247,8 +287,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   auto timeout = Millis(static_cast<int64_t>(cfg.timeout_s * 1000));
   auto store = make_store(env, cfg, timeout);
   // our own keys and the process group's never collide, nor do those of a torchrun restart
-  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(
-      "trainer/attempt_" + std::to_string(env.restart_count) + "/pg0/", store);
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store);
   try {
     ctx->impl_->backend = backend == "nccl"
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),
@@ -259,7 +298,10 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
     throw;
   } catch (const std::exception& e) {
     throw DistError("rank " + std::to_string(env.rank) + ": creating the " + backend +
-                    " process group failed: " + error_text(e));
+                    " process group failed: " + error_text(e) +
+                    (is_file_store(cfg) ? " (dist.store " + cfg.store + ": if a job using this file crashed, delete "
+                                          "the file and start again)"
+                                        : ""));
   }
   ctx->impl_->store = store;
   ctx->impl_->backend_name = backend;

@@ -49,6 +49,18 @@ int parse_port(const Reader& r, const char* name) {
   return static_cast<int>(p);
 }
 
+// Variables a launcher gives every rank of one job alike, and the next job (or restart) differently.
+// Per-rank or per-node variables must not be here: ranks that disagree would never meet.
+std::string job_identity(const GetEnv& get) {
+  static const char* kJobWide[] = {"TORCHELASTIC_RUN_ID", "SLURM_JOB_ID",  "SLURM_STEP_ID", "SLURM_RESTART_COUNT",
+                                   "PMIX_NAMESPACE",      "OMPI_MCA_ess_base_jobid",       "MASTER_ADDR",
+                                   "MASTER_PORT"};
+  std::string id;
+  for (const char* name : kJobWide)
+    if (const char* v = get(name); v && *v) id += (id.empty() ? "" : ",") + std::string(name) + "=" + v;
+  return id;
+}
+
 }  // namespace
 
 std::vector<std::string> expand_hostlist(const std::string& list) {
@@ -160,11 +172,20 @@ LaunchEnv detect_launch_env(const GetEnv& getenv_fn) {
     }
     check(e, r, "PMI_RANK", "PMI_SIZE");
   }
+  if (e.world_size > 1) e.job_id = job_identity(getenv_fn);
   return e;
 }
 
 LaunchEnv detect_launch_env() {
   return detect_launch_env([](const char* n) -> const char* { return std::getenv(n); });
+}
+
+void check_rendezvous(const LaunchEnv& env, const std::string& dist_store) {
+  if (env.world_size <= 1 || !dist_store.empty()) return;
+  if (env.master_addr.empty() || env.master_port == 0)
+    throw LaunchEnvError(env.launcher + " launch with " + std::to_string(env.world_size) +
+                         " ranks: no rendezvous address; set MASTER_ADDR and MASTER_PORT (mpirun -x MASTER_ADDR=... "
+                         "-x MASTER_PORT=...), or dist.store: file:///shared/path");
 }
 
 bool is_loopback(const std::string& addr) {

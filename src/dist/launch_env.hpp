@@ -22,6 +22,10 @@ struct LaunchEnv {
   // restart attempt (TORCHELASTIC_RESTART_COUNT) so that a restarted group never reads stale keys.
   bool agent_store = false;
   int64_t restart_count = 0;
+  // What every rank of this job sees and a later job does not (the launcher's job or run id, the
+  // rendezvous address): it names the job's keys in a dist.store file, so that one left by a
+  // crashed job is not read as this job's. "" when the launcher gives nothing of the kind.
+  std::string job_id;
 };
 
 // A launcher's variables are missing or contradict each other. Names the launcher and the variable.
@@ -36,6 +40,11 @@ using GetEnv = std::function<const char*(const char*)>;
 // torchrun inside an sbatch step is common. Throws LaunchEnvError.
 LaunchEnv detect_launch_env(const GetEnv& getenv_fn);
 LaunchEnv detect_launch_env();  // from the process environment
+
+// Several ranks need a place to meet: MASTER_ADDR and MASTER_PORT (a TCPStore), or `dist_store`
+// file:///path. Called before anything is created, so that a launch without one is a usage error.
+// Throws LaunchEnvError.
+void check_rendezvous(const LaunchEnv& env, const std::string& dist_store);
 
 // SLURM hostlist expansion: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04 gpu07 login1.
 std::vector<std::string> expand_hostlist(const std::string& list);

@@ -47,7 +47,9 @@ config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv&
   vo.known_archs = registry.names();
   vo.world_size = env.world_size;
   vo.cuda_available = device::cuda_available();
-  return config::load_and_validate(args.config, overrides, vo);
+  auto loaded = config::load_and_validate(args.config, overrides, vo);
+  dist::check_rendezvous(env, loaded.cfg.dist.store);  // before any folder is made: a usage error
+  return loaded;
 }
 
 // An error that ends the run, into this rank's log file (the console has it from std::cerr).

@@ -4,13 +4,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace trainer::obs {
 
-bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty) {
+bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty, const GetEnvFn& getenv_fn) {
   if (mode == "on") return true;
   if (mode == "off") return false;
-  return stdout_is_tty;
+  return stdout_is_tty && terminal_env_interactive(getenv_fn);
+}
+
+bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty) {
+  return progress_bar_wanted(mode, stdout_is_tty, [](const char* n) -> const char* { return std::getenv(n); });
 }
 
 std::string format_duration(double seconds) {
@@ -55,17 +60,23 @@ std::string format_eval_line(const EvalRecord& r) {
 }
 
 ProgressDisplay::ProgressDisplay(bool enabled, int64_t total_steps, FILE* out)
-    : enabled_(enabled), total_(total_steps), out_(out) {}
+    : enabled_(enabled), total_(total_steps), out_(out) {
+  if (enabled_) set_console_overlay(this);
+}
 
 ProgressDisplay::~ProgressDisplay() {
-  if (enabled_ && drawn_) {
-    std::fputc('\n', out_);
+  if (!enabled_) return;
+  release_console_overlay(this);  // waits for a log line being written
+  std::lock_guard<std::mutex> lk(mu_);
+  if (drawn_) {
+    std::fputc('\n', out_);  // the last bar stays in the scrollback
     std::fflush(out_);
   }
 }
 
 void ProgressDisplay::update(int64_t step) {
   if (!enabled_) return;
+  std::lock_guard<std::mutex> lk(mu_);
   auto now = std::chrono::steady_clock::now();
   if (start_step_ < 0) {
     start_step_ = step;
@@ -75,16 +86,40 @@ void ProgressDisplay::update(int64_t step) {
   last_draw_ = now;
   const double el = std::chrono::duration<double>(now - start_).count();
   const double rate = el > 0 ? static_cast<double>(step - start_step_) / el : 0.0;
-  std::fprintf(out_, "\r%s\x1b[K", format_progress_line(step, total_, rate, loss_).c_str());
+  line_ = format_progress_line(step, total_, rate, loss_);
+  std::fprintf(out_, "\r%s\x1b[K", line_.c_str());
   std::fflush(out_);
   drawn_ = true;
+  hidden_ = false;
 }
 
-void ProgressDisplay::clear() {
-  if (!enabled_ || !drawn_) return;
+void ProgressDisplay::erase_locked() {
   std::fputs("\r\x1b[K", out_);
   std::fflush(out_);
   drawn_ = false;
+}
+
+void ProgressDisplay::clear() {
+  if (!enabled_) return;
+  std::lock_guard<std::mutex> lk(mu_);
+  if (drawn_) erase_locked();
+  hidden_ = false;
+}
+
+void ProgressDisplay::hide() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!drawn_) return;
+  erase_locked();
+  hidden_ = true;
+}
+
+void ProgressDisplay::show() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!hidden_) return;
+  std::fprintf(out_, "\r%s\x1b[K", line_.c_str());
+  std::fflush(out_);
+  drawn_ = true;
+  hidden_ = false;
 }
 
 }  // namespace trainer::obs

@@ -5,14 +5,20 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <mutex>
 #include <string>
 
+#include "obs/logging.hpp"
 #include "obs/records.hpp"
 
 namespace trainer::obs {
 
-// log.progress: "on" | "off" | "auto" (auto: a bar when stdout is a terminal).
-bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty);
+// log.progress: "on" | "off" | "auto". auto: a bar when stdout is a terminal a person watches
+// (a tty, TERM set and not "dumb", not an mpirun/mpiexec rank's pty: see interactive_terminal);
+// on: a bar whatever stdout is. Either way only on rank 0 (RunLog draws it on its primary only).
+// `stdout_is_tty` is what the caller measured; the environment is read through `getenv_fn`.
+bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty, const GetEnvFn& getenv_fn);
+bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty);  // the process environment
 
 // "[#####.....]  50/100 steps  12.3 it/s  ETA 00:04  loss 1.234", `width` characters of bar.
 std::string format_progress_line(int64_t step, int64_t total, double steps_per_s, double loss, int width = 30);
@@ -22,23 +28,34 @@ std::string format_duration(double seconds);  // "1:02:03", "04:05"
 std::string format_train_line(const TrainRecord& r, int64_t total_steps);
 std::string format_eval_line(const EvalRecord& r);
 
-class ProgressDisplay {
+// The bar. While enabled it is the console overlay (obs/logging.hpp): every console log line,
+// from any thread, is preceded by "\r\x1b[K" (the bar cleared) and followed by the bar redrawn.
+class ProgressDisplay : public ConsoleOverlay {
  public:
   ProgressDisplay(bool enabled, int64_t total_steps, FILE* out = stdout);
-  ~ProgressDisplay();  // ends the bar's line
+  ~ProgressDisplay() override;  // ends the bar's line
+  ProgressDisplay(const ProgressDisplay&) = delete;
+  ProgressDisplay& operator=(const ProgressDisplay&) = delete;
   // Redraws at most ~10 times a second; host-only values (no device sync).
   void update(int64_t step);
   void set_loss(double loss) { loss_ = loss; }
-  // Before a log line is printed: clears the bar so the line is not mangled.
+  // Clears the bar until the next update().
   void clear();
   bool enabled() const { return enabled_; }
 
+  void hide() override;  // around a console log line
+  void show() override;
+
  private:
+  void erase_locked();
   bool enabled_;
   int64_t total_;
   FILE* out_;
   double loss_ = 0;
-  bool drawn_ = false;
+  std::mutex mu_;
+  bool drawn_ = false;  // the bar is on the screen now
+  bool hidden_ = false;  // hide() took it off for a log line: show() puts it back
+  std::string line_;     // the text last drawn
   int64_t start_step_ = -1;
   std::chrono::steady_clock::time_point start_, last_draw_;
 };

@@ -8,20 +8,19 @@
 #include <fstream>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <optional>
 #include <sstream>
 
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
+#include "config/schema.hpp"
 
 namespace trainer::obs {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
-
-constexpr double kW = 560, kH = 300;                                  // chart size in px
-constexpr double kLeft = 64, kRight = 16, kTop = 32, kBottom = 40;  // plot margins
 
 std::string escape(const std::string& s) {
   std::string o;
@@ -35,22 +34,6 @@ std::string escape(const std::string& s) {
     }
   }
   return o;
-}
-
-// About `n` round tick values covering [lo, hi] (1, 2, 5 x 10^k steps).
-std::vector<double> nice_ticks(double lo, double hi, int n = 5) {
-  if (!(hi > lo)) return {lo};
-  const double raw = (hi - lo) / n;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0})
-    if (raw <= m * mag) {
-      step = m * mag;
-      break;
-    }
-  std::vector<double> t;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
-  return t;
 }
 
 std::string fmt_num(double v) {
@@ -82,72 +65,72 @@ bool any_points(const std::vector<ReportSeries>& ss) {
   return std::any_of(ss.begin(), ss.end(), [](const ReportSeries& s) { return !s.x.empty(); });
 }
 
+// The "attempt" records (one per start: a fresh run or a resume) as table rows, and the steps
+// where the resumed ones start, for the charts' markers.
+struct Attempts {
+  std::vector<std::vector<std::string>> rows;
+  std::vector<double> resumed_at;
+};
+
+Attempts attempts_of(const std::vector<json>& recs, const json* summary, const json* last_train) {
+  std::vector<const json*> as;
+  for (const auto& r : recs)
+    if (r.value("kind", "") == "attempt") as.push_back(&r);
+  Attempts out;
+  auto text = [](std::optional<double> v, const char* f) { return v ? fmt::format(fmt::runtime(f), *v) : "?"; };
+  for (size_t i = 0; i < as.size(); ++i) {
+    const json& a = *as[i];
+    const auto start = num(a, "start_step");
+    std::optional<double> end = i + 1 < as.size() ? num(*as[i + 1], "start_step")
+                                : summary          ? num(*summary, "steps")
+                                : last_train       ? num(*last_train, "step")
+                                                   : std::nullopt;
+    std::string from = "fresh start";
+    if (a.contains("resumed_from") && a.at("resumed_from").is_string()) from = a.at("resumed_from").get<std::string>();
+    else if (a.contains("resumed_from") && !a.at("resumed_from").is_null()) from = a.at("resumed_from").dump();
+    out.rows.push_back({text(num(a, "attempt"), "{:.0f}"), text(start, "{:.0f}"),
+                        i + 1 < as.size() || summary ? text(end, "{:.0f}") : text(end, "{:.0f}") + " (last record)",
+                        text(num(a, "time_s"), "{:.1f} s"), from});
+    if (start && i > 0) out.resumed_at.push_back(*start);
+  }
+  return out;
+}
+
 }  // namespace
 
-std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& series,
-                           bool log_y) {
-  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
-  for (const auto& s : series)
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      if (log_y && s.y[i] <= 0) continue;
-      double y = log_y ? std::log10(s.y[i]) : s.y[i];
-      x0 = std::min(x0, s.x[i]), x1 = std::max(x1, s.x[i]), y0 = std::min(y0, y), y1 = std::max(y1, y);
+// The dump lists the model keys of every family; keep the family of model.arch and the shared ones.
+std::string config_for_model_family(const std::string& config_yaml) {
+  auto unquote = [](std::string v) {
+    v = v.substr(0, v.find(" #"));
+    while (!v.empty() && (v.back() == ' ' || v.back() == '\r')) v.pop_back();
+    if (v.size() >= 2 && (v.front() == '"' || v.front() == '\'') && v.back() == v.front()) v = v.substr(1, v.size() - 2);
+    return v;
+  };
+  config::RunConfig scratch;
+  std::map<std::string, std::string> family;  // model key leaf -> the arch it applies to
+  for (const auto& f : config::describe_fields(scratch))
+    if (f.key.rfind("model.", 0) == 0 && !f.applies_to.empty()) family[f.key.substr(6)] = f.applies_to;
+  std::vector<std::string> lines;
+  std::istringstream in(config_yaml);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::string arch;
+  bool in_model = false;
+  for (const auto& l : lines) {
+    if (!l.empty() && l[0] != ' ') in_model = l.rfind("model:", 0) == 0;
+    else if (in_model && l.rfind("  arch:", 0) == 0) arch = unquote(l.substr(7 + (l.size() > 7 && l[7] == ' ')));
+  }
+  if (arch.empty()) return config_yaml;
+  std::string out;
+  in_model = false;
+  for (const auto& l : lines) {
+    if (!l.empty() && l[0] != ' ') in_model = l.rfind("model:", 0) == 0;
+    if (in_model && l.size() > 2 && l.rfind("  ", 0) == 0 && l[2] != ' ') {
+      auto it = family.find(l.substr(2, l.find(':') - 2));
+      if (it != family.end() && it->second != arch) continue;
     }
-  std::ostringstream o;
-  o << fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" role="img">)", kW,
-                   kH, kW, kH);
-  o << fmt::format(R"(<text x="{}" y="20" class="t">{}</text>)", kW / 2, escape(title));
-  if (!std::isfinite(x0)) {
-    o << fmt::format(R"(<text x="{}" y="{}" class="n">no data</text></svg>)", kW / 2, kH / 2);
-    return o.str();
+    out += l + "\n";
   }
-  if (x1 == x0) x0 -= 1, x1 += 1;
-  if (y1 == y0) {
-    const double pad = std::max(std::abs(y0) * 0.05, 1e-9);
-    y0 -= pad, y1 += pad;
-  } else {
-    const double pad = (y1 - y0) * 0.05;
-    y0 -= pad, y1 += pad;
-    if (!log_y && y0 < 0 && y0 + pad >= 0) y0 = 0;  // non-negative data keeps a non-negative axis
-  }
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom;
-  auto px = [&](double x) { return kLeft + (x - x0) / (x1 - x0) * pw; };
-  auto py = [&](double y) { return kTop + (1 - (y - y0) / (y1 - y0)) * ph; };
-
-  o << fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="f"/>)", kLeft, kTop, pw, ph);
-  for (double t : nice_ticks(y0, y1)) {
-    o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", kLeft, kLeft + pw, py(t), py(t));
-    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="yt">{}</text>)", kLeft - 4, py(t) + 4,
-                     fmt_num(log_y ? std::pow(10.0, t) : t));
-  }
-  for (double t : nice_ticks(x0, x1, 6)) {
-    o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", px(t), px(t), kTop, kTop + ph);
-    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="xt">{}</text>)", px(t), kTop + ph + 14, fmt_num(t));
-  }
-  o << fmt::format(R"(<text x="{}" y="{}" class="xl">step</text>)", kLeft + pw / 2, kH - 6);
-  o << fmt::format(R"svg(<text transform="translate(14 {}) rotate(-90)" class="xl">{}</text>)svg", kTop + ph / 2,
-                   escape(y_label));
-  double lx = kLeft + 8;
-  for (const auto& s : series) {
-    if (s.x.empty()) continue;
-    std::string pts;
-    for (size_t i = 0; i < s.x.size(); ++i) {
-      if (log_y && s.y[i] <= 0) continue;
-      pts += fmt::format("{:.1f},{:.1f} ", px(s.x[i]), py(log_y ? std::log10(s.y[i]) : s.y[i]));
-    }
-    o << fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"/>)", pts, s.color);
-    if (s.x.size() <= 40)  // few points (evaluations): mark each one
-      for (size_t i = 0; i < s.x.size(); ++i)
-        if (!log_y || s.y[i] > 0)
-          o << fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="{}"><title>step {}: {}</title></circle>)",
-                           px(s.x[i]), py(log_y ? std::log10(s.y[i]) : s.y[i]), s.color, fmt_num(s.x[i]),
-                           fmt_num(s.y[i]));
-    o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="3" fill="{}"/>)", lx, kTop + 8, s.color);
-    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="lg">{}</text>)", lx + 14, kTop + 12, escape(s.name));
-    lx += 22 + 7.0 * static_cast<double>(s.name.size());
-  }
-  o << "</svg>";
-  return o.str();
+  return out;
 }
 
 std::string render_report(const std::string& run_name, const std::vector<json>& recs, const std::string& config_yaml) {
@@ -156,9 +139,19 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   const char* kGreen = "#2ca02c";
   const char* kRed = "#d62728";
   const char* kPurple = "#9467bd";
+  const json* summary = nullptr;
+  const json* last_train = nullptr;
+  const json* last_eval = nullptr;
+  for (const auto& r : recs) {
+    const std::string k = r.value("kind", "");
+    if (k == "summary") summary = &r;
+    if (k == "train") last_train = &r;
+    if (k == "eval") last_eval = &r;
+  }
+  const Attempts attempts = attempts_of(recs, summary, last_train);
   std::vector<std::string> charts;
   auto add = [&](const std::string& title, const std::string& unit, std::vector<ReportSeries> ss, bool log_y = false) {
-    if (any_points(ss)) charts.push_back(svg_line_chart(title, unit, ss, log_y));
+    if (any_points(ss)) charts.push_back(svg_line_chart(title, unit, ss, log_y, attempts.resumed_at));
   };
   add("Loss", "nats", {series_of(recs, "train", "loss", "train", kBlue), series_of(recs, "eval", "loss", "val", kOrange)});
   add("Validation accuracy", "fraction",
@@ -179,15 +172,6 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   add("Gradient norm", "L2 norm", {series_of(recs, "train", "grad_norm", "grad norm", kBlue)}, true);
 
   // summary table: the summary record, the last train and eval records
-  const json* summary = nullptr;
-  const json* last_train = nullptr;
-  const json* last_eval = nullptr;
-  for (const auto& r : recs) {
-    const std::string k = r.value("kind", "");
-    if (k == "summary") summary = &r;
-    if (k == "train") last_train = &r;
-    if (k == "eval") last_eval = &r;
-  }
   std::vector<std::pair<std::string, std::string>> rows;
   auto row = [&](const std::string& k, const std::string& v) { rows.emplace_back(k, v); };
   if (summary) {
@@ -196,7 +180,10 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
     row("steps", fmt_num(s.value("steps", 0.0)));
     row("epochs", fmt::format("{:.3f}", s.value("epochs", 0.0)));
     row("samples seen", fmt::format("{}", s.value("samples", int64_t{0})));
-    row("wall time", fmt::format("{:.1f} s", s.value("wall_s", 0.0)));
+    const auto n_attempts = num(s, "attempts");
+    row("wall time", fmt::format("{:.1f} s", num(s, "wall_s").value_or(0.0)) +
+                         (n_attempts && *n_attempts > 1 ? fmt::format(" over {:.0f} attempts", *n_attempts) : ""));
+    if (n_attempts) row("attempts", fmt::format("{:.0f}", *n_attempts));
     row("parameters", fmt::format("{}", s.value("num_parameters", int64_t{0})));
     row("device / precision / ranks",
         s.value("device", "?") + " / " + s.value("precision", "?") + " / " + std::to_string(s.value("world_size", 1)));
@@ -236,13 +223,25 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
        ".g{stroke:#e8e8e8}.t{font-size:14px;font-weight:600;text-anchor:middle}\n"
        ".yt{font-size:11px;text-anchor:end;fill:#555}.xt{font-size:11px;text-anchor:middle;fill:#555}\n"
        ".xl{font-size:12px;text-anchor:middle;fill:#333}.lg{font-size:12px;fill:#333}.n{text-anchor:middle;fill:#999}\n"
+       ".m{stroke:#888;stroke-dasharray:4 3}th{text-align:left;padding:3px 12px;font-weight:600}\n"
        "pre{background:#f6f8fa;padding:12px;border-radius:4px;font-size:12px;overflow:auto;max-height:480px}\n"
        "</style></head><body>\n";
   h << "<h1>trainer report: " << escape(run_name) << "</h1>\n<h2>Summary</h2>\n<table>\n";
   for (const auto& [k, v] : rows) h << "<tr><td>" << escape(k) << "</td><td>" << escape(v) << "</td></tr>\n";
-  h << "</table>\n<h2>Curves</h2>\n<div class=\"charts\">\n";
+  h << "</table>\n";
+  if (!attempts.rows.empty()) {
+    h << "<h2>Attempts</h2>\n<table>\n<tr><th>attempt</th><th>from step</th><th>to step</th>"
+         "<th>training time before</th><th>resumed from</th></tr>\n";
+    for (const auto& r : attempts.rows) {
+      h << "<tr>";
+      for (const auto& c : r) h << "<td>" << escape(c) << "</td>";
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
+  }
+  h << "<h2>Curves</h2>\n<div class=\"charts\">\n";
   for (const auto& c : charts) h << c << "\n";
-  h << "</div>\n<h2>Configuration</h2>\n<pre>" << escape(config_yaml.empty() ? "(config.yaml not found)" : config_yaml)
+  h << "</div>\n<h2>Configuration</h2>\n<pre>" << escape(config_yaml.empty() ? "(config.yaml not found)" : config_for_model_family(config_yaml))
     << "</pre>\n</body></html>\n";
   return h.str();
 }

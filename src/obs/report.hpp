@@ -15,11 +15,21 @@ struct ReportSeries {
   std::vector<double> x, y;
 };
 
-// An SVG line chart with axes, ticks and a legend. Empty series are left out.
+// An SVG line chart with axes, ticks and a legend above the plot. Empty series are left out; a
+// series whose steps go back (a resumed run logging steps again) is drawn as separate lines;
+// `x_markers` are vertical lines (where resumed attempts start). A log axis says "(log scale)".
 std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& series,
-                           bool log_y = false);
+                           bool log_y = false, const std::vector<double>& x_markers = {});
 
-// The page for `records` (metrics.jsonl lines) and `config_yaml` (the run's config.yaml text).
+// Tick labels of one axis, all in one format: fixed with the decimals the ticks need, or (values
+// from 1e5 up, or below 1e-3) scientific with one mantissa length. `log_axis`: 1-2-5 x 10^k ticks.
+std::vector<std::string> axis_labels(const std::vector<double>& ticks, bool log_axis);
+
+// config.yaml text without the model keys of the other model families (schema's applies_to):
+// a GPT run's page lists no ResNet keys.
+std::string config_for_model_family(const std::string& config_yaml);
+
+// The page for `records` (metrics.jsonl lines, "attempt" records make an Attempts table) and `config_yaml` (the run's config.yaml text).
 std::string render_report(const std::string& run_name, const std::vector<nlohmann::json>& records,
                           const std::string& config_yaml);
 

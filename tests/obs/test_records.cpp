@@ -67,8 +67,9 @@ TEST_CASE("progress line and durations", "[unit]") {
   CHECK(format_duration(65) == "01:05");
   CHECK(format_duration(3725) == "1:02:05");
   CHECK(format_progress_line(50, 100, 10.0, 1.5, 10) == "[#####.....] 50/100 steps  10.00 it/s  ETA 00:05  loss 1.5000");
-  CHECK(progress_bar_wanted("auto", true));
-  CHECK_FALSE(progress_bar_wanted("auto", false));
-  CHECK(progress_bar_wanted("on", false));
-  CHECK_FALSE(progress_bar_wanted("off", true));
+  auto xterm = [](const char* n) -> const char* { return std::string(n) == "TERM" ? "xterm" : nullptr; };
+  CHECK(progress_bar_wanted("auto", true, xterm));
+  CHECK_FALSE(progress_bar_wanted("auto", false, xterm));
+  CHECK(progress_bar_wanted("on", false, xterm));
+  CHECK_FALSE(progress_bar_wanted("off", true, xterm));
 }

@@ -43,8 +43,8 @@ TEST_CASE("the report is one self-contained page with the run's charts and summa
 
 TEST_CASE("a chart places points inside its plot area, first and last at the edges", "[unit]") {
   std::string svg = svg_line_chart("t", "y", {ReportSeries{"s", "#000", {0, 10}, {0, 1}}});
-  // x from 0 to 10 spans the plot: left edge at 64 px, right edge at 560 - 16 = 544 px
-  CHECK(svg.find("points=\"64.0,") != std::string::npos);
+  // x from 0 to 10 spans the plot: left edge at 72 px, right edge at 560 - 16 = 544 px
+  CHECK(svg.find("points=\"72.0,") != std::string::npos);
   CHECK(svg.find(" 544.0,") != std::string::npos);
   CHECK(svg_line_chart("t", "y", {}).find("no data") != std::string::npos);
 }
