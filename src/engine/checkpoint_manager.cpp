@@ -11,7 +11,7 @@
 namespace trainer::engine {
 namespace {
 
-double ms_since(std::chrono::steady_clock::time_point t0) {
+double elapsed_ms(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -120,7 +120,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
     } else {
       try {
         auto path = store_->save(step, capture_checkpoint(cfg_, objs_, position_(step)));
-        spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), ms_since(t0));
+        spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), elapsed_ms(t0));
       } catch (const std::exception& e) {  // I/O (named by the store), encoding, ...
         failure = 1;
         what = e.what();

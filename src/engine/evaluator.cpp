@@ -1,0 +1,51 @@
+#include "engine/evaluator.hpp"
+
+#include <cmath>
+
+namespace trainer::engine {
+
+torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& device, bool channels_last_image) {
+  auto d = t.to(device, /*non_blocking=*/true);
+  if (channels_last_image) d = d.contiguous(at::MemoryFormat::ChannelsLast);
+  return d;
+}
+
+EvalResult Evaluator::run(models::Model& model) {
+  torch::NoGradGuard ng;
+  model.eval();
+  data::DataLoader loader(val_, setup_.loader);
+  EvalAccumulator acc;
+  const bool cl = setup_.channels_last && !setup_.tokens;
+  for (int64_t b = 0; setup_.max_batches == 0 || b < setup_.max_batches; ++b) {
+    auto batch = loader.next();
+    if (!batch) break;
+    auto input = to_model_device(batch->input, setup_.device, cl);
+    auto target = to_model_device(batch->target, setup_.device, false);
+    AutocastScope autocast(setup_.precision, setup_.device);
+    auto logits = model.forward(input);  // (B, C) or (B, T, V)
+    if (setup_.tokens) acc.add_tokens(logits, target);
+    else acc.add_classification(logits, target);
+  }
+  model.train();
+  return combine_ranks(acc.result());
+}
+
+// Each rank scored its own shard; the run's figures are count-weighted over all of them.
+EvalResult Evaluator::combine_ranks(EvalResult r) {
+  if (!dist_ || !dist_->active()) return r;
+  const double w = static_cast<double>(world_size_);
+  const double n = static_cast<double>(r.count);
+  const double count = dist_->all_reduce_mean(n) * w;
+  auto weighted = [&](double v) { return count > 0 ? dist_->all_reduce_mean(v * n) * w / count : 0.0; };
+  r.loss = weighted(r.loss);
+  if (r.accuracy) r.accuracy = weighted(*r.accuracy);
+  if (r.top5) r.top5 = weighted(*r.top5);
+  if (setup_.tokens) {
+    r.ppl = perplexity(r.loss);
+    r.bpb = bits_per_byte(r.loss);
+  }
+  r.count = static_cast<int64_t>(std::llround(count));
+  return r;
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,31 @@
+// checkpoint.verify_tolerance: a resumed run recomputes the steps the interrupted run had logged
+// after its checkpoint; each train record whose whole log interval lies after the checkpoint must
+// match the logged loss within the relative tolerance, or the run stops: the data, the code or the
+// config changed since the checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+namespace trainer::engine {
+
+class ResumeCheck {
+ public:
+  ResumeCheck() = default;  // nothing to compare (a fresh run, or the check is off)
+  // `logged`: the interrupted run's train losses by step; only those after `start_step` count.
+  ResumeCheck(std::map<int64_t, double> logged, int64_t start_step, int64_t log_every, double tolerance);
+
+  int64_t pending() const { return static_cast<int64_t>(logged_.size()); }  // logged steps still ahead
+
+  // The loss of the train record at `step`; throws std::runtime_error with both values when it
+  // drifted. Logs a one-line verdict once the last logged step is passed.
+  void compare(int64_t step, double loss);
+
+ private:
+  std::map<int64_t, double> logged_;
+  int64_t start_step_ = 0, log_every_ = 1;
+  double tolerance_ = 0, max_diff_ = 0;
+  int64_t compared_ = 0;
+};
+
+}  // namespace trainer::engine
