@@ -1,20 +1,11 @@
 #include "engine/trainer.hpp"
 
-#include <ATen/Context.h>
-#include <ATen/Parallel.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
-#include <fstream>
-#include <limits>
-#include <map>
-#include <nlohmann/json.hpp>
 #include <optional>
-#include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "config/exit_codes.hpp"
@@ -24,15 +15,11 @@
 #include "device/cuda_graph.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
-#include "device/nvml.hpp"
 #include "dist/dist_context.hpp"
 #include "dist/grad_sync.hpp"
 #include "engine/checkpoint_manager.hpp"
-#include "engine/checkpointing.hpp"
 #include "engine/early_stopping.hpp"
-#include "engine/eval_metrics.hpp"
 #include "engine/evaluator.hpp"
-#include "engine/grad_clip.hpp"
 #include "engine/graphed_step.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/optim.hpp"
@@ -41,13 +28,10 @@
 #include "engine/schedule.hpp"
 #include "engine/stop_signal.hpp"
 #include "engine/step_runner.hpp"
-#include "engine/train_step.hpp"
-#include "engine/memory_plan.hpp"
+#include "engine/train_record.hpp"
 #include "engine/startup_planner.hpp"
-#include "engine/train_state.hpp"
 #include "obs/profiler.hpp"
 #include "models/model.hpp"
-#include "obs/memory.hpp"
 #include "obs/history.hpp"
 #include "obs/mfu.hpp"
 #include "obs/run_log.hpp"
@@ -226,8 +210,6 @@ class Trainer {
       return;
     }
     obs::TrainRecord r;
-    const double elapsed_s = std::chrono::duration<double>(Clock::now() - times.start).count();
-    const double n = static_cast<double>(times.steps);
     r.step = step;
     r.epoch = epochs_done();
     r.time_s = clock_s();
@@ -250,25 +232,9 @@ class Trainer {
     r.grad_norm = norm.item<double>();
     if (scaler_->enabled()) r.loss_scale = scaler_->state().scale;
     r.skipped_steps = steps_->skipped_steps();
-    r.samples_per_s = elapsed_s > 0 ? n * static_cast<double>(samples_per_step_) / elapsed_s : 0.0;
-    if (tokens_) r.tokens_per_s = r.samples_per_s * static_cast<double>(train_set_->sample_shape().at(0));
-    r.step_ms = elapsed_s * 1000.0 / n;
-    r.data_wait_ms = times.data_ms / n;
-    r.compute_ms = times.compute_ms / n;
-    r.optim_ms = times.optim_ms / n;
-    if (dist_ && dist_->active()) r.comm_ms = times.comm_ms / n;
-    if (auto mem = obs::host_memory()) {
-      r.rss_mb = mem->rss_mb;
-      r.peak_rss_mb = mem->peak_rss_mb;
-    }
-    if (device_.is_cuda()) {
-      auto m = device::cuda_memory_stats(device_.index());
-      r.cuda_allocated_mb = static_cast<double>(m.allocated) / (1 << 20);
-      r.cuda_reserved_mb = static_cast<double>(m.reserved) / (1 << 20);
-      r.cuda_peak_allocated_mb = static_cast<double>(m.peak_allocated) / (1 << 20);
-      r.gpu_util_pct = device::gpu_utilization_percent(device_.index());
-    }
-    r.mfu = obs::compute_mfu(flops_per_sample_, r.samples_per_s, env_.world_size, peak_tflops_);
+    add_measurements(r, times,
+                     MeasureSetup{samples_per_step_, tokens_ ? train_set_->sample_shape().at(0) : 0, flops_per_sample_,
+                                  peak_tflops_, env_.world_size, device_});
     log_->train(r);
     steps_->reset_loss();
     times = IntervalTimes{};

@@ -1,0 +1,27 @@
+// The measured parts of a train record: throughput and the time split of the steps since the last
+// record, host and device memory, model FLOPs utilisation. Only measured values are filled in.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+
+#include "engine/step_runner.hpp"
+#include "obs/records.hpp"
+
+namespace trainer::engine {
+
+struct MeasureSetup {
+  int64_t samples_per_step = 0;    // global samples per optimizer step
+  int64_t tokens_per_sample = 0;   // block size for token models, 0 for images
+  double flops_per_sample = 0;     // model training FLOPs per sample (0 = unknown)
+  double peak_tflops = 0;          // per device (0 = unknown: no MFU)
+  int64_t world_size = 1;
+  torch::Device device{torch::kCPU};
+};
+
+// Fills samples_per_s (tokens_per_s), step_ms and its split (comm_ms with several ranks), rss and
+// peak rss, CUDA memory and GPU utilisation on CUDA, and mfu, from `times` (at least one step).
+void add_measurements(obs::TrainRecord& r, const IntervalTimes& times, const MeasureSetup& m);
+
+}  // namespace trainer::engine
