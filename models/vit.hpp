@@ -12,17 +12,20 @@
 namespace trainer::models {
 
 // nn.MultiheadAttention's parameters under its names (in_proj_weight/in_proj_bias hold q, k, v of all
-// heads, out_proj), without masks: every token attends to every token.
+// heads, out_proj), without masks: every token attends to every token. `attention` is model.attention:
+// sdpa (scaled_dot_product_attention), math (explicit softmax, two matmuls) or auto (see use_math).
 class VitAttentionImpl : public torch::nn::Module {
  public:
-  VitAttentionImpl(int64_t dim, int64_t heads, double dropout);
+  VitAttentionImpl(int64_t dim, int64_t heads, double dropout, const std::string& attention);
   torch::Tensor forward(const torch::Tensor& x);  // (B, S, D) -> (B, S, D)
   torch::Tensor in_proj_weight, in_proj_bias;     // (3D, D), (3D)
   torch::nn::Linear out_proj{nullptr};
 
  private:
+  bool use_math(const torch::Tensor& x) const;
   int64_t heads_;
   double dropout_;
+  std::string attention_;
 };
 TORCH_MODULE(VitAttention);
 

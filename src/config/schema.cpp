@@ -124,8 +124,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("bias", m.bias, "GPT: biases in Linear and LayerNorm layers.");
   k.arch("gpt");
   k.c("attention", m.attention, {"auto", "sdpa", "math"},
-      "GPT attention: sdpa (fused kernels), math (explicit masked softmax), or auto (measured at start: see docs/PERFORMANCE.md).");
-  k.arch("gpt");
+      "Attention: sdpa (fused kernels), math (explicit softmax), or auto (GPT: measured at start, see docs/PERFORMANCE.md; "
+      "ViT: math on a CPU under bf16/fp16 autocast, where SDPA's CPU kernel is slow at short sequences, else sdpa).");
+  k.arch({"gpt", "vit"});
   k.i("image_size", m.image_size, 1, 8192, "ViT input image side in pixels (fixed: the position embedding has one entry per patch).");
   k.arch("vit");
   k.i("patch_size", m.patch_size, 1, 8192, "ViT patch side in pixels (must divide image_size).");

@@ -30,20 +30,28 @@ void validate_vit(const RunConfig& c, const ErrFn& err) {
 
 // An arch whose image size is fixed (ViT's position embedding) against the sizes the config already
 // tells: a resize (data.image_size), synthetic images and CIFAR (always 32x32). idx and image_folder
-// without a resize are checked when the data is opened (data/dataset.cpp).
-void check_fixed_image_size(const RunConfig& c, const ErrFn& err) {
+// without a resize are checked when the data is opened (data/dataset.cpp). The error points at the
+// data key when the file sets it, else at model.image_size when the file sets that.
+void check_fixed_image_size(const LoadedConfig& loaded, const ErrFn& err) {
+  const RunConfig& c = loaded.cfg;
   const int64_t want = c.model.image_size;
-  auto mismatch = [&](const std::string& key, int64_t got, const std::string& what) {
-    if (got != want)
-      err(key, what + std::to_string(got) + "x" + std::to_string(got) + ", but model.arch '" + c.model.arch +
-                   "' takes model.image_size " + std::to_string(want) + "x" + std::to_string(want) + " images");
-  };
-  if (c.data.image_size > 0)
-    mismatch("data.image_size", c.data.image_size, "resizes the images to ");
-  else if (c.data.format == "synthetic")
-    mismatch("data.synthetic.image_size", c.data.synthetic.image_size, "makes images of ");
-  else if (c.data.format == "cifar")
-    mismatch("model.image_size", 32, "data.format 'cifar' gives images of ");
+  int64_t got = 0;
+  std::string key, what, hint;
+  if (c.data.image_size > 0) {
+    got = c.data.image_size, key = "data.image_size", what = "data.image_size resizes to ";
+  } else if (c.data.format == "synthetic") {
+    got = c.data.synthetic.image_size, key = "data.synthetic.image_size", what = "data.synthetic.image_size makes ";
+  } else if (c.data.format == "cifar") {
+    got = 32, key = "data.format", what = "data.format 'cifar' gives ";
+    hint = " (set data.image_size: " + std::to_string(want) + " to resize)";
+  } else {
+    return;
+  }
+  if (got == want) return;
+  if (!loaded.is_set(key) && loaded.is_set("model.image_size")) key = "model.image_size";
+  const auto square = [](int64_t n) { return std::to_string(n) + "x" + std::to_string(n); };
+  err(key, what + square(got) + " images, but model.arch '" + c.model.arch + "' takes model.image_size " + square(want) +
+               " images" + hint);
 }
 
 }  // namespace
@@ -100,7 +108,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   if (image_arch && is_token_format(c.data.format))
     err("data.format", "'" + c.data.format + "' gives tokens, but model.arch '" + c.model.arch +
                            "' takes images (use idx, cifar, image_folder or synthetic)");
-  if (arch && arch->fixed_image_size) check_fixed_image_size(c, err);
+  if (arch && arch->fixed_image_size) check_fixed_image_size(loaded, err);
   if (c.data.format != "synthetic" && c.data.path.empty()) err("data.path", "required for data.format '" + c.data.format + "'");
   const auto& nm = c.data.normalize;
   if (nm.mean.size() != nm.std.size())

@@ -73,13 +73,14 @@ TEST_CASE("gpt matches the nanoGPT reference for weights saved by PyTorch, on bo
   }
 }
 
-TEST_CASE("vit matches torchvision's VisionTransformer: logits, loss, every gradient, with and without checkpointing",
-          "[unit]") {
+TEST_CASE("vit matches torchvision's VisionTransformer: logits, loss, every gradient, on both attention paths and "
+          "with checkpointing", "[unit]") {
   torch::set_num_threads(1);
   auto g = test::as_map(io::load_safetensors(test::source_path("tests/reference/golden/vit_golden.safetensors")));
-  for (const bool checkpointing : {false, true}) {
-    INFO("activation_checkpointing " << checkpointing);
+  for (const auto& [attention, checkpointing] : {std::pair{"sdpa", false}, std::pair{"math", false}, std::pair{"auto", true}}) {
+    INFO("attention " << attention << ", activation_checkpointing " << checkpointing);
     auto cfg = test::tiny_vit_cfg();
+    cfg.attention = attention;
     cfg.activation_checkpointing = checkpointing;
     auto model = test::make_model(cfg);
     io::SafetensorsFile weights;  // det_fill.py's weights, the same bits on both sides

@@ -115,20 +115,26 @@ TEST_CASE("vit activation checkpointing: gradients equal the plain path, also wi
   }
 }
 
-TEST_CASE("vit trains under bf16 autocast: bf16 logits close to fp32, fp32 gradients", "[unit]") {
-  auto model = test::make_model(test::tiny_vit_cfg(), 5);
-  {
+TEST_CASE("vit trains under bf16 autocast: bf16 logits close to fp32, fp32 gradients; auto takes math there", "[unit]") {
+  auto cfg = test::tiny_vit_cfg();  // attention auto
+  auto model = test::make_model(cfg, 5);
+  cfg.attention = "math";
+  auto math = test::make_model(cfg, 5);
+  const auto head = 0.1 * torch::randn({10, 32});
+  for (auto& m : {model, math}) {
     torch::NoGradGuard no_grad;
-    model->named_parameters()["heads.head.weight"].normal_(0, 0.1);
+    m->named_parameters()["heads.head.weight"].copy_(head);
   }
   auto x = torch::randn({4, 3, 16, 16});
   auto ref = model->forward(x).detach();
   at::autocast::set_autocast_enabled(at::kCPU, true);
   at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
   auto logits = model->forward(x);
+  auto math_logits = math->forward(x);
   at::autocast::set_autocast_enabled(at::kCPU, false);
   at::autocast::clear_cache();
   CHECK(logits.scalar_type() == torch::kBFloat16);
+  CHECK(torch::equal(logits, math_logits));  // auto = the explicit softmax on a CPU under autocast
   INFO("max |bf16 - fp32| " << test::max_abs_diff(logits, ref) << ", max |fp32| " << ref.abs().max().item<double>());
   CHECK(test::max_abs_diff(logits, ref) < 0.05 * std::max(1.0, ref.abs().max().item<double>()));
   logits.to(torch::kFloat).logsumexp(-1).mean().backward();
