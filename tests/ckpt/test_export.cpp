@@ -195,8 +195,8 @@ TEST_CASE("export interop fixture: resnet18 + gpt + vit exports with reference l
     torch::NoGradGuard no_grad;
     if (cfg.model.arch == "vit") {
       input = torch::randn({2, 1, 28, 28});
-      for (auto& [name, p] : model->named_parameters())  // torchvision's zero head would give all-zero logits
-        if (name.starts_with("heads.head.")) p.normal_(0.0, 0.5);
+      for (auto& p : model->named_parameters())  // torchvision's zero head would give all-zero logits
+        if (p.key().starts_with("heads.head.")) p.value().normal_(0.0, 0.5);
     }
     auto ckpt = save_model_checkpoint(dir / (std::string(arch) + "_checkpoints"), 7, cfg, *model);
     auto logits = model->forward(input);

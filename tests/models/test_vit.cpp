@@ -115,7 +115,7 @@ TEST_CASE("vit activation checkpointing: gradients equal the plain path, also wi
   }
 }
 
-TEST_CASE("vit trains under bf16 autocast: bf16 logits close to fp32, fp32 gradients; auto takes math there", "[unit]") {
+TEST_CASE("vit trains under bf16 autocast: bf16 logits close to fp32, fp32 gradients, and auto takes math there", "[unit]") {
   auto cfg = test::tiny_vit_cfg();  // attention auto
   auto model = test::make_model(cfg, 5);
   cfg.attention = "math";
