@@ -65,8 +65,9 @@ VitAttentionImpl::VitAttentionImpl(int64_t dim, int64_t heads, double dropout, c
 }
 
 // auto: the explicit softmax on a CPU under bf16/fp16 autocast, where SDPA's CPU flash kernel (its
-// backward above all) is several times slower at ViT's short sequences: the Fashion-MNIST config
-// (17 tokens of 4 heads x 16) trained 2-6x faster per step with it in bf16; sdpa everywhere else.
+// backward above all) is slower at ViT's short sequences: configs/vit_fmnist.yaml (17 tokens, 4 heads
+// of 16) ran 40 bf16 steps 1.5-7x faster with it on the shared 2-core build machine (its flash
+// backward was 43 % of a step in a profile); sdpa everywhere else.
 bool VitAttentionImpl::use_math(const torch::Tensor& x) const {
   if (attention_ != "auto") return attention_ == "math";
   return x.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);

@@ -142,7 +142,7 @@ TEST_CASE("train.nonfinite rollback without a checkpoint says so", "[e2e]") {
   CHECK(contains(r.output, "non-finite gradients at step 2 and no checkpoint to roll back to"));
 }
 
-TEST_CASE("weights holding NaN are never saved; the previous checkpoint stays valid", "[e2e]") {
+TEST_CASE("weights holding NaN are never saved, the previous checkpoint stays valid", "[e2e]") {
   auto dir = trainer::test::scratch_dir("nonfinite_never_saved");
   // default train.nonfinite abort checks on log steps; the save at step 4 comes first
   write_file(dir / "c.yaml", tiny_config("c", 10, "checkpoint: {every_steps: 2}\n"));

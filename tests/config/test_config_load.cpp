@@ -104,7 +104,7 @@ TEST_CASE("the hash changes with any value", "[unit]") {
   REQUIRE(config_hash(a).size() == 64);
 }
 
-TEST_CASE("global_batch_size sets grad_accum; otherwise it is derived", "[unit]") {
+TEST_CASE("global_batch_size sets grad_accum, otherwise it is derived", "[unit]") {
   RunConfig c;
   c.train.batch_size = 16;
   c.train.global_batch_size = 128;

@@ -175,7 +175,7 @@ TEST_CASE("text: byte tokens, windows of block_size + 1 shifted by one, tail val
   CHECK(to_vec(pair.val->get(1, 0, false).input) == std::vector<int64_t>(text.begin() + 88, text.begin() + 96));
 }
 
-TEST_CASE("tokens: llm.c and nanoGPT shards from a glob; windows stay inside a shard", "[unit]") {
+TEST_CASE("tokens: llm.c and nanoGPT shards from a glob, windows stay inside a shard", "[unit]") {
   auto dir = scratch_dir("data_tokens");
   std::vector<uint16_t> a(100), b(50);
   for (int i = 0; i < 100; ++i) a[i] = static_cast<uint16_t>(300 + i);

@@ -41,7 +41,7 @@ TEST_CASE("fixed memory counts parameters, gradients, optimizer state and DDP bu
   CHECK(fixed_memory(*model, sgd, 1).total() == p);  // the gradients are part of the measured step
 }
 
-TEST_CASE("the activation probe measures per-sample bytes; checkpointing needs fewer; nothing is left behind", "[unit]") {
+TEST_CASE("the activation probe measures per-sample bytes, checkpointing needs fewer, nothing is left behind", "[unit]") {
   c10::Allocator* before = c10::GetCPUAllocator();
   auto plain = small_gpt(false), ckpt = small_gpt(true);
   const torch::Device cpu(torch::kCPU);
@@ -105,7 +105,7 @@ TEST_CASE("largest_fitting and the OOM search pick the largest candidate within 
 }
 
 
-TEST_CASE("trainer check --memory prints the table; batch_size auto picks what check predicts", "[e2e]") {
+TEST_CASE("trainer check --memory prints the table, batch_size auto picks what check predicts", "[e2e]") {
   auto dir = test::scratch_dir("auto_batch");
   const auto cfg = test::auto_config(dir);
   const auto check = test::check_memory(cfg);

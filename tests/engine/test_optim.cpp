@@ -36,7 +36,7 @@ void fill_all(TinyNet& net, double w, double g) {
 
 }  // namespace
 
-TEST_CASE("biases, norm weights and embeddings form the no-decay group; tied weights appear once", "[unit]") {
+TEST_CASE("biases, norm weights and embeddings form the no-decay group, tied weights appear once", "[unit]") {
   TinyNet net;
   auto g = split_decay_groups(net, /*decay_norm_and_bias=*/false);
   CHECK(g.decay_names == std::vector<std::string>{"fc.weight"});
@@ -99,7 +99,7 @@ TEST_CASE("AdamW decays decoupled from the gradient and only on the decay group"
   CHECK(net.emb->weight[1][2].item<double>() == Approx(2.0 - adam));
 }
 
-TEST_CASE("set_learning_rate reaches every group; unknown optimizer lists the known ones", "[unit]") {
+TEST_CASE("set_learning_rate reaches every group, unknown optimizer lists the known ones", "[unit]") {
   TinyNet net;
   OptimConfig c;
   auto opt = build_optimizer(c, net);
