@@ -22,7 +22,7 @@ class Model : public torch::nn::Module {
   // Image: (B, C, H, W) float -> logits (B, num_classes). Tokens: (B, T) int64 -> logits (B, T, vocab).
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
   virtual InputKind input_kind() const = 0;
-  virtual std::string arch() const = 0;  // "resnet" | "gpt"
+  virtual std::string arch() const = 0;  // "resnet" | "gpt" | "vit"
   // Training FLOPs (forward + backward, ~3x forward) for ONE sample of the given shape: images (C, H, W),
   // tokens (T). For GPT use 6N + 12 * n_layer * T * n_embd per token, times T.
   virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
@@ -52,7 +52,7 @@ void to_channels_last(torch::nn::Module& m);
 // True when `t` has channels-last strides (not merely an ambiguous layout that is also NCHW).
 bool has_channels_last_strides(const torch::Tensor& t);
 
-// Adds "resnet" and "gpt".
+// Adds "resnet", "gpt" and "vit".
 void register_builtin_models(ModelRegistry& registry);
 
 }  // namespace trainer::models

@@ -5,6 +5,7 @@
 #include "models/gpt.hpp"
 #include "models/model.hpp"
 #include "models/resnet.hpp"
+#include "models/vit.hpp"
 
 namespace trainer::models {
 
@@ -56,6 +57,7 @@ void to_channels_last(torch::nn::Module& m) {
 void register_builtin_models(ModelRegistry& registry) {
   registry.add("resnet", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<ResNet>(c); });
   registry.add("gpt", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); });
+  registry.add("vit", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<VisionTransformer>(c); });
 }
 
 }  // namespace trainer::models

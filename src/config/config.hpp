@@ -20,7 +20,7 @@ struct RunSection {
 };
 
 struct ModelConfig {
-  std::string arch = "resnet";  // resnet | gpt (the model registry knows the list)
+  std::string arch = "resnet";  // resnet | gpt | vit (the model registry knows the list)
   // resnet: depth 18/34/50/101/152 is the torchvision layout, 6n+2 (8, 20, 32, 44, 56, 110) the CIFAR one
   int64_t depth = 18;
   std::string stem = "imagenet";  // imagenet | cifar (3x3 stride-1 first conv, no max-pool)
@@ -38,6 +38,15 @@ struct ModelConfig {
   double dropout = 0.0;
   bool bias = true;
   std::string attention = "auto";  // auto | sdpa | math (explicit masked softmax); auto: engine/autotune.hpp
+  // vit (torchvision VisionTransformer's names; the defaults are vit_b_16's); dropout is shared with gpt,
+  // in_channels and num_classes with resnet
+  int64_t image_size = 224;  // the position embedding fixes it: images must be image_size x image_size
+  int64_t patch_size = 16;
+  int64_t num_layers = 12;
+  int64_t num_heads = 12;
+  int64_t hidden_dim = 768;
+  int64_t mlp_dim = 3072;
+  double attention_dropout = 0.0;
   // both
   bool activation_checkpointing = false;
   std::string init_from;  // a .safetensors file to initialise the weights from ("" = random init)

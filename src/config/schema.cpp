@@ -45,10 +45,36 @@ struct Builder {
   void l(const std::string& n, std::vector<double>& v, const std::string& doc) {
     add(n, FieldType::FloatList, doc).ref = &v;
   }
-  void arch(const std::string& a) { out.back().applies_to = a; }
+  void arch(const std::string& a) { out.back().applies_to = {a}; }
+  void arch(std::initializer_list<std::string> a) { out.back().applies_to = a; }
 };
 
 }  // namespace
+
+const std::vector<ArchInfo>& arch_infos() {
+  static const std::vector<ArchInfo> archs = {
+      {"gpt", ArchInput::Tokens, false},
+      {"resnet", ArchInput::Image, false},  // adaptive average pooling: any image size
+      {"vit", ArchInput::Image, true},
+  };
+  return archs;
+}
+
+const ArchInfo* find_arch(const std::string& name) {
+  for (const auto& a : arch_infos())
+    if (a.name == name) return &a;
+  return nullptr;
+}
+
+bool applies_to_arch(const FieldInfo& f, const std::string& arch) {
+  return f.applies_to.empty() || std::find(f.applies_to.begin(), f.applies_to.end(), arch) != f.applies_to.end();
+}
+
+std::string applies_text(const FieldInfo& f) {
+  std::string s;
+  for (const auto& a : f.applies_to) s += (s.empty() ? "" : ", ") + a;
+  return s;
+}
 
 const std::vector<std::string>& section_names() {
   static const std::vector<std::string> names = {"run",      "model", "data",       "train", "optim",
@@ -67,15 +93,15 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
 
   k.prefix = "model";
   auto& m = c.model;
-  k.s("arch", m.arch, "Model family; the registry lists the known ones (resnet, gpt).");
+  k.s("arch", m.arch, "Model family; the registry lists the known ones (resnet, gpt, vit).");
   k.i("depth", m.depth, 8, 1000, "ResNet depth: 18/34/50/101/152 (torchvision layout) or 6n+2 (CIFAR layout).");
   k.arch("resnet");
   k.c("stem", m.stem, {"imagenet", "cifar"}, "ResNet first layer: imagenet (7x7/2 conv + max-pool) or cifar (3x3/1, no pool).");
   k.arch("resnet");
   k.i("in_channels", m.in_channels, 1, 64, "Input image channels.");
-  k.arch("resnet");
+  k.arch({"resnet", "vit"});
   k.i("num_classes", m.num_classes, 2, 1e6, "Output classes.");
-  k.arch("resnet");
+  k.arch({"resnet", "vit"});
   k.f("width", m.width, 0.125, 16, "Channel multiplier (base 64 for the torchvision layout, 16 for CIFAR).");
   k.arch("resnet");
   k.b("zero_init_residual", m.zero_init_residual, "Zero the last BatchNorm weight of each residual branch.");
@@ -92,15 +118,31 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.arch("gpt");
   k.i("n_embd", m.n_embd, 1, 1e6, "GPT embedding width.");
   k.arch("gpt");
-  k.f("dropout", m.dropout, 0, 0.99, "GPT dropout probability (embeddings, attention, residuals).");
-  k.arch("gpt");
+  k.f("dropout", m.dropout, 0, 0.99,
+      "Dropout probability: GPT embeddings, attention, residuals; ViT embeddings, attention output, MLP (torchvision's dropout).");
+  k.arch({"gpt", "vit"});
   k.b("bias", m.bias, "GPT: biases in Linear and LayerNorm layers.");
   k.arch("gpt");
   k.c("attention", m.attention, {"auto", "sdpa", "math"},
-      "GPT attention: sdpa (fused kernels), math (explicit masked softmax), or auto (measured at start: see docs/PERFORMANCE.md).");
-  k.arch("gpt");
+      "Attention: sdpa (fused kernels), math (explicit softmax), or auto (GPT: measured at start, see docs/PERFORMANCE.md; "
+      "ViT: math on a CPU under bf16/fp16 autocast, where SDPA's CPU kernel is slow at short sequences, else sdpa).");
+  k.arch({"gpt", "vit"});
+  k.i("image_size", m.image_size, 1, 8192, "ViT input image side in pixels (fixed: the position embedding has one entry per patch).");
+  k.arch("vit");
+  k.i("patch_size", m.patch_size, 1, 8192, "ViT patch side in pixels (must divide image_size).");
+  k.arch("vit");
+  k.i("num_layers", m.num_layers, 1, 1000, "ViT encoder blocks.");
+  k.arch("vit");
+  k.i("num_heads", m.num_heads, 1, 1000, "ViT attention heads (must divide hidden_dim).");
+  k.arch("vit");
+  k.i("hidden_dim", m.hidden_dim, 1, 1e6, "ViT token width.");
+  k.arch("vit");
+  k.i("mlp_dim", m.mlp_dim, 1, 1e7, "ViT MLP hidden width (vit_b_16: 4 x hidden_dim).");
+  k.arch("vit");
+  k.f("attention_dropout", m.attention_dropout, 0, 0.99, "ViT dropout on the attention weights.");
+  k.arch("vit");
   k.b("activation_checkpointing", m.activation_checkpointing,
-      "Recompute activations in backward (per ResNet stage or GPT block) to save memory.");
+      "Recompute activations in backward (per ResNet stage, GPT block or ViT encoder block) to save memory.");
   k.p("init_from", m.init_from, "A .safetensors file to initialise the weights from (\"\" = random init).");
 
   k.prefix = "data";

@@ -21,10 +21,29 @@ struct FieldInfo {
   double min = -std::numeric_limits<double>::infinity();  // inclusive bounds for Int / Float
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // Choice only
-  std::string applies_to;            // model keys: "resnet" or "gpt"; "" = any arch
+  std::vector<std::string> applies_to;  // model keys: the archs it applies to ("resnet", ...); empty = any arch
   bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
   std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*> ref;
 };
+
+// True when `f` applies to model.arch `arch` (keys without an arch apply to every arch).
+bool applies_to_arch(const FieldInfo& f, const std::string& arch);
+// "resnet, vit": the archs of a model key, for messages and docs ("" for any arch).
+std::string applies_text(const FieldInfo& f);
+
+// What the config layer knows of each model family, for the checks that must run before any model
+// exists (validate(), the data readers' checks of data against model), since config is the lowest
+// layer and cannot ask the model registry. Kept next to the keys because, like `applies_to`, it is
+// schema-level metadata; the models' tests check that every registered model agrees with it
+// (input kind, and that the list equals the registry's).
+enum class ArchInput { Image, Tokens };
+struct ArchInfo {
+  std::string name;
+  ArchInput input;
+  bool fixed_image_size;  // images must be model.image_size square (ViT: the position embedding's length)
+};
+const std::vector<ArchInfo>& arch_infos();             // sorted by name
+const ArchInfo* find_arch(const std::string& name);    // nullptr for an unknown arch
 
 // Every key of the schema, in documentation order, bound to the members of `cfg`.
 std::vector<FieldInfo> describe_fields(RunConfig& cfg);

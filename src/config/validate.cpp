@@ -1,6 +1,7 @@
 // Cross-field validation and derived values. Every problem is collected, then thrown at once.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "config/load.hpp"
 #include "config/schema.hpp"
@@ -26,6 +27,44 @@ std::string run_name_problem(const std::string& n) {
     if (ch < 0x20 || ch == 0x7F) return "'" + printable(n) + "' has a control character";
   if (n.size() > 255) return "is " + std::to_string(n.size()) + " bytes long; a folder name has at most 255";
   return "";
+}
+
+using ErrFn = std::function<void(const std::string& key, const std::string& msg)>;
+
+void validate_vit(const RunConfig& c, const ErrFn& err) {
+  const auto& m = c.model;
+  if (m.image_size % m.patch_size != 0)
+    err("model.patch_size", std::to_string(m.patch_size) + " does not divide model.image_size " +
+                                std::to_string(m.image_size) + " (the image is cut into whole patches)");
+  if (m.hidden_dim % m.num_heads != 0)
+    err("model.num_heads", "hidden_dim " + std::to_string(m.hidden_dim) + " is not divisible by num_heads " +
+                               std::to_string(m.num_heads));
+}
+
+// An arch whose image size is fixed (ViT's position embedding) against the sizes the config already
+// tells: a resize (data.image_size), synthetic images and CIFAR (always 32x32). idx and image_folder
+// without a resize are checked when the data is opened (data/dataset.cpp). The error points at the
+// data key when the file sets it, else at model.image_size when the file sets that.
+void check_fixed_image_size(const LoadedConfig& loaded, const ErrFn& err) {
+  const RunConfig& c = loaded.cfg;
+  const int64_t want = c.model.image_size;
+  int64_t got = 0;
+  std::string key, what, hint;
+  if (c.data.image_size > 0) {
+    got = c.data.image_size, key = "data.image_size", what = "data.image_size resizes to ";
+  } else if (c.data.format == "synthetic") {
+    got = c.data.synthetic.image_size, key = "data.synthetic.image_size", what = "data.synthetic.image_size makes ";
+  } else if (c.data.format == "cifar") {
+    got = 32, key = "data.format", what = "data.format 'cifar' gives ";
+    hint = " (set data.image_size: " + std::to_string(want) + " to resize)";
+  } else {
+    return;
+  }
+  if (got == want) return;
+  if (!loaded.is_set(key) && loaded.is_set("model.image_size")) key = "model.image_size";
+  const auto square = [](int64_t n) { return std::to_string(n) + "x" + std::to_string(n); };
+  err(key, what + square(got) + " images, but model.arch '" + c.model.arch + "' takes model.image_size " + square(want) +
+               " images" + hint);
 }
 
 }  // namespace
@@ -58,11 +97,14 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     if (auto hint = did_you_mean(c.model.arch, archs); !hint.empty()) msg += " (did you mean '" + hint + "'?)";
     err("model.arch", msg);
   }
+  const ArchInfo* arch = find_arch(c.model.arch);  // null when unknown (reported above)
+  const bool image_arch = arch && arch->input == ArchInput::Image;
+  const bool token_arch = arch && arch->input == ArchInput::Tokens;
   RunConfig scratch;
   for (const auto& f : describe_fields(scratch)) {
-    if (!f.applies_to.empty() && f.applies_to != c.model.arch && loaded.is_set(f.key) &&
+    if (!applies_to_arch(f, c.model.arch) && loaded.is_set(f.key) &&
         std::find(archs.begin(), archs.end(), c.model.arch) != archs.end())
-      err(f.key, "applies to model.arch '" + f.applies_to + "', but model.arch is '" + c.model.arch + "'");
+      err(f.key, "applies to model.arch '" + applies_text(f) + "', but model.arch is '" + c.model.arch + "'");
   }
   if (c.model.arch == "resnet" && !valid_resnet_depth(c.model.depth))
     err("model.depth", std::to_string(c.model.depth) +
@@ -72,12 +114,16 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
                             std::to_string(c.model.n_head));
   if (c.model.arch == "gpt" && c.data.format == "text" && c.model.vocab_size < 256)
     err("model.vocab_size", "byte-level text needs vocab_size >= 256");
+  if (c.model.arch == "vit") validate_vit(c, err);
 
   // model vs data
-  if (c.model.arch == "gpt" && is_image_format(c.data.format))
-    err("data.format", "'" + c.data.format + "' gives images, but model.arch 'gpt' takes tokens (use text, tokens or synthetic)");
-  if (c.model.arch == "resnet" && is_token_format(c.data.format))
-    err("data.format", "'" + c.data.format + "' gives tokens, but model.arch 'resnet' takes images (use idx, cifar, image_folder or synthetic)");
+  if (token_arch && is_image_format(c.data.format))
+    err("data.format", "'" + c.data.format + "' gives images, but model.arch '" + c.model.arch +
+                           "' takes tokens (use text, tokens or synthetic)");
+  if (image_arch && is_token_format(c.data.format))
+    err("data.format", "'" + c.data.format + "' gives tokens, but model.arch '" + c.model.arch +
+                           "' takes images (use idx, cifar, image_folder or synthetic)");
+  if (arch && arch->fixed_image_size) check_fixed_image_size(loaded, err);
   if (c.data.format != "synthetic" && c.data.path.empty()) err("data.path", "required for data.format '" + c.data.format + "'");
   const auto& nm = c.data.normalize;
   if (nm.mean.size() != nm.std.size())
@@ -85,7 +131,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
                                   std::to_string(nm.mean.size()));
   for (double s : nm.std)
     if (!(s > 0)) err("data.normalize.std", "every value must be > 0");
-  if (c.model.arch == "resnet" && !nm.mean.empty() && static_cast<int64_t>(nm.mean.size()) != c.model.in_channels &&
+  if (image_arch && !nm.mean.empty() && static_cast<int64_t>(nm.mean.size()) != c.model.in_channels &&
       nm.mean.size() != 1)
     err("data.normalize.mean", "has " + std::to_string(nm.mean.size()) + " values for " +
                                    std::to_string(c.model.in_channels) + " input channels");
@@ -123,7 +169,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   if (!em.empty()) {
     bool lm_metric = em == "bpb" || em == "ppl";
     bool cls_metric = em == "accuracy" || em == "top5";
-    if ((c.model.arch == "resnet" && lm_metric) || (c.model.arch == "gpt" && cls_metric))
+    if ((image_arch && lm_metric) || (token_arch && cls_metric))
       err("train.early_stopping.metric", "'" + em + "' is not reported for model.arch '" + c.model.arch + "'");
   }
 

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "config/schema.hpp"
 #include "data/image_dataset.hpp"
 #include "data/readers.hpp"
 
@@ -76,6 +77,12 @@ void check_against_model(const DatasetPair& pair, const config::DataConfig& data
     if (t.num_classes() != model.num_classes)
       throw DataError(fmt::format("{}: the data has {} classes but model.num_classes is {}", data.path,
                                   t.num_classes(), model.num_classes));
+    const auto* arch = config::find_arch(model.arch);
+    const int64_t h = t.sample_shape()[1], w = t.sample_shape()[2];
+    if (arch && arch->fixed_image_size && (h != model.image_size || w != model.image_size))
+      throw DataError(fmt::format("{}: the images are {}x{} but model.arch {} takes model.image_size {}x{} "
+                                  "(set data.image_size to resize)",
+                                  data.path, h, w, model.arch, model.image_size, model.image_size));
   } else if (t.num_classes() > model.vocab_size) {
     throw DataError(fmt::format("{}: the data has a vocabulary of {} tokens but model.vocab_size is {}", data.path,
                                 t.num_classes(), model.vocab_size));
@@ -115,7 +122,9 @@ torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin) {
 }
 
 DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed) {
-  const bool lm = model.arch == "gpt";
+  const config::ArchInfo* arch = config::find_arch(model.arch);
+  if (!arch) throw DataError(fmt::format("model.arch '{}' is unknown to the config schema", model.arch));
+  const bool lm = arch->input == config::ArchInput::Tokens;
   if (lm && !is_token_format(data.format) && data.format != "synthetic")
     throw DataError(fmt::format("{}: data.format {} gives images but model.arch {} takes tokens", data.path,
                                 data.format, model.arch));

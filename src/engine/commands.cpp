@@ -73,7 +73,7 @@ int cmd_config_keys() {
       r << " Range [" << f.min << ", " << f.max << "].";
       range = r.str();
     }
-    std::string applies = f.applies_to.empty() ? "" : " (" + f.applies_to + " only)";
+    std::string applies = f.applies_to.empty() ? "" : " (" + config::applies_text(f) + " only)";
     std::string type = config::type_name(f);
     for (size_t p = type.find('|'); p != std::string::npos; p = type.find('|', p + 2)) type.replace(p, 1, "\\|");
     std::cout << "| `" << f.key << "` | " << type << " | `" << config::default_text(f) << "` | "

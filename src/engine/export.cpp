@@ -34,7 +34,7 @@ nlohmann::json model_config_json(config::RunConfig& cfg) {
   const std::string prefix = "model.";
   for (const auto& f : config::describe_fields(cfg)) {
     if (f.key.rfind(prefix, 0) != 0) continue;
-    if (!f.applies_to.empty() && f.applies_to != cfg.model.arch) continue;
+    if (!config::applies_to_arch(f, cfg.model.arch)) continue;
     const std::string name = f.key.substr(prefix.size());
     if (name == "init_from") continue;  // a path on the training machine, meaningless to the reader
     std::visit([&](auto* v) { j[name] = *v; }, f.ref);

@@ -33,6 +33,21 @@ config::RunConfig resnet_run_cfg() {
   return c;
 }
 
+// A Fashion-MNIST-shaped ViT: one input channel, where torchvision hard-wires three (the Python side
+// swaps in a 1-channel conv_proj before loading).
+config::RunConfig vit_run_cfg() {
+  config::RunConfig c;
+  c.model.arch = "vit";
+  c.model.in_channels = 1;
+  c.model.image_size = 28;
+  c.model.patch_size = 7;
+  c.model.num_layers = 2;
+  c.model.num_heads = 2;
+  c.model.hidden_dim = 16;
+  c.model.mlp_dim = 24;
+  return c;
+}
+
 models::ModelPtr build(const config::RunConfig& cfg, int64_t seed) {
   models::ModelRegistry registry;
   models::register_builtin_models(registry);
@@ -165,18 +180,24 @@ TEST_CASE("export: weights that do not fit the checkpoint's own config are refus
   CHECK_FALSE(fs::exists(dir / "x.safetensors"));
 }
 
-TEST_CASE("export interop fixture: resnet18 and gpt exports with reference logits", "[unit][interop]") {
+TEST_CASE("export interop fixture: resnet18 + gpt + vit exports with reference logits", "[unit][interop]") {
   // For tests/python/test_export_interop.py: <arch>_<dtype>.safetensors written by `trainer export`, and
   // <arch>_io.safetensors with an input, the C++ logits of the fp32 model, and the C++ logits of the same
   // model with its weights rounded to bf16 (what PyTorch computes after loading the bf16 file into fp32).
   auto dir = test::scratch_dir("ckpt_export_interop");
-  for (const auto& [arch, cfg] : {std::pair{"resnet18", resnet_run_cfg()}, std::pair{"gpt", gpt_run_cfg()}}) {
+  for (const auto& [arch, cfg] : {std::pair{"resnet18", resnet_run_cfg()}, std::pair{"gpt", gpt_run_cfg()},
+                                  std::pair{"vit", vit_run_cfg()}}) {
     INFO(arch);
     auto model = build(cfg, 21);
     torch::Tensor input = cfg.model.arch == "gpt" ? torch::randint(64, {2, 16}) : torch::randn({2, 3, 32, 32});
     if (cfg.model.arch == "resnet") warm_batchnorm(*model);
     model->eval();
     torch::NoGradGuard no_grad;
+    if (cfg.model.arch == "vit") {
+      input = torch::randn({2, 1, 28, 28});
+      for (auto& p : model->named_parameters())  // torchvision's zero head would give all-zero logits
+        if (p.key().starts_with("heads.head.")) p.value().normal_(0.0, 0.5);
+    }
     auto ckpt = save_model_checkpoint(dir / (std::string(arch) + "_checkpoints"), 7, cfg, *model);
     auto logits = model->forward(input);
     for (const std::string dtype : {"fp32", "bf16"}) {

@@ -132,7 +132,7 @@ TEST_CASE("a key of the other architecture is refused", "[unit]") {
 
 TEST_CASE("an unknown arch lists the known ones", "[unit]") {
   auto e = errors_of(kValidHead + "model:\n  arch: gtp\n");
-  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.arch: unknown arch 'gtp'; known: gpt, resnet (did you mean 'gpt'?)"});
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.arch: unknown arch 'gtp'; known: gpt, resnet, vit (did you mean 'gpt'?)"});
 }
 
 TEST_CASE("global_batch_size must divide by batch_size x world size", "[unit]") {
@@ -214,4 +214,61 @@ TEST_CASE("a missing config file is reported by name", "[unit]") {
   } catch (const ConfigError& e) {
     REQUIRE(std::string(e.what()) == "/nonexistent/exp.yaml: config file not found");
   }
+}
+
+// --- model.arch vit -----------------------------------------------------------------------------------
+
+namespace {
+const std::string kVitHead = "train:\n  max_steps: 10\ndata:\n  format: synthetic\n  synthetic:\n    image_size: 16\n"
+                             "model:\n  arch: vit\n  image_size: 16\n";
+}  // namespace
+
+TEST_CASE("a vit config with whole patches and heads that divide the width is valid", "[unit]") {
+  CHECK(errors_of(kVitHead + "  patch_size: 4\n  hidden_dim: 32\n  num_heads: 4\n  in_channels: 1\n").empty());
+}
+
+TEST_CASE("vit: the patch must divide the image and the heads the width", "[unit]") {
+  auto e = errors_of(kVitHead + "  patch_size: 5\n  hidden_dim: 30\n  num_heads: 4\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:10:3: model.patch_size: 5 does not divide model.image_size 16 (the image is cut into whole patches)",
+                   "exp.yaml:12:3: model.num_heads: hidden_dim 30 is not divisible by num_heads 4"});
+}
+
+TEST_CASE("vit takes images: token data is refused", "[unit]") {
+  auto e = errors_of("train:\n  max_steps: 1\ndata:\n  format: text\n  path: x.txt\nmodel:\n  arch: vit\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:4:3: data.format: 'text' gives tokens, but model.arch 'vit' takes images "
+                                        "(use idx, cifar, image_folder or synthetic)"});
+}
+
+TEST_CASE("vit: images of another size than model.image_size are refused before anything starts", "[unit]") {
+  auto e = errors_of(kVitHead + "  patch_size: 4\n", {"data.synthetic.image_size=32"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("data.synthetic.image_size: data.synthetic.image_size makes 32x32 images, but model.arch 'vit' takes "
+                  "model.image_size 16x16 images") != std::string::npos);
+  e = errors_of(kVitHead + "  patch_size: 4\n", {"data.image_size=28"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("data.image_size: data.image_size resizes to 28x28 images, but model.arch 'vit' takes "
+                  "model.image_size 16x16 images") != std::string::npos);
+  e = errors_of("train:\n  max_steps: 1\ndata:\n  format: cifar\n  path: c\nmodel:\n  arch: vit\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:4:3: data.format: data.format 'cifar' gives 32x32 images, but model.arch "
+                                        "'vit' takes model.image_size 224x224 images (set data.image_size: 224 to resize)"});
+  e = errors_of("train:\n  max_steps: 1\ndata:\n  format: synthetic\nmodel:\n  arch: vit\n  image_size: 64\n  patch_size: 8\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:7:3: model.image_size: data.synthetic.image_size makes 32x32 images, but "
+                                        "model.arch 'vit' takes model.image_size 64x64 images"});
+}
+
+TEST_CASE("keys of vit are refused for other archs, and keys shared with vit name every arch", "[unit]") {
+  auto e = errors_of(kValidHead + "model:\n  patch_size: 4\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.patch_size: applies to model.arch 'vit', but model.arch is 'resnet'"});
+  e = errors_of(kValidHead + "model:\n  arch: gpt\n  in_channels: 1\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:7:3: model.in_channels: applies to model.arch 'resnet, vit', but model.arch is 'gpt'"});
+  CHECK(errors_of(kVitHead + "  patch_size: 4\n  dropout: 0.1\n  num_classes: 3\n").empty());
+}
+
+TEST_CASE("vit reports classification metrics, not language-model ones", "[unit]") {
+  auto e = errors_of(kVitHead + "  patch_size: 4\n", {"train.early_stopping.metric=bpb"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("train.early_stopping.metric: 'bpb' is not reported for model.arch 'vit'") != std::string::npos);
+  CHECK(errors_of(kVitHead + "  patch_size: 4\n", {"train.early_stopping.metric=accuracy"}).empty());
 }

@@ -172,6 +172,23 @@ TEST_CASE("bad input: class folders that differ between train and val", "[unit]"
                                          (root / "val").string() + ": only in train: eel; only in val: fox");
 }
 
+TEST_CASE("bad input: images of another size than a vit's model.image_size", "[unit]") {
+  auto dir = scratch_dir("bad_vit_size");
+  write_idx(dir, "train", {1, 2, 3}, 6, 6, false);
+  config::ModelConfig vit = resnet(1, 10);
+  vit.arch = "vit";
+  vit.image_size = 4;
+  vit.patch_size = 2;
+  CHECK(error_of(cfg("idx", dir), vit) ==
+        dir.string() + ": the images are 6x6 but model.arch vit takes model.image_size 4x4 (set data.image_size to resize)");
+  auto resized = cfg("idx", dir);
+  resized.image_size = 4;
+  CHECK(data::create_datasets(resized, vit, 0).train->sample_shape() == std::vector<int64_t>{1, 4, 4});
+  write_file(dir / "t.txt", std::string(100, 'x'));
+  CHECK(error_of(cfg("text", dir / "t.txt"), vit) ==
+        (dir / "t.txt").string() + ": data.format text gives tokens but model.arch vit takes images");
+}
+
 TEST_CASE("bad input: data that does not fit the model", "[unit]") {
   auto dir = scratch_dir("bad_model");
   write_idx(dir, "train", {1, 2}, 2, 2, false);

@@ -9,6 +9,7 @@
 
 #include "data/loader.hpp"
 #include "fixtures.hpp"
+#include "skip.hpp"
 
 using namespace trainer;
 using namespace trainer::data;
@@ -239,10 +240,7 @@ TEST_CASE("loader: evaluation batches, the short last batch, and limit_samples",
 }
 
 TEST_CASE("on a GPU, the loader's threads copy batches to the device, the same batches as on the host", "[gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) TRAINER_SKIP("no CUDA device");
   auto ds = std::make_shared<IndexDataset>(200);
   for (int64_t workers : {0, 3}) {
     INFO(workers << " workers");

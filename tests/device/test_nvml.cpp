@@ -6,6 +6,7 @@
 
 #include "device/cuda_seam.hpp"
 #include "device/nvml.hpp"
+#include "skip.hpp"
 
 using namespace trainer::device;
 
@@ -29,10 +30,7 @@ TEST_CASE("without a usable GPU there is no utilisation figure, and NVML's absen
 }
 
 TEST_CASE("on a GPU, NVML reports a utilisation between 0 and 100 for CUDA device 0", "[gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) TRAINER_SKIP("no CUDA device");
   INFO("NVML: " << nvml_status());
   REQUIRE(nvml_status().empty());
   CHECK(cuda_pci_bus_id(0).size() == 16);

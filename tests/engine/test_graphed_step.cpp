@@ -12,6 +12,7 @@
 #include "engine/grad_clip.hpp"
 #include "engine/optim.hpp"
 #include "engine/train_state.hpp"
+#include "skip.hpp"
 #include "test_util.hpp"
 
 using namespace trainer;
@@ -267,10 +268,7 @@ TEST_CASE("train.cuda_graphs on a CPU logs why it is not used and trains exactly
 // --- on a GPU ----------------------------------------------------------------------------------------
 
 TEST_CASE("on a GPU, GraphedStep replays take the eager steps, and a failed capture falls back", "[gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) TRAINER_SKIP("no CUDA device");
   const torch::Device cuda(torch::kCUDA, 0);
   torch::manual_seed(8);
   Net net, ref;
@@ -346,10 +344,7 @@ TEST_CASE("on a GPU, GraphedStep replays take the eager steps, and a failed capt
 }
 
 TEST_CASE("on a GPU, graphed runs take the eager runs' steps (ResNet fp32, GPT bf16) and resume exactly", "[gpu]") {
-  if (!torch::cuda::is_available()) {
-    WARN("skipped: no CUDA device");
-    return;
-  }
+  if (!torch::cuda::is_available()) TRAINER_SKIP("no CUDA device");
   auto dir = test::scratch_dir("graphs_gpu");
   const std::string resnet =
       "run: {name: r, out_dir: runs, seed: 5, deterministic: true}\n"

@@ -42,6 +42,21 @@ inline config::ModelConfig tiny_gpt_cfg() {
   return c;
 }
 
+// The small ViT of tests/reference/make_golden.py (VIT): 16x16 RGB images, 4x4 patches.
+inline config::ModelConfig tiny_vit_cfg() {
+  config::ModelConfig c;
+  c.arch = "vit";
+  c.in_channels = 3;
+  c.num_classes = 10;
+  c.image_size = 16;
+  c.patch_size = 4;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.hidden_dim = 32;
+  c.mlp_dim = 64;
+  return c;
+}
+
 inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
@@ -77,6 +92,20 @@ inline torch::Tensor det_resnet_tensor(const std::string& name, const std::vecto
     half = 0.5, center = 1.0;
   } else if (name.ends_with(".weight")) {
     half = 0.1, center = 1.0;
+  }
+  return (center + half * (2.0 * u - 1.0)).to(torch::kFloat32).reshape(shape);
+}
+
+// det_fill.py's det_vit_tensor, bit-identical.
+inline torch::Tensor det_vit_tensor(const std::string& name, const std::vector<int64_t>& shape) {
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  auto u = det_uniform(name, numel);
+  double half = 0.1, center = 0.0;
+  if (shape.size() == 2 || shape.size() == 4) {
+    half = std::sqrt(3.0 / static_cast<double>(numel / shape[0]));
+  } else if (shape.size() == 1 && name.ends_with(".weight")) {
+    center = 1.0;
   }
   return (center + half * (2.0 * u - 1.0)).to(torch::kFloat32).reshape(shape);
 }

@@ -1,5 +1,5 @@
 // The C++ models against PyTorch: golden files made by tests/reference/make_golden.py (torchvision's
-// resnet18, the nanoGPT-style reference module). No Python is needed here.
+// resnet18 and VisionTransformer, the nanoGPT-style reference module). No Python is needed here.
 #include <catch2/catch.hpp>
 
 #include "model_test_util.hpp"
@@ -70,5 +70,40 @@ TEST_CASE("gpt matches the nanoGPT reference for weights saved by PyTorch, on bo
       ++n_grads;
     }
     CHECK(n_grads == 2 * 12 + 4);  // 12 per block with biases, wte, wpe, ln_f weight and bias
+  }
+}
+
+TEST_CASE("vit matches torchvision's VisionTransformer: logits, loss, every gradient, on both attention paths and "
+          "with checkpointing", "[unit]") {
+  torch::set_num_threads(1);
+  auto g = test::as_map(io::load_safetensors(test::source_path("tests/reference/golden/vit_golden.safetensors")));
+  for (const auto& [attention, checkpointing] : {std::pair{"sdpa", false}, std::pair{"math", false}, std::pair{"auto", true}}) {
+    INFO("attention " << attention << ", activation_checkpointing " << checkpointing);
+    auto cfg = test::tiny_vit_cfg();
+    cfg.attention = attention;
+    cfg.activation_checkpointing = checkpointing;
+    auto model = test::make_model(cfg);
+    io::SafetensorsFile weights;  // det_fill.py's weights, the same bits on both sides
+    for (const auto& [name, t] : io::named_state(*model))
+      weights.tensors.emplace_back(name, test::det_vit_tensor(name, t.sizes().vec()));
+    io::load_state_into(*model, weights);  // strict: every torchvision name, no other
+
+    model->train();
+    auto logits = model->forward(g["input"]);
+    auto loss = torch::nn::functional::cross_entropy(logits, g["target"]);
+    loss.backward();
+    check_close("logits_train", logits, g["logits_train"]);
+    check_close("loss", loss.reshape({1}), g["loss"]);
+    int64_t n_grads = 0;
+    for (const auto& p : model->named_parameters()) {
+      REQUIRE(g.count("grad." + p.key()));
+      check_close("grad." + p.key(), p.value().grad(), g["grad." + p.key()]);
+      ++n_grads;
+    }
+    CHECK(n_grads == 2 * 12 + 8);  // 12 per block; conv_proj (2), class_token, pos_embedding, encoder.ln (2), head (2)
+
+    model->eval();
+    torch::NoGradGuard no_grad;
+    check_close("logits_eval", model->forward(g["input"]), g["logits_eval"]);
   }
 }

@@ -38,3 +38,35 @@ TEST_CASE("interop export: resnet18 and gpt safetensors with reference logits", 
   export_model("gpt_nobias", gpt, torch::randint(64, {2, 10}));
   CHECK(std::filesystem::exists(dir / "gpt_nobias_io.safetensors"));
 }
+
+TEST_CASE("interop export: vit safetensors with reference logits, vit_b_16's layout, the init of seed 123", "[unit][interop]") {
+  auto dir = test::scratch_dir("models_interop_vit");
+  torch::NoGradGuard no_grad;
+  auto export_vit = [&](const std::string& name, config::ModelConfig cfg) {
+    auto model = test::make_model(cfg, 123);
+    io::save_safetensors((dir / (name + "_init.safetensors")).string(), io::named_state(*model));  // as initialised
+    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn(p.sizes()));  // off the init, zero head included
+    model->eval();
+    auto input = torch::randn({3, cfg.in_channels, cfg.image_size, cfg.image_size});
+    io::save_safetensors((dir / (name + ".safetensors")).string(), io::named_state(*model), {{"arch", "vit"}});
+    io::save_safetensors((dir / (name + "_io.safetensors")).string(), {{"input", input}, {"logits", model->forward(input)}});
+  };
+  export_vit("vit_rgb", test::tiny_vit_cfg());
+  auto grey = test::tiny_vit_cfg();  // Fashion-MNIST's shape: 1 channel, 28x28, 7x7 patches
+  grey.in_channels = 1;
+  grey.image_size = 28;
+  grey.patch_size = 7;
+  export_vit("vit_grey", grey);
+  // vit_b_16 (the defaults) is 330 MB of weights: its names and shapes only, one "name d0,d1,..." per line
+  config::ModelConfig b16;
+  b16.arch = "vit";
+  b16.num_classes = 1000;  // ImageNet, as vit_b_16()
+  std::string layout;
+  for (const auto& [name, t] : io::named_state(*test::make_model(b16))) {
+    layout += name + " ";
+    for (int64_t i = 0; i < t.dim(); ++i) layout += (i ? "," : "") + std::to_string(t.size(i));
+    layout += "\n";
+  }
+  test::write_file(dir / "vit_b_16_layout.txt", layout);
+  CHECK(std::filesystem::exists(dir / "vit_grey_io.safetensors"));
+}

@@ -1,6 +1,7 @@
 """`trainer export` -> PyTorch: the exported file loads with load_state_dict(strict=True) into torchvision's
-resnet18 and into the nanoGPT-style reference (tests/reference/nanogpt_ref.py), and gives the logits the C++
-model gave on the same input.
+resnet18, into torchvision's VisionTransformer built from the file's model_config (a 1-channel conv_proj
+swapped in, as torchvision hard-wires 3 channels) and into the nanoGPT-style reference
+(tests/reference/nanogpt_ref.py), and gives the logits the C++ model gave on the same input.
 
 The fixture (checkpoints, exports, inputs, C++ logits) is written by the test_ckpt case
 "export interop fixture: ..."; this script runs it first. Exit 77 (skipped) when a prerequisite is missing.
@@ -37,7 +38,7 @@ def main():
         return SKIP
 
     tmp = os.path.join(tmp, f"py_export_interop.{os.getpid()}")
-    subprocess.run([test_ckpt, "export interop fixture: resnet18 and gpt exports with reference logits"],
+    subprocess.run([test_ckpt, "export interop fixture: resnet18 + gpt + vit exports with reference logits"],
                    check=True, env=dict(os.environ, OMP_NUM_THREADS="1", TRAINER_SCRATCH_DIR=tmp))
     fixture = os.path.join(tmp, "ckpt_export_interop")
     torch.set_num_threads(1)
@@ -47,11 +48,21 @@ def main():
         if meta["arch"] == "resnet":
             assert cfg["depth"] == 18 and cfg["stem"] == "imagenet", cfg
             return torchvision.models.resnet18(num_classes=cfg["num_classes"])
+        if meta["arch"] == "vit":
+            from torchvision.models.vision_transformer import VisionTransformer
+
+            keys = ("image_size", "patch_size", "num_layers", "num_heads", "hidden_dim", "mlp_dim", "dropout",
+                    "attention_dropout", "num_classes")
+            vit = VisionTransformer(**{k: cfg[k] for k in keys})
+            if cfg["in_channels"] != 3:
+                p = cfg["patch_size"]
+                vit.conv_proj = torch.nn.Conv2d(cfg["in_channels"], cfg["hidden_dim"], kernel_size=p, stride=p)
+            return vit
         fields = GPTConfig.__dataclass_fields__.keys()
         return GPT(GPTConfig(**{k: cfg[k] for k in fields}))
 
     failures = 0
-    for arch in ("resnet18", "gpt"):
+    for arch in ("resnet18", "gpt", "vit"):
         io = load_file(os.path.join(fixture, f"{arch}_io.safetensors"))
         for dtype in ("fp32", "bf16"):
             path = os.path.join(fixture, f"{arch}_{dtype}.safetensors")

@@ -1,5 +1,7 @@
 """Safetensors written by the C++ models load with strict=True into the matching PyTorch modules
-(torchvision's resnet18, the nanoGPT-style reference) and give the same logits.
+(torchvision's resnet18 and VisionTransformer, the nanoGPT-style reference) and give the same logits.
+For ViT also: the C++ vit_b_16 has torchvision's vit_b_16 names and shapes, and the C++ initialisation
+draws what torchvision's does for the same seed.
 
 The files come from the Catch2 test "interop export: ..." in tests/models (run here first). Exit 77 (skip)
 when torchvision or safetensors is missing.
@@ -64,6 +66,43 @@ def check(name, module, folder):
     assert diff <= 1e-5, f"{name}: logits differ by {diff}"
 
 
+def tv_vit(in_channels=3, **kw):
+    """torchvision's VisionTransformer; for in_channels != 3 with a conv_proj of that input width."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    model = VisionTransformer(**kw)
+    if in_channels != 3:
+        p = kw["patch_size"]
+        model.conv_proj = nn.Conv2d(in_channels, kw["hidden_dim"], kernel_size=p, stride=p)
+    return model
+
+
+def check_vit_init(name, folder, seed, **kw):
+    """The C++ model built after manual_seed(seed) against torchvision's after torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    ref = VisionTransformer(**kw).state_dict()
+    got = load_file(os.path.join(folder, name + "_init.safetensors"))
+    assert sorted(got) == sorted(ref), (sorted(set(got) ^ set(ref)))
+    worst = max((got[k] - ref[k]).abs().max().item() for k in ref)
+    print(f"{name} init (seed {seed}): {len(ref)} tensors, max |C++ - torchvision| {worst:.3g}")
+    assert worst == 0.0, f"{name}: the initialisation differs from torchvision's by {worst}"
+
+
+def check_vit_b_16_layout(folder):
+    with torch.device("meta"):  # shapes only: no 330 MB of weights
+        ref = torchvision.models.vit_b_16().state_dict()
+    got = {}
+    with open(os.path.join(folder, "vit_b_16_layout.txt")) as f:
+        for line in f:
+            n, shape = line.split()
+            got[n] = tuple(int(d) for d in shape.split(","))
+    want = {n: tuple(t.shape) for n, t in ref.items()}
+    assert got == want, f"vit_b_16 layouts differ: {sorted(set(got.items()) ^ set(want.items()))[:8]}"
+    print(f"vit_b_16: {len(got)} tensors, names and shapes equal to torchvision's")
+
+
 def main():
     bin_dir = os.path.dirname(os.environ["TRAINER_BIN"])
     test_models = os.path.join(bin_dir, "tests", "test_models")
@@ -80,6 +119,16 @@ def main():
     check("resnet20_cifar", cifar_resnet(3, 10), folder)
     check("gpt", GPT(GPTConfig()), folder)
     check("gpt_nobias", GPT(GPTConfig(bias=False)), folder)
+
+    subprocess.run([test_models, "interop export: vit safetensors with reference logits*"], check=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1", "TRAINER_SCRATCH_DIR": tmp})
+    folder = os.path.join(tmp, "models_interop_vit")
+    tiny = dict(image_size=16, patch_size=4, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10)
+    grey = {**tiny, "image_size": 28, "patch_size": 7}
+    check("vit_rgb", tv_vit(**tiny), folder)
+    check("vit_grey", tv_vit(in_channels=1, **grey), folder)
+    check_vit_init("vit_rgb", folder, 123, **tiny)
+    check_vit_b_16_layout(folder)
     return 0
 
 

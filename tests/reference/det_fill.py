@@ -1,7 +1,8 @@
 """Deterministic weights from a tensor's name, computed with exact integer arithmetic so that the
 C++ tests (tests/models/golden_util.hpp, det_fill) produce bit-identical values without any file.
 
-Used for ResNet-18, whose 11.7M weights (45 MB) are too big to commit as a golden file.
+Used for ResNet-18, whose 11.7M weights (45 MB) are too big to commit as a golden file, and for the
+small ViT golden test, where it gives every tensor (zero-initialised ones included) a distinct value.
 """
 import math
 
@@ -39,4 +40,21 @@ def det_resnet_tensor(name: str, shape) -> torch.Tensor:
         half, center = 0.1, 1.0
     else:  # BatchNorm shift, running_mean, fc.bias
         half, center = 0.1, 0.0
+    return (center + half * (2.0 * u - 1.0)).to(torch.float32).reshape(shape)
+
+
+def det_vit_tensor(name: str, shape) -> torch.Tensor:
+    """The value of one VisionTransformer state_dict entry: fan-in-sized matrices and convs, 0.1-sized
+    class token, position embedding and biases, near-one LayerNorm scales (the only 1-d weights)."""
+    numel = math.prod(shape)
+    u = det_uniform(name, numel)
+    center = 0.0
+    if len(shape) == 3:  # class_token (1, 1, D), encoder.pos_embedding (1, S, D)
+        half = 0.1
+    elif len(shape) >= 2:  # conv_proj (D, C, p, p), in_proj_weight, out_proj, mlp, head
+        half = math.sqrt(3.0 / math.prod(shape[1:]))
+    elif name.endswith(".weight"):  # LayerNorm scale
+        half, center = 0.1, 1.0
+    else:  # biases, LayerNorm shift
+        half = 0.1
     return (center + half * (2.0 * u - 1.0)).to(torch.float32).reshape(shape)

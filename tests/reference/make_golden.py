@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from det_fill import det_resnet_tensor, det_uniform  # noqa: E402
+from det_fill import det_resnet_tensor, det_uniform, det_vit_tensor  # noqa: E402
 from nanogpt_ref import GPT, GPTConfig  # noqa: E402
 
 OUT = os.path.join(HERE, "golden")
@@ -75,10 +75,38 @@ def gpt_golden():
     print(f"gpt: loss {loss.item():.6f}, {sum(p.numel() for p in model.parameters())} parameters")
 
 
+# The small ViT of tests/models/test_golden.cpp (test::tiny_vit_cfg), as torchvision's VisionTransformer.
+VIT = dict(image_size=16, patch_size=4, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10)
+
+
+def vit_golden():
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    model = VisionTransformer(**VIT)
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            t.copy_(det_vit_tensor(name, list(t.shape)))
+    x = (2.0 * det_uniform("input", 4 * 3 * 16 * 16) - 1.0).to(torch.float32).reshape(4, 3, 16, 16)
+    target = torch.tensor([0, 2, 4, 9])
+    model.train()  # dropout 0: the train-mode path of nn.MultiheadAttention
+    logits = model(x)
+    loss = F.cross_entropy(logits, target)
+    loss.backward()
+    out = {"input": x, "target": target, "logits_train": logits.detach(), "loss": loss.detach().reshape(1)}
+    for n, p in model.named_parameters():
+        out["grad." + n] = p.grad
+    model.eval()  # nn.MultiheadAttention's inference fast path
+    with torch.no_grad():
+        out["logits_eval"] = model(x)
+    save_file(out, os.path.join(OUT, "vit_golden.safetensors"), meta(arch="vit", **VIT, weights="tests/reference/det_fill.py"))
+    print(f"vit: loss {loss.item():.6f}, {len(list(model.parameters()))} parameter tensors")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     os.makedirs(OUT, exist_ok=True)
     resnet18_golden()
     gpt_golden()
+    vit_golden()
     for f in sorted(os.listdir(OUT)):
         print(f"{f}: {os.path.getsize(os.path.join(OUT, f))} bytes")

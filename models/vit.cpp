@@ -1,0 +1,183 @@
+#include "models/vit.hpp"
+
+#include <ATen/autocast_mode.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "models/checkpoint.hpp"
+
+namespace trainer::models {
+namespace {
+
+namespace nn = torch::nn;
+
+constexpr double kLayerNormEps = 1e-6;  // torchvision's partial(nn.LayerNorm, eps=1e-6)
+
+nn::LayerNorm layer_norm(int64_t d) { return nn::LayerNorm(nn::LayerNormOptions({d}).eps(kLayerNormEps)); }
+
+// One addmm for a (B, S, D) input, as PyTorch's nn.Linear (see fused_linear in gpt.cpp).
+torch::Tensor vit_linear(const nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
+
+// nn.init.trunc_normal_(t, std) with torch's default bounds [-2, 2] (absolute, not in units of std):
+// inverse-CDF sampling of the truncated normal, as PyTorch does it.
+void trunc_normal_(torch::Tensor t, double std) {
+  auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
+  const double lo = cdf(-2.0 / std), hi = cdf(2.0 / std);
+  t.uniform_(2 * lo - 1, 2 * hi - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(-2.0, 2.0);
+}
+
+std::string vit_shape_text(const torch::Tensor& x) {
+  std::string s = "[";
+  for (int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
+  return s + "]";
+}
+
+void check_vit_config(const config::ModelConfig& c) {
+  if (c.in_channels < 1 || c.num_classes < 1 || c.image_size < 1 || c.patch_size < 1 || c.num_layers < 0 ||
+      c.num_heads < 1 || c.hidden_dim < 1 || c.mlp_dim < 1)
+    throw std::invalid_argument("vit needs in_channels, num_classes, image_size, patch_size, num_heads, hidden_dim, "
+                                "mlp_dim >= 1 and num_layers >= 0");
+  if (c.image_size % c.patch_size != 0)
+    throw std::invalid_argument("model.patch_size " + std::to_string(c.patch_size) + " does not divide model.image_size " +
+                                std::to_string(c.image_size));
+  if (c.hidden_dim % c.num_heads != 0)
+    throw std::invalid_argument("model.hidden_dim " + std::to_string(c.hidden_dim) +
+                                " is not divisible by model.num_heads " + std::to_string(c.num_heads));
+  if (c.attention != "sdpa" && c.attention != "math" && c.attention != "auto")
+    throw std::invalid_argument("model.attention '" + c.attention + "' is unknown; known: auto, math, sdpa");
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0) || !(c.attention_dropout >= 0.0 && c.attention_dropout < 1.0))
+    throw std::invalid_argument("model.dropout and model.attention_dropout must be in [0, 1)");
+}
+
+}  // namespace
+
+VitAttentionImpl::VitAttentionImpl(int64_t dim, int64_t heads, double dropout, const std::string& attention)
+    : heads_(heads), dropout_(dropout), attention_(attention) {
+  in_proj_weight = register_parameter("in_proj_weight", torch::empty({3 * dim, dim}));
+  in_proj_bias = register_parameter("in_proj_bias", torch::zeros({3 * dim}));
+  out_proj = register_module("out_proj", nn::Linear(dim, dim));
+  // nn.MultiheadAttention._reset_parameters: xavier-uniform in_proj, zero biases; out_proj keeps
+  // nn.Linear's default weight init
+  torch::NoGradGuard no_grad;
+  nn::init::xavier_uniform_(in_proj_weight);
+  nn::init::zeros_(out_proj->bias);
+}
+
+// auto: the explicit softmax on a CPU under bf16/fp16 autocast, where SDPA's CPU flash kernel (its
+// backward above all) is slower at ViT's short sequences: configs/vit_fmnist.yaml (17 tokens, 4 heads
+// of 16) ran 40 bf16 steps 1.5-7x faster with it on the shared 2-core build machine (its flash
+// backward was 43 % of a step in a profile); sdpa everywhere else.
+bool VitAttentionImpl::use_math(const torch::Tensor& x) const {
+  if (attention_ != "auto") return attention_ == "math";
+  return x.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);
+}
+
+torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
+  const int64_t B = x.size(0), S = x.size(1), D = x.size(2), hs = D / heads_;
+  auto qkv = at::linear(x, in_proj_weight, in_proj_bias).split(D, 2);  // 3 x (B, S, D)
+  auto q = qkv[0].view({B, S, heads_, hs}).transpose(1, 2);           // (B, nh, S, hs)
+  auto k = qkv[1].view({B, S, heads_, hs}).transpose(1, 2);           // (B, nh, S, hs)
+  auto v = qkv[2].view({B, S, heads_, hs}).transpose(1, 2);           // (B, nh, S, hs)
+  const double p = is_training() ? dropout_ : 0.0;
+  torch::Tensor y;
+  if (use_math(x)) {
+    auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));  // (B, nh, S, S)
+    y = torch::matmul(torch::dropout(torch::softmax(att, -1), p, is_training()), v);                  // (B, nh, S, hs)
+  } else {
+    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p);  // (B, nh, S, hs)
+  }
+  y = y.transpose(1, 2).contiguous().view({B, S, D});  // (B, S, D)
+  return vit_linear(out_proj, y);                      // (B, S, D)
+}
+
+EncoderBlockImpl::EncoderBlockImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
+  const int64_t D = cfg.hidden_dim, M = cfg.mlp_dim;
+  ln_1 = register_module("ln_1", layer_norm(D));
+  self_attention =
+      register_module("self_attention", VitAttention(D, cfg.num_heads, cfg.attention_dropout, cfg.attention));
+  ln_2 = register_module("ln_2", layer_norm(D));
+  // a holder named like torchvision's MLP Sequential: GELU and Dropout (children 1, 2, 4) have no state
+  auto mlp = register_module("mlp", std::make_shared<nn::Module>());
+  fc1 = mlp->register_module("0", nn::Linear(D, M));
+  fc2 = mlp->register_module("3", nn::Linear(M, D));
+  // torchvision's MLPBlock init: xavier-uniform weights, N(0, 1e-6) biases
+  torch::NoGradGuard no_grad;
+  for (auto* l : {fc1.get(), fc2.get()}) {
+    nn::init::xavier_uniform_(l->weight);
+    nn::init::normal_(l->bias, 0.0, 1e-6);
+  }
+}
+
+torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& input) {
+  const bool train = is_training();
+  auto x = input + torch::dropout(self_attention(ln_1(input)), dropout_, train);  // (B, S, D)
+  auto y = torch::gelu(vit_linear(fc1, ln_2(x)));                                 // (B, S, M), exact (erf) GELU
+  y = torch::dropout(y, dropout_, train);
+  y = torch::dropout(vit_linear(fc2, y), dropout_, train);  // (B, S, D)
+  return x + y;                                             // (B, S, D)
+}
+
+VitEncoderImpl::VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_length) {
+  pos_embedding = register_parameter("pos_embedding", torch::empty({1, seq_length, cfg.hidden_dim}));
+  {
+    torch::NoGradGuard no_grad;
+    nn::init::normal_(pos_embedding, 0.0, 0.02);  // from BERT, as torchvision
+  }
+  auto layers = register_module("layers", std::make_shared<nn::Module>());
+  for (int64_t i = 0; i < cfg.num_layers; ++i)
+    blocks.push_back(layers->register_module("encoder_layer_" + std::to_string(i), EncoderBlock(cfg)));
+  ln = register_module("ln", layer_norm(cfg.hidden_dim));
+}
+
+VisionTransformer::VisionTransformer(const config::ModelConfig& cfg) : cfg_(cfg) {
+  check_vit_config(cfg);
+  const int64_t D = cfg.hidden_dim, p = cfg.patch_size, side = cfg.image_size / p;
+  // Members are built in torchvision's order (conv_proj, class_token, encoder, heads) so that the
+  // same seed draws the same random numbers for the same tensors.
+  conv_proj = register_module("conv_proj", nn::Conv2d(nn::Conv2dOptions(cfg.in_channels, D, p).stride(p)));
+  class_token = register_parameter("class_token", torch::zeros({1, 1, D}));
+  encoder = register_module("encoder", VitEncoder(cfg, side * side + 1));
+  auto heads = register_module("heads", std::make_shared<nn::Module>());
+  head = heads->register_module("head", nn::Linear(D, cfg.num_classes));
+  torch::NoGradGuard no_grad;
+  trunc_normal_(conv_proj->weight, std::sqrt(1.0 / static_cast<double>(cfg.in_channels * p * p)));
+  nn::init::zeros_(conv_proj->bias);
+  nn::init::zeros_(head->weight);  // torchvision starts from a zero head: every class at the same logit
+  nn::init::zeros_(head->bias);
+}
+
+torch::Tensor VisionTransformer::forward(const torch::Tensor& input) {
+  const int64_t n = cfg_.image_size;
+  if (input.dim() != 4 || input.size(1) != cfg_.in_channels || input.size(2) != n || input.size(3) != n)
+    throw std::invalid_argument("vit expects images (B, " + std::to_string(cfg_.in_channels) + ", " +
+                                std::to_string(n) + ", " + std::to_string(n) + ") (model.in_channels, model.image_size), got " +
+                                vit_shape_text(input));
+  const int64_t B = input.size(0);
+  auto x = conv_proj(input).flatten(2).transpose(1, 2);                   // (B, N, D), N = (image / patch)^2
+  x = torch::cat({class_token.expand({B, -1, -1}), x}, 1);  // (B, N + 1, D)
+  x = torch::dropout(x + encoder->pos_embedding, cfg_.dropout, is_training());  // (B, N + 1, D)
+  for (auto& block : encoder->blocks) {
+    if (cfg_.activation_checkpointing)
+      x = checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, N + 1, D)
+    else
+      x = block->forward(x);  // (B, N + 1, D)
+  }
+  x = encoder->ln(x).select(1, 0);  // (B, D): the class token
+  return vit_linear(head, x);       // (B, num_classes)
+}
+
+double VisionTransformer::train_flops_per_sample(const std::vector<int64_t>& shape) const {
+  if (shape.size() != 3) throw std::invalid_argument("vit FLOPs need a (C, H, W) sample shape");
+  const auto p = static_cast<double>(cfg_.patch_size), D = static_cast<double>(cfg_.hidden_dim);
+  const auto M = static_cast<double>(cfg_.mlp_dim), C = static_cast<double>(shape[0]);
+  const double N = std::floor(static_cast<double>(shape[1]) / p) * std::floor(static_cast<double>(shape[2]) / p);
+  const double S = N + 1;
+  // forward, 2 FLOPs per multiply-add: patch conv; per block q/k/v, scores and mix, out_proj, MLP; head
+  const double block = 2 * S * D * 3 * D + 2 * 2 * S * S * D + 2 * S * D * D + 2 * 2 * S * D * M;
+  const double forward = 2 * N * C * p * p * D + static_cast<double>(cfg_.num_layers) * block +
+                         2 * D * static_cast<double>(cfg_.num_classes);
+  return 3.0 * forward;  // backward costs about twice the forward
+}
+
+}  // namespace trainer::models

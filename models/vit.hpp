@@ -1,0 +1,75 @@
+// Vision Transformer (Dosovitskiy et al.) as torchvision's VisionTransformer builds it: a patch-size,
+// patch-stride convolution cuts the image into tokens, a learned class token is prepended, a learned
+// position embedding added, then pre-LayerNorm encoder blocks (eps 1e-6, exact GELU) and a linear head
+// on the class token. Parameter names and initialisation are torchvision's (conv_proj.weight,
+// encoder.layers.encoder_layer_0.self_attention.in_proj_weight, heads.head.weight, ...), so a
+// VisionTransformer (vit_b_16 with the defaults) loads the exported file with strict=True. torchvision
+// hard-wires 3 input channels; model.in_channels changes only conv_proj's input width.
+#pragma once
+
+#include "models/model.hpp"
+
+namespace trainer::models {
+
+// nn.MultiheadAttention's parameters under its names (in_proj_weight/in_proj_bias hold q, k, v of all
+// heads, out_proj), without masks: every token attends to every token. `attention` is model.attention:
+// sdpa (scaled_dot_product_attention), math (explicit softmax, two matmuls) or auto (see use_math).
+class VitAttentionImpl : public torch::nn::Module {
+ public:
+  VitAttentionImpl(int64_t dim, int64_t heads, double dropout, const std::string& attention);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, S, D) -> (B, S, D)
+  torch::Tensor in_proj_weight, in_proj_bias;     // (3D, D), (3D)
+  torch::nn::Linear out_proj{nullptr};
+
+ private:
+  bool use_math(const torch::Tensor& x) const;
+  int64_t heads_;
+  double dropout_;
+  std::string attention_;
+};
+TORCH_MODULE(VitAttention);
+
+// torchvision's EncoderBlock: x + attn(ln_1(x)), then + mlp(ln_2(.)); mlp is the Sequential
+// (Linear, GELU, Dropout, Linear, Dropout), so its Linears are children "0" and "3".
+class EncoderBlockImpl : public torch::nn::Module {
+ public:
+  explicit EncoderBlockImpl(const config::ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x);  // (B, S, D) -> (B, S, D)
+  torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
+  VitAttention self_attention{nullptr};
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};  // mlp.0, mlp.3
+
+ private:
+  double dropout_;
+};
+TORCH_MODULE(EncoderBlock);
+
+// torchvision's Encoder: pos_embedding, layers.encoder_layer_{i}, ln.
+class VitEncoderImpl : public torch::nn::Module {
+ public:
+  VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_length);
+  torch::Tensor pos_embedding;  // (1, S, D), S = patches + 1
+  std::vector<EncoderBlock> blocks;
+  torch::nn::LayerNorm ln{nullptr};
+};
+TORCH_MODULE(VitEncoder);
+
+class VisionTransformer : public Model {
+ public:
+  explicit VisionTransformer(const config::ModelConfig& cfg);
+  // (B, in_channels, image_size, image_size) -> logits (B, num_classes)
+  torch::Tensor forward(const torch::Tensor& x) override;
+  InputKind input_kind() const override { return InputKind::Image; }
+  std::string arch() const override { return "vit"; }
+  double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
+
+  torch::nn::Conv2d conv_proj{nullptr};
+  torch::Tensor class_token;  // (1, 1, D)
+  VitEncoder encoder{nullptr};
+  torch::nn::Linear head{nullptr};  // heads.head
+
+ private:
+  config::ModelConfig cfg_;
+};
+
+}  // namespace trainer::models
