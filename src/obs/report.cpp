@@ -107,9 +107,9 @@ std::string config_for_model_family(const std::string& config_yaml) {
     return v;
   };
   config::RunConfig scratch;
-  std::map<std::string, std::string> family;  // model key leaf -> the arch it applies to
+  std::map<std::string, config::FieldInfo> family;  // model key leaf -> its field (the archs it applies to)
   for (const auto& f : config::describe_fields(scratch))
-    if (f.key.rfind("model.", 0) == 0 && !f.applies_to.empty()) family[f.key.substr(6)] = f.applies_to;
+    if (f.key.rfind("model.", 0) == 0 && !f.applies_to.empty()) family.emplace(f.key.substr(6), f);
   std::vector<std::string> lines;
   std::istringstream in(config_yaml);
   for (std::string l; std::getline(in, l);) lines.push_back(l);
@@ -126,7 +126,7 @@ std::string config_for_model_family(const std::string& config_yaml) {
     if (!l.empty() && l[0] != ' ') in_model = l.rfind("model:", 0) == 0;
     if (in_model && l.size() > 2 && l.rfind("  ", 0) == 0 && l[2] != ' ') {
       auto it = family.find(l.substr(2, l.find(':') - 2));
-      if (it != family.end() && it->second != arch) continue;
+      if (it != family.end() && !config::applies_to_arch(it->second, arch)) continue;
     }
     out += l + "\n";
   }
