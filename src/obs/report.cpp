@@ -22,19 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 std::string fmt_num(double v) {
   const double a = std::abs(v);
@@ -213,7 +200,7 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   }
 
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>trainer report: " << escape(run_name)
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>trainer report: " << html_escape(run_name)
     << "</title>\n<style>\n"
        "body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;background:#fff}\n"
        "h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:24px 0 8px}\n"
@@ -226,22 +213,22 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
        ".m{stroke:#888;stroke-dasharray:4 3}th{text-align:left;padding:3px 12px;font-weight:600}\n"
        "pre{background:#f6f8fa;padding:12px;border-radius:4px;font-size:12px;overflow:auto;max-height:480px}\n"
        "</style></head><body>\n";
-  h << "<h1>trainer report: " << escape(run_name) << "</h1>\n<h2>Summary</h2>\n<table>\n";
-  for (const auto& [k, v] : rows) h << "<tr><td>" << escape(k) << "</td><td>" << escape(v) << "</td></tr>\n";
+  h << "<h1>trainer report: " << html_escape(run_name) << "</h1>\n<h2>Summary</h2>\n<table>\n";
+  for (const auto& [k, v] : rows) h << "<tr><td>" << html_escape(k) << "</td><td>" << html_escape(v) << "</td></tr>\n";
   h << "</table>\n";
   if (!attempts.rows.empty()) {
     h << "<h2>Attempts</h2>\n<table>\n<tr><th>attempt</th><th>from step</th><th>to step</th>"
          "<th>training time before</th><th>resumed from</th></tr>\n";
     for (const auto& r : attempts.rows) {
       h << "<tr>";
-      for (const auto& c : r) h << "<td>" << escape(c) << "</td>";
+      for (const auto& c : r) h << "<td>" << html_escape(c) << "</td>";
       h << "</tr>\n";
     }
     h << "</table>\n";
   }
   h << "<h2>Curves</h2>\n<div class=\"charts\">\n";
   for (const auto& c : charts) h << c << "\n";
-  h << "</div>\n<h2>Configuration</h2>\n<pre>" << escape(config_yaml.empty() ? "(config.yaml not found)" : config_for_model_family(config_yaml))
+  h << "</div>\n<h2>Configuration</h2>\n<pre>" << html_escape(config_yaml.empty() ? "(config.yaml not found)" : config_for_model_family(config_yaml))
     << "</pre>\n</body></html>\n";
   return h.str();
 }

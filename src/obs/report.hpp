@@ -15,6 +15,9 @@ struct ReportSeries {
   std::vector<double> x, y;
 };
 
+// Text for HTML/SVG: & < > " escaped.
+std::string html_escape(const std::string& s);
+
 // An SVG line chart with axes, ticks and a legend above the plot. Empty series are left out; a
 // series whose steps go back (a resumed run logging steps again) is drawn as separate lines;
 // `x_markers` are vertical lines (where resumed attempts start). A log axis says "(log scale)".

@@ -16,19 +16,6 @@ constexpr double kW = 560, kH = 300;                     // chart size in px
 constexpr double kLeft = 72, kRight = 16, kBottom = 40;  // plot margins; the top one holds the legend
 constexpr double kTitleH = 28, kLegendRowH = 16;
 
-std::string svg_escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '&': o += "&amp;"; break;
-      case '<': o += "&lt;"; break;
-      case '>': o += "&gt;"; break;
-      case '"': o += "&quot;"; break;
-      default: o += c;
-    }
-  }
-  return o;
-}
 
 // About `n` round tick values covering [lo, hi] (1, 2, 5 x 10^k steps).
 std::vector<double> linear_ticks(double lo, double hi, int n) {
@@ -147,7 +134,7 @@ void draw_axes(std::ostringstream& o, const Plot& p, const std::string& y_label,
                        p.px(m), p.px(m), p.top, p.top + p.ph, m);
   o << fmt::format(R"(<text x="{}" y="{}" class="xl">step</text>)", kLeft + p.pw / 2, kH - 6);
   o << fmt::format(R"svg(<text transform="translate(14 {}) rotate(-90)" class="xl">{}</text>)svg", p.top + p.ph / 2,
-                   svg_escape(p.log_y ? y_label + " (log scale)" : y_label));
+                   html_escape(p.log_y ? y_label + " (log scale)" : y_label));
 }
 
 void draw_series(std::ostringstream& o, const Plot& p, const ReportSeries& s) {
@@ -169,6 +156,20 @@ void draw_series(std::ostringstream& o, const Plot& p, const ReportSeries& s) {
 
 }  // namespace
 
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
 std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& series,
                            bool log_y, const std::vector<double>& x_markers) {
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
@@ -184,7 +185,7 @@ std::string svg_line_chart(const std::string& title, const std::string& y_label,
   std::ostringstream o;
   o << fmt::format(R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" role="img">)", kW,
                    kH, kW, kH);
-  o << fmt::format(R"(<text x="{}" y="20" class="t">{}</text>)", kW / 2, svg_escape(title));
+  o << fmt::format(R"(<text x="{}" y="20" class="t">{}</text>)", kW / 2, html_escape(title));
   if (!std::isfinite(x0)) {
     o << fmt::format(R"(<text x="{}" y="{}" class="n">no data</text></svg>)", kW / 2, kH / 2);
     return o.str();
@@ -205,7 +206,7 @@ std::string svg_line_chart(const std::string& title, const std::string& y_label,
   for (const auto& e : legend) {
     const double y = kTitleH + kLegendRowH * e.row;
     o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="3" fill="{}"/>)", e.x, y + 4, e.s->color);
-    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="lg">{}</text>)", e.x + 14, y + 9, svg_escape(e.s->name));
+    o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="lg">{}</text>)", e.x + 14, y + 9, html_escape(e.s->name));
   }
   o << "</svg>";
   return o.str();
