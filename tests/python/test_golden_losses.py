@@ -103,15 +103,17 @@ def ulps(a, b):
 
 
 def compare(name, kind, want, got):
-    """Messages for every mismatch of one record kind, the first differing step first."""
+    """The mismatches of one record kind: the first differing step in full, then how many more."""
     errors = []
     if [s for s, _ in want] != [s for s, _ in got]:
         errors.append(f"{name} {kind}: logged steps {[s for s, _ in got]}, golden {[s for s, _ in want]}")
-    for (step, w), (gstep, g) in zip(want, got):
-        if step == gstep and bits(w) != bits(g):
-            diff = float(g) - float(w) if math.isfinite(float(g)) else float("nan")
-            errors.append(f"{name} {kind} step {step}: loss {g}, golden {w} "
-                          f"(diff {diff:.3g}, {ulps(w, g)} ulp)")
+    differ = [(step, w, g) for (step, w), (gstep, g) in zip(want, got) if step == gstep and bits(w) != bits(g)]
+    if differ:
+        step, w, g = differ[0]
+        diff = float(g) - float(w) if math.isfinite(float(g)) else float("nan")
+        later = f"; {len(differ) - 1} later step(s) differ too" if len(differ) > 1 else ""
+        errors.append(f"{name} {kind}: first difference at step {step}: loss {g}, golden {w} "
+                      f"(diff {diff:.3g}, {ulps(w, g)} ulp){later}")
     return errors
 
 
