@@ -1,0 +1,186 @@
+"""Golden losses: the first 50 steps of the two shipped configs, bit for bit.
+
+tests/reference/golden_losses.json holds every train record's loss (and the final evaluation's)
+of configs/quickstart.yaml and configs/gpt_char.yaml run deterministically on CPU for 50 steps,
+as the JSON number text metrics.jsonl wrote. This test runs the same commands with the current
+binary and requires each loss to be the same double, naming the first step that differs.
+It is what shows that a refactoring of the engine kept the arithmetic unchanged.
+
+    python tests/python/test_golden_losses.py           # check (ctest python.test_golden_losses)
+    python tests/python/test_golden_losses.py --write   # regenerate: see tests/reference/README.md
+
+bf16 and fp32 CPU kernels (oneDNN, MKL) pick their code by instruction set, so the losses are only
+comparable on a CPU with the same math features as the one that wrote the file: on another one
+the test is skipped (exit 77) and says why. Missing data (setup.sh not run) also skips.
+"""
+# Two 50-step trainings, bf16 on CPU: 12 s wall (22 s CPU) on the 2-core machine when it is quiet,
+# up to 8 min while three other builds share it; not labelled slow.
+import json
+import math
+import os
+import shlex
+import shutil
+import struct
+import subprocess
+import sys
+
+ROOT = os.environ.get("TRAINER_SOURCE_DIR") or os.path.dirname(os.path.dirname(
+    os.path.dirname(os.path.abspath(__file__))))
+TRAINER = os.environ.get("TRAINER_BIN") or os.path.join(ROOT, "build", "trainer")
+TMP = os.path.join(os.environ.get("TRAINER_TEST_TMP", "/tmp"), "py_golden_losses")
+GOLDEN = os.path.join(ROOT, "tests", "reference", "golden_losses.json")
+
+# Deterministic and quick: deterministic algorithms, CPU, a fixed thread count (reduction splits
+# follow it), one record per step, no progress bar, one evaluation (at the end) of 4 batches. The
+# data workers stay as the configs have them: the loader's order and augmentation draws depend on
+# (seed, sample position) only, never on which worker thread built the batch. The configs' warm-ups
+# (300 and 100 steps) are longer than 50 steps, which validation refuses: 20 steps of warm-up, then
+# the configs' own decay (linear, cosine) over the remaining 30 steps, so both phases are covered.
+COMMON = ["run.deterministic=true", "train.device=cpu", "train.threads=2", "train.max_steps=50",
+          "schedule.warmup_steps=20", "train.log_every=1", "train.eval_every=0", "train.eval_steps=4",
+          "log.progress=off"]
+RUNS = {
+    "quickstart": {"config": "configs/quickstart.yaml", "extra": ["train.epochs=0"],
+                   "needs": "/usr/share/datasets/fashion-mnist"},
+    "gpt_char": {"config": "configs/gpt_char.yaml", "extra": [],
+                 "needs": "data/generated/fortunes.txt"},
+}
+# the CPU features that choose the math kernels' code paths
+CPU_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "avx512_fp16",
+             "amx_tile", "amx_bf16")
+
+
+def cpu_signature():
+    model, flags = "unknown", set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and model == "unknown":
+                model = value.strip()
+            elif key.strip() == "flags" and not flags:
+                flags = set(value.split())
+    return {"model": model, "flags": [fl for fl in CPU_FLAGS if fl in flags]}
+
+
+def overrides(name):
+    return RUNS[name]["extra"] + COMMON
+
+
+def command(name, out_dir):
+    args = [TRAINER, "run", RUNS[name]["config"]]
+    for o in overrides(name):
+        args += ["--set", o]
+    return args + ["--out-dir", out_dir]
+
+
+def run(name):
+    """The train and eval losses of one run, as {"train": [[step, text]...], "eval": [...]}."""
+    out_dir = os.path.join(TMP, name)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    proc = subprocess.run(command(name, out_dir), cwd=ROOT, capture_output=True, text=True,
+                          env=dict(os.environ, OMP_NUM_THREADS="2"))
+    if proc.returncode != 0:
+        raise AssertionError(f"{name}: trainer exited {proc.returncode}\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    run_dir = os.path.join(out_dir, name)  # each config's run.name is its key in RUNS
+    losses = {"train": [], "eval": []}
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        for line in f:
+            # parse_float=str keeps each number exactly as written (shortest round-trip text)
+            rec = json.loads(line, parse_float=str, parse_int=str)
+            if rec.get("kind") in losses:
+                losses[rec["kind"]].append([int(rec["step"]), rec["loss"]])
+    return losses
+
+
+def bits(text):
+    return struct.pack("<d", float(text))
+
+
+def ulps(a, b):
+    ia, ib = (struct.unpack("<q", bits(x))[0] for x in (a, b))
+    ia, ib = (i if i >= 0 else -(1 << 63) - i for i in (ia, ib))  # monotonic over the sign
+    return abs(ia - ib)
+
+
+def compare(name, kind, want, got):
+    """The mismatches of one record kind: the first differing step in full, then how many more."""
+    errors = []
+    if [s for s, _ in want] != [s for s, _ in got]:
+        errors.append(f"{name} {kind}: logged steps {[s for s, _ in got]}, golden {[s for s, _ in want]}")
+    differ = [(step, w, g) for (step, w), (gstep, g) in zip(want, got) if step == gstep and bits(w) != bits(g)]
+    if differ:
+        step, w, g = differ[0]
+        diff = float(g) - float(w) if math.isfinite(float(g)) else float("nan")
+        later = f"; {len(differ) - 1} later step(s) differ too" if len(differ) > 1 else ""
+        errors.append(f"{name} {kind}: first difference at step {step}: loss {g}, golden {w} "
+                      f"(diff {diff:.3g}, {ulps(w, g)} ulp){later}")
+    return errors
+
+
+def write():
+    golden = {
+        "about": "first 50 steps of the shipped configs, deterministic on CPU; see tests/reference/README.md",
+        "cpu": cpu_signature(),
+        "common_overrides": COMMON,
+        "runs": {},
+    }
+    for name in RUNS:
+        cmd = " ".join(shlex.quote(a) for a in command(name, "<tmp>"))
+        golden["runs"][name] = {"config": RUNS[name]["config"], "overrides": overrides(name),
+                                "command": cmd.replace(shlex.quote(TRAINER), "build/trainer", 1),
+                                "losses": run(name)}
+        print(f"{name}: {len(golden['runs'][name]['losses']['train'])} train losses")
+    head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    golden["made_at_commit"] = head.stdout.strip() or "unknown"
+    with open(GOLDEN, "w") as f:
+        f.write(dump(golden))
+    print(f"wrote {GOLDEN}")
+
+
+def dump(golden):
+    """The golden file as JSON with one [step, "loss"] pair a line, so that diffs show steps."""
+    text = json.dumps({k: v for k, v in golden.items() if k != "runs"}, indent=1)[:-2]
+    runs = []
+    for name, spec in golden["runs"].items():
+        fields = [f'   {json.dumps(k)}: {json.dumps(v)}' for k, v in spec.items() if k != "losses"]
+        kinds = [f'    {json.dumps(kind)}: [\n' + ",\n".join(f"     {json.dumps(p)}" for p in pairs) + "\n    ]"
+                 for kind, pairs in spec["losses"].items()]
+        fields.append('   "losses": {\n' + ",\n".join(kinds) + "\n   }")
+        runs.append(f'  {json.dumps(name)}: {{\n' + ",\n".join(fields) + "\n  }")
+    return text + ',\n "runs": {\n' + ",\n".join(runs) + "\n }\n}\n"
+
+
+def check():
+    with open(GOLDEN) as f:
+        golden = json.load(f)  # the losses are JSON strings: their text is kept as written
+    here = cpu_signature()
+    if here != golden["cpu"]:
+        print(f"skipped: the golden losses come from {golden['cpu']}, this CPU is {here}")
+        return 77
+    for name, spec in RUNS.items():
+        if not os.path.exists(os.path.join(ROOT, spec["needs"])):
+            print(f"skipped: {spec['needs']} is missing (scripts/setup.sh prepares it)")
+            return 77
+    errors = []
+    for name in RUNS:
+        want = golden["runs"][name]
+        if want["overrides"] != overrides(name):
+            errors.append(f"{name}: the golden file was made with {want['overrides']}, "
+                          f"this test runs {overrides(name)}: regenerate it")
+            continue
+        if len(want["losses"]["train"]) != 50:
+            errors.append(f"{name}: the golden file holds {len(want['losses']['train'])} train losses, want 50")
+        got = run(name)
+        for kind in ("train", "eval"):
+            errors += compare(name, kind, want["losses"][kind], got[kind])
+    for e in errors:
+        print(e)
+    if errors:
+        print(f"{len(errors)} difference(s) from {GOLDEN}")
+        return 1
+    print("ok: every loss of both runs equals tests/reference/golden_losses.json bit for bit")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(write() if sys.argv[1:] == ["--write"] else check())
