@@ -105,7 +105,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     auto input = to_device(batch->input, !set_.tokens);
     auto target = to_device(batch->target, false);
     // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
-    if (parts_.grad_sync) parts_.grad_sync->set_enabled(micro == accum - 1);
+    parts_.parallel.before_backward(micro == accum - 1);
     RECORD_USER_SCOPE("trainer::forward_backward");
     auto l = forward_backward(parts_.model, input, target, accum, set_.precision, set_.device, parts_.scaler);
     step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step
@@ -113,7 +113,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
   }
 
   auto t2 = Clock::now();
-  if (parts_.grad_sync) parts_.grad_sync->finish();  // waits for the buckets launched during the last backward
+  parts_.parallel.after_backward();  // every rank holds the averaged gradients from here
   times.comm_ms += ms_since(t2);
   if (auto it = inject_nonfinite_.find(step + 1); it != inject_nonfinite_.end()) {
     inject_nonfinite_.erase(it);

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "data/loader.hpp"
-#include "dist/grad_sync.hpp"
+#include "engine/data_parallel.hpp"
 #include "engine/graphed_step.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/precision.hpp"
@@ -53,7 +53,7 @@ struct StepParts {
   torch::optim::Optimizer& optimizer;
   LossScaler& scaler;
   std::function<double(int64_t)> lr_at;      // the schedule (replaced when a resume changes the total)
-  dist::GradSync* grad_sync = nullptr;       // several ranks only
+  DataParallel& parallel;                    // the data-parallel strategy (a no-op for one process)
 };
 
 struct StepSettings {

@@ -16,8 +16,8 @@
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "dist/dist_context.hpp"
-#include "dist/grad_sync.hpp"
 #include "engine/checkpoint_manager.hpp"
+#include "engine/data_parallel.hpp"
 #include "engine/early_stopping.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/graphed_step.hpp"
@@ -75,8 +75,8 @@ class Trainer {
     const auto proc = configure_process(cfg_, env_);
     device_ = proc.device;
     precision_ = proc.precision;
-    if (env_.world_size > 1)
-      dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config::config_hash(cfg_));
+    // a single process is a world of one: the same calls, all no-ops
+    dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config::config_hash(cfg_));
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     if (cfg_.model.arch == "gpt" && cfg_.model.attention == "auto") planner.resolve_attention();
@@ -85,9 +85,9 @@ class Trainer {
     model_ = registry.create(cfg_.model);  // seeded above: every rank draws the same initial weights
     model_->to(device_);
     if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);
-    if (dist_ && dist_->active()) dist_->broadcast_module(*model_);  // init_from or not, rank 0's weights are the truth
     params_ = unique_parameters(*model_);
-    if (dist_ && dist_->active()) grad_sync_ = std::make_unique<dist::GradSync>(*dist_, params_, cfg_.dist.bucket_mb);
+    parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    parallel_->prepare(*model_, params_);  // init_from or not, rank 0's weights are the truth
 
     auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
     train_set_ = datasets.train;
@@ -113,7 +113,7 @@ class Trainer {
 
     steps_ = std::make_unique<StepRunner>(
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
-                  [this](int64_t step) { return schedule_->lr_at(step); }, grad_sync_.get()},
+                  [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_},
         StepSettings{cfg_.train.grad_accum, cfg_.train.grad_clip, cfg_.train.nonfinite, precision_, device_, tokens_,
                      cfg_.model.channels_last, env_.rank});
     if (cfg_.train.cuda_graphs) {
@@ -217,7 +217,7 @@ class Trainer {
     const double local_loss =
         steps_->loss_sum().item<double>() / static_cast<double>(steps_->loss_count());  // the log step's host sync
     r.loss = local_loss;
-    if (dist_ && dist_->active()) r.loss = dist_->all_reduce_mean(r.loss);
+    r.loss = dist_->all_reduce_mean(r.loss);
     if (!std::isfinite(r.loss) && !scaler_->enabled()) {
       if (!std::isfinite(local_loss))
         spdlog::error("rank {}: non-finite training loss ({}) in the steps up to {}", env_.rank, number_text(local_loss),
@@ -315,7 +315,7 @@ class Trainer {
   // agreeing costs a collective and a host sync, so they agree only on log steps and every
   // kStopCheckEvery steps (the same steps on every rank), never on each step of the hot path.
   bool stop_agreed(int64_t step, bool log_step) {
-    if (!dist_ || !dist_->active()) return stop_requested();
+    if (!dist_->active()) return stop_requested();  // one process: every step, for free
     return (log_step || step % kStopCheckEvery == 0) && dist_->any(stop_requested());
   }
 
@@ -331,7 +331,7 @@ class Trainer {
                    kExitSavedAfterSignal);
       ckpt_->save(step, SaveKind::Signal);
     }
-    if (dist_) dist_->barrier();
+    dist_->barrier();
     ckpt_->requeue_if_asked();
     return kExitSavedAfterSignal;
   }
@@ -390,7 +390,7 @@ class Trainer {
     std::optional<device::CudaSideStream> graph_stream;
     if (steps_->graphed()) graph_stream.emplace(device_.index());
     while (step < total_steps_) {
-      if (dist_) dist_->set_step(step);
+      dist_->set_step(step);
       const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
       profiler.before_step(step);
       auto outcome = steps_->run(step, log_step, times);
@@ -412,7 +412,7 @@ class Trainer {
     }
     if (!evaluated_last) evaluate_and_record(step);
     if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
-    if (dist_) dist_->barrier();
+    dist_->barrier();
     write_summary(step, stop_reason);
     return kExitOk;
   }
@@ -451,7 +451,7 @@ class Trainer {
   torch::Device device_{torch::kCPU};
   Precision precision_ = Precision::Fp32;
   std::unique_ptr<dist::DistContext> dist_;
-  std::unique_ptr<dist::GradSync> grad_sync_;  // declared after dist_: destroyed before it
+  std::unique_ptr<DataParallel> parallel_;  // declared after dist_: destroyed before it
   models::ModelPtr model_;
   std::vector<torch::Tensor> params_;
   std::shared_ptr<data::Dataset> train_set_, val_set_;
