@@ -66,6 +66,11 @@ const ArchInfo* find_arch(const std::string& name) {
   return nullptr;
 }
 
+bool takes_tokens(const std::string& arch) {
+  const ArchInfo* a = find_arch(arch);
+  return a && a->input == ArchInput::Tokens;
+}
+
 bool applies_to_arch(const FieldInfo& f, const std::string& arch) {
   return f.applies_to.empty() || std::find(f.applies_to.begin(), f.applies_to.end(), arch) != f.applies_to.end();
 }

@@ -44,6 +44,8 @@ struct ArchInfo {
 };
 const std::vector<ArchInfo>& arch_infos();             // sorted by name
 const ArchInfo* find_arch(const std::string& name);    // nullptr for an unknown arch
+// A language model (token inputs, vocab_size classes, block_size samples); false for an unknown arch.
+bool takes_tokens(const std::string& arch);
 
 // Every key of the schema, in documentation order, bound to the members of `cfg`.
 std::vector<FieldInfo> describe_fields(RunConfig& cfg);

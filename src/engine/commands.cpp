@@ -130,7 +130,7 @@ std::string human_count(double n) {
 
 // The shape of one sample as the model sees it, when the config alone tells it.
 std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
-  if (c.model.arch == "gpt") return {c.model.block_size};
+  if (config::takes_tokens(c.model.arch)) return {c.model.block_size};
   if (c.data.format == "synthetic") return {c.model.in_channels, c.data.synthetic.image_size, c.data.synthetic.image_size};
   if (c.data.image_size > 0) return {c.model.in_channels, c.data.image_size, c.data.image_size};
   return {};
@@ -248,7 +248,7 @@ int cmd_check(const CheckArgs& args) {
     if (!shape.empty()) {
       double flops = model->train_flops_per_sample(shape);
       std::cout << "training FLOPs per sample: " << human_count(flops) << "FLOP";
-      if (c.model.arch == "gpt") std::cout << " (" << human_count(flops / shape[0]) << "FLOP per token)";
+      if (config::takes_tokens(c.model.arch)) std::cout << " (" << human_count(flops / shape[0]) << "FLOP per token)";
       std::cout << "\n";
     }
 
@@ -276,7 +276,7 @@ int cmd_check(const CheckArgs& args) {
     if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
       if (shape.empty())
         throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
-      int64_t classes = c.model.arch == "gpt" ? c.model.vocab_size : c.model.num_classes;
+      int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;
       std::cout.flush();
       print_memory(c, env, shape, classes, args.memory_gb);
     }

@@ -10,6 +10,7 @@
 
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
+#include "config/schema.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "device/cuda_graph.hpp"
@@ -79,7 +80,8 @@ class Trainer {
     dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config::config_hash(cfg_));
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
-    if (cfg_.model.arch == "gpt" && cfg_.model.attention == "auto") planner.resolve_attention();
+    // the timed choice is the causal language model's; a ViT's model decides its own (models/vit.cpp)
+    if (config::takes_tokens(cfg_.model.arch) && cfg_.model.attention == "auto") planner.resolve_attention();
     models::ModelRegistry registry;
     models::register_builtin_models(registry);
     model_ = registry.create(cfg_.model);  // seeded above: every rank draws the same initial weights
