@@ -21,6 +21,9 @@ RunHistory read_history(const std::filesystem::path& metrics) {
     const std::string kind = j.value("kind", "");
     const double t = j.contains("time_s") && j["time_s"].is_number() ? j["time_s"].get<double>() : latest;
     if (kind == "attempt") {
+      // the checkpoint this attempt resumed from is newer than the previous attempt's start, so the
+      // previous attempt saved it: that attempt ran at least until the checkpoint's clock
+      if (open && t > start) latest = std::max(latest, t);
       close_attempt();
       ++h.attempts;
       open = true;

@@ -11,7 +11,9 @@ namespace trainer::obs {
 
 struct RunHistory {
   int64_t attempts = 0;    // attempt records, or 1 for a file of records written before they existed
-  double wall_s = 0;       // per attempt: its last record's time_s minus its start, summed
+  double wall_s = 0;       // per attempt: the latest clock it is known to have reached (its last
+                           // record, or the checkpoint the next attempt resumed from when that
+                           // attempt saved it) minus its start, summed
   int64_t last_step = -1;  // highest step of a train or eval record (-1: none)
   std::map<int64_t, double> train_losses;  // by step; a later record of the same step wins
 };

@@ -57,7 +57,7 @@ struct SummaryRecord {
   int64_t steps = 0;
   double epochs = 0;
   int64_t samples = 0;
-  double wall_s = 0;          // wall seconds of all attempts, as measured by their records
+  double wall_s = 0;          // wall seconds of all attempts, as measured (see obs/history.hpp)
   int64_t attempts = 1;
   double attempt_wall_s = 0;  // wall seconds of this attempt alone
   std::string stop_reason;  // "max_steps" | "epochs" | "early_stopping"
