@@ -16,6 +16,17 @@
 
 namespace trainer::test {
 
+// A data section reading `path` as `format` alone: no normalisation, no validation split (the
+// reader tests look at exactly what the file holds).
+inline config::DataConfig plain_data_cfg(const std::string& format, const std::filesystem::path& path) {
+  config::DataConfig d;
+  d.format = format;
+  d.path = path.string();
+  d.normalize.mode = "none";
+  d.val_fraction = 0;
+  return d;
+}
+
 namespace fs = std::filesystem;
 
 // Model configs the readers check their data against.

@@ -37,14 +37,6 @@ std::string random_bytes(Rng& rng, size_t n, int max_value = 255) {
   return s;
 }
 
-config::DataConfig fuzz_cfg(const std::string& format, const fs::path& path) {
-  config::DataConfig d;
-  d.format = format;
-  d.path = path.string();
-  d.normalize.mode = "none";
-  d.val_fraction = 0;
-  return d;
-}
 
 // "" when create_datasets succeeds (and `check` passes), else the DataError's message. Any other
 // exception fails the test.
@@ -96,7 +88,7 @@ TEST_CASE("fuzz: IDX headers with random dims load exactly when consistent, else
                        len == want && nlab == nl && labels_ok;
     INFO("case " << i << ": magic " << magic_i << "/" << magic_l << ", dims " << n << "x" << h << "x" << w
                  << ", labels " << nl << ", wrote " << len << " + " << nlab << " bytes, gz " << gz);
-    std::string err = fuzz_open(fuzz_cfg("idx", dir), resnet(1, 10), [&](const data::DatasetPair& p) {
+    std::string err = fuzz_open(test::plain_data_cfg("idx", dir), resnet(1, 10), [&](const data::DatasetPair& p) {
       CHECK(p.train->size() == n);
       CHECK(p.train->sample_shape() == std::vector<int64_t>{1, h, w});
       CHECK(p.train->get(n - 1, 0, false).target.item<int64_t>() == static_cast<uint8_t>(labels[n - 1]));
@@ -128,7 +120,7 @@ TEST_CASE("fuzz: CIFAR files of random length and labels load exactly when whole
     write_maybe_gz(file, bytes, gz);  // gzip'd under the plain name: told apart by the magic
     const bool valid = len > 0 && len % kRecord == 0 && labels_ok;
     INFO("case " << i << ": " << len << " bytes, gz " << gz);
-    std::string err = fuzz_open(fuzz_cfg("cifar", file), resnet(3, 10), [&](const data::DatasetPair& p) {
+    std::string err = fuzz_open(test::plain_data_cfg("cifar", file), resnet(3, 10), [&](const data::DatasetPair& p) {
       CHECK(p.train->size() == static_cast<int64_t>(len / kRecord));
       CHECK(p.train->get(0, 0, false).target.item<int64_t>() == static_cast<uint8_t>(bytes[0]));
     });
@@ -167,7 +159,7 @@ TEST_CASE("fuzz: token shards with random llm.c headers and token values, out-of
     const bool valid = whole && !(out_of_range && n > 0) && tokens >= static_cast<size_t>(block + 1);
     INFO("case " << i << ": kind " << kind << ", version " << version << ", count " << count << ", " << n
                  << " tokens, body " << body.size() << " bytes, out of range " << out_of_range);
-    std::string err = fuzz_open(fuzz_cfg("tokens", file), gpt(block, vocab), [&](const data::DatasetPair& p) {
+    std::string err = fuzz_open(test::plain_data_cfg("tokens", file), gpt(block, vocab), [&](const data::DatasetPair& p) {
       auto ex = p.train->get(0, 0, false);
       for (int64_t k = 0; k < block; ++k) CHECK(ex.input[k].item<int64_t>() == toks[k]);
     });
