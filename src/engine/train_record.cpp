@@ -7,6 +7,14 @@
 
 namespace trainer::engine {
 
+double peak_tflops_for(const config::RunConfig& cfg, const torch::Device& device) {
+  if (cfg.log.peak_tflops > 0 || !device.is_cuda()) return cfg.log.peak_tflops;
+  for (const auto& d : device::cuda_devices())
+    if (d.index == device.index())
+      return obs::known_peak_tflops(d.name, cfg.train.precision, cfg.train.tf32).value_or(0);
+  return 0;
+}
+
 void add_measurements(obs::TrainRecord& r, const IntervalTimes& times, const MeasureSetup& m) {
   const double elapsed_s = std::chrono::duration<double>(Clock::now() - times.start).count();
   const double n = static_cast<double>(times.steps);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "config/config.hpp"
 #include "engine/step_runner.hpp"
 #include "obs/records.hpp"
 
@@ -19,6 +20,10 @@ struct MeasureSetup {
   int64_t world_size = 1;
   torch::Device device{torch::kCPU};
 };
+
+// Dense peak TFLOP/s per device for MFU: log.peak_tflops when set, else the CUDA device's known
+// peak for train.precision (and train.tf32); 0 when unknown (CPUs: no MFU).
+double peak_tflops_for(const config::RunConfig& cfg, const torch::Device& device);
 
 // Fills samples_per_s (tokens_per_s), step_ms and its split (comm_ms with several ranks), rss and
 // peak rss, CUDA memory and GPU utilisation on CUDA, and mfu, from `times` (at least one step).

@@ -34,7 +34,6 @@
 #include "obs/profiler.hpp"
 #include "models/model.hpp"
 #include "obs/history.hpp"
-#include "obs/mfu.hpp"
 #include "obs/run_log.hpp"
 
 namespace trainer::engine {
@@ -130,11 +129,7 @@ class Trainer {
     }
 
     flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
-    peak_tflops_ = cfg_.log.peak_tflops;
-    if (peak_tflops_ <= 0 && device_.is_cuda()) {
-      for (const auto& d : device::cuda_devices())
-        if (d.index == device_.index()) peak_tflops_ = obs::known_peak_tflops(d.name, cfg_.train.precision, cfg_.train.tf32).value_or(0);
-    }
+    peak_tflops_ = peak_tflops_for(cfg_, device_);
 
     obs::RunLogOptions lo;
     lo.primary = env_.rank == 0;
@@ -338,13 +333,19 @@ class Trainer {
     return kExitSavedAfterSignal;
   }
 
-  // train.nonfinite skip|rollback after a step whose gradients were not finite; returns the step the
-  // run continues from.
-  int64_t handle_nonfinite(int64_t step, IntervalTimes& times) {
+  // train.nonfinite skip|rollback after each step: a finite step resets the count of skips in a row;
+  // a non-finite one is skipped (at most train.max_nonfinite in a row) or rolled back to the last
+  // checkpoint, moving `step` back (returns true then: the loop starts over from there).
+  bool handle_nonfinite(bool nonfinite, int64_t& step, IntervalTimes& times) {
+    if (!nonfinite) {
+      nonfinite_in_row_ = 0;
+      return false;
+    }
     if (cfg_.train.nonfinite == "rollback") {
       steps_->reset_loss();
       times = IntervalTimes{};
-      return ckpt_->roll_back(step);
+      step = ckpt_->roll_back(step);
+      return true;
     }
     if (++nonfinite_in_row_ > cfg_.train.max_nonfinite)
       throw std::runtime_error(fmt::format("non-finite gradients in {} consecutive steps up to step {} "
@@ -352,7 +353,7 @@ class Trainer {
                                            nonfinite_in_row_, step, cfg_.train.max_nonfinite));
     spdlog::warn("non-finite gradients at step {}: step skipped ({} in a row, at most {})", step, nonfinite_in_row_,
                  cfg_.train.max_nonfinite);
-    return step;
+    return false;
   }
 
   // Periodic checkpoint and evaluation after `step`; returns true when early stopping ends the run.
@@ -398,12 +399,7 @@ class Trainer {
       auto outcome = steps_->run(step, log_step, times);
       profiler.after_step(step);
       ++step;
-      if (outcome.nonfinite) {
-        step = handle_nonfinite(step, times);
-        if (cfg_.train.nonfinite == "rollback") continue;
-      } else {
-        nonfinite_in_row_ = 0;
-      }
+      if (handle_nonfinite(outcome.nonfinite, step, times)) continue;  // rolled back
       log_->step_done(step);
       if (log_step) record_train(step, outcome.grad_norm, times);
       if (stop_agreed(step, log_step)) return stop_for_signal(step);
@@ -412,6 +408,12 @@ class Trainer {
         break;
       }
     }
+    return finish(step, stop_reason, evaluated_last);
+  }
+
+  // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
+  // (never optional: CheckpointFailed), the summary.
+  int finish(int64_t step, const std::string& stop_reason, bool evaluated_last) {
     if (!evaluated_last) evaluate_and_record(step);
     if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
     dist_->barrier();
