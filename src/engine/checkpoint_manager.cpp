@@ -139,7 +139,6 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
     failed_in_row_ = 0;
     return true;
   }
-  ++failed_saves_;
   ++failed_in_row_;
   const std::string head = std::string(kind_text(kind)) + " at step " + std::to_string(step) + " could not be saved";
   if (kind != SaveKind::Periodic)

@@ -64,12 +64,9 @@ class CheckpointManager {
   // checkpoint.requeue under SLURM: `scontrol requeue` this job (rank 0) before exiting 75.
   void requeue_if_asked() const;
 
-  int64_t failed_saves() const { return failed_saves_; }  // over the whole run
-
  private:
   std::optional<Resumed> resume_newest();
   std::string nonfinite_parameter() const;
-  const std::filesystem::path& dir() const { return dir_; }
 
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;
@@ -78,7 +75,7 @@ class CheckpointManager {
   RunObjects objs_;
   std::function<RunPosition(int64_t)> position_;
   std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
-  int64_t failed_in_row_ = 0, failed_saves_ = 0;
+  int64_t failed_in_row_ = 0;
   int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;
 };
 

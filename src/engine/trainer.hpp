@@ -16,7 +16,9 @@ namespace trainer::engine {
 int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch);
 
 struct ResumeOptions {
-  std::string mode = "auto";  // auto: newest complete checkpoint or a fresh start; never; or a checkpoint path
+  // auto: the newest checkpoint that verifies and restores, a fresh start when there is none (an
+  // error when checkpoints exist but none can be used); never; or a checkpoint path
+  std::string mode = "auto";
 };
 
 // Trains; returns the process exit code. Throws on errors (data, model, numerics) with a message

@@ -95,21 +95,19 @@ void RunLog::write_json(const nlohmann::json& j) {
 
 void RunLog::train(const TrainRecord& r) {
   if (!opts_.primary) return;
-  if (r.step <= replay_until_) {  // logged by the previous attempt (the resume check compared it)
-    progress_.set_loss(r.loss);
-    progress_.clear();
-    spdlog::info("{} (recomputed after the resume; not logged again)", format_train_line(r, opts_.total_steps));
-    progress_.update(r.step);
-    return;
-  }
-  write_json(to_json(r));
-  if (tb_) {
-    tb_->add_scalars(r.step, scalars(r));
-    tb_->flush();
+  // a step the previous attempt logged (the resume check compared it) goes to the console only
+  const bool replayed = r.step <= replay_until_;
+  if (!replayed) {
+    write_json(to_json(r));
+    if (tb_) {
+      tb_->add_scalars(r.step, scalars(r));
+      tb_->flush();
+    }
   }
   progress_.set_loss(r.loss);
   progress_.clear();
-  spdlog::info(format_train_line(r, opts_.total_steps));
+  spdlog::info("{}{}", format_train_line(r, opts_.total_steps),
+               replayed ? " (recomputed after the resume; not logged again)" : "");
   progress_.update(r.step);
 }
 

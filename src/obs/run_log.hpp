@@ -40,7 +40,6 @@ class RunLog {
   // A resumed run recomputes the steps its previous attempt logged after the checkpoint: records of
   // steps <= `step` are not written again (metrics.jsonl and TensorBoard hold each step once).
   void skip_records_until(int64_t step) { replay_until_ = step; }
-  int64_t write_failures() const { return write_failures_; }  // metrics.jsonl records lost
 
  private:
   void write_json(const nlohmann::json& j);
