@@ -58,8 +58,14 @@ class HostNet {
   // Each host's name is its namespace's: `ip netns exec` shows every host an /etc/hosts
   // (/etc/netns/<ns>/hosts) naming all of them, so launchers that take host names (mpirun --host)
   // resolve them; a name resolving to one of the host's own addresses is "this host".
-  // A shell prefix that runs the rest of the line inside `host`.
-  std::string exec(int host) const { return "ip netns exec " + ns(host) + " "; }
+  // A shell prefix that runs the rest of the line inside `host`: its network namespace, and a UTS
+  // namespace whose host name is the namespace's (torchrun's c10d rendezvous advertises the host
+  // name, which must resolve to the host's own address, not to a name every host shares).
+  std::string exec(int host) const {
+    return "ip netns exec " + ns(host) + " unshare --uts -- sh -c 'hostname \"$0\" && exec \"$@\"' " + ns(host) + " ";
+  }
+  // Kills every process of `host` at once (SIGKILL): the host dies.
+  void kill_host(int host) const { run_shell("ip netns pids " + ns(host) + " | xargs -r kill -9"); }
   // Caps the host's outgoing rate (tc tbf), e.g. "200mbit". Returns false with the error text.
   bool limit(int host, const std::string& rate, std::string* err) const {
     auto r = run_shell(exec(host) + "tc qdisc replace dev eth0 root tbf rate " + rate + " burst 64kb latency 100ms");
