@@ -44,22 +44,6 @@ std::string eval_line(const EvalResult& r, const InferenceModel& m, double secon
   return s.str();
 }
 
-data::LoaderOptions eval_loader_options(const config::RunConfig& cfg, const dist::LaunchEnv& env,
-                                        const torch::Device& device) {
-  // as Trainer::loader_options(false): the same batches in the same order on every rank
-  data::LoaderOptions o;
-  o.batch_size = cfg.train.batch_size;
-  o.workers = cfg.data.workers;
-  o.prefetch = cfg.data.prefetch;
-  o.seed = cfg.run.seed;
-  o.rank = env.rank;
-  o.world_size = env.world_size;
-  o.train = false;
-  o.pin_memory = device.is_cuda();
-  o.device_index = device.is_cuda() ? device.index() : -1;
-  return o;
-}
-
 int eval_run(const EvalArgs& args) {
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(args, env);
@@ -76,7 +60,7 @@ int eval_run(const EvalArgs& args) {
                                 "data.val_fraction for text)");
   const bool tokens = datasets.val->kind() == data::SampleKind::Tokens;
   Evaluator evaluator(datasets.val,
-                      EvalSetup{eval_loader_options(c, env, m.device), m.precision, m.device, tokens,
+                      EvalSetup{run_loader_options(c, env, m.device, /*train=*/false), m.precision, m.device, tokens,
                                 c.model.channels_last, c.train.eval_steps},
                       dist.get(), env.world_size);
   const auto t0 = std::chrono::steady_clock::now();

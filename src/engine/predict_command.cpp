@@ -69,7 +69,8 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
   const auto spec = data::image_input_spec(c.data, c.model, c.run.seed);
   const int64_t classes = c.model.num_classes;
   const auto names = predict_class_names(a, spec, classes);
-  const int64_t k = std::min<int64_t>(a.top_k < 0 ? 5 : std::max<int64_t>(a.top_k, 1), classes);
+  if (a.top_k == 0) throw std::invalid_argument("--top-k: an image model lists at least 1 class");
+  const int64_t k = std::min<int64_t>(a.top_k < 0 ? 5 : a.top_k, classes);
   spdlog::info("predicting {} images with {} ({}); inputs {}x{}x{} normalised as {}", files.size(), m.weights,
                c.model.arch, spec.channels, spec.height, spec.width, spec.normalizer.describe());
   torch::NoGradGuard no_grad;
