@@ -226,6 +226,11 @@ int cmd_check(const CheckArgs& args) {
     auto loaded = load_checked(args, env);
     const auto& c = loaded.cfg;
     std::cout << "config " << args.config << ": ok (hash " << config::config_hash(c).substr(0, 12) << ")\n";
+    if (!loaded.bases.empty()) {
+      std::cout << "bases (applied in this order, then the file):";
+      for (const auto& b : loaded.bases) std::cout << " " << b;
+      std::cout << "\n";
+    }
     std::cout << "run directory: " << io::run_dir_path(c).string() << "\n";
 
     models::ModelRegistry registry;

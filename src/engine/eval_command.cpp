@@ -69,7 +69,8 @@ int eval_run(const EvalArgs& args) {
   if (r.count == 0) throw std::runtime_error("the validation split gave no samples to evaluate");
   if (env.rank != 0) return kExitOk;
   std::cout << eval_line(r, m, seconds, tokens) << "\n";
-  const std::string record = eval_json(r, m, seconds).dump();
+  // the checkpoint's path need not be UTF-8, JSON must be: stray bytes become U+FFFD
+  const std::string record = eval_json(r, m, seconds).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (args.output.empty()) {
     std::cout << record << "\n" << std::flush;
   } else {

@@ -93,7 +93,8 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
         const int64_t idx = top_i[i][r].item<int64_t>();
         j["top"].push_back({{"class", names[idx]}, {"index", idx}, {"prob", top_p[i][r].item<double>()}});
       }
-      out << j.dump() << "\n";
+      // a file name need not be UTF-8, JSON must be: stray bytes become U+FFFD instead of an exception
+      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
   }
   out.flush();

@@ -37,6 +37,8 @@ TEST_CASE("a composed config: check and run see the merged config, config.yaml h
   INFO(check.output);
   REQUIRE(check.exit_code == 0);
   CHECK(check.output.find("(hash " + trainer::config::config_hash(merged.cfg).substr(0, 12) + ")") != std::string::npos);
+  CHECK(check.output.find("bases (applied in this order, then the file): " + (dir / "shared" / "base.yaml").string() +
+                          "\n") != std::string::npos);
   auto run = run_trainer("run " + (dir / "exp.yaml").string());
   INFO(run.output);
   REQUIRE(run.exit_code == 0);

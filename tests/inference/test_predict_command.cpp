@@ -139,6 +139,15 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
   CHECK(labels.output.find("--labels " + (dir / "two.txt").string() + ": 2 names, but the model has 3 classes") !=
         std::string::npos);
 
+  // a file name that is not UTF-8 still gives a JSON line (the stray byte as U+FFFD)
+  const auto odd = dir / "odd\xff.png";
+  fs::copy_file(dir / "val" / "cat" / "0.png", odd);
+  auto odd_run = predict_stdout(base + " --input '" + odd.string() + "'");
+  REQUIRE(odd_run.exit_code == 0);
+  auto odd_lines = json_lines(odd_run.output);
+  REQUIRE(odd_lines.size() == 1);
+  CHECK(odd_lines[0].at("path") == (dir / "odd\xEF\xBF\xBD.png").string());
+
   auto prompt = run_trainer("predict " + base + " --prompt hello");
   CHECK(prompt.exit_code == 2);
   CHECK(prompt.output.find("--prompt / --prompt-file are for language models") != std::string::npos);
