@@ -96,10 +96,10 @@ InferWeights infer_open(const std::string& path, std::string& shown) {
     shown = path;
     return infer_from_export(p);
   }
-  fs::path step_dir;
-  if (fs::exists(p / "manifest.json", ec)) {
-    step_dir = fs::canonical(p, ec);  // `latest` -> step-<N>
-    if (ec) step_dir = p;
+  fs::path step_dir = fs::canonical(p, ec);  // `latest` -> step-<N>
+  if (ec) step_dir = p;
+  // a step folder, complete or not (verify names what an incomplete one lacks)
+  if (fs::exists(p / "manifest.json", ec) || io::parse_step_dir_name(step_dir.filename().string())) {
     io::verify_checkpoint(step_dir);  // every checksum, before anything is deserialised
   } else {
     step_dir = infer_newest_verified(fs::is_directory(p / "checkpoints", ec) ? p / "checkpoints" : p);

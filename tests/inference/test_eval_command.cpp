@@ -149,6 +149,10 @@ TEST_CASE("eval refuses a missing, corrupt or mismatched checkpoint with a messa
   CHECK(corrupt.exit_code == 1);
   CHECK(corrupt.output.find(weights.string()) != std::string::npos);
   CHECK(eval_record(dir, run.string()).at("step") == 10);
+  fs::create_directories(run / "checkpoints" / "step-30");  // a save that never completed
+  auto incomplete = run_trainer("eval " + cfg + " --checkpoint " + (run / "checkpoints" / "step-30").string());
+  CHECK(incomplete.exit_code == 1);
+  CHECK(incomplete.output.find("step-30: incomplete checkpoint: no manifest.json") != std::string::npos);
 
   write_file(dir / "junk.safetensors", "not a safetensors file");
   auto junk = run_trainer("eval " + cfg + " --checkpoint " + (dir / "junk.safetensors").string());
