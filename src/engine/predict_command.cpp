@@ -168,6 +168,10 @@ int predict_run(const PredictArgs& a) {
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(a, env);
   obs::init_console_logging(loaded.cfg.log.level);
+  if (env.rank != 0) {  // launched by mistake: one answer, not one per rank
+    spdlog::info("trainer predict runs on rank 0 only; rank {} has nothing to do", env.rank);
+    return kExitOk;
+  }
   const InferenceModel m = load_inference_model(loaded.cfg, env, a.checkpoint);
   std::ofstream file;
   if (!a.output.empty()) {

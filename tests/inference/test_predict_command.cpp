@@ -230,6 +230,11 @@ TEST_CASE("a token GPT continues a prompt of ids and prints ids", "[e2e]") {
   REQUIRE(ids.size() == 23);
   CHECK(std::vector<int64_t>(ids.begin(), ids.begin() + 3) == std::vector<int64_t>{1, 2, 3});
   for (auto id : ids) CHECK((id >= 0 && id < 64));
+  // launched: rank 0 answers once, rank 1 says it has nothing to do
+  auto launched = run_trainer("launch -n 2 -- " + base + " --prompt '1 2, 3' --max-new-tokens 20 --seed 3");
+  REQUIRE(launched.exit_code == 0);
+  CHECK(launched.output.find("[rank0] " + r.output) != std::string::npos);
+  CHECK(launched.output.find("rank 1 has nothing to do") != std::string::npos);
   auto bad = run_trainer(base + " --prompt 'one 2'");
   CHECK(bad.exit_code == 2);
   CHECK(bad.output.find("token ids in [0, 64) separated by spaces or commas; got 'one'") != std::string::npos);
