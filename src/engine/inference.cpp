@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "config/arch.hpp"
 #include "config/file_read.hpp"
 #include "config/load.hpp"
 #include "engine/startup_planner.hpp"
@@ -19,7 +21,7 @@ namespace fs = std::filesystem;
 struct InferWeights {
   io::SafetensorsFile file;
   std::string arch;             // the model the weights are of
-  std::string attention;        // model.attention as that run resolved it ("" when not recorded)
+  std::optional<config::Attention> attention;  // model.attention as that run resolved it, when recorded
   int64_t batch_size = 0;       // train.batch_size as that run resolved it (0 when not recorded)
   int64_t step = -1;
 };
@@ -73,7 +75,13 @@ InferWeights infer_from_export(const fs::path& file) {
   w.arch = arch->second;
   if (auto mc = meta.find("model_config"); mc != meta.end()) {
     const auto j = nlohmann::json::parse(mc->second, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("attention") && j["attention"].is_string()) w.attention = j["attention"];
+    if (j.is_object() && j.contains("attention") && j["attention"].is_string()) {
+      try {
+        w.attention = config::parse_enum<config::Attention>(j["attention"].get<std::string>(), "model.attention");
+      } catch (const std::invalid_argument&) {
+        // a value this trainer does not know: the config's own choice stands
+      }
+    }
   }
   if (auto s = meta.find("step"); s != meta.end()) {
     try {
@@ -114,11 +122,12 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   InferenceModel m;
   InferWeights w = infer_open(path, m.weights);
   m.step = w.step;
-  if (w.arch != cfg.model.arch)
+  // the same family, as the registry knows them (no family is named here: any two that differ)
+  if (config::find_arch(w.arch) != config::find_arch(cfg.model.arch))
     throw io::CheckpointError(m.weights + ": holds a model.arch " + w.arch + " model; the config's model.arch is " +
                               cfg.model.arch);
   m.cfg = cfg;
-  if (m.cfg.model.attention == "auto" && !w.attention.empty()) m.cfg.model.attention = w.attention;
+  if (m.cfg.model.attention == config::Attention::Auto && w.attention) m.cfg.model.attention = *w.attention;
   if (m.cfg.train.batch_size == 0 && w.batch_size > 0) m.cfg.train.batch_size = w.batch_size;
   m.cfg.model.init_from.clear();  // the weights come from `path`
 

@@ -134,7 +134,8 @@ std::vector<int64_t> predict_prompt_tokens(const std::string& text, bool byte_le
 
 void predict_text(const PredictArgs& a, const InferenceModel& m, std::ostream& out) {
   const auto& c = m.cfg;
-  if (!a.inputs.empty()) throw std::invalid_argument("--input is for image models; model.arch gpt takes --prompt");
+  if (!a.inputs.empty())
+    throw std::invalid_argument("--input is for image models; model.arch " + c.model.arch + " takes a --prompt");
   if (a.has_prompt == !a.prompt_file.empty())
     throw std::invalid_argument("give the prompt with exactly one of --prompt TEXT and --prompt-file FILE");
   const std::string text = a.has_prompt ? a.prompt : predict_read_file(a.prompt_file, "a prompt file");
