@@ -69,10 +69,10 @@ InferWeights infer_from_export(const fs::path& file) {
   InferWeights w;
   w.file = io::load_safetensors(file.string());
   const auto& meta = w.file.metadata;
-  auto arch = meta.find("arch");
-  if (arch == meta.end())
+  auto arch_entry = meta.find("arch");
+  if (arch_entry == meta.end())
     throw io::CheckpointError(file.string() + ": no 'arch' in its metadata: not written by `trainer export`?");
-  w.arch = arch->second;
+  w.arch = arch_entry->second;
   if (auto mc = meta.find("model_config"); mc != meta.end()) {
     const auto j = nlohmann::json::parse(mc->second, nullptr, /*allow_exceptions=*/false);
     if (j.is_object() && j.contains("attention") && j["attention"].is_string()) {
