@@ -87,6 +87,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},  // what Hugging Face tooling expects of a PyTorch safetensors file
       {"arch", cfg.model.arch},
+      {"layout", models::builtin_models().spec(cfg.model.arch).layout},  // whose names the tensors carry
       {"model_config", model_config_json(cfg).dump()},
       {"dtype", dtype_name},
       {"step", std::to_string(state.value("step", int64_t{-1}))},
