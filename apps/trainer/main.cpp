@@ -6,11 +6,14 @@
 #include <iostream>
 
 #include "config/exit_codes.hpp"
+#include "config/load.hpp"
 #include "data/prepare_text.hpp"
 #include "dist/launcher.hpp"
 #include "engine/commands.hpp"
 #include "obs/report.hpp"
+#include "engine/eval_command.hpp"
 #include "engine/export.hpp"
+#include "engine/predict_command.hpp"
 #include "engine/stop_signal.hpp"
 #include "models/builtin.hpp"
 
@@ -21,6 +24,21 @@ void add_config_args(CLI::App* cmd, trainer::engine::ConfigArgs& a) {
   cmd->add_option("--set", a.overrides, "Override a key: --set optim.lr=0.05 (repeatable; YAML values, lists as [a, b])")
       ->type_name("KEY=VALUE");
   cmd->add_option("--out-dir", a.out_dir, "Folder for the run directory (replaces run.out_dir)");
+}
+
+// CLI11 answers a mistyped command with "A subcommand is required" or "arguments were not
+// expected", which does not say what went wrong: name it and the commands there are.
+bool unknown_command(const CLI::App& app, int argc, char** argv) {
+  if (argc < 2 || argv[1][0] == '-' || argv[1][0] == '\0') return false;
+  const std::string name = argv[1];
+  std::string known;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+    if (sub->get_name() == name) return false;
+    known += (known.empty() ? "" : ", ") + sub->get_name();
+  }
+  std::cerr << "error: unknown command " << trainer::config::printable(name) << "; known: " << known << "\n"
+            << "Run with --help for more information.\n";
+  return true;
 }
 
 }  // namespace
@@ -98,9 +116,45 @@ int main(int argc, char** argv) {
   report->add_option("run_dir", report_dir, "Run directory (holds metrics.jsonl)")->required();
   report->add_option("--out", report_out, "Output HTML file (default: RUN_DIR/report.html)");
 
+  trainer::engine::EvalArgs eval_args;
+  auto* eval = app.add_subcommand("eval", "Validation metrics of a checkpoint or an exported file (a JSON record)");
+  add_config_args(eval, eval_args);
+  eval->add_option("--checkpoint", eval_args.checkpoint,
+                   "A step-<N> folder (or latest / best), a checkpoints folder or run directory (its newest checkpoint "
+                   "that verifies), or an exported .safetensors file")
+      ->required();
+  eval->add_option("--output", eval_args.output, "Write the JSON record to this file instead of stdout");
+
+  trainer::engine::PredictArgs pa;
+  auto* predict = app.add_subcommand("predict", "Classify images, or continue a prompt with a GPT, from a checkpoint");
+  add_config_args(predict, pa);
+  predict->add_option("--checkpoint", pa.checkpoint, "As for eval: a checkpoint, checkpoints folder, run directory or "
+                                                     ".safetensors file")
+      ->required();
+  predict->add_option("--input", pa.inputs, "Image files or folders (image models): one JSON line per image")
+      ->expected(1, -1);
+  predict->add_option("--labels", pa.labels, "Class names, one per line (default: the image folder's class folders, "
+                                             "else the indices)");
+  predict->add_option("--batch-size", pa.batch_size, "Images per forward pass")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  predict->add_option("--top-k", pa.top_k, "Images: classes listed per image (default 5). GPT: sample among the k most "
+                                           "likely tokens (default 0 = all)")
+      ->check(CLI::NonNegativeNumber);
+  auto* prompt_opt = predict->add_option("--prompt", pa.prompt, "GPT: the prompt text (byte-level models), or token "
+                                                                "ids separated by spaces (token models)");
+  predict->add_option("--prompt-file", pa.prompt_file, "GPT: read the prompt from this file");
+  predict->add_option("--max-new-tokens", pa.max_new_tokens, "GPT: tokens to generate")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  predict->add_option("--temperature", pa.temperature, "GPT: softmax temperature; 0 = greedy")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  predict->add_option("--seed", pa.seed, "GPT: seed of the sampling generator (the same seed, the same text)")
+      ->capture_default_str();
+  predict->add_option("--output", pa.output, "Write the results to this file instead of stdout");
+
   auto* env = app.add_subcommand("env", "LibTorch, CUDA/cuDNN/NCCL, threads, CPU math libraries, launcher");
   auto* keys = app.add_subcommand("config-keys", "Print every config key with its type, default and meaning");
 
+  if (unknown_command(app, argc, argv)) return trainer::kExitUsage;
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -119,6 +173,11 @@ int main(int argc, char** argv) {
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype);
   if (*report) return trainer::obs::cmd_report(report_dir, report_out);
+  if (*eval) return trainer::engine::cmd_eval(eval_args);
+  if (*predict) {
+    pa.has_prompt = prompt_opt->count() > 0;
+    return trainer::engine::cmd_predict(pa);
+  }
   if (*env) return trainer::engine::cmd_env();
   if (*keys) return trainer::engine::cmd_config_keys();
   return trainer::kExitUsage;

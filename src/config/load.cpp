@@ -7,7 +7,7 @@
 #include <set>
 #include <sstream>
 
-#include "config/file_read.hpp"
+#include "config/compose.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
 
@@ -110,11 +110,8 @@ class Loader {
   void load_document(const YAML::Node& root, const std::string& file, const fs::path& base_dir) {
     file_ = file;
     base_dir_ = base_dir;
-    if (!root || root.IsNull()) return;  // an empty file: all defaults
-    if (!root.IsMap()) {
-      error(loc(root), "", "the top level must be a mapping of sections (run:, model:, data:, ...)");
-      return;
-    }
+    // an empty file: all defaults; a top level that is not a mapping was refused by compose_documents
+    if (!root || !root.IsMap()) return;
     walk_map(root, "");
   }
 
@@ -218,6 +215,7 @@ class Loader {
         error(where, key, "duplicate key (first set at line " + std::to_string(pos->second) + ")");
         continue;
       }
+      if (prefix.empty() && name == kBaseKey) continue;  // the file's bases, applied before it (compose.hpp)
       if (auto f = by_key_.find(key); f != by_key_.end()) {
         out_.explicit_keys[key] = where;
         assign(*f->second, value, loc(value).line ? loc(value) : where);
@@ -341,50 +339,18 @@ class Loader {
   fs::path base_dir_;
 };
 
-// Where the second document starts: its first node, or when it is empty, the second '---' line
-// (the first one when the first document has no marker).
-Location second_document_at(const std::string& text, const YAML::Node& second, const std::string& name) {
-  const auto m = second.Mark();
-  if (!m.is_null() && !second.IsNull()) return Location{name, m.line + 1, m.column + 1};
-  std::istringstream in(text);
-  std::string line;
-  std::vector<int> markers;
-  bool content_before = false;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.rfind("---", 0) == 0 && (line.size() == 3 || line[3] == ' ' || line[3] == '\t' || line[3] == '\r')) {
-      if (markers.empty() && content_before) return Location{name, n, 1};
-      markers.push_back(n);
-      if (markers.size() == 2) return Location{name, n, 1};
-    } else if (line.find_first_not_of(" \t\r") != std::string::npos && line[line.find_first_not_of(" \t\r")] != '#') {
-      content_before = true;
-    }
-  }
-  return Location{name, 0, 0};
-}
-
-// `parsed` tells whether the file's document was read (no syntax error, one document): cross-field
-// checks of a file that was not read would only add noise.
+// `parsed` tells whether every document of the chain was read (no syntax error, one document each,
+// every base found): cross-field checks of a config that was not read would only add noise.
 LoadedConfig load_impl(const std::string& text, const std::string& name, const std::vector<std::string>& overrides,
                        const fs::path& base_dir, std::vector<Diagnostic>& diags, bool& parsed) {
   LoadedConfig out;
   out.source = name;
   Loader loader(out.cfg, out, diags);
-  std::vector<YAML::Node> docs;
-  parsed = true;
-  try {
-    docs = YAML::LoadAll(text);
-  } catch (const YAML::ParserException& e) {
-    diags.push_back(Diagnostic{Location{name, e.mark.line + 1, e.mark.column + 1}, "", "YAML syntax error: " + e.msg});
-    parsed = false;
+  // bases first, the file last: each document writes its keys over the ones before (compose.hpp)
+  for (const auto& doc : compose_documents(text, name, base_dir, diags, parsed)) {
+    if (!doc.chain.empty()) out.bases.push_back(doc.file);
+    loader.load_document(doc.root, doc.file, doc.dir);
   }
-  if (parsed && docs.size() > 1) {
-    // one file is one experiment: a second document would otherwise be dropped without a word
-    diags.push_back(Diagnostic{second_document_at(text, docs[1], name), "",
-                               "the file holds " + std::to_string(docs.size()) +
-                                   " YAML documents (separated by '---'); a config is one document"});
-    parsed = false;
-  }
-  if (parsed) loader.load_document(docs.empty() ? YAML::Node() : docs.front(), name, base_dir);
   std::error_code ec;
   fs::path cwd = fs::current_path(ec);
   for (const auto& o : overrides) loader.apply_override(o, cwd);
@@ -393,23 +359,6 @@ LoadedConfig load_impl(const std::string& text, const std::string& name, const s
     if (eq != std::string::npos) out.explicit_keys[o.substr(0, eq)] = Location{"--set " + printable(o), 0, 0};
   }
   return out;
-}
-
-std::string read_config_file(const std::string& path, fs::path& base) {
-  std::error_code ec;
-  if (!fs::exists(path, ec))
-    throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "config file not found"}});
-  if (fs::is_directory(path, ec))
-    throw ConfigError({Diagnostic{Location{path, 0, 0}, "", "is a folder, expected a YAML file"}});
-  // a FIFO or device is refused (it could block or never end), and so is a "config" over 16 MiB
-  std::string text;
-  try {
-    text = RegularFile::open(path, 16u << 20, "a config file").read_all();
-  } catch (const FileReadError& e) {
-    throw ConfigError({Diagnostic{Location{path, 0, 0}, "", std::string(e.what()).substr(path.size() + 2)}});
-  }
-  base = fs::absolute(fs::path(path), ec).parent_path();
-  return text;
 }
 
 }  // namespace

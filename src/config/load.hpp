@@ -37,6 +37,7 @@ class ConfigError : public std::runtime_error {
 struct LoadedConfig {
   RunConfig cfg;
   std::string source;                        // the config file ("" for text)
+  std::vector<std::string> bases;            // the files it is composed on (`base:`), in the order applied
   std::map<std::string, Location> explicit_keys;  // keys the file or an override set, and where
   bool is_set(const std::string& key) const { return explicit_keys.count(key) > 0; }
   Location where(const std::string& key) const;
@@ -49,6 +50,9 @@ struct ValidateOptions {
 
 // Parse `path` and apply `overrides` ("a.b=value", value in YAML syntax). Relative paths in the file
 // resolve against the file's folder, those in overrides against the working directory.
+// A top-level `base: FILE` (or a list of files, relative to the file's folder) is applied first, each
+// base with its own bases before it: maps merge deeply, the later file's scalars and lists win, the
+// overrides come last, and every value keeps the location (file:line:col) where it was written.
 // Throws ConfigError with every syntax, unknown-key, type and range error found.
 LoadedConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Same from text; `name` stands for the file in messages, `base_dir` resolves relative paths.

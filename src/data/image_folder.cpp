@@ -79,7 +79,7 @@ class ImageFolderDataset : public ImageDataset {
     return fmt::format("image_folder {}: {} images {}x{}x{}, {} classes", root_, size(), channels_, height_, width_,
                        classes_);
   }
-  const std::vector<std::string>& classes() const { return index_.classes; }
+  std::vector<std::string> class_names() const override { return index_.classes; }
 
  protected:
   const uint8_t* pixels(int64_t index, ImageScratch& s, int64_t* label) const override {

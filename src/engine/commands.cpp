@@ -20,6 +20,7 @@
 #include "dist/launch_env.hpp"
 #include "engine/checkpoint_manager.hpp"
 #include "engine/checkpointing.hpp"
+#include "engine/command_common.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/precision.hpp"
 #include "engine/trainer.hpp"
@@ -29,7 +30,6 @@
 #include "obs/logging.hpp"
 
 namespace trainer::engine {
-namespace {
 
 void print_config_error(const config::ConfigError& e) {
   for (const auto& d : e.diagnostics()) std::cerr << d.str() << "\n";
@@ -49,6 +49,8 @@ config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv&
   dist::check_rendezvous(env, loaded.cfg.dist.store);  // before any folder is made: a usage error
   return loaded;
 }
+
+namespace {
 
 // An error that ends the run, into this rank's log file (the console has it from std::cerr).
 void log_to_rank_file(const std::string& what) {
@@ -222,6 +224,11 @@ int cmd_check(const CheckArgs& args) {
     auto loaded = load_checked(args, env);
     const auto& c = loaded.cfg;
     std::cout << "config " << args.config << ": ok (hash " << config::config_hash(c).substr(0, 12) << ")\n";
+    if (!loaded.bases.empty()) {
+      std::cout << "bases (applied in this order, then the file):";
+      for (const auto& b : loaded.bases) std::cout << " " << b;
+      std::cout << "\n";
+    }
     std::cout << "run directory: " << io::run_dir_path(c).string() << "\n";
 
     models::ModelRegistry registry;

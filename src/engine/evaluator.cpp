@@ -4,6 +4,21 @@
 
 namespace trainer::engine {
 
+data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist::LaunchEnv& env,
+                                       const torch::Device& device, bool train) {
+  data::LoaderOptions o;
+  o.batch_size = cfg.train.batch_size;
+  o.workers = cfg.data.workers;
+  o.prefetch = cfg.data.prefetch;
+  o.seed = cfg.run.seed;
+  o.rank = env.rank;
+  o.world_size = env.world_size;
+  o.train = train;
+  o.pin_memory = device.is_cuda();
+  o.device_index = device.is_cuda() ? device.index() : -1;  // copied to the GPU by the loader's threads
+  return o;
+}
+
 torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& device, bool channels_last_image) {
   auto d = t.to(device, /*non_blocking=*/true);
   if (channels_last_image) d = d.contiguous(at::MemoryFormat::ChannelsLast);

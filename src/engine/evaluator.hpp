@@ -9,11 +9,18 @@
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "dist/dist_context.hpp"
+#include "dist/launch_env.hpp"
 #include "engine/eval_metrics.hpp"
 #include "engine/precision.hpp"
 #include "models/model.hpp"
 
 namespace trainer::engine {
+
+// The loader of a run's training (train = true) or validation split on this rank: the config's batch,
+// workers, prefetch and seed, this rank's shard, pinned batches copied by the loader on CUDA. One
+// function for the Trainer and `trainer eval`, so eval reads the very batches the run scored.
+data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist::LaunchEnv& env,
+                                       const torch::Device& device, bool train);
 
 // A batch tensor on the model's device: non-blocking (pinned batches copy asynchronously), and
 // channels-last for image inputs when the model runs channels-last.

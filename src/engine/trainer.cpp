@@ -143,19 +143,7 @@ class Trainer {
                  train_loader_->batches_per_epoch());
   }
 
-  data::LoaderOptions loader_options(bool train) const {
-    data::LoaderOptions o;
-    o.batch_size = cfg_.train.batch_size;
-    o.workers = cfg_.data.workers;
-    o.prefetch = cfg_.data.prefetch;
-    o.seed = cfg_.run.seed;
-    o.rank = env_.rank;
-    o.world_size = env_.world_size;
-    o.train = train;
-    o.pin_memory = device_.is_cuda();
-    o.device_index = device_.is_cuda() ? device_.index() : -1;  // copied to the GPU by the loader's threads
-    return o;
-  }
+  data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
 
   // --- evaluation (engine/evaluator.hpp) -----------------------------------------------------------
   // Evaluates, records, and returns true when early stopping asks the run to end.

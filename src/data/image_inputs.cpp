@@ -1,0 +1,100 @@
+#include "data/image_inputs.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "data/dataset.hpp"
+#include "data/image_decode.hpp"
+#include "data/image_dataset.hpp"
+
+namespace trainer::data {
+namespace {
+namespace fs = std::filesystem;
+
+bool inputs_is_image_name(const fs::path& p) {
+  std::string ext = p.extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+std::vector<std::string> inputs_folder_images(const fs::path& folder) {
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (auto it = fs::recursive_directory_iterator(folder, ec); !ec && it != fs::recursive_directory_iterator();
+       it.increment(ec))
+    if (it->is_regular_file() && inputs_is_image_name(it->path())) files.push_back(it->path().string());
+  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", folder.string(), ec.message()));
+  if (files.empty()) throw DataError(fmt::format("{}: the folder holds no .jpg/.jpeg/.png images", folder.string()));
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+}  // namespace
+
+ImageInputSpec image_input_spec(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed) {
+  config::DataConfig d = data;
+  d.limit_samples = 0;  // the statistics were computed before the limit applied; the reader is wanted bare
+  DatasetPair pair = create_datasets(d, model, seed);
+  const auto* train = dynamic_cast<const ImageDataset*>(pair.train.get());
+  if (!train) throw DataError(fmt::format("{}: data.format {} does not give images", data.path, data.format));
+  ImageInputSpec spec;
+  const auto shape = train->sample_shape();
+  spec.channels = shape[0];
+  spec.height = shape[1];
+  spec.width = shape[2];
+  spec.decode_min_side = data.image_size;
+  spec.normalizer = train->normalizer();
+  spec.classes = train->class_names();
+  spec.data_describe = train->describe();
+  return spec;
+}
+
+std::vector<std::string> expand_image_inputs(const std::vector<std::string>& paths) {
+  std::vector<std::string> files;
+  for (const auto& p : paths) {
+    std::error_code ec;
+    const auto st = fs::status(p, ec);
+    if (ec || !fs::exists(st)) throw DataError(fmt::format("{}: no such file or folder", p));
+    if (fs::is_directory(st)) {
+      auto more = inputs_folder_images(p);
+      files.insert(files.end(), more.begin(), more.end());
+    } else {
+      files.push_back(p);  // named on purpose: decoding tells whether it is an image
+    }
+  }
+  return files;
+}
+
+torch::Tensor load_image_batch(const std::vector<std::string>& files, const ImageInputSpec& spec) {
+  const int64_t c = spec.channels, h = spec.height, w = spec.width, n = static_cast<int64_t>(files.size());
+  auto raw = torch::empty({n, c, h, w}, torch::kUInt8);
+  std::vector<uint8_t> decoded, tmp, resized;
+  std::vector<float> filter;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::string& file = files[i];
+    DecodedImage img;
+    try {
+      img = decode_image(file, c, spec.decode_min_side, decoded, tmp);
+    } catch (const std::bad_alloc&) {
+      throw DataError(file + ": out of memory while decoding");
+    }
+    const uint8_t* src = decoded.data();
+    if (img.height != h || img.width != w) {
+      // the same resize as data.image_size; a model input that is not square has no such resize
+      if (h != w)
+        throw DataError(fmt::format("{}: image is {}x{}, the model takes {}x{}", file, img.height, img.width, h, w));
+      resized.resize(c * h * w);
+      resize_short_center_crop(src, c, img.height, img.width, resized.data(), h, tmp, filter);
+      src = resized.data();
+    }
+    std::memcpy(raw.data_ptr<uint8_t>() + i * c * h * w, src, c * h * w);
+  }
+  auto out = torch::empty({n, c, h, w}, torch::kFloat32);
+  spec.normalizer.apply(raw.data_ptr<uint8_t>(), out.data_ptr<float>(), n, c, h * w);
+  return out;
+}
+
+}  // namespace trainer::data

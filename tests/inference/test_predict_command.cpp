@@ -1,0 +1,244 @@
+// `trainer predict`: image folders to classes (agreeing with eval's pipeline), and sampled text.
+#include <catch2/catch.hpp>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <filesystem>
+#include <set>
+
+#include "../ckpt/ckpt_runs.hpp"
+#include "data/image_decode.hpp"
+#include "engine/generate.hpp"
+#include "inference_runs.hpp"
+#include "test_util.hpp"
+
+using namespace trainer::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::vector<std::string> kPredictClasses = {"bird", "cat", "dog"};
+
+// root/<class>/<i>.png: 12x12 RGB images whose dominant channel is the class's, with noise.
+void write_class_images(const fs::path& root, int per_class, uint32_t seed) {
+  uint32_t s = seed;
+  auto next = [&] { return (s = s * 1664525u + 1013904223u) >> 24; };
+  for (size_t c = 0; c < kPredictClasses.size(); ++c) {
+    fs::create_directories(root / kPredictClasses[c]);
+    for (int i = 0; i < per_class; ++i) {
+      std::vector<uint8_t> px(12 * 12 * 3);
+      for (size_t p = 0; p < px.size(); ++p) px[p] = static_cast<uint8_t>((p % 3 == c ? 120 : 0) + next() / 2);
+      trainer::data::write_png((root / kPredictClasses[c] / (std::to_string(i) + ".png")).string(), px.data(), 12, 12, 3);
+    }
+  }
+}
+
+std::string predict_image_config() {
+  return "run: {name: pr, out_dir: runs, seed: 4}\n"
+         "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 3, num_classes: 3}\n"
+         "data: {format: image_folder, path: train, val_path: val, workers: 1, normalize: {mode: mean_std}}\n"
+         "train: {batch_size: 16, max_steps: 15, log_every: 5, threads: 1}\n"
+         "optim: {name: sgd, lr: 0.05, momentum: 0.9}\nlog: {progress: off}\n";
+}
+
+// stdout only: the JSON lines are not mixed with the log
+CommandResult predict_stdout(const std::string& args) { return run_trainer("predict " + args + " 2>/dev/null"); }
+
+std::string text_config(const std::string& corpus) {
+  return "run: {name: tx, out_dir: runs, seed: 5}\n"
+         "model: {arch: gpt, vocab_size: 256, block_size: 32, n_layer: 1, n_head: 2, n_embd: 32, dropout: 0.0}\n"
+         "data: {format: text, path: " + corpus + ", val_fraction: 0.1, workers: 1}\n"
+         "train: {batch_size: 16, max_steps: 80, log_every: 20, threads: 1}\n"
+         "optim: {name: adamw, lr: 0.01}\nlog: {progress: off}\n";
+}
+
+}  // namespace
+
+TEST_CASE("predict on an image folder: class names, top-k, and the argmax eval scored", "[e2e]") {
+  auto dir = scratch_dir("predict_images");
+  write_class_images(dir / "train", 24, 1);
+  write_class_images(dir / "val", 8, 2);
+  train_config(dir, predict_image_config());
+  const auto run = dir / "runs" / "pr";
+  const double accuracy = records(run / "metrics.jsonl", "eval").back().at("accuracy").get<double>();
+  const std::string base = (dir / "exp.yaml").string() + " --checkpoint " + run.string() + " --input ";
+
+  auto r = predict_stdout(base + (dir / "val").string());
+  REQUIRE(r.exit_code == 0);
+  auto lines = json_lines(r.output);
+  REQUIRE(lines.size() == 24);
+  int correct = 0;
+  std::set<std::string> predicted;
+  for (const auto& j : lines) {
+    const auto path = fs::path(j.at("path").get<std::string>());
+    const auto& top = j.at("top");
+    REQUIRE(top.size() == 3);  // top-5 of 3 classes
+    double sum = 0;
+    for (size_t i = 0; i < top.size(); ++i) {
+      CHECK(top[i].at("class") == kPredictClasses[top[i].at("index").get<size_t>()]);
+      if (i > 0) CHECK(top[i].at("prob").get<double>() <= top[i - 1].at("prob").get<double>());
+      sum += top[i].at("prob").get<double>();
+    }
+    CHECK(sum == Approx(1.0).epsilon(1e-5));
+    predicted.insert(top[0].at("class").get<std::string>());
+    correct += top[0].at("class") == path.parent_path().filename().string();
+  }
+  // the same images through the data pipeline's evaluation path gave the run's accuracy
+  CHECK(static_cast<double>(correct) / 24 == Approx(accuracy).epsilon(1e-12));
+  CHECK(predicted.size() > 1);  // a model that learnt something, not one constant answer
+
+  // batching does not change the answers; --top-k and --labels shape them
+  auto small = predict_stdout(base + (dir / "val").string() + " --batch-size 5 --top-k 1");
+  REQUIRE(small.exit_code == 0);
+  auto small_lines = json_lines(small.output);
+  REQUIRE(small_lines.size() == 24);
+  for (size_t i = 0; i < 24; ++i) {
+    REQUIRE(small_lines[i].at("top").size() == 1);
+    CHECK(small_lines[i].at("top")[0].at("index") == lines[i].at("top")[0].at("index"));
+    CHECK(small_lines[i].at("top")[0].at("prob").get<double>() ==
+          Approx(lines[i].at("top")[0].at("prob").get<double>()).epsilon(1e-5));
+  }
+  write_file(dir / "labels.txt", "Bird\nCat\nDog\n");
+  auto named = predict_stdout(base + (dir / "val" / "cat" / "0.png").string() + " --labels " +
+                              (dir / "labels.txt").string());
+  REQUIRE(named.exit_code == 0);
+  auto one = json_lines(named.output);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].at("path") == (dir / "val" / "cat" / "0.png").string());
+  const std::vector<std::string> labels = {"Bird", "Cat", "Dog"};
+  for (const auto& t : one[0].at("top")) CHECK(t.at("class") == labels[t.at("index").get<size_t>()]);
+}
+
+TEST_CASE("predict refuses inputs that are missing or not images, and wrong labels, naming them", "[e2e]") {
+  auto dir = scratch_dir("predict_errors");
+  write_class_images(dir / "train", 6, 1);
+  write_class_images(dir / "val", 2, 2);
+  trainer::test::write_file(dir / "exp.yaml", predict_image_config() + "checkpoint: {every_steps: 2}\n");
+  REQUIRE(run_trainer("run " + (dir / "exp.yaml").string() + " --set train.max_steps=2 --set train.batch_size=6")
+              .exit_code == 0);
+  const std::string base = (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "pr").string();
+
+  auto missing = run_trainer("predict " + base + " --input " + (dir / "nothere.png").string());
+  CHECK(missing.exit_code == 1);
+  CHECK(missing.output.find((dir / "nothere.png").string() + ": no such file or folder") != std::string::npos);
+
+  write_file(dir / "notes.png", "these are not pixels");
+  auto not_image = run_trainer("predict " + base + " --input " + (dir / "notes.png").string());
+  CHECK(not_image.exit_code == 1);
+  CHECK(not_image.output.find((dir / "notes.png").string()) != std::string::npos);
+
+  fs::create_directories(dir / "empty");
+  auto empty = run_trainer("predict " + base + " --input " + (dir / "empty").string());
+  CHECK(empty.exit_code == 1);
+  CHECK(empty.output.find((dir / "empty").string() + ": the folder holds no .jpg/.jpeg/.png images") != std::string::npos);
+
+  write_file(dir / "two.txt", "a\nb\n");
+  auto labels = run_trainer("predict " + base + " --input " + (dir / "val").string() + " --labels " +
+                            (dir / "two.txt").string());
+  CHECK(labels.exit_code == 2);
+  CHECK(labels.output.find("--labels " + (dir / "two.txt").string() + ": 2 names, but the model has 3 classes") !=
+        std::string::npos);
+
+  // a file name that is not UTF-8 still gives a JSON line (the stray byte as U+FFFD)
+  const auto odd = dir / "odd\xff.png";
+  fs::copy_file(dir / "val" / "cat" / "0.png", odd);
+  auto odd_run = predict_stdout(base + " --input '" + odd.string() + "'");
+  REQUIRE(odd_run.exit_code == 0);
+  auto odd_lines = json_lines(odd_run.output);
+  REQUIRE(odd_lines.size() == 1);
+  CHECK(odd_lines[0].at("path") == (dir / "odd\xEF\xBF\xBD.png").string());
+
+  auto prompt = run_trainer("predict " + base + " --prompt hello");
+  CHECK(prompt.exit_code == 2);
+  CHECK(prompt.output.find("--prompt / --prompt-file are for language models") != std::string::npos);
+}
+
+TEST_CASE("sample_token: temperature 0 is the argmax, top-k 1 too, a seed gives the same draws", "[unit]") {
+  using namespace trainer::engine;
+  const auto logits = torch::tensor({0.1f, 2.0f, -1.0f, 1.5f});
+  at::Generator g1 = at::make_generator<at::CPUGeneratorImpl>(7), g2 = at::make_generator<at::CPUGeneratorImpl>(7);
+  SamplingOptions greedy;
+  greedy.temperature = 0;
+  CHECK(sample_token(logits, greedy, g1) == 1);
+  SamplingOptions top1;
+  top1.top_k = 1;
+  for (int i = 0; i < 20; ++i) CHECK(sample_token(logits, top1, g1) == 1);
+  SamplingOptions top2;
+  top2.top_k = 2;
+  std::vector<int64_t> a, b;
+  for (int i = 0; i < 50; ++i) {
+    a.push_back(sample_token(logits, top2, g1));
+    b.push_back(sample_token(logits, top2, g2));
+  }
+  CHECK(std::set<int64_t>(a.begin(), a.end()) == std::set<int64_t>{1, 3});  // only the two largest
+  at::Generator g3 = at::make_generator<at::CPUGeneratorImpl>(7);
+  for (int i = 0; i < 20; ++i) sample_token(logits, top1, g3);  // g1 drew 20 top-1 tokens before
+  std::vector<int64_t> c;
+  for (int i = 0; i < 50; ++i) c.push_back(sample_token(logits, top2, g3));
+  CHECK(a == c);
+}
+
+TEST_CASE("bytes_to_text keeps UTF-8 and replaces stray bytes and non-byte ids with U+FFFD", "[unit]") {
+  using trainer::engine::bytes_to_text;
+  CHECK(bytes_to_text({'h', 0xC3, 0xA9, '!'}) == "h\xC3\xA9!");
+  CHECK(bytes_to_text({'a', 0xFF, 'b'}) == "a\xEF\xBF\xBD" "b");
+  CHECK(bytes_to_text({'a', 0xE2, 0x82}) == "a\xEF\xBF\xBD\xEF\xBF\xBD");  // a cut-off sequence
+  CHECK(bytes_to_text({'x', 300, 'y'}) == "x\xEF\xBF\xBD" "y");
+}
+
+TEST_CASE("a GPT trained on text generates text of its corpus's alphabet, the same for the same seed", "[e2e]") {
+  auto dir = scratch_dir("predict_text");
+  const std::string alphabet = "abcd \n";
+  std::string corpus;
+  uint32_t s = 9;
+  for (int i = 0; i < 20000; ++i) corpus += alphabet[((s = s * 1664525u + 1013904223u) >> 24) % alphabet.size()];
+  write_file(dir / "corpus.txt", corpus);
+  train_config(dir, text_config("corpus.txt"));
+  const std::string base = "predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +
+                           " --prompt ab --max-new-tokens 120";
+  auto one = run_trainer(base + " --temperature 0.8 --seed 1 2>/dev/null");
+  auto again = run_trainer(base + " --temperature 0.8 --seed 1 2>/dev/null");
+  auto other = run_trainer(base + " --temperature 0.8 --seed 2 2>/dev/null");
+  REQUIRE(one.exit_code == 0);
+  REQUIRE(other.exit_code == 0);
+  CHECK(one.output == again.output);
+  CHECK(one.output != other.output);
+  REQUIRE(one.output.size() == 2 + 120 + 1);  // the prompt, 120 one-byte characters, the newline after
+  CHECK(one.output.rfind("ab", 0) == 0);
+  for (char ch : one.output.substr(0, one.output.size() - 1)) CHECK(alphabet.find(ch) != std::string::npos);
+  // greedy decoding does not draw: any seed gives the same text
+  auto g1 = run_trainer(base + " --temperature 0 --seed 1 2>/dev/null");
+  auto g2 = run_trainer(base + " --temperature 0 --seed 2 2>/dev/null");
+  REQUIRE(g1.exit_code == 0);
+  CHECK(g1.output == g2.output);
+  // the log says how fast
+  auto logged = run_trainer("predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +
+                            " --prompt ab --max-new-tokens 5");
+  CHECK(logged.output.find("5 new tokens in ") != std::string::npos);
+  CHECK(logged.output.find("tokens/s") != std::string::npos);
+}
+
+TEST_CASE("a token GPT continues a prompt of ids and prints ids", "[e2e]") {
+  auto dir = scratch_dir("predict_tokens");
+  train_config(dir, tiny_config("tok", 4));
+  const std::string base = "predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tok").string();
+  auto r = run_trainer(base + " --prompt '1 2, 3' --max-new-tokens 20 --seed 3 2>/dev/null");
+  REQUIRE(r.exit_code == 0);
+  std::istringstream in(r.output);
+  std::vector<int64_t> ids;
+  for (int64_t id; in >> id;) ids.push_back(id);
+  REQUIRE(ids.size() == 23);
+  CHECK(std::vector<int64_t>(ids.begin(), ids.begin() + 3) == std::vector<int64_t>{1, 2, 3});
+  for (auto id : ids) CHECK((id >= 0 && id < 64));
+  // launched: rank 0 answers once, rank 1 says it has nothing to do
+  auto launched = run_trainer("launch -n 2 -- " + base + " --prompt '1 2, 3' --max-new-tokens 20 --seed 3");
+  REQUIRE(launched.exit_code == 0);
+  CHECK(launched.output.find("[rank0] " + r.output) != std::string::npos);
+  CHECK(launched.output.find("rank 1 has nothing to do") != std::string::npos);
+  auto bad = run_trainer(base + " --prompt 'one 2'");
+  CHECK(bad.exit_code == 2);
+  CHECK(bad.output.find("token ids in [0, 64) separated by spaces or commas; got 'one'") != std::string::npos);
+  auto images = run_trainer(base + " --input " + dir.string());
+  CHECK(images.exit_code == 2);
+  CHECK(images.output.find("--input is for image models") != std::string::npos);
+}
