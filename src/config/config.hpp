@@ -147,6 +147,7 @@ struct DistConfig {
   std::string backend = "auto";  // auto | gloo | nccl
   double timeout_s = 300.0;
   double bucket_mb = 25.0;
+  std::string sharding = "none";  // none | optimizer | gradients | full (dist.sharding)
   std::string store = "";  // "" = TCPStore at MASTER_ADDR:MASTER_PORT; file:///shared/path for a FileStore
   bool operator==(const DistConfig&) const = default;
 };

@@ -182,6 +182,8 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");
 
   // dist
+  if (c.dist.sharding == "full")
+    err("dist.sharding", "full is not implemented yet; use none, optimizer or gradients");
   if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
   if (!c.dist.store.empty() && c.dist.store.rfind("file://", 0) != 0)
     err("dist.store", "'" + printable(c.dist.store) + "': expected \"\" (a TCPStore at MASTER_ADDR:MASTER_PORT) or file:///path");
