@@ -138,9 +138,10 @@ namespace fs = std::filesystem;
 const std::string kShardCkptArgs =
     " --set train.batch_size=4 --set train.global_batch_size=16 --set train.max_steps=12 --set checkpoint.every_steps=6";
 
-std::string shard_launch(int world, const std::string& mode) {
-  if (world == 1) return "run ";
-  return "launch -n " + std::to_string(world) + " -- run --set dist.sharding=" + mode + " ";
+// `trainer ...` arguments: `cfg` on `world` ranks in `mode` (1: a single process, no sharding).
+std::string shard_launch(int world, const std::string& mode, const std::string& cfg) {
+  if (world == 1) return "run " + cfg;
+  return "launch -n " + std::to_string(world) + " -- run " + cfg + " --set dist.sharding=" + mode;
 }
 
 test::CommandResult shard_trainer(const std::string& args) {
@@ -151,7 +152,7 @@ test::CommandResult shard_trainer(const std::string& args) {
 // one the resume tests start from.
 fs::path saved_run(const fs::path& dir, const std::string& cfg, int world, const std::string& mode,
                    const std::string& name) {
-  auto r = shard_trainer(shard_launch(world, mode) + cfg + kShardCkptArgs + " --out-dir " + (dir / name).string());
+  auto r = shard_trainer(shard_launch(world, mode, cfg) + kShardCkptArgs + " --out-dir " + (dir / name).string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   return dir / name / "tiny";
@@ -163,7 +164,7 @@ void check_resumed(const fs::path& dir, const std::string& cfg, const fs::path& 
                    const std::string& mode, const std::string& name) {
   fs::create_directories(dir / name / "tiny/checkpoints");
   fs::copy(saved / "checkpoints/step-6", dir / name / "tiny/checkpoints/step-6", fs::copy_options::recursive);
-  auto r = shard_trainer(shard_launch(world, mode) + cfg + kShardCkptArgs + " --out-dir " + (dir / name).string());
+  auto r = shard_trainer(shard_launch(world, mode, cfg) + kShardCkptArgs + " --out-dir " + (dir / name).string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("resumed from") != std::string::npos);
@@ -217,7 +218,7 @@ TEST_CASE("sharding: a missing or corrupt shard is refused naming the file, an u
   // dead writer's staged shard; resume takes step 6 and removes the stale file
   fs::remove(step12 / "manifest.json");
   test::write_file(saved / "checkpoints/.step-12.optimizer-shard-1-of-2.staged-999999", "partial");
-  auto r = shard_trainer(shard_launch(2, "optimizer") + cfg + kShardCkptArgs + " --out-dir " + (dir / "saved").string());
+  auto r = shard_trainer(shard_launch(2, "optimizer", cfg) + kShardCkptArgs + " --out-dir " + (dir / "saved").string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(r.output.find("resumed from " + step6.string()) != std::string::npos);
@@ -229,7 +230,7 @@ TEST_CASE("sharding: a missing or corrupt shard is refused naming the file, an u
     bytes[bytes.size() - 3] ^= 0x55;
     test::write_file(shard1, bytes);
   }
-  auto bad = shard_trainer(shard_launch(2, "optimizer") + cfg + kShardCkptArgs + " --resume " + step6.string() +
+  auto bad = shard_trainer(shard_launch(2, "optimizer", cfg) + kShardCkptArgs + " --resume " + step6.string() +
                            " --out-dir " + (dir / "bad").string());
   INFO(bad.output);
   CHECK(bad.exit_code != 0);
@@ -237,7 +238,7 @@ TEST_CASE("sharding: a missing or corrupt shard is refused naming the file, an u
   CHECK(bad.output.find("checksum mismatch") != std::string::npos);
 
   fs::remove(shard1);
-  auto missing = shard_trainer(shard_launch(2, "optimizer") + cfg + kShardCkptArgs + " --resume " + step6.string() +
+  auto missing = shard_trainer(shard_launch(2, "optimizer", cfg) + kShardCkptArgs + " --resume " + step6.string() +
                                " --out-dir " + (dir / "missing").string());
   INFO(missing.output);
   CHECK(missing.exit_code != 0);
