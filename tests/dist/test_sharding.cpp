@@ -5,10 +5,14 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstring>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
 #include "ckpt/ckpt_runs.hpp"
+#include "dist/launcher.hpp"
+#include "skip.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
 
@@ -277,4 +281,101 @@ TEST_CASE("sharding: at 4 ranks each rank holds 1/4 of the optimizer state, and 
   CHECK(bytes("gradients", "grad_bytes") >= params / 4);
   CHECK(bytes("gradients", "grad_bytes") <= params / 4 * 1.01);
   CHECK(bytes("none", "grad_bytes") == 2 * params);
+}
+
+TEST_CASE("sharding: optimizer and gradients under torchrun and mpirun log the losses of trainer launch with none",
+          "[dist][e2e]") {
+  if (test::is_worker()) return;
+  const char* venv = std::getenv("TRAINER_VENV");
+  const char* home = std::getenv("HOME");
+  const std::string torchrun =
+      std::string(venv ? venv : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
+      "/bin/torchrun";
+  const auto mpi = test::run_shell("command -v mpirun");
+  if (!std::filesystem::exists(torchrun) || mpi.exit_code != 0) TRAINER_SKIP("needs torchrun and mpirun");
+  const std::string mpirun = mpi.output.substr(0, mpi.output.find('\n'));
+  auto dir = test::scratch_dir("shard_launchers");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto none = shard_run(dir, cfg, 2, "none", "");
+  const std::string args = "run " + cfg + " --set train.max_steps=30";
+  auto tr = test::train_tiny_gpt(torchrun + " --no_python --nproc_per_node 2 --master_addr 127.0.0.1 --master_port " +
+                                     std::to_string(dist::free_local_port()),
+                                 args + " --set dist.sharding=gradients", dir / "torchrun");
+  auto mp = test::train_tiny_gpt(mpirun + " --allow-run-as-root --oversubscribe -np 2 -x OMP_NUM_THREADS=1",
+                                 args + " --set dist.sharding=optimizer --set dist.store=file://" +
+                                     (dir / "rendezvous").string(),
+                                 dir / "mpirun");
+  for (const auto* run : {&tr, &mp}) {
+    INFO(run->output);
+    REQUIRE(run->exit_code == 0);
+    REQUIRE(run->losses.size() == kShardSteps);
+    CHECK(run->world_size == 2);
+  }
+  CHECK(tr.output.find("ZeRO-2") != std::string::npos);
+  CHECK(mp.output.find("ZeRO-1") != std::string::npos);
+  check_same_as_none(none, tr, "gradients under torchrun");
+  check_same_as_none(none, mp, "optimizer under mpirun");
+}
+
+namespace {
+
+struct ExportedTensor {
+  std::vector<int64_t> shape;
+  std::vector<float> values;
+};
+
+// An fp32 safetensors file read by its format (8-byte little-endian header size, JSON header,
+// data): test_dist links the dist library only, not io's reader.
+std::map<std::string, ExportedTensor> read_fp32_safetensors(const std::filesystem::path& path) {
+  const std::string bytes = test::read_file(path);
+  REQUIRE(bytes.size() >= 8);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  REQUIRE(8 + n <= bytes.size());
+  auto header = nlohmann::json::parse(bytes.substr(8, n));
+  std::map<std::string, ExportedTensor> out;
+  for (const auto& [name, e] : header.items()) {
+    if (name == "__metadata__") continue;
+    REQUIRE(e.at("dtype") == "F32");
+    ExportedTensor t;
+    t.shape = e.at("shape").get<std::vector<int64_t>>();
+    const auto begin = e.at("data_offsets").at(0).get<size_t>(), end = e.at("data_offsets").at(1).get<size_t>();
+    t.values.resize((end - begin) / 4);
+    std::memcpy(t.values.data(), bytes.data() + 8 + n + begin, end - begin);
+    out[name] = std::move(t);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sharding: trainer export of a sharded run writes the whole model, as a replicated run's", "[dist][e2e]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("shard_export");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  std::map<std::string, std::map<std::string, ExportedTensor>> exported;
+  for (const std::string mode : {"none", "gradients"}) {
+    auto r = shard_trainer("launch -n 3 -- run " + cfg + " --set train.max_steps=5 --set dist.sharding=" + mode +
+                           " --out-dir " + (dir / mode).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto out = dir / (mode + ".safetensors");
+    auto e = shard_trainer("export " + (dir / mode / "tiny/checkpoints").string() + " --out " + out.string());
+    INFO(e.output);
+    REQUIRE(e.exit_code == 0);
+    exported[mode] = read_fp32_safetensors(out);
+  }
+  const auto& a = exported["none"];
+  const auto& b = exported["gradients"];
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.count("lm_head.weight"));  // nanoGPT names, as tests/python/test_export_interop.py loads them
+  for (const auto& [name, t] : a) {
+    INFO(name);
+    REQUIRE(b.count(name));
+    REQUIRE(b.at(name).shape == t.shape);
+    double worst = 0;
+    for (size_t i = 0; i < t.values.size(); ++i)
+      worst = std::max(worst, static_cast<double>(std::abs(t.values[i] - b.at(name).values[i])));
+    CHECK(worst <= 1e-5);  // float rounding of 5 steps
+  }
 }
