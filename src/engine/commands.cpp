@@ -187,7 +187,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
   const bool sharded = env.world_size > 1 && (c.dist.sharding == "optimizer" || c.dist.sharding == "gradients");
   row("parameters", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
   row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
-  row("optimizer state (" + c.optim.name + (sharded ? ", this rank's 1/" + std::to_string(env.world_size) : "") + ")",
+  row("optimizer state (" + c.optim.name + (sharded ? ", 1/" + std::to_string(env.world_size) + " each" : "") + ")",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
   row(sharded && c.dist.sharding == "gradients" ? "gradient shard (ZeRO-2)" : "DDP gradient buckets",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
