@@ -379,3 +379,39 @@ TEST_CASE("sharding: trainer export of a sharded run writes the whole model, as 
     CHECK(worst <= 1e-5);  // float rounding of 5 steps
   }
 }
+
+TEST_CASE("sharding: kill -9 of a 2-rank sharded run saving every step never leaves a checkpoint taken as complete",
+          "[dist][e2e]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("shard_kill9");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  // a checkpoint after every step: most kills land in a save (staged shards, a temporary folder,
+  // the rename); the launcher's ranks die with it (PDEATHSIG)
+  const std::string args = "launch -n 2 -- run " + cfg +
+                           " --set train.max_steps=100000 --set checkpoint.every_steps=1 --set checkpoint.keep_last=2"
+                           " --set dist.sharding=gradients --out-dir " + (dir / "out").string();
+  const double kill_after_s[] = {2.5, 3.1, 3.7, 4.3};
+  for (double s : kill_after_s) {
+    auto r = test::run_shell("timeout -s KILL " + std::to_string(s) + "s \"" + std::string(TRAINER_BIN) + "\" " + args);
+    INFO("killed after " << s << " s:\n" << r.output);
+    REQUIRE(r.exit_code == 137);  // killed: never a failed start or resume
+  }
+  // every folder with a manifest holds both shards; the next run resumes from a verified one
+  int complete = 0;
+  int64_t newest = 0;
+  for (const auto& e : fs::directory_iterator(dir / "out/tiny/checkpoints")) {
+    const auto name = e.path().filename().string();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(e.path() / "manifest.json")) continue;
+    ++complete;
+    newest = std::max<int64_t>(newest, std::stoll(name.substr(5)));
+    for (int r = 0; r < 2; ++r)
+      CHECK(fs::exists(e.path() / ("optimizer-shard-" + std::to_string(r) + "-of-2.safetensors")));
+  }
+  CHECK(complete >= 1);
+  // a few steps past the newest checkpoint
+  auto last = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" " + args +
+                              " --set train.max_steps=" + std::to_string(newest + 5));
+  INFO(last.output);
+  REQUIRE(last.exit_code == 0);
+  CHECK(last.output.find("resumed from") != std::string::npos);
+}
