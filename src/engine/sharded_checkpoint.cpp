@@ -86,13 +86,50 @@ nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module
   return {{"world_size", world}, {"files", files}, {"params", params}};
 }
 
+namespace {
+
+using ShardMaps = std::vector<std::map<std::string, torch::Tensor>>;  // per rank: its shard's tensors
+
+// One state field of one parameter assembled from every rank's piece into its global shape;
+// undefined when no shard keeps that field (SGD, no amsgrad, never stepped).
+torch::Tensor assemble_field(const nlohmann::json& entry, const std::string& field, const ShardMaps& shards,
+                             const std::filesystem::path& from) {
+  const auto name = entry.at("name").get<std::string>();
+  const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  const auto world = static_cast<int64_t>(shards.size());
+  torch::Tensor flat;
+  size_t found = 0;
+  for (const auto& pc : entry.at("pieces")) {
+    const int64_t r = pc.at(0).get<int64_t>(), begin = pc.at(1).get<int64_t>(), len = pc.at(2).get<int64_t>();
+    if (r < 0 || r >= world) throw io::CheckpointError(from.string() + ": the shard layout names rank " + std::to_string(r));
+    const auto& shard = shards[static_cast<size_t>(r)];
+    auto t = shard.find(name + "." + field);
+    if (t == shard.end()) continue;
+    if (t->second.numel() != len || begin < 0 || begin + len > numel)
+      throw io::CheckpointError((from / (shard_group_name(r, world) + ".safetensors")).string() + ": " + name + "." +
+                                field + " has " + std::to_string(t->second.numel()) + " elements, the layout says " +
+                                std::to_string(len));
+    if (!flat.defined()) flat = torch::zeros({numel}, t->second.options());
+    flat.narrow(0, begin, len).copy_(t->second.reshape({-1}));
+    ++found;
+  }
+  if (found == 0) return {};
+  if (found != entry.at("pieces").size()) throw io::CheckpointError(from.string() + ": some shards lack " + name + "." + field);
+  return flat.as_strided(shape, entry.at("strides").get<std::vector<int64_t>>(), 0).contiguous();
+}
+
+}  // namespace
+
 io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, const std::filesystem::path& from) {
   if (auto it = content.groups.find("optimizer"); it != content.groups.end()) return it->second;
   if (!content.state.contains("optimizer_shards"))
     throw io::CheckpointError(from.string() + ": no optimizer.safetensors in this checkpoint");
   const auto& layout = content.state.at("optimizer_shards");
   const int64_t world = layout.at("world_size").get<int64_t>();
-  std::vector<std::map<std::string, torch::Tensor>> shards(static_cast<size_t>(world));
+  if (world < 1 || world > (1 << 20)) throw io::CheckpointError((from / "state.json").string() + ": bad shard world size");
+  ShardMaps shards(static_cast<size_t>(world));
   for (int64_t r = 0; r < world; ++r) {
     auto g = content.groups.find(shard_group_name(r, world));
     if (g == content.groups.end())
@@ -103,34 +140,11 @@ io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, cons
   io::NamedTensors out;
   for (const auto& e : layout.at("params")) {
     const auto name = e.at("name").get<std::string>();
-    const auto shape = e.at("shape").get<std::vector<int64_t>>();
-    const auto strides = e.at("strides").get<std::vector<int64_t>>();
-    int64_t numel = 1;
-    for (auto d : shape) numel *= d;
-    auto file_of = [&](int64_t r) { return (from / (shard_group_name(r, world) + ".safetensors")).string(); };
-    for (const std::string field : kShardFields) {
-      torch::Tensor flat;
-      size_t found = 0, pieces = 0;
-      for (const auto& pc : e.at("pieces")) {
-        const int64_t r = pc.at(0).get<int64_t>(), begin = pc.at(1).get<int64_t>(), len = pc.at(2).get<int64_t>();
-        ++pieces;
-        auto t = shards.at(static_cast<size_t>(r)).find(name + "." + field);
-        if (t == shards[static_cast<size_t>(r)].end()) continue;
-        if (t->second.numel() != len || begin < 0 || begin + len > numel)
-          throw io::CheckpointError(file_of(r) + ": " + name + "." + field + " has " +
-                                    std::to_string(t->second.numel()) + " elements, the layout says " +
-                                    std::to_string(len));
-        if (!flat.defined()) flat = torch::zeros({numel}, t->second.options());
-        flat.narrow(0, begin, len).copy_(t->second.reshape({-1}));
-        ++found;
-      }
-      if (found == 0) continue;  // this field is not kept (SGD, no amsgrad, never stepped)
-      if (found != pieces) throw io::CheckpointError(from.string() + ": some shards lack " + name + "." + field);
-      out.emplace_back(name + "." + field, flat.as_strided(shape, strides, 0).contiguous());
-    }
+    for (const std::string field : kShardFields)
+      if (auto t = assemble_field(e, field, shards, from); t.defined()) out.emplace_back(name + "." + field, t);
     for (const auto& pc : e.at("pieces")) {  // AdamW's step count, the same in every piece
-      auto t = shards.at(pc.at(0).get<size_t>()).find(name + ".step");
-      if (t != shards[pc.at(0).get<size_t>()].end()) {
+      const auto& shard = shards.at(pc.at(0).get<size_t>());
+      if (auto t = shard.find(name + ".step"); t != shard.end()) {
         out.emplace_back(name + ".step", t->second.clone());
         break;
       }
