@@ -99,9 +99,11 @@ class Replicated final : public DataParallel {
 
 std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
   if (!dist.active()) return std::make_unique<SingleProcess>();
-  if (cfg.sharding == "optimizer" || cfg.sharding == "gradients") return make_sharded_parallel(dist, cfg);
-  if (cfg.sharding != "none")  // validate() refuses the others before anything starts
-    throw std::invalid_argument("dist.sharding: " + cfg.sharding + " is not implemented yet");
+  using config::Sharding;
+  if (cfg.sharding == Sharding::Optimizer || cfg.sharding == Sharding::Gradients)
+    return make_sharded_parallel(dist, cfg);
+  if (cfg.sharding != Sharding::None)  // validate() refuses the others before anything starts
+    throw std::invalid_argument("dist.sharding: " + config::name_of(cfg.sharding) + " is not implemented yet");
   return std::make_unique<Replicated>(dist, cfg.bucket_mb);
 }
 

@@ -36,7 +36,7 @@ struct FixedMemory {
 // world_size > 1 the flat all-reduce buckets (one copy of the gradients).
 // dist.sharding optimizer | gradients: optimizer state / N; gradients also the buckets / N.
 FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
-                         const std::string& sharding = "none");
+                         config::Sharding sharding = config::Sharding::None);
 
 struct ActivationProbe {
   int64_t b1 = 0, b2 = 0;   // micro-batches measured

@@ -50,7 +50,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
 }
 
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg, const ParamGroups& g) {
-  if (cfg.name == "sgd") {
+  if (cfg.name == config::OptimizerKind::Sgd) {
     auto decay = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).nesterov(cfg.nesterov).weight_decay(
         cfg.weight_decay);
     auto none = decay;
@@ -61,7 +61,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
     if (cfg.fused) return std::make_unique<FusedSGD>(std::move(groups), decay);
     return std::make_unique<torch::optim::SGD>(std::move(groups), decay);
   }
-  if (cfg.name == "adamw") {
+  {  // config::OptimizerKind::Adamw
     if (cfg.betas.size() != 2) throw std::invalid_argument("optim.betas needs two values");
     auto decay = torch::optim::AdamWOptions(cfg.lr)
                      .betas({cfg.betas[0], cfg.betas[1]})
@@ -75,7 +75,6 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
     if (cfg.fused) return std::make_unique<FusedAdamW>(std::move(groups), decay);
     return std::make_unique<torch::optim::AdamW>(std::move(groups), decay);
   }
-  throw std::invalid_argument("unknown optimizer '" + cfg.name + "'; known: adamw, sgd");
 }
 
 bool fused_update_supported(const torch::Tensor& p) {

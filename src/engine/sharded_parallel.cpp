@@ -12,19 +12,20 @@ namespace trainer::engine {
 ShardedParallel::ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg) : dist_(dist), cfg_(cfg) {}
 
 std::string ShardedParallel::name() const {
-  return cfg_.sharding == "optimizer" ? "sharded optimizer state (ZeRO-1)" : "sharded gradients (ZeRO-2)";
+  return cfg_.sharding == config::Sharding::Optimizer ? "sharded optimizer state (ZeRO-1)" : "sharded gradients (ZeRO-2)";
 }
 
 void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
   dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
   const auto mode =
-      cfg_.sharding == "optimizer" ? dist::ShardSync::Grads::AllReduce : dist::ShardSync::Grads::ReduceScatter;
+      cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce : dist::ShardSync::Grads::ReduceScatter;
   sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
   pieces_ = sync_->piece_values();
   int64_t owned = 0, padded = 0;
   for (const auto& pc : sync_->pieces()) owned += pc.len;
   for (const auto& b : sync_->buckets()) padded += b.padded;
-  spdlog::info("dist.sharding {}: {}; {} buckets, {} elements with padding, this rank steps {} of them", cfg_.sharding,
+  spdlog::info("dist.sharding {}: {}; {} buckets, {} elements with padding, this rank steps {} of them",
+               config::name_of(cfg_.sharding),
                name(), sync_->buckets().size(), padded, owned);
 }
 

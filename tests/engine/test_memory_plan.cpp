@@ -27,7 +27,7 @@ TEST_CASE("fixed memory counts parameters, gradients, optimizer state and DDP bu
   auto model = small_gpt(false);
   const int64_t p = model->num_parameters() * 4;  // fp32
   config::OptimConfig adamw;
-  adamw.name = "adamw";
+  adamw.name = config::OptimizerKind::Adamw;
   auto m = fixed_memory(*model, adamw, 1);
   CHECK(m.parameters == p);
   CHECK(m.gradients == p);
@@ -45,15 +45,15 @@ TEST_CASE("fixed memory with dist.sharding: optimizer state 1/N, and with gradie
   auto model = small_gpt(false);
   const int64_t p = model->num_parameters() * 4;
   config::OptimConfig adamw;
-  adamw.name = "adamw";
-  const auto z1 = fixed_memory(*model, adamw, 4, "optimizer");
+  adamw.name = config::OptimizerKind::Adamw;
+  const auto z1 = fixed_memory(*model, adamw, 4, config::Sharding::Optimizer);
   CHECK(z1.optimizer == (2 * p + 3) / 4);
   CHECK(z1.ddp_buckets == p);  // ZeRO-1 all-reduces a full gradient buffer
-  const auto z2 = fixed_memory(*model, adamw, 4, "gradients");
+  const auto z2 = fixed_memory(*model, adamw, 4, config::Sharding::Gradients);
   CHECK(z2.optimizer == (2 * p + 3) / 4);
   CHECK(z2.ddp_buckets == (p + 3) / 4);
   CHECK(z2.parameters == p);  // parameters stay whole (ZeRO-3 is not implemented)
-  CHECK(fixed_memory(*model, adamw, 1, "gradients").optimizer == 2 * p);  // a single process shards nothing
+  CHECK(fixed_memory(*model, adamw, 1, config::Sharding::Gradients).optimizer == 2 * p);  // a single process shards nothing
 }
 
 TEST_CASE("the activation probe measures per-sample bytes, checkpointing needs fewer, nothing is left behind", "[unit]") {
