@@ -149,6 +149,7 @@ struct DistConfig {
   std::string backend = "auto";  // auto | gloo | nccl
   double timeout_s = 300.0;
   double bucket_mb = 25.0;
+  Sharding sharding = Sharding::None;  // none | optimizer | gradients | full (dist.sharding)
   std::string store = "";  // "" = TCPStore at MASTER_ADDR:MASTER_PORT; file:///shared/path for a FileStore
   std::string interface = "";  // network interface of the collectives ("" = GLOO_SOCKET_IFNAME, else auto)
   bool operator==(const DistConfig&) const = default;

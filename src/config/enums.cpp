@@ -30,5 +30,9 @@ template <> const std::vector<std::string>& choices_of<StopMode>() {
   static const std::vector<std::string> n = {"auto", "min", "max"};
   return n;
 }
+template <> const std::vector<std::string>& choices_of<Sharding>() {
+  static const std::vector<std::string> n = {"none", "optimizer", "gradients", "full"};
+  return n;
+}
 
 }  // namespace trainer::config

@@ -16,6 +16,7 @@ enum class ScheduleKind { Constant, Step, Linear, Cosine };  // schedule.name
 enum class OptimizerKind { Sgd, Adamw };             // optim.name
 enum class Attention { Auto, Sdpa, Math };           // model.attention
 enum class StopMode { Auto, Min, Max };              // train.early_stopping.mode
+enum class Sharding { None, Optimizer, Gradients, Full };  // dist.sharding
 
 // The YAML names of an enum's values, index = the value. Specialised for each enum above.
 template <class E>
@@ -27,6 +28,7 @@ template <> const std::vector<std::string>& choices_of<ScheduleKind>();
 template <> const std::vector<std::string>& choices_of<OptimizerKind>();
 template <> const std::vector<std::string>& choices_of<Attention>();
 template <> const std::vector<std::string>& choices_of<StopMode>();
+template <> const std::vector<std::string>& choices_of<Sharding>();
 
 // "bf16" for Precision::Bf16: for logs, records and files.
 template <class E>

@@ -222,6 +222,11 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.c("backend", c.dist.backend, {"auto", "gloo", "nccl"}, "Collective backend (auto: NCCL on CUDA, else Gloo).");
   k.f("timeout_s", c.dist.timeout_s, 1, 86400, "Seconds before a collective counts as hung.");
   k.f("bucket_mb", c.dist.bucket_mb, 0.001, 4096, "Gradient all-reduce bucket size in MiB.");
+  k.e("sharding", c.dist.sharding,
+      "What each rank holds of the training state: none = a full replica (DDP); optimizer = ZeRO-1 (each rank "
+      "keeps and steps the optimizer state of its 1/N of every bucket, then the parameters are all-gathered); "
+      "gradients = ZeRO-2 (also the gradients are reduce-scattered bucket by bucket during backward, each rank "
+      "keeps its 1/N); full = ZeRO-3 (not implemented yet). No effect on a single process.");
   k.s("store", c.dist.store, "Rendezvous: \"\" = TCPStore at MASTER_ADDR:MASTER_PORT, or file:///shared/path.");
   k.s("interface", c.dist.interface,
       "Network interface of the collectives (Gloo binds and advertises its IPv4 address; NCCL gets it as "

@@ -358,6 +358,30 @@ std::shared_ptr<AsyncOp> DistContext::all_reduce_sum_async(torch::Tensor t, cons
   return std::make_shared<WorkOp>(impl_.get(), work, info);
 }
 
+std::shared_ptr<AsyncOp> DistContext::reduce_scatter_sum_async(torch::Tensor out, torch::Tensor in,
+                                                               const std::string& what) {
+  if (!active()) {
+    out.copy_(in);
+    return std::make_shared<DoneOp>();
+  }
+  OpInfo info{"reduce_scatter", seq_++, step_.load(), what};
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  auto work = impl_->launch(info, [&] { return impl_->backend->_reduce_scatter_base(out, in, o); });
+  return std::make_shared<WorkOp>(impl_.get(), work, info);
+}
+
+std::shared_ptr<AsyncOp> DistContext::all_gather_into_async(torch::Tensor out, torch::Tensor in,
+                                                            const std::string& what) {
+  if (!active()) {
+    out.copy_(in);
+    return std::make_shared<DoneOp>();
+  }
+  OpInfo info{"all_gather", seq_++, step_.load(), what};
+  auto work = impl_->launch(info, [&] { return impl_->backend->_allgather_base(out, in, c10d::AllgatherOptions{}); });
+  return std::make_shared<WorkOp>(impl_.get(), work, info);
+}
+
 double DistContext::all_reduce_mean(double v) {
   if (!active()) return v;
   auto t = torch::full({1}, v, torch::TensorOptions().dtype(torch::kFloat64).device(device_));

@@ -75,6 +75,12 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   torch::Tensor all_gather(const torch::Tensor& t, const std::string& what);
   // In-place sum over ranks of a tensor on device(), launched now; the caller waits.
   std::shared_ptr<AsyncOp> all_reduce_sum_async(torch::Tensor t, const std::string& what);
+  // The sharded strategies' two collectives (c10d _reduce_scatter_base / _allgather_base, on Gloo
+  // and NCCL alike). `in` holds world_size() equal chunks of `out`'s size: `out` becomes the sum over
+  // ranks of chunk rank() of every rank's `in`. Both contiguous, on device(), one dtype.
+  std::shared_ptr<AsyncOp> reduce_scatter_sum_async(torch::Tensor out, torch::Tensor in, const std::string& what);
+  // `out` (world_size() chunks of `in`'s size) becomes every rank's `in`, in rank order.
+  std::shared_ptr<AsyncOp> all_gather_into_async(torch::Tensor out, torch::Tensor in, const std::string& what);
 
   struct Impl;  // c10d store + backend + watchdog (dist_context.cpp)
 

@@ -3,10 +3,14 @@
 #include <spawn.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+
+#include "engine/sharded_checkpoint.hpp"
+#include "io/safetensors.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -108,10 +112,38 @@ std::string CheckpointManager::nonfinite_parameter() const {
   return "?";
 }
 
+std::string CheckpointManager::stage_shards(int64_t step, std::map<std::string, std::filesystem::path>& staged) {
+  std::string what;
+  const auto group = objs_.parallel->shard_group();
+  const auto mine = io::staged_shard_path(dir_, step, group);
+  try {
+    io::save_safetensors(mine.string(), objs_.parallel->shard_tensors(objs_.optimizer, objs_.model),
+                         {{"checkpoint_group", group}, {"step", std::to_string(step)}});
+  } catch (const std::exception& e) {
+    what = "rank " + std::to_string(env_.rank) + " could not write its shard " + mine.string() + ": " + e.what();
+  }
+  // the writers' pids name the staged files (a store removes those of dead writers)
+  auto pid = torch::tensor({static_cast<int64_t>(::getpid()), what.empty() ? int64_t{0} : int64_t{1}}, torch::kInt64);
+  auto all = dist_->all_gather(pid.to(dist_->device()), "shard staging").cpu();
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    if (all[r][1].item<int64_t>() != 0 && what.empty())
+      what = "rank " + std::to_string(r) + " could not write its optimizer shard (its log says why)";
+    const auto name = shard_group_name(r, env_.world_size);
+    staged[name] = io::staged_shard_path(dir_, step, name, all[r][0].item<int64_t>());
+  }
+  return what;
+}
+
 bool CheckpointManager::save(int64_t step, SaveKind kind) {
   int failure = 0;  // 1: the save failed, 2: non-finite weights
   std::string what;
-  if (store_) {
+  std::map<std::string, std::filesystem::path> staged;  // sharded: every rank's shard file
+  const bool sharded = objs_.parallel && objs_.parallel->sharded_state() && dist_ && dist_->active();
+  if (sharded) what = stage_shards(step, staged);
+  if (!what.empty()) {
+    failure = 1;
+    if (env_.rank != 0) what.clear();  // rank 0 reports it; the outcome is agreed below
+  } else if (store_) {
     const auto t0 = std::chrono::steady_clock::now();
     if (auto bad = nonfinite_parameter(); !bad.empty()) {
       failure = 2;
@@ -119,7 +151,9 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
              "' holds inf/NaN values (the previous checkpoints are kept)";
     } else {
       try {
-        auto path = store_->save(step, capture_checkpoint(cfg_, objs_, position_(step)));
+        auto content = capture_checkpoint(cfg_, objs_, position_(step));
+        content.staged = staged;
+        auto path = store_->save(step, content);
         spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), elapsed_ms(t0));
       } catch (const std::exception& e) {  // I/O (named by the store), encoding, ...
         failure = 1;
@@ -129,10 +163,15 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
   }
   if (dist_ && dist_->active()) {
     // rank 0's outcome, agreed on by every rank: 0, 1 or 2
-    const double agreed = dist_->all_reduce_mean(static_cast<double>(failure)) * static_cast<double>(env_.world_size);
+    const double mine = env_.rank == 0 ? static_cast<double>(failure) : 0.0;  // a staging failure is known to all
+    const double agreed = dist_->all_reduce_mean(mine) * static_cast<double>(env_.world_size);
     failure = static_cast<int>(std::lround(agreed));
     if (failure != 0 && what.empty())
       what = "rank 0 could not save the checkpoint at step " + std::to_string(step) + " (its log says why)";
+  }
+  if (sharded && failure != 0) {  // a staged shard not moved into a checkpoint is garbage
+    std::error_code ec;
+    std::filesystem::remove(io::staged_shard_path(dir_, step, objs_.parallel->shard_group()), ec);
   }
   if (failure == 2) throw std::runtime_error(what);
   if (failure == 0) {

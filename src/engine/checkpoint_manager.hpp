@@ -14,6 +14,7 @@
 #pragma once
 
 #include <filesystem>
+#include <map>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -67,6 +68,10 @@ class CheckpointManager {
  private:
   std::optional<Resumed> resume_newest();
   std::string nonfinite_parameter() const;
+  // Sharded runs: every rank writes its optimizer shard next to the checkpoint folder, in parallel;
+  // returns rank 0's content with every rank's staged file to move in (undefined on other ranks),
+  // or the failure text (agreed: any rank's failure fails the save on all).
+  std::string stage_shards(int64_t step, std::map<std::string, std::filesystem::path>& staged);
 
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;

@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include "config/load.hpp"
+#include "engine/sharded_checkpoint.hpp"
 #include "engine/train_state.hpp"
 #include "io/safetensors.hpp"
 
@@ -18,7 +19,10 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   io::NamedTensors model_state;
   for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
   c.groups["model"] = std::move(model_state);
-  c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
+  if (objs.parallel && objs.parallel->sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
+    c.state["optimizer_shards"] = objs.parallel->shard_layout(objs.model);
+  else
+    c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
   c.groups["rng"] = rng_state_tensors(objs.device);
 
   auto& s = c.state;
@@ -51,7 +55,8 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
   const auto& s = content.state;
   try {
     // everything read first: a checkpoint that lacks a part fails before anything is loaded
-    for (const char* g : {"model", "optimizer", "rng"}) (void)group(g);
+    for (const char* g : {"model", "rng"}) (void)group(g);
+    const auto optimizer = full_optimizer_state(content, from);  // assembled from the shards if sharded
     RunPosition pos;
     pos.step = s.at("step").get<int64_t>();
     pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
@@ -76,7 +81,10 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     weights.path = (from / "model.safetensors").string();
     weights.tensors = group("model");
     io::load_state_into(objs.model, weights, /*strict=*/true);
-    load_optimizer_state(objs.optimizer, objs.model, group("optimizer"));
+    if (objs.parallel)
+      objs.parallel->load_optimizer(objs.optimizer, objs.model, optimizer);  // a sharded run takes its slices
+    else
+      load_optimizer_state(objs.optimizer, objs.model, optimizer);
     restore_rng_state(group("rng"), objs.device);
     objs.scaler.load_state(sc);
     objs.tracker.restore(best, best_step, evals_without);

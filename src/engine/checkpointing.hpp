@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "data/loader.hpp"
+#include "engine/data_parallel.hpp"
 #include "engine/early_stopping.hpp"
 #include "engine/loss_scaler.hpp"
 #include "io/checkpoint.hpp"
@@ -34,6 +35,7 @@ struct RunObjects {
   LossScaler& scaler;
   EarlyStopping& tracker;
   const torch::Device& device;
+  const DataParallel* parallel = nullptr;  // sharded: the optimizer state is this rank's shard
 };
 
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos);

@@ -164,7 +164,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     const bool image = model->input_kind() == models::InputKind::Image;
     if (c.model.channels_last && image) models::to_channels_last(*model);
     const int64_t b1 = image ? 2 : 1;
-    cols.push_back({ac ? "activation checkpointing" : "no checkpointing", fixed_memory(*model, c.optim, env.world_size),
+    cols.push_back({ac ? "activation checkpointing" : "no checkpointing", fixed_memory(*model, c.optim, env.world_size, c.dist.sharding),
                     probe_activations(*model, shape, classes, precision, device, c.model.channels_last && image, b1,
                                       2 * b1, /*max_b2=*/probe_cap)});
   }
@@ -184,11 +184,15 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     std::cout << "\n";
   };
   row("", [](const Column& col) { return col.title; });
+  const bool sharded = env.world_size > 1 && (c.dist.sharding == config::Sharding::Optimizer ||
+                                              c.dist.sharding == config::Sharding::Gradients);
   row("parameters", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
   row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
-  row("optimizer state (" + config::name_of(c.optim.name) + ")",
+  row("optimizer state (" + config::name_of(c.optim.name) +
+          (sharded ? ", 1/" + std::to_string(env.world_size) + " each" : "") + ")",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
-  row("DDP gradient buckets", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
+  row(sharded && c.dist.sharding == config::Sharding::Gradients ? "gradient shard (ZeRO-2)" : "DDP gradient buckets",
+      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
   row("step constant (measured)", [](const Column& col) { return bytes_text(col.probe.intercept()); });
   row("activations per sample (measured)", [](const Column& col) { return bytes_text(col.probe.per_sample()); });
   if (b > 0)

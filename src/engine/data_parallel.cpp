@@ -1,8 +1,65 @@
 #include "engine/data_parallel.hpp"
 
+#include <unordered_set>
+
 #include "dist/grad_sync.hpp"
+#include "engine/grad_clip.hpp"
+#include "engine/optim.hpp"
+#include "engine/sharded_parallel.hpp"
+#include "engine/train_state.hpp"
 
 namespace trainer::engine {
+
+std::unique_ptr<torch::optim::Optimizer> DataParallel::make_optimizer(const config::OptimConfig& cfg,
+                                                                      const torch::nn::Module& model) {
+  return build_optimizer(cfg, model);
+}
+
+void DataParallel::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                                  const io::NamedTensors& full) const {
+  load_optimizer_state(opt, model, full);
+}
+
+torch::Tensor DataParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {
+  return engine::clip_grad_norm(step_params, max_norm);
+}
+
+namespace {
+int64_t unique_bytes(const std::vector<torch::Tensor>& ts, std::unordered_set<const void*>& seen) {
+  int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.defined() && seen.insert(t.storage().data()).second) n += static_cast<int64_t>(t.storage().nbytes());
+  return n;
+}
+}  // namespace
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt) {
+  std::vector<torch::Tensor> ts;
+  for (const auto& [key, st] : opt.state()) {
+    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(st.get())) {
+      ts.push_back(a->exp_avg());
+      ts.push_back(a->exp_avg_sq());
+      ts.push_back(a->max_exp_avg_sq());
+    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(st.get())) {
+      ts.push_back(m->momentum_buffer());
+    }
+  }
+  std::unordered_set<const void*> seen;
+  return unique_bytes(ts, seen);
+}
+
+DataParallel::HeldBytes DataParallel::held_bytes(const std::vector<torch::Tensor>& params,
+                                                 const torch::optim::Optimizer& opt) const {
+  HeldBytes h;
+  std::unordered_set<const void*> seen;
+  h.params = unique_bytes(params, seen);
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  h.grads = unique_bytes(grads, seen) + extra_grad_bytes();
+  h.optimizer = optimizer_state_bytes(opt);
+  return h;
+}
+
 namespace {
 
 class SingleProcess final : public DataParallel {
@@ -25,6 +82,12 @@ class Replicated final : public DataParallel {
   // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
   void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
   void after_backward() override { sync_->finish(); }  // waits for the buckets launched during backward
+  int64_t extra_grad_bytes() const override {  // the bucket buffers the all-reduce runs on
+    int64_t n = 0;
+    if (sync_)
+      for (const auto& b : sync_->buckets()) n += b.flat.nbytes();
+    return n;
+  }
 
  private:
   dist::DistContext& dist_;
@@ -36,6 +99,11 @@ class Replicated final : public DataParallel {
 
 std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
   if (!dist.active()) return std::make_unique<SingleProcess>();
+  using config::Sharding;
+  if (cfg.sharding == Sharding::Optimizer || cfg.sharding == Sharding::Gradients)
+    return make_sharded_parallel(dist, cfg);
+  if (cfg.sharding != Sharding::None)  // validate() refuses the others before anything starts
+    throw std::invalid_argument("dist.sharding: " + config::name_of(cfg.sharding) + " is not implemented yet");
   return std::make_unique<Replicated>(dist, cfg.bucket_mb);
 }
 

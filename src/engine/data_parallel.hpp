@@ -1,9 +1,10 @@
 // The data-parallel strategy seam: how the ranks' replicas stay in step. The run calls these hooks
 // and never asks whether it is distributed; a single process is a world of one whose hooks do
-// nothing. Today's one multi-rank strategy is replicated DDP (dist::GradSync: bucketed all-reduce
-// launched from gradient hooks, overlapping backward). The sharded strategies (dist.sharding)
-// will be further implementations behind the same seam, adding the hooks they need (the
-// optimizer step, checkpoint state, export).
+// nothing. Multi-rank strategies: replicated DDP (dist::GradSync: bucketed all-reduce launched
+// from gradient hooks, overlapping backward) and the sharded ones of dist.sharding
+// (engine/sharded_parallel.hpp over dist::ShardSync): each rank steps only its slice of the
+// parameters, so the strategy also owns the optimizer's construction, the global gradient norm,
+// the agreement on fp16 overflow, the all-gather after the step and the held-bytes measurement.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,8 +13,11 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "config/config.hpp"
 #include "dist/dist_context.hpp"
+#include "io/checkpoint.hpp"
 
 namespace trainer::engine {
 
@@ -28,7 +32,47 @@ class DataParallel {
   virtual void before_backward(bool last_micro_batch) = 0;
   // After the step's last backward: every rank holds the averaged gradients when this returns.
   virtual void after_backward() = 0;
+
+  // The optimizer over what this rank steps. Replicated: every unique parameter (build_optimizer).
+  virtual std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,
+                                                                  const torch::nn::Module& model);
+  // The tensors whose .grad the optimizer steps (the loss scaler, clipping and the non-finite checks
+  // read them): `params` when replicated, this rank's pieces when sharded.
+  virtual const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>& params) const {
+    return params;
+  }
+  // Clips the gradients of step_params() to max_norm (0 = off) by their global norm, which it
+  // returns. Sharded: the squared norms of the ranks' slices are summed over ranks first.
+  virtual torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm);
+  // Sharded: `flag` (the fp16 scaler's found-inf) summed over ranks in place, so every rank skips
+  // the same steps. Replicated ranks see the same gradients: nothing to agree on.
+  virtual void agree_flag(torch::Tensor&) {}
+  // After the optimizer step (taken or skipped): sharded strategies all-gather the parameters.
+  virtual void after_step() {}
+  // Bytes this rank holds for parameters, gradients and optimizer state, measured from the tensors
+  // (the record's mem_*_bytes); call after the step's backward, when the gradients exist.
+  struct HeldBytes {
+    int64_t params = 0, grads = 0, optimizer = 0;
+  };
+  virtual HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const;
+
+  // Checkpoints (engine/checkpointing.cpp, checkpoint_manager.cpp). Replicated: rank 0 writes the
+  // whole optimizer state (optimizer.safetensors). Sharded: every rank writes its own shard file
+  // (shard_group(), shard_tensors()) in parallel, rank 0 records shard_layout() in state.json.
+  virtual bool sharded_state() const { return false; }
+  virtual std::string shard_group() const { return ""; }
+  virtual io::NamedTensors shard_tensors(const torch::optim::Optimizer&, const torch::nn::Module&) const { return {}; }
+  virtual nlohmann::json shard_layout(const torch::nn::Module&) const { return nullptr; }
+  // Loads optimizer state given in the replicated layout (whole tensors per parameter name).
+  virtual void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                              const io::NamedTensors& full) const;
+
+ protected:
+  virtual int64_t extra_grad_bytes() const { return 0; }  // gradient buffers the strategy keeps
 };
+
+// Bytes of the optimizer's state tensors (unique storages).
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt);
 
 // A world of one when `dist` is inactive, else the strategy dist.* asks for (replicated DDP).
 std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg);

@@ -46,6 +46,9 @@ class LossScaler {
   void update();
 
   torch::Tensor scale_tensor() const { return scale_; }  // (1,) float32 on the device
+  // The found-inf flag of the last unscale ((1,) float32, shared): a sharded run sums it over ranks
+  // in place before step() so that every rank skips the same steps.
+  torch::Tensor found_inf() const { return found_inf_; }
   LossScalerState state() const;                       // host sync
   void load_state(const LossScalerState& s);
 

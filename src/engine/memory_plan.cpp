@@ -19,13 +19,21 @@ int64_t tensor_bytes(const torch::Tensor& t) { return t.numel() * static_cast<in
 
 }  // namespace
 
-FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size) {
+FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
+                         config::Sharding sharding) {
   FixedMemory m;
   for (const auto& p : unique_parameters(model)) m.parameters += tensor_bytes(p);
   m.gradients = m.parameters;
   if (optim.name == config::OptimizerKind::Adamw) m.optimizer = 2 * m.parameters;
   else if (optim.momentum != 0) m.optimizer = m.parameters;
   if (world_size > 1) m.ddp_buckets = m.gradients;
+  if (world_size > 1 && (sharding == config::Sharding::Optimizer || sharding == config::Sharding::Gradients)) {
+    // each rank keeps optimizer state for its 1/N (rounded up: the padding of the last chunk)
+    auto share = [&](int64_t bytes) { return (bytes + world_size - 1) / world_size; };
+    m.optimizer = share(m.optimizer);
+    // ZeRO-2 keeps only its gradient slice across steps (ZeRO-1 the full all-reduce buckets)
+    if (sharding == config::Sharding::Gradients) m.ddp_buckets = share(m.gradients);
+  }
   return m;
 }
 

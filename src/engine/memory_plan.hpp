@@ -34,7 +34,9 @@ struct FixedMemory {
 // From the model's unique trainable parameters: gradients as large as the parameters, AdamW two
 // state tensors per parameter, SGD one momentum buffer (none without momentum), and with
 // world_size > 1 the flat all-reduce buckets (one copy of the gradients).
-FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size);
+// dist.sharding optimizer | gradients: optimizer state / N; gradients also the buckets / N.
+FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
+                         config::Sharding sharding = config::Sharding::None);
 
 struct ActivationProbe {
   int64_t b1 = 0, b2 = 0;   // micro-batches measured

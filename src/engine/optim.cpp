@@ -46,7 +46,10 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
 
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
                                                          const torch::nn::Module& model) {
-  ParamGroups g = split_decay_groups(model, cfg.decay_norm_and_bias);
+  return build_optimizer(cfg, split_decay_groups(model, cfg.decay_norm_and_bias));
+}
+
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg, const ParamGroups& g) {
   if (cfg.name == config::OptimizerKind::Sgd) {
     auto decay = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).nesterov(cfg.nesterov).weight_decay(
         cfg.weight_decay);

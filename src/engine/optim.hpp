@@ -32,6 +32,8 @@ std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& model);
 // LibTorch's per-parameter loop. Throws std::invalid_argument for an unknown optimizer name.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
                                                          const torch::nn::Module& model);
+// The same over given groups (the sharded strategies pass each rank's pieces; names unused).
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg, const ParamGroups& g);
 
 // What train.cuda_graphs (engine/graphed_step.hpp) needs from an optimizer whose step() it captures:
 // a learning rate read from device memory (a captured float would be frozen into the graph), the

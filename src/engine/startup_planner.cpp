@@ -128,7 +128,7 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
   probe_model->to(device_);
   const bool image = probe_model->input_kind() == models::InputKind::Image;
   if (cfg_.model.channels_last && image) models::to_channels_last(*probe_model);
-  const auto fixed = fixed_memory(*probe_model, cfg_.optim, env_.world_size);
+  const auto fixed = fixed_memory(*probe_model, cfg_.optim, env_.world_size, cfg_.dist.sharding);
   const int64_t b1 = image ? 2 : 1;
   const auto probe = probe_activations(*probe_model, train_set.sample_shape(), train_set.num_classes(),
                                        precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,

@@ -115,17 +115,20 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
   auto t2 = Clock::now();
   parts_.parallel.after_backward();  // every rank holds the averaged gradients from here
   times.comm_ms += ms_since(t2);
+  if (need_norm) times.held = parts_.parallel.held_bytes(parts_.params, parts_.optimizer);  // gradients exist now
   if (auto it = inject_nonfinite_.find(step + 1); it != inject_nonfinite_.end()) {
     inject_nonfinite_.erase(it);
     torch::NoGradGuard ng;
-    for (auto& p : parts_.params)
+    for (auto& p : parts_.parallel.step_params(parts_.params))
       if (p.grad().defined()) p.grad().fill_(std::numeric_limits<float>::quiet_NaN());
   }
 
   auto t3 = Clock::now();
   RECORD_USER_SCOPE("trainer::optimizer");
-  auto applied = apply_gradients(parts_.optimizer, parts_.scaler, parts_.params, set_.grad_clip, parts_.lr_at(step),
-                                 need_norm, check_finite);
+  auto applied = apply_gradients(parts_.optimizer, parts_.scaler, parts_.parallel.step_params(parts_.params),
+                                 set_.grad_clip, parts_.lr_at(step), need_norm, check_finite, &parts_.parallel);
+  parts_.parallel.after_step();  // sharded: every rank's updated slice to every rank
+  if (times.held) times.held->optimizer = optimizer_state_bytes(parts_.optimizer);  // the first step creates it
   if (!applied.stepped) ++skipped_steps_;
   times.optim_ms += ms_since(t3);
   ++times.steps;

@@ -35,6 +35,7 @@ struct IntervalTimes {
   int64_t steps = 0;
   double data_ms = 0, compute_ms = 0, comm_ms = 0, optim_ms = 0;
   Clock::time_point start = Clock::now();
+  std::optional<DataParallel::HeldBytes> held;  // measured on the last log step (need_norm)
 };
 
 struct StepOutcome {

@@ -36,6 +36,11 @@ void add_measurements(obs::TrainRecord& r, const IntervalTimes& times, const Mea
     r.cuda_peak_allocated_mb = static_cast<double>(s.peak_allocated) / (1 << 20);
     r.gpu_util_pct = device::gpu_utilization_percent(m.device.index());
   }
+  if (times.held) {
+    r.param_bytes = times.held->params;
+    r.grad_bytes = times.held->grads;
+    r.optim_state_bytes = times.held->optimizer;
+  }
   r.mfu = obs::compute_mfu(m.flops_per_sample, r.samples_per_s, m.world_size, m.peak_tflops);
 }
 

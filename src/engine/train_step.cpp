@@ -14,11 +14,17 @@ torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tenso
 }
 
 ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,
-                            double grad_clip, double lr, bool need_norm, bool skip_nonfinite) {
+                            double grad_clip, double lr, bool need_norm, bool skip_nonfinite,
+                            DataParallel* parallel) {
   ApplyResult r;
   scaler.unscale(params);  // clipping must see the true gradients
+  if (parallel && scaler.enabled()) {
+    auto flag = scaler.found_inf();
+    parallel->agree_flag(flag);  // a sharded rank sees only its slice: the ranks skip together
+  }
   skip_nonfinite = skip_nonfinite && !scaler.enabled();  // the fp16 scaler skips such steps itself
-  if (grad_clip > 0 || need_norm || skip_nonfinite) r.grad_norm = clip_grad_norm(params, grad_clip);
+  if (grad_clip > 0 || need_norm || skip_nonfinite)
+    r.grad_norm = parallel ? parallel->clip_grad_norm(params, grad_clip) : clip_grad_norm(params, grad_clip);
   if (skip_nonfinite && !std::isfinite(r.grad_norm.item<double>())) {
     r.stepped = false;
     r.nonfinite = true;

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "engine/data_parallel.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/precision.hpp"
 
@@ -40,7 +41,10 @@ struct ApplyResult {
 // non-finite, update the loss scale, zero_grad(set_to_none). Gradients must already be averaged
 // over ranks. skip_nonfinite (train.nonfinite skip|rollback, no fp16 scaler): the gradient norm is
 // checked on the host (one sync) and a non-finite one skips the step, which `nonfinite` reports.
+// `parallel` (null: one replica): the global norm and the fp16 overflow agreement of a sharded run;
+// `params` are then its step_params().
 ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,
-                            double grad_clip, double lr, bool need_norm, bool skip_nonfinite = false);
+                            double grad_clip, double lr, bool need_norm, bool skip_nonfinite = false,
+                            DataParallel* parallel = nullptr);
 
 }  // namespace trainer::engine

@@ -95,7 +95,7 @@ class Trainer {
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
     samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
 
-    optimizer_ = build_optimizer(cfg_.optim, *model_);
+    optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
     LossScalerConfig sc;
     sc.enabled = precision_ == Precision::Fp16;
@@ -219,7 +219,7 @@ class Trainer {
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
-  RunObjects objects() { return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_}; }
+  RunObjects objects() { return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_, parallel_.get()}; }
 
   // The run's training clock: the seconds of the attempts before this one (up to the checkpoint it
   // resumed from) plus this attempt's.

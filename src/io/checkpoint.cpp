@@ -301,6 +301,10 @@ CheckpointStore::CheckpointStore(fs::path dir, CheckpointPolicy policy) : dir_(s
   }
 }
 
+fs::path staged_shard_path(const fs::path& dir, int64_t step, const std::string& group, int64_t pid) {
+  return dir / ("." + step_dir_name(step) + "." + group + ".staged-" + std::to_string(pid < 0 ? ::getpid() : pid));
+}
+
 fs::path CheckpointStore::save(int64_t step, const CheckpointContent& content) {
   for (const auto& [name, tensors] : content.groups)
     if (!valid_group_name(name)) fail(dir_, "invalid tensor group name '" + name + "' (use [A-Za-z0-9_-])");
@@ -324,6 +328,12 @@ fs::path CheckpointStore::save(int64_t step, const CheckpointContent& content) {
       } catch (const SafetensorsError& e) {
         throw CheckpointError(e.what());
       }
+      record(name + ".safetensors");
+    }
+    for (const auto& [name, from] : content.staged) {
+      if (!valid_group_name(name)) fail(dir_, "invalid tensor group name '" + name + "' (use [A-Za-z0-9_-])");
+      const fs::path file = tmp / (name + ".safetensors");
+      if (::rename(from.c_str(), file.c_str()) != 0) fail_errno(from, "cannot move the staged shard into " + tmp.string());
       record(name + ".safetensors");
     }
     write_file_synced(tmp / kStateName, content.state.dump(1));

@@ -40,7 +40,19 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 struct CheckpointContent {
   std::map<std::string, NamedTensors> groups;  // "model" -> model.safetensors; names: [A-Za-z0-9_-]+
   nlohmann::json state = nlohmann::json::object();
+  // Files other processes already wrote and synced (the ranks' shards of a sharded run), as
+  // <group>.safetensors name -> where they are: save() renames them into the new folder (the same
+  // file system) and lists them in the manifest like its own files. load_checkpoint() returns them
+  // as groups.
+  std::map<std::string, std::filesystem::path> staged;
 };
+
+// Where a rank stages its shard file for the checkpoint of `step` in `dir` before the saving rank
+// moves it in: a dot-file named after the step and the writer's pid, so a store removes it once its
+// writer is dead (like its own temporary folders); never taken for a checkpoint.
+// `pid` < 0: this process's.
+std::filesystem::path staged_shard_path(const std::filesystem::path& dir, int64_t step, const std::string& group,
+                                        int64_t pid = -1);
 
 // State-document keys shared with export (engine/export.cpp): the resolved config as YAML text.
 inline constexpr const char* kStateConfigYaml = "config_yaml";

@@ -28,6 +28,9 @@ nlohmann::json to_json(const TrainRecord& r) {
   put(j, "cuda_peak_allocated_mb", r.cuda_peak_allocated_mb);
   put(j, "gpu_util_pct", r.gpu_util_pct);
   put(j, "mfu", r.mfu);
+  put(j, "param_bytes", r.param_bytes);
+  put(j, "grad_bytes", r.grad_bytes);
+  put(j, "optim_state_bytes", r.optim_state_bytes);
   return j;
 }
 

@@ -30,6 +30,9 @@ struct TrainRecord {
   std::optional<double> cuda_allocated_mb, cuda_reserved_mb, cuda_peak_allocated_mb;
   std::optional<double> gpu_util_pct;  // NVML: percent of the last sample period a kernel ran
   std::optional<double> mfu;         // model FLOPs utilisation in [0, 1]
+  // Bytes rank 0 holds for parameters, gradients (with the strategy's buffers) and optimizer state,
+  // measured from the tensors after the log step's backward (dist.sharding shrinks them).
+  std::optional<int64_t> param_bytes, grad_bytes, optim_state_bytes;
 };
 
 struct EvalRecord {

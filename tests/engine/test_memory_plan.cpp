@@ -41,6 +41,21 @@ TEST_CASE("fixed memory counts parameters, gradients, optimizer state and DDP bu
   CHECK(fixed_memory(*model, sgd, 1).total() == p);  // the gradients are part of the measured step
 }
 
+TEST_CASE("fixed memory with dist.sharding: optimizer state 1/N, and with gradients the buckets 1/N", "[unit]") {
+  auto model = small_gpt(false);
+  const int64_t p = model->num_parameters() * 4;
+  config::OptimConfig adamw;
+  adamw.name = config::OptimizerKind::Adamw;
+  const auto z1 = fixed_memory(*model, adamw, 4, config::Sharding::Optimizer);
+  CHECK(z1.optimizer == (2 * p + 3) / 4);
+  CHECK(z1.ddp_buckets == p);  // ZeRO-1 all-reduces a full gradient buffer
+  const auto z2 = fixed_memory(*model, adamw, 4, config::Sharding::Gradients);
+  CHECK(z2.optimizer == (2 * p + 3) / 4);
+  CHECK(z2.ddp_buckets == (p + 3) / 4);
+  CHECK(z2.parameters == p);  // parameters stay whole (ZeRO-3 is not implemented)
+  CHECK(fixed_memory(*model, adamw, 1, config::Sharding::Gradients).optimizer == 2 * p);  // a single process shards nothing
+}
+
 TEST_CASE("the activation probe measures per-sample bytes, checkpointing needs fewer, nothing is left behind", "[unit]") {
   c10::Allocator* before = c10::GetCPUAllocator();
   auto plain = small_gpt(false), ckpt = small_gpt(true);

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""dist.sharding side by side on this machine: a GPT of ~57 M parameters (8 layers, width 768) on
+synthetic tokens, at 2 and 4 ranks (`trainer launch`), in every implemented mode; throughput
+relative to `none` and rank 0's peak RSS, plus PyTorch's FSDP2 (`fully_shard`, Gloo, CPU) on the
+same model (tests/reference/nanogpt_ref.py) under torchrun where it runs.
+
+    scripts/bench/bench_sharding.py [--trainer build/trainer] [--steps 8] [--worlds 2,4] [--no-fsdp2]
+
+Prints a Markdown table (docs/PERFORMANCE.md, "Sharded data parallel") and writes the raw figures
+to <work>/sharding.json. Targets: optimizer >= 0.95 of none, peak RSS of `gradients` below `none`'s
+(full, ZeRO-3: not implemented, so its targets are not measured)."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from trainer_side import read_train_records, summarise_records, to_yaml  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MODEL = {"arch": "gpt", "vocab_size": 256, "block_size": 64, "n_layer": 8, "n_head": 12, "n_embd": 768,
+         "dropout": 0.0, "bias": True}
+MODES = ["none", "optimizer", "gradients"]
+
+
+def config(out_dir, steps, batch):
+    return {
+        "run": {"name": "shard", "out_dir": out_dir, "seed": 1},
+        "model": MODEL,
+        "data": {"format": "synthetic", "workers": 1, "synthetic": {"num_samples": 4096, "val_samples": 4}},
+        "train": {"batch_size": batch, "max_steps": steps, "precision": "fp32", "device": "cpu", "threads": 1,
+                  "log_every": 1, "eval_every": 0, "eval_steps": 1},
+        "optim": {"name": "adamw", "lr": 3e-4, "weight_decay": 0.1},
+        "schedule": {"name": "constant"},
+        "checkpoint": {"every_steps": 0, "keep_last": 1},
+        "log": {"progress": "off", "tensorboard": False},
+    }
+
+
+def run_trainer(trainer, world, mode, work, steps, batch, warmup):
+    run_root = os.path.join(work, f"w{world}-{mode}")
+    os.makedirs(run_root, exist_ok=True)
+    cfg = os.path.join(run_root, "shard.yaml")
+    with open(cfg, "w") as f:
+        f.write(to_yaml(config(os.path.join(run_root, "runs"), steps, batch)) + "\n")
+    log = os.path.join(run_root, "log.txt")
+    t0 = time.perf_counter()
+    with open(log, "w") as out:
+        # the final checkpoint is written too: keep it out of the throughput (records only)
+        p = subprocess.run([trainer, "launch", "-n", str(world), "--", "run", cfg, "--force", "--resume", "never",
+                            "--set", f"dist.sharding={mode}"], stdout=out, stderr=subprocess.STDOUT)
+    if p.returncode != 0:
+        raise RuntimeError(f"{mode} at {world} ranks exited with {p.returncode}: see {log}")
+    recs = read_train_records(os.path.join(run_root, "runs", "shard", "metrics.jsonl"))
+    s = summarise_records(recs, warmup)
+    last = recs[-1]
+    for k in ("param_bytes", "grad_bytes", "optim_state_bytes"):
+        s[k] = last.get(k)
+    s["wall_s"] = time.perf_counter() - t0
+    return s
+
+
+def run_fsdp2(world, work, steps, batch, warmup):
+    venv = os.environ.get("TRAINER_VENV", os.path.expanduser("~/.cache/trainer/venv-torch-2.11.0"))
+    out = os.path.join(work, f"fsdp2-w{world}.json")
+    cmd = [os.path.join(venv, "bin", "torchrun"), "--nproc_per_node", str(world), "--master_addr", "127.0.0.1",
+           "--master_port", str(29500 + world), os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                              "fsdp2_worker.py"),
+           "--steps", str(steps), "--batch", str(batch), "--warmup", str(warmup), "--out", out,
+           "--model", json.dumps(MODEL)]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if p.returncode != 0:
+        return {"error": p.stdout.strip().splitlines()[-1] if p.stdout.strip() else f"exit {p.returncode}"}
+    with open(out) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trainer", default=os.path.join(REPO, "build", "trainer"))
+    ap.add_argument("--work", default="/tmp/trainer-bench-sharding")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--no-fsdp2", action="store_true")
+    a = ap.parse_args()
+    results = {}
+    for world in [int(w) for w in a.worlds.split(",")]:
+        for mode in MODES:
+            results[f"{world}/{mode}"] = run_trainer(a.trainer, world, mode, a.work, a.steps, a.batch, a.warmup)
+            print(f"{world} ranks, {mode}: {results[f'{world}/{mode}']}", file=sys.stderr, flush=True)
+        if not a.no_fsdp2:
+            results[f"{world}/fsdp2"] = run_fsdp2(world, a.work, a.steps, a.batch, a.warmup)
+            print(f"{world} ranks, fsdp2: {results[f'{world}/fsdp2']}", file=sys.stderr, flush=True)
+    with open(os.path.join(a.work, "sharding.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print("| ranks | mode | samples/s | vs none | rank 0 peak RSS MiB | vs none | optimizer state MiB | gradients MiB |")
+    print("|---|---|---|---|---|---|---|---|")
+    for key, r in results.items():
+        world, mode = key.split("/")
+        base = results[f"{world}/none"]
+        if "error" in r:
+            print(f"| {world} | {mode} | did not run: {r['error']} | | | | | |")
+            continue
+        mib = lambda v: f"{v / 2**20:.0f}" if v is not None else "-"
+        print(f"| {world} | {mode} | {r['samples_per_s']:.2f} | {r['samples_per_s'] / base['samples_per_s']:.2f} | "
+              f"{r['peak_rss_mb']:.0f} | {r['peak_rss_mb'] / base['peak_rss_mb']:.2f} | "
+              f"{mib(r.get('optim_state_bytes'))} | {mib(r.get('grad_bytes'))} |")
+
+
+if __name__ == "__main__":
+    main()

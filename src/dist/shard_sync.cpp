@@ -1,0 +1,233 @@
+// ShardSync: see shard_sync.hpp. Bucketing and hook ordering follow GradSync (grad_sync.cpp): the
+// same reverse registration order and bucket cap, buckets launched strictly in index order so that
+// every rank issues the same sequence of collectives.
+#include "dist/shard_sync.hpp"
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <sstream>
+#include <unordered_set>
+
+namespace trainer::dist {
+namespace {
+
+// After autograd accumulated the gradient into .grad (the sum over micro-steps with accumulation).
+class ShardReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  ShardReadyHook(ShardSync* sync, size_t index) : sync_(sync), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { sync_->on_grad_ready(index_); }
+
+ private:
+  ShardSync* sync_;
+  size_t index_;
+};
+
+uint64_t shard_fnv1a(uint64_t h, int64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// The strides a parameter keeps inside the flat buffer: its own when it is dense (channels-last
+// weights stay channels-last), else plain row-major.
+std::vector<int64_t> storage_strides(const torch::Tensor& p) {
+  if (p.is_non_overlapping_and_dense()) return p.strides().vec();
+  std::vector<int64_t> s(static_cast<size_t>(p.dim()), 1);
+  for (int64_t d = p.dim() - 2; d >= 0; --d) s[static_cast<size_t>(d)] = s[static_cast<size_t>(d + 1)] * p.size(d + 1);
+  return s;
+}
+
+torch::Tensor slot_of(const torch::Tensor& flat, const torch::Tensor& p, int64_t offset) {
+  return flat.as_strided(p.sizes(), storage_strides(p), flat.storage_offset() + offset);
+}
+
+}  // namespace
+
+ShardSync::ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode)
+    : ctx_(ctx), mode_(mode), world_(ctx.world_size()), rank_(ctx.rank()) {
+  for (auto& p : params)
+    if (p.defined() && p.requires_grad()) params_.push_back(p);
+  build(bucket_mb);
+  check_layout();
+  for (size_t i = 0; i < params_.size(); ++i)
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ShardReadyHook>(this, i));
+  reset_step();
+}
+
+ShardSync::~ShardSync() {
+  for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+}
+
+void ShardSync::build(double bucket_mb) {
+  torch::NoGradGuard no_grad;
+  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
+  bucket_of_.assign(params_.size(), 0);
+  ready_.assign(params_.size(), false);
+  int64_t bytes = 0;
+  for (size_t k = params_.size(); k-- > 0;) {
+    const auto& p = params_[k];
+    bool fresh = buckets_.empty() || bytes >= cap;
+    if (!fresh) {
+      const auto& first = params_[buckets_.back().params.front()];
+      fresh = first.scalar_type() != p.scalar_type() || first.device() != p.device();
+    }
+    if (fresh) {
+      buckets_.emplace_back();
+      bytes = 0;
+    }
+    auto& b = buckets_.back();
+    b.params.push_back(k);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel();
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    bucket_of_[k] = buckets_.size() - 1;
+  }
+  uint64_t h = shard_fnv1a(1469598103934665603ull, static_cast<int64_t>(buckets_.size()));
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    auto& b = buckets_[bi];
+    const auto& first = params_[b.params.front()];
+    const auto opts = first.options().requires_grad(false);
+    b.padded = (b.numel + world_ - 1) / world_ * world_;  // shapes that do not divide are padded, never refused
+    b.chunk = b.padded / world_;
+    b.flat_param = torch::zeros({b.padded}, opts);
+    b.shard_grad = torch::zeros({b.chunk}, opts);
+    if (mode_ == Grads::AllReduce) b.flat_grad = torch::zeros({b.padded}, opts);
+    const int64_t lo = rank_ * b.chunk, hi = lo + b.chunk;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      auto& p = params_[b.params[j]];
+      auto view = slot_of(b.flat_param, p, b.offsets[j]);
+      view.copy_(p.detach());
+      p.set_data(view);  // the model's tensor now lives in the bucket: the all-gather updates it in place
+      const int64_t start = std::max(lo, b.offsets[j]), end = std::min(hi, b.offsets[j] + p.numel());
+      if (start < end)
+        pieces_.push_back(OwnedPiece{b.params[j], bi, start - b.offsets[j], end - start, start - lo,
+                                     b.flat_param.narrow(0, start, end - start)});
+      h = shard_fnv1a(h, static_cast<int64_t>(b.params[j]));
+      h = shard_fnv1a(h, p.numel());
+      h = shard_fnv1a(h, static_cast<int64_t>(p.scalar_type()));
+    }
+  }
+  layout_hash_ = h;
+}
+
+void ShardSync::check_layout() {
+  if (!ctx_.active()) return;
+  auto mine = torch::tensor({static_cast<int64_t>(layout_hash_)}, torch::kInt64).to(ctx_.device());
+  auto all = ctx_.all_gather(mine, "shard layout").cpu();
+  for (int64_t r = 1; r < world_; ++r)
+    if (all[r][0].item<int64_t>() != all[0][0].item<int64_t>()) {
+      std::ostringstream msg;
+      msg << "rank " << rank_ << ": the sharded parameter layout differs between ranks 0 and " << r
+          << " (different model or dist.bucket_mb)";
+      throw DistError(msg.str());
+    }
+}
+
+std::vector<torch::Tensor> ShardSync::piece_values() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& pc : pieces_) out.push_back(pc.value);
+  return out;
+}
+
+void ShardSync::set_enabled(bool sync) {
+  std::lock_guard<std::mutex> lk(mu_);
+  enabled_ = sync;
+}
+
+void ShardSync::reset_step() {
+  std::fill(ready_.begin(), ready_.end(), false);
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.op.reset();
+  }
+  next_launch_ = 0;
+}
+
+void ShardSync::on_grad_ready(size_t index) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!enabled_ || ready_[index]) return;
+  ready_[index] = true;
+  if (--buckets_[bucket_of_[index]].pending == 0)
+    while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void ShardSync::launch(size_t bi) {
+  torch::NoGradGuard no_grad;
+  auto& b = buckets_[bi];
+  // reduce_scatter: the full-size buffer exists only from here until finish() (ZeRO-2)
+  if (mode_ == Grads::ReduceScatter) b.flat_grad = torch::zeros({b.padded}, b.flat_param.options());
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    auto& p = params_[b.params[j]];
+    auto slot = slot_of(b.flat_grad, p, b.offsets[j]);
+    if (p.grad().defined())
+      slot.copy_(p.grad());
+    else
+      slot.zero_();  // unused this step: zeros, like torch DDP's find_unused_parameters
+    p.mutable_grad() = torch::Tensor();  // the bucket holds it now; the optimizer never reads .grad of a parameter
+  }
+  const std::string what = "shard bucket " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size());
+  b.op = mode_ == Grads::AllReduce ? ctx_.all_reduce_sum_async(b.flat_grad, what)
+                                   : ctx_.reduce_scatter_sum_async(b.shard_grad, b.flat_grad, what);
+}
+
+void ShardSync::finish() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!enabled_) return;
+  while (next_launch_ < buckets_.size()) launch(next_launch_++);  // buckets with unused parameters
+  torch::NoGradGuard no_grad;
+  const double inv = 1.0 / static_cast<double>(world_);
+  for (auto& b : buckets_) {
+    b.op->wait();
+    if (mode_ == Grads::AllReduce)
+      b.shard_grad.copy_(b.flat_grad.narrow(0, rank_ * b.chunk, b.chunk));
+    else
+      b.flat_grad = torch::Tensor();  // ZeRO-2 keeps only the shard
+    b.shard_grad.mul_(inv);
+  }
+  for (const auto& pc : pieces_) {
+    // the slice's memory, but not an autograd view: Optimizer::zero_grad detach_()es gradients,
+    // which a view refuses
+    const auto& sg = buckets_[pc.bucket].shard_grad;
+    auto g = torch::empty({0}, sg.options());
+    g.set_(sg.storage(), sg.storage_offset() + pc.chunk_offset, {pc.len}, {1});
+    pc.value.mutable_grad() = g;
+  }
+  reset_step();
+}
+
+void ShardSync::gather_params() {
+  torch::NoGradGuard no_grad;
+  std::vector<std::shared_ptr<AsyncOp>> ops;
+  std::vector<torch::Tensor> inputs;  // alive until the collectives are done
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    auto& b = buckets_[bi];
+    // the input is a copy: an input aliasing its own output is not allowed by every backend
+    inputs.push_back(b.flat_param.narrow(0, rank_ * b.chunk, b.chunk).clone());
+    ops.push_back(ctx_.all_gather_into_async(b.flat_param, inputs.back(),
+                                             "shard params " + std::to_string(bi + 1) + "/" +
+                                                 std::to_string(buckets_.size())));
+  }
+  for (auto& op : ops) op->wait();
+}
+
+int64_t ShardSync::param_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : buckets_) n += b.flat_param.nbytes();
+  return n;
+}
+
+int64_t ShardSync::grad_bytes() const {
+  int64_t n = 0;
+  for (const auto& b : buckets_) {
+    if (b.flat_grad.defined()) n += b.flat_grad.nbytes();
+    n += b.shard_grad.nbytes();
+  }
+  for (const auto& p : params_)
+    if (p.grad().defined()) n += p.grad().nbytes();
+  return n;
+}
+
+}  // namespace trainer::dist

@@ -1,0 +1,43 @@
+// The optimizer state of a sharded run in a checkpoint (docs/CHECKPOINTS.md):
+//
+//   optimizer-shard-<r>-of-<N>.safetensors   rank r's pieces: "<param>.<field>" 1-D tensors (its
+//                                            elements of the parameter in storage order) and
+//                                            "<param>.step" (AdamW), written by rank r in parallel
+//   state.json "optimizer_shards"            world size, the files, and per parameter its global
+//                                            shape and strides and every rank's [begin, begin+len)
+//
+// The store's manifest holds each shard file's sha256 and size, so a missing or corrupt shard is
+// refused naming the file. Loading always goes through the replicated layout (whole tensors per
+// parameter name, optimizer.safetensors' format): a sharded checkpoint is assembled into it, and a
+// sharded run slices its pieces out of it, so any world size and either layout resume exactly.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "dist/shard_sync.hpp"
+#include "io/checkpoint.hpp"
+
+namespace trainer::engine {
+
+std::string shard_group_name(int64_t rank, int64_t world);  // "optimizer-shard-<r>-of-<N>"
+
+// This rank's optimizer state, one entry per piece field (see above).
+io::NamedTensors shard_optimizer_tensors(const dist::ShardSync& sync, const torch::optim::Optimizer& opt,
+                                         const torch::nn::Module& model);
+
+// The "optimizer_shards" document: computed from the layout, the same on every rank.
+nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module& model);
+
+// The optimizer state of `content` in the replicated layout: its optimizer group, or its shards
+// assembled by their layout. Throws io::CheckpointError naming the file that lacks a piece.
+io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, const std::filesystem::path& from);
+
+// Replaces the optimizer's state (keyed by the pieces) by this rank's slices of `full`.
+void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                          const io::NamedTensors& full);
+
+}  // namespace trainer::engine

@@ -1,0 +1,93 @@
+#include "engine/sharded_parallel.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <unordered_set>
+
+#include "engine/optim.hpp"
+#include "engine/sharded_checkpoint.hpp"
+
+namespace trainer::engine {
+
+ShardedParallel::ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg) : dist_(dist), cfg_(cfg) {}
+
+std::string ShardedParallel::name() const {
+  return cfg_.sharding == config::Sharding::Optimizer ? "sharded optimizer state (ZeRO-1)" : "sharded gradients (ZeRO-2)";
+}
+
+void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
+  dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
+  const auto mode =
+      cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce : dist::ShardSync::Grads::ReduceScatter;
+  sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+  pieces_ = sync_->piece_values();
+  int64_t owned = 0, padded = 0;
+  for (const auto& pc : sync_->pieces()) owned += pc.len;
+  for (const auto& b : sync_->buckets()) padded += b.padded;
+  spdlog::info("dist.sharding {}: {}; {} buckets, {} elements with padding, this rank steps {} of them",
+               config::name_of(cfg_.sharding),
+               name(), sync_->buckets().size(), padded, owned);
+}
+
+// The decay split of the whole model (optim.cpp's rule), applied to each piece through its parameter.
+std::unique_ptr<torch::optim::Optimizer> ShardedParallel::make_optimizer(const config::OptimConfig& cfg,
+                                                                         const torch::nn::Module& model) {
+  const ParamGroups whole = split_decay_groups(model, cfg.decay_norm_and_bias);
+  std::unordered_set<const c10::TensorImpl*> no_decay;
+  for (const auto& p : whole.no_decay) no_decay.insert(p.unsafeGetTensorImpl());
+  ParamGroups mine;
+  for (const auto& pc : sync_->pieces()) {
+    const bool nd = no_decay.count(sync_->params()[pc.param].unsafeGetTensorImpl()) > 0;
+    (nd ? mine.no_decay : mine.decay).push_back(pc.value);
+  }
+  return build_optimizer(cfg, mine);
+}
+
+torch::Tensor ShardedParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : step_params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  // sum of squares in float64 over this rank's slices, then over ranks: the norm of the whole gradient
+  auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(dist_.device()));
+  if (!grads.empty()) sq += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum();
+  dist_.all_reduce_sum_async(sq, "grad norm")->wait();
+  auto total = sq.sqrt().to(torch::kFloat32).reshape({});
+  if (max_norm > 0 && !grads.empty()) {
+    auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);  // torch's clip_grad_norm_ rule, on the device
+    at::_foreach_mul_(grads, coef.to(grads.front().dtype()));
+  }
+  return total;
+}
+
+void ShardedParallel::agree_flag(torch::Tensor& flag) { dist_.all_reduce_sum_async(flag, "found inf")->wait(); }
+
+DataParallel::HeldBytes ShardedParallel::held_bytes(const std::vector<torch::Tensor>&,
+                                                    const torch::optim::Optimizer& opt) const {
+  HeldBytes h;
+  h.params = sync_->param_bytes();
+  h.grads = sync_->grad_bytes();
+  h.optimizer = optimizer_state_bytes(opt);
+  return h;
+}
+
+std::string ShardedParallel::shard_group() const { return shard_group_name(dist_.rank(), dist_.world_size()); }
+
+io::NamedTensors ShardedParallel::shard_tensors(const torch::optim::Optimizer& opt,
+                                                const torch::nn::Module& model) const {
+  return shard_optimizer_tensors(*sync_, opt, model);
+}
+
+nlohmann::json ShardedParallel::shard_layout(const torch::nn::Module& model) const {
+  return engine::shard_layout(*sync_, model);
+}
+
+void ShardedParallel::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                                     const io::NamedTensors& full) const {
+  load_shard_optimizer(*sync_, opt, model, full);
+}
+
+std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
+  return std::make_unique<ShardedParallel>(dist, cfg);
+}
+
+}  // namespace trainer::engine
