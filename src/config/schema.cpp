@@ -45,6 +45,17 @@ struct Builder {
   void l(const std::string& n, std::vector<double>& v, const std::string& doc) {
     add(n, FieldType::FloatList, doc).ref = &v;
   }
+  void regexes(const std::string& n, std::vector<std::string>& v, const std::string& doc) {
+    auto& f = add(n, FieldType::StringList, doc);
+    f.ref = &v;
+    f.regex = true;
+  }
+  void prefixes(const std::string& n, PrefixPairs& v, const std::string& doc) {
+    add(n, FieldType::PrefixMap, doc).ref = &v;
+  }
+  void groups(const std::string& n, std::vector<ParamGroupRule>& v, const std::string& doc) {
+    add(n, FieldType::GroupList, doc).ref = &v;
+  }
   void arch(const std::string& a) { out.back().applies_to = {a}; }
   void arch(std::initializer_list<std::string> a) { out.back().applies_to = a; }
 };
@@ -148,7 +159,21 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.arch("vit");
   k.b("activation_checkpointing", m.activation_checkpointing,
       "Recompute activations in backward (per ResNet stage, GPT block or ViT encoder block) to save memory.");
-  k.p("init_from", m.init_from, "A .safetensors file to initialise the weights from (\"\" = random init).");
+  k.p("init_from", m.init_from, "The old spelling of model.init.from, still read (setting both is an error).");
+  k.prefix = "model.init";
+  k.p("from", m.init.from,
+      "Initial weights: a .safetensors file or a torch.save'd state_dict (.pt / .pth, read without Python); \"\" = "
+      "random init. Not read when the run resumes from a checkpoint. The report: <run dir>/init_report.json.");
+  k.b("strict", m.init.strict, "Missing and unexpected names are errors (false: warnings; the rest loads).");
+  k.regexes("skip", m.init.skip,
+            "Regexes (ECMAScript, std::regex_search: anchor with ^...$ for the whole name) of the file's names "
+            "(before renaming) not to load; the model keeps its own initialisation there.");
+  k.prefixes("rename", m.init.rename,
+             "Prefix mapping of the file's names, e.g. {\"module.\": \"\"} for a DDP checkpoint; the first "
+             "matching prefix wins.");
+  k.b("reinit_mismatched", m.init.reinit_mismatched,
+      "A file tensor whose shape differs from the model's (a new head) is not loaded: the model's own "
+      "initialisation stays (false: an error).");
 
   k.prefix = "data";
   auto& d = c.data;
@@ -203,6 +228,12 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
   k.i("max_nonfinite", t.max_nonfinite, 1, 1e6, "Consecutive skipped or rolled-back steps before the run aborts.");
+  k.regexes("freeze", t.freeze,
+            "Regexes (std::regex_search over parameter names) of parameters that take no gradient, no optimizer "
+            "state and no all-reduce; one that matches nothing is a warning.");
+  k.b("freeze_bn", t.freeze_bn,
+      "BatchNorm modules whose parameters are all frozen stay in eval mode while training (running statistics "
+      "unchanged).");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
   k.c("mode", t.early_stopping.mode, {"auto", "min", "max"}, "Better is lower (min) or higher (max); auto: max for accuracies.");
@@ -220,6 +251,14 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("eps", o.eps, 0, 1, "AdamW epsilon.");
   k.b("decay_norm_and_bias", o.decay_norm_and_bias, "Also apply weight decay to biases, norms and embeddings.");
   k.b("fused", o.fused, "One fused ATen kernel per step (_fused_adamw_ / _fused_sgd_) instead of a per-parameter loop.");
+  k.groups("groups", o.groups,
+           "Parameter groups: [{match: REGEX, lr: X, weight_decay: Y}, ...]; a parameter takes the first rule whose "
+           "regex (std::regex_search) matches its name; lr and weight_decay default to optim.lr / "
+           "optim.weight_decay (no decay still applies to biases and norms); lr follows the schedule in proportion.");
+  k.f("layer_decay", o.layer_decay, 0, 1,
+      "Layer-wise lr decay for transformer blocks (gpt, vit): block i of n trains at lr x layer_decay^(n - i), "
+      "the embeddings at layer_decay^(n + 1), the head and final norm at lr (1 = off).");
+  k.arch({"gpt", "vit"});
 
   k.prefix = "schedule";
   auto& s = c.schedule;
@@ -278,6 +317,9 @@ std::string type_name(const FieldInfo& f) {
     case FieldType::String: return "string";
     case FieldType::Path: return "path";
     case FieldType::FloatList: return "list of float";
+    case FieldType::StringList: return f.regex ? "list of regex" : "list of string";
+    case FieldType::PrefixMap: return "map of prefix to prefix";
+    case FieldType::GroupList: return "list of {match, lr, weight_decay}";
     case FieldType::Choice: {
       std::string s;
       for (const auto& c : f.choices) s += (s.empty() ? "" : " | ") + (c.empty() ? std::string("\"\"") : c);
@@ -315,9 +357,27 @@ std::string value_text(const FieldInfo& f) {
         else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && *p == 0 ? "auto" : std::to_string(*p);
         else if constexpr (std::is_same_v<T, double>) return float_text(*p);
         else if constexpr (std::is_same_v<T, std::string>) return quote(*p);
-        else {
+        else if constexpr (std::is_same_v<T, std::vector<double>>) {
           std::string s = "[";
           for (size_t i = 0; i < p->size(); ++i) s += (i ? ", " : "") + float_text((*p)[i]);
+          return s + "]";
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          std::string s = "[";
+          for (size_t i = 0; i < p->size(); ++i) s += (i ? ", " : "") + quote((*p)[i]);
+          return s + "]";
+        } else if constexpr (std::is_same_v<T, PrefixPairs>) {
+          std::string s = "{";
+          for (size_t i = 0; i < p->size(); ++i) s += (i ? ", " : "") + quote((*p)[i].first) + ": " + quote((*p)[i].second);
+          return s + "}";
+        } else {
+          std::string s = "[";
+          for (size_t i = 0; i < p->size(); ++i) {
+            const auto& g = (*p)[i];
+            s += std::string(i ? ", " : "") + "{match: " + quote(g.match);
+            if (g.lr) s += ", lr: " + float_text(*g.lr);
+            if (g.weight_decay) s += ", weight_decay: " + float_text(*g.weight_decay);
+            s += "}";
+          }
           return s + "]";
         }
       },

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -12,7 +13,10 @@
 
 namespace trainer::config {
 
-enum class FieldType { Bool, Int, Float, String, Choice, FloatList, Path };
+// StringList: a YAML list of strings; PrefixMap: a YAML mapping of strings to strings, in file order;
+// GroupList: optim.groups, a list of mappings {match, lr, weight_decay}.
+enum class FieldType { Bool, Int, Float, String, Choice, FloatList, Path, StringList, PrefixMap, GroupList };
+using PrefixPairs = std::vector<std::pair<std::string, std::string>>;
 
 struct FieldInfo {
   std::string key;  // full dotted path, e.g. "optim.lr"
@@ -23,7 +27,10 @@ struct FieldInfo {
   std::vector<std::string> choices;  // Choice only
   std::vector<std::string> applies_to;  // model keys: the archs it applies to ("resnet", ...); empty = any arch
   bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
-  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*> ref;
+  bool regex = false;                // StringList: every entry must compile as a std::regex (ECMAScript)
+  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*, std::vector<std::string>*, PrefixPairs*,
+               std::vector<ParamGroupRule>*>
+      ref;
 };
 
 // True when `f` applies to model.arch `arch` (keys without an arch apply to every arch).
