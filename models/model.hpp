@@ -27,6 +27,13 @@ class Model : public torch::nn::Module {
   // tokens (T). For GPT use 6N + 12 * n_layer * T * n_embd per token, times T.
   virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
   int64_t num_parameters() const;  // unique parameters (tied weights counted once)
+  // train(true) switches every submodule to training mode except those named here, which stay in
+  // eval mode (train.freeze_bn: a frozen BatchNorm keeps its running statistics).
+  void train(bool on = true) override;
+  void keep_in_eval(std::vector<std::shared_ptr<torch::nn::Module>> modules);
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> kept_in_eval_;
 };
 using ModelPtr = std::shared_ptr<Model>;
 
@@ -34,8 +41,9 @@ class ModelRegistry {
  public:
   using Factory = std::function<ModelPtr(const config::ModelConfig&)>;
   void add(const std::string& arch, Factory factory);
-  // Builds the model (the caller seeds torch first: initialisation draws from torch's generator), then
-  // loads cfg.init_from when set (strict). Unknown arch: std::invalid_argument listing the known ones.
+  // Builds the model with its own initialisation (the caller seeds torch first: initialisation draws
+  // from torch's generator); model.init is applied apart (models/init_load.hpp), since a resumed run
+  // must not read it. Unknown arch: std::invalid_argument listing the known ones.
   ModelPtr create(const config::ModelConfig& cfg) const;
   std::vector<std::string> names() const;  // sorted
 
