@@ -36,8 +36,14 @@ nlohmann::json model_config_json(config::RunConfig& cfg) {
     if (f.key.rfind(prefix, 0) != 0) continue;
     if (!config::applies_to_arch(f, cfg.model.arch)) continue;
     const std::string name = f.key.substr(prefix.size());
-    if (name == "init_from") continue;  // a path on the training machine, meaningless to the reader
-    std::visit([&](auto* v) { j[name] = *v; }, f.ref);
+    // a path on the training machine and how it was read: meaningless to the reader
+    if (name == "init_from" || name.rfind("init.", 0) == 0) continue;
+    std::visit(
+        [&](auto* v) {
+          if constexpr (!std::is_same_v<std::remove_pointer_t<decltype(v)>, std::vector<config::ParamGroupRule>>)
+            j[name] = *v;
+        },
+        f.ref);
   }
   return j;
 }
