@@ -68,7 +68,7 @@ TEST_CASE("optim.groups: first match wins, the rest keep the defaults, lr follow
   }
 }
 
-TEST_CASE("frozen parameters are in no optimizer group; without groups the layout is the old two groups", "[unit]") {
+TEST_CASE("frozen parameters are in no optimizer group, and without groups the layout is the old two groups", "[unit]") {
   GroupsNet net;
   net.fc->weight.set_requires_grad(false);
   net.fc->bias.set_requires_grad(false);
