@@ -132,6 +132,7 @@ class StateUnpickler {
   }
 
   void step(uint8_t op);
+  bool scalar_op(uint8_t op);
   void set_items(std::vector<PickleRef> kv);
   void reduce();
   PickleRef persistent_load(const PickleRef& pid);
@@ -148,29 +149,27 @@ class StateUnpickler {
   std::map<std::string, PickleRef> storages_;  // by record key: tensors share them
 };
 
-void StateUnpickler::step(uint8_t op) {
+// The opcodes that push one plain value (None, bools, ints, floats, strings); false for any other.
+bool StateUnpickler::scalar_op(uint8_t op) {
   using K = PickleValue::Kind;
   switch (op) {
-    case 0x80: byte(); return;                     // PROTO
-    case 0x95: uint_le(8); return;                 // FRAME: a length hint
-    case '(': marks_.push_back(stack_.size()); return;
-    case 'N': stack_.push_back(pickle_make(K::None)); return;
+    case 'N': stack_.push_back(pickle_make(K::None)); return true;
     case 0x88: case 0x89: {                        // NEWTRUE, NEWFALSE
       auto b = pickle_make(K::Bool);
       b->i = op == 0x88;
       stack_.push_back(b);
-      return;
+      return true;
     }
-    case 'K': push_int(static_cast<int64_t>(uint_le(1))); return;
-    case 'M': push_int(static_cast<int64_t>(uint_le(2))); return;
-    case 'J': push_int(static_cast<int32_t>(uint_le(4))); return;
+    case 'K': push_int(static_cast<int64_t>(uint_le(1))); return true;
+    case 'M': push_int(static_cast<int64_t>(uint_le(2))); return true;
+    case 'J': push_int(static_cast<int32_t>(uint_le(4))); return true;
     case 0x8a: {                                   // LONG1: n little-endian two's-complement bytes
       const size_t n = byte();
       if (n > 8) fail("an integer of " + std::to_string(n) + " bytes: beyond 64 bits");
       uint64_t v = uint_le(n);
       if (n > 0 && n < 8 && (v >> (8 * n - 1)) & 1) v |= ~uint64_t(0) << (8 * n);
       push_int(static_cast<int64_t>(v));
-      return;
+      return true;
     }
     case 'G': {                                    // BINFLOAT: big-endian double
       const char* b = take(8);
@@ -179,11 +178,22 @@ void StateUnpickler::step(uint8_t op) {
       auto x = pickle_make(K::Float);
       std::memcpy(&x->f, &bits, 8);
       stack_.push_back(x);
-      return;
+      return true;
     }
-    case 'X': case 'T': push_str(uint_le(4)); return;   // BINUNICODE, BINSTRING
-    case 0x8c: case 'U': push_str(byte()); return;      // SHORT_BINUNICODE, SHORT_BINSTRING
-    case 0x8d: push_str(uint_le(8)); return;            // BINUNICODE8
+    case 'X': case 'T': push_str(uint_le(4)); return true;   // BINUNICODE, BINSTRING
+    case 0x8c: case 'U': push_str(byte()); return true;      // SHORT_BINUNICODE, SHORT_BINSTRING
+    case 0x8d: push_str(uint_le(8)); return true;            // BINUNICODE8
+    default: return false;
+  }
+}
+
+void StateUnpickler::step(uint8_t op) {
+  using K = PickleValue::Kind;
+  if (scalar_op(op)) return;
+  switch (op) {
+    case 0x80: byte(); return;                     // PROTO
+    case 0x95: uint_le(8); return;                 // FRAME: a length hint
+    case '(': marks_.push_back(stack_.size()); return;
     case ')': push_tuple({}); return;
     case 0x85: { auto a = pop(); push_tuple({a}); return; }
     case 0x86: { auto b = pop(), a = pop(); push_tuple({a, b}); return; }
