@@ -223,6 +223,14 @@ void StateUnpickler::step(uint8_t op) {
       stack_.push_back(g);
       return;
     }
+    case 0x93: {                                   // STACK_GLOBAL (protocol 4): module and name on the stack
+      auto name = pop(), module = pop();
+      if (module->kind != K::Str || name->kind != K::Str) fail("STACK_GLOBAL of something other than two strings");
+      auto g = pickle_make(K::Global);
+      g->s = module->s + "." + name->s;
+      stack_.push_back(g);
+      return;
+    }
     case 'R': reduce(); return;
     case 'Q': { auto pid = pop(); stack_.push_back(persistent_load(pid)); return; }
     case 'b': {  // BUILD: an OrderedDict's state is its _metadata (versions), which loading does not need

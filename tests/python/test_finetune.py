@@ -220,6 +220,12 @@ def main():
         rc, out = run(bin_path, ["check", cfg_a, "--no-data", "--set", "model.init.from=" + path], expect=None)
         assert rc == 1 and f"{path}: {msg}" in out, (fname, rc, out)
 
+    # pickle protocol 4 (torch.save(..., pickle_protocol=4)): FRAME, MEMOIZE, STACK_GLOBAL
+    p4 = os.path.join(tmp, "protocol4.pth")
+    torch.save(pretrained, p4, pickle_protocol=4)
+    _, out = run(bin_path, ["check", cfg_a, "--no-data", "--set", "model.init.from=" + p4])
+    assert f"model.init: {p4} (torch.save): 120 loaded, 0 skipped, 0 renamed, 2 re-initialised, 0 missing" in out, out
+
     # 5. an invalid regex: a config error at its line and column, exit 2, nothing started
     with open(cfg_a) as f:
         text = f.read().replace("freeze: ['^(?!fc\\.)']", "freeze: ['fc(']")
