@@ -2,8 +2,19 @@
 
 #include <cmath>
 #include <numbers>
+#include <stdexcept>
+#include <string>
 
 namespace trainer::engine {
+
+double metric_value(const EvalResult& r, const std::string& metric) {
+  if (metric == "loss") return r.loss;
+  if (metric == "accuracy" && r.accuracy) return *r.accuracy;
+  if (metric == "top5" && r.top5) return *r.top5;
+  if (metric == "bpb" && r.bpb) return *r.bpb;
+  if (metric == "ppl" && r.ppl) return *r.ppl;
+  throw std::invalid_argument("metric '" + metric + "' is not reported by this model's evaluation");
+}
 
 torch::Tensor topk_correct(const torch::Tensor& logits, const torch::Tensor& target, int64_t k) {
   k = std::min<int64_t>(k, logits.size(1));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 namespace trainer::engine {
 
@@ -22,6 +23,10 @@ struct EvalResult {
   std::optional<double> accuracy, top5;  // classification
   std::optional<double> ppl, bpb;        // tokens
 };
+
+// The value of `metric` ("loss", "accuracy", "top5", "ppl", "bpb") in `r`; std::invalid_argument
+// when this evaluation does not report it.
+double metric_value(const EvalResult& r, const std::string& metric);
 
 class EvalAccumulator {
  public:

@@ -39,9 +39,10 @@ nlohmann::json model_config_json(config::RunConfig& cfg) {
     // a path on the training machine and how it was read: meaningless to the reader
     if (name == "init_from" || name.rfind("init.", 0) == 0) continue;
     std::visit(
-        [&](auto* v) {
-          if constexpr (!std::is_same_v<std::remove_pointer_t<decltype(v)>, std::vector<config::ParamGroupRule>>)
-            j[name] = *v;
+        [&](const auto& r) {
+          using R = std::decay_t<decltype(r)>;
+          if constexpr (std::is_same_v<R, config::EnumRef>) j[name] = f.choices.at(r.get());
+          else if constexpr (!std::is_same_v<R, std::vector<config::ParamGroupRule>*>) j[name] = *r;
         },
         f.ref);
   }
@@ -88,6 +89,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},  // what Hugging Face tooling expects of a PyTorch safetensors file
       {"arch", cfg.model.arch},
+      {"layout", models::builtin_models().spec(cfg.model.arch).layout},  // whose names the tensors carry
       {"model_config", model_config_json(cfg).dump()},
       {"dtype", dtype_name},
       {"step", std::to_string(state.value("step", int64_t{-1}))},

@@ -68,9 +68,7 @@ void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, 
 }
 
 models::ModelPtr build_run_model(const config::RunConfig& cfg) {
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
-  auto model = registry.create(cfg.model);
+  auto model = models::builtin_models().create(cfg.model);
   apply_freeze(*model, cfg.train);
   return model;
 }

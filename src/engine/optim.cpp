@@ -94,19 +94,18 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
                                                          const torch::nn::Module& model) {
   const auto plans = plan_param_groups(cfg, model);
   log_param_groups(cfg, plans);
-  if (cfg.name == "sgd") {
+  if (cfg.name == config::OptimizerKind::Sgd) {
     auto o = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).nesterov(cfg.nesterov).weight_decay(
         cfg.weight_decay);
     return make_grouped<torch::optim::SGDOptions, FusedSGD, ScaledOptimizer<torch::optim::SGD>>(o, plans, cfg.fused);
   }
-  if (cfg.name == "adamw") {
+  {  // config::OptimizerKind::Adamw
     if (cfg.betas.size() != 2) throw std::invalid_argument("optim.betas needs two values");
     auto o = torch::optim::AdamWOptions(cfg.lr).betas({cfg.betas[0], cfg.betas[1]}).eps(cfg.eps).weight_decay(
         cfg.weight_decay);
     return make_grouped<torch::optim::AdamWOptions, FusedAdamW, ScaledOptimizer<torch::optim::AdamW>>(o, plans,
                                                                                                        cfg.fused);
   }
-  throw std::invalid_argument("unknown optimizer '" + cfg.name + "'; known: adamw, sgd");
 }
 
 bool fused_update_supported(const torch::Tensor& p) {

@@ -50,6 +50,9 @@ std::vector<GroupKey> group_keys(const config::OptimConfig& cfg, const ParamGrou
   };
   for (const auto& n : split.decay_names) keys.push_back(key_of(n, true));
   for (const auto& n : split.no_decay_names) keys.push_back(key_of(n, false));
+  if (cfg.layer_decay < 1.0 && depth == 0)
+    spdlog::warn("optim.layer_decay {}: the model has no transformer blocks (gpt, vit names); it has no effect",
+                 cfg.layer_decay);
   return keys;
 }
 

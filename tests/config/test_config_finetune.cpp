@@ -82,12 +82,11 @@ TEST_CASE("fine-tuning key errors name file:line:col and the key", "[unit]") {
   REQUIRE(e.size() == 1);
   CHECK(e[0] == "ft.yaml:6:3: model.init_from: set together with model.init.from; model.init_from is the old name of "
                 "model.init.from: keep one");
-  e = finetune_errors(kFtHead + "model:\n  init: {skip: [fc]}\n  arch: gpt\noptim: {layer_decay: 0.5}\n");
+  e = finetune_errors(kFtHead + "model:\n  init: {skip: [fc]}\n  arch: gpt\n");
   CHECK(e == std::vector<std::string>{"ft.yaml:6:10: model.init.skip: has no effect without model.init.from (the file to load)"});
-  e = finetune_errors(kFtHead + "model: {init: {from: x.pth, rename: {'': a}}}\noptim: {layer_decay: 0.5}\n");
+  e = finetune_errors(kFtHead + "model: {init: {from: x.pth, rename: {'': a}}}\n");
   CHECK(e == std::vector<std::string>{
-                 "ft.yaml:5:38: model.init.rename: an empty prefix matches every name; give the prefix to replace",
-                 "ft.yaml:6:9: optim.layer_decay: applies to model.arch 'gpt, vit', but model.arch is 'resnet'"});
+                 "ft.yaml:5:38: model.init.rename: an empty prefix matches every name; give the prefix to replace"});
   e = finetune_errors("train:\n  max_steps: 10\n  freeze_bn: true\ndata:\n  format: synthetic\n");
   CHECK(e == std::vector<std::string>{"ft.yaml:3:3: train.freeze_bn: needs train.freeze (the parameters to freeze)"});
 }

@@ -104,11 +104,9 @@ TEST_CASE("optim.layer_decay scales transformer blocks by depth (vit and gpt nam
   m.num_heads = 2;
   m.hidden_dim = 8;
   m.mlp_dim = 16;
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
-  auto vit = registry.create(m);
+  auto vit = models::builtin_models().create(m);
   config::OptimConfig c;
-  c.name = "adamw";
+  c.name = config::OptimizerKind::Adamw;
   c.lr = 1.0;
   c.layer_decay = 0.5;
   c.weight_decay = 0.1;
