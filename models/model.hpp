@@ -41,6 +41,13 @@ class Model : public torch::nn::Module {
   virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
   int64_t num_parameters() const;  // unique parameters (tied weights counted once)
   virtual std::vector<ModelUnit> units() const = 0;
+  // train(true) switches every submodule to training mode except those named here, which stay in
+  // eval mode (train.freeze_bn: a frozen BatchNorm keeps its running statistics).
+  void train(bool on = true) override;
+  void keep_in_eval(std::vector<std::shared_ptr<torch::nn::Module>> modules);
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> kept_in_eval_;
 };
 using ModelPtr = std::shared_ptr<Model>;
 
@@ -62,8 +69,9 @@ struct ModelSpec {
 class ModelRegistry {
  public:
   void add(ModelSpec spec);  // a name added twice is std::invalid_argument
-  // Builds the model (the caller seeds torch first: initialisation draws from torch's generator), then
-  // loads cfg.init_from when set (strict). Unknown arch: std::invalid_argument listing the known ones.
+  // Builds the model with its own initialisation (the caller seeds torch first: initialisation draws
+  // from torch's generator); model.init is applied apart (models/init_load.hpp), since a resumed run
+  // must not read it. Unknown arch: std::invalid_argument listing the known ones.
   ModelPtr create(const config::ModelConfig& cfg) const;
   const ModelSpec& spec(const std::string& arch) const;  // unknown arch: std::invalid_argument
   std::vector<std::string> names() const;  // sorted

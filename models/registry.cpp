@@ -2,7 +2,6 @@
 #include <set>
 #include <stdexcept>
 
-#include "io/safetensors.hpp"
 #include "models/gpt.hpp"
 #include "models/model.hpp"
 #include "models/resnet.hpp"
@@ -35,9 +34,18 @@ const ModelSpec& ModelRegistry::spec(const std::string& arch) const {
 }
 
 ModelPtr ModelRegistry::create(const config::ModelConfig& cfg) const {
-  ModelPtr model = spec(cfg.arch).build(cfg);
-  if (!cfg.init_from.empty()) io::load_state_into(*model, io::load_safetensors(cfg.init_from), /*strict=*/true);
-  return model;
+  return spec(cfg.arch).build(cfg);
+}
+
+void Model::train(bool on) {
+  torch::nn::Module::train(on);
+  if (on)
+    for (auto& m : kept_in_eval_) m->train(false);
+}
+
+void Model::keep_in_eval(std::vector<std::shared_ptr<torch::nn::Module>> modules) {
+  kept_in_eval_ = std::move(modules);
+  if (is_training()) train(true);
 }
 
 std::vector<std::string> ModelRegistry::names() const {

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/enums.hpp"
@@ -19,6 +21,25 @@ struct RunSection {
   int64_t seed = 0;
   bool deterministic = false;
   bool operator==(const RunSection&) const = default;
+};
+
+// model.init: the weights a run starts from (models/init_load.hpp applies it).
+struct InitConfig {
+  std::string from;               // .safetensors, or a torch.save'd state_dict .pt / .pth ("" = random init)
+  bool strict = true;             // missing and unexpected names are errors (false: warnings)
+  std::vector<std::string> skip;  // regexes (std::regex_search) of file names not to load
+  // prefix mapping applied to the file's names, first matching prefix wins ("module." -> "")
+  std::vector<std::pair<std::string, std::string>> rename;
+  bool reinit_mismatched = false;  // a tensor whose shape differs keeps the model's own initialisation
+  bool operator==(const InitConfig&) const = default;
+};
+
+// One entry of optim.groups: parameters whose name matches `match` (first rule wins) get these
+// values instead of optim.lr / optim.weight_decay.
+struct ParamGroupRule {
+  std::string match;
+  std::optional<double> lr, weight_decay;
+  bool operator==(const ParamGroupRule&) const = default;
 };
 
 struct ModelConfig {
@@ -51,9 +72,13 @@ struct ModelConfig {
   double attention_dropout = 0.0;
   // both
   bool activation_checkpointing = false;
-  std::string init_from;  // a .safetensors file to initialise the weights from ("" = random init)
+  std::string init_from;  // the old spelling of init.from (kept for old configs; both set is an error)
+  InitConfig init;
   bool operator==(const ModelConfig&) const = default;
 };
+
+// The file the weights start from: model.init.from, or the old key model.init_from.
+inline const std::string& init_file(const ModelConfig& m) { return m.init.from.empty() ? m.init_from : m.init.from; }
 
 struct AugmentConfig {
   int64_t crop_padding = 0;   // random crop of the original size after zero padding by this much
@@ -120,6 +145,8 @@ struct TrainConfig {
   NonFinite nonfinite = NonFinite::Abort;  // skip | rollback | abort: a non-finite loss or gradient norm
   int64_t max_nonfinite = 5;       // consecutive skipped / rolled-back steps before the run aborts
   EarlyStoppingConfig early_stopping;
+  std::vector<std::string> freeze;  // regexes of parameter names that take no gradient
+  bool freeze_bn = false;           // BatchNorm modules whose parameters are all frozen stay in eval mode
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -133,6 +160,8 @@ struct OptimConfig {
   double eps = 1e-8;
   bool decay_norm_and_bias = false;  // false: biases, norms and embeddings get no weight decay
   bool fused = true;                 // ATen's fused multi-tensor kernels (false: LibTorch's per-parameter loop)
+  std::vector<ParamGroupRule> groups;  // per-parameter lr / weight decay by name (first match wins)
+  double layer_decay = 1.0;          // transformer blocks: lr x layer_decay^(depth - block) (1 = off)
   bool operator==(const OptimConfig&) const = default;
 };
 

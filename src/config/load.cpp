@@ -9,6 +9,7 @@
 
 #include "config/compose.hpp"
 #include "config/load.hpp"
+#include "config/load_lists.hpp"
 #include "config/schema.hpp"
 
 namespace trainer::config {
@@ -327,6 +328,9 @@ class Loader {
         *std::get<std::vector<double>*>(f.ref) = v;
         return;
       }
+      case FieldType::StringList:
+      case FieldType::PrefixMap:
+      case FieldType::GroupList: return assign_collection(f, n, where, file_, diags_);  // load_lists.cpp
     }
   }
 

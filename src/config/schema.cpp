@@ -52,6 +52,17 @@ struct Builder {
   void l(const std::string& n, std::vector<double>& v, const std::string& doc) {
     add(n, FieldType::FloatList, doc).ref = &v;
   }
+  void regexes(const std::string& n, std::vector<std::string>& v, const std::string& doc) {
+    auto& f = add(n, FieldType::StringList, doc);
+    f.ref = &v;
+    f.regex = true;
+  }
+  void prefixes(const std::string& n, PrefixPairs& v, const std::string& doc) {
+    add(n, FieldType::PrefixMap, doc).ref = &v;
+  }
+  void groups(const std::string& n, std::vector<ParamGroupRule>& v, const std::string& doc) {
+    add(n, FieldType::GroupList, doc).ref = &v;
+  }
   // the key before is a model family's own: the families that read it say so in their ArchRules
   void family() { out.back().family_key = true; }
 };
@@ -137,7 +148,21 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.family();
   k.b("activation_checkpointing", m.activation_checkpointing,
       "Recompute activations in backward (per ResNet stage, GPT block or ViT encoder block) to save memory.");
-  k.p("init_from", m.init_from, "A .safetensors file to initialise the weights from (\"\" = random init).");
+  k.p("init_from", m.init_from, "The old spelling of model.init.from, still read (setting both is an error).");
+  k.prefix = "model.init";
+  k.p("from", m.init.from,
+      "Initial weights: a .safetensors file or a torch.save'd state_dict (.pt / .pth, read without Python); \"\" = "
+      "random init. Not read when the run resumes from a checkpoint. The report: <run dir>/init_report.json.");
+  k.b("strict", m.init.strict, "Missing and unexpected names are errors (false: warnings; the rest loads).");
+  k.regexes("skip", m.init.skip,
+            "Regexes (ECMAScript, std::regex_search: anchor with ^...$ for the whole name) of the file's names "
+            "(before renaming) not to load; the model keeps its own initialisation there.");
+  k.prefixes("rename", m.init.rename,
+             "Prefix mapping of the file's names, e.g. {\"module.\": \"\"} for a DDP checkpoint; the first "
+             "matching prefix wins.");
+  k.b("reinit_mismatched", m.init.reinit_mismatched,
+      "A file tensor whose shape differs from the model's (a new head) is not loaded: the model's own "
+      "initialisation stays (false: an error).");
 
   k.prefix = "data";
   auto& d = c.data;
@@ -192,6 +217,12 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
   k.i("max_nonfinite", t.max_nonfinite, 1, 1e6, "Consecutive skipped or rolled-back steps before the run aborts.");
+  k.regexes("freeze", t.freeze,
+            "Regexes (std::regex_search over parameter names) of parameters that take no gradient, no optimizer "
+            "state and no all-reduce; one that matches nothing is a warning.");
+  k.b("freeze_bn", t.freeze_bn,
+      "BatchNorm modules whose parameters are all frozen stay in eval mode while training (running statistics "
+      "unchanged).");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
   k.e("mode", t.early_stopping.mode, "Better is lower (min) or higher (max); auto: max for accuracies.");
@@ -209,6 +240,14 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("eps", o.eps, 0, 1, "AdamW epsilon.");
   k.b("decay_norm_and_bias", o.decay_norm_and_bias, "Also apply weight decay to biases, norms and embeddings.");
   k.b("fused", o.fused, "One fused ATen kernel per step (_fused_adamw_ / _fused_sgd_) instead of a per-parameter loop.");
+  k.groups("groups", o.groups,
+           "Parameter groups: [{match: REGEX, lr: X, weight_decay: Y}, ...]; a parameter takes the first rule whose "
+           "regex (std::regex_search) matches its name; lr and weight_decay default to optim.lr / "
+           "optim.weight_decay (no decay still applies to biases and norms); lr follows the schedule in proportion.");
+  k.f("layer_decay", o.layer_decay, 0, 1,
+      "Layer-wise lr decay for transformer blocks (gpt, vit): block i of n trains at lr x layer_decay^(n - i), "
+      "the embeddings at layer_decay^(n + 1), the head and final norm at lr (1 = off; a model without "
+      "such blocks, resnet: no effect, a warning).");
 
   k.prefix = "schedule";
   auto& s = c.schedule;
@@ -280,6 +319,9 @@ std::string type_name(const FieldInfo& f) {
     case FieldType::String: return "string";
     case FieldType::Path: return "path";
     case FieldType::FloatList: return "list of float";
+    case FieldType::StringList: return f.regex ? "list of regex" : "list of string";
+    case FieldType::PrefixMap: return "map of prefix to prefix";
+    case FieldType::GroupList: return "list of {match, lr, weight_decay}";
     case FieldType::Choice: {
       std::string s;
       for (const auto& c : f.choices) s += (s.empty() ? "" : " | ") + (c.empty() ? std::string("\"\"") : c);
@@ -307,6 +349,27 @@ std::string quote(const std::string& s) {
   }
   return out + "\"";
 }
+// The collection keys as YAML flow text: ["a", "b"], {"module.": ""}, [{match: "x", lr: 0.1}].
+std::string collection_text(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quote(v[i]);
+  return s + "]";
+}
+std::string collection_text(const PrefixPairs& v) {
+  std::string s = "{";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quote(v[i].first) + ": " + quote(v[i].second);
+  return s + "}";
+}
+std::string collection_text(const std::vector<ParamGroupRule>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    s += std::string(i ? ", " : "") + "{match: " + quote(v[i].match);
+    if (v[i].lr) s += ", lr: " + float_text(*v[i].lr);
+    if (v[i].weight_decay) s += ", weight_decay: " + float_text(*v[i].weight_decay);
+    s += "}";
+  }
+  return s + "]";
+}
 }  // namespace
 
 std::string value_text(const FieldInfo& f) {
@@ -322,10 +385,12 @@ std::string value_text(const FieldInfo& f) {
           else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && v == 0 ? "auto" : std::to_string(v);
           else if constexpr (std::is_same_v<T, double>) return float_text(v);
           else if constexpr (std::is_same_v<T, std::string>) return quote(v);
-          else {
+          else if constexpr (std::is_same_v<T, std::vector<double>>) {
             std::string s = "[";
             for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + float_text(v[i]);
             return s + "]";
+          } else {
+            return collection_text(v);  // train.freeze, model.init.rename, optim.groups
           }
         }
       },

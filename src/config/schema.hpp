@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -14,7 +15,10 @@
 
 namespace trainer::config {
 
-enum class FieldType { Bool, Int, Float, String, Choice, FloatList, Path };
+// StringList: a YAML list of strings; PrefixMap: a YAML mapping of strings to strings, in file order;
+// GroupList: optim.groups, a list of mappings {match, lr, weight_decay}.
+enum class FieldType { Bool, Int, Float, String, Choice, FloatList, Path, StringList, PrefixMap, GroupList };
+using PrefixPairs = std::vector<std::pair<std::string, std::string>>;
 
 // A Choice key bound to an enum member (config/enums.hpp): the index of the value in `choices`.
 struct EnumRef {
@@ -34,7 +38,11 @@ struct FieldInfo {
   bool family_key = false;
   std::vector<std::string> applies_to;
   bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
-  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*, EnumRef> ref;  // Choice: string* or EnumRef
+  bool regex = false;                // StringList: every entry must compile as a std::regex (ECMAScript)
+  // Choice: string* or EnumRef
+  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*, EnumRef, std::vector<std::string>*,
+               PrefixPairs*, std::vector<ParamGroupRule>*>
+      ref;
 };
 
 // True when `f` applies to model.arch `arch` (keys without an arch apply to every arch).

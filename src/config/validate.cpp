@@ -51,6 +51,17 @@ void check_fixed_image_size(const LoadedConfig& loaded, const ErrFn& err) {
                " images" + hint);
 }
 
+// model.init: one spelling of the file, and no loading options without a file to apply them to.
+void validate_init(const LoadedConfig& loaded, const ErrFn& err) {
+  const auto& m = loaded.cfg.model;
+  if (!m.init_from.empty() && !m.init.from.empty())
+    err("model.init_from", "set together with model.init.from; model.init_from is the old name of model.init.from: "
+                           "keep one");
+  if (!init_file(m).empty()) return;
+  for (const char* key : {"model.init.strict", "model.init.skip", "model.init.rename", "model.init.reinit_mismatched"})
+    if (loaded.is_set(key)) err(key, "has no effect without model.init.from (the file to load)");
+}
+
 }  // namespace
 
 void resolve(RunConfig& c, int64_t world_size) {
@@ -91,6 +102,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
         err(f.key, "applies to model.arch '" + applies_text(f) + "', but model.arch is '" + c.model.arch + "'");
     if (arch->check) arch->check(c, err);
   }
+  validate_init(loaded, err);
 
   // model vs data
   if (token_arch && is_image_format(c.data.format))
@@ -152,6 +164,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   if (c.optim.betas.size() != 2) err("optim.betas", "expected two values [beta1, beta2]");
   for (double b : c.optim.betas)
     if (b < 0 || b >= 1) err("optim.betas", "each beta must be in [0, 1)");
+  if (t.freeze_bn && t.freeze.empty()) err("train.freeze_bn", "needs train.freeze (the parameters to freeze)");
   if (c.optim.nesterov && c.optim.momentum == 0) err("optim.nesterov", "Nesterov needs optim.momentum > 0");
   if (t.max_steps > 0 && c.schedule.warmup_steps > t.max_steps)
     err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");

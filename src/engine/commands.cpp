@@ -26,6 +26,7 @@
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/run_dir.hpp"
+#include "models/init_load.hpp"
 #include "models/model.hpp"
 #include "obs/logging.hpp"
 
@@ -240,8 +241,13 @@ int cmd_check(const CheckArgs& args) {
     torch::manual_seed(c.run.seed);
     auto model = registry.create(c.model);
     std::cout << "model: " << c.model.arch << ", " << model->num_parameters() << " parameters ("
-              << human_count(static_cast<double>(model->num_parameters())) << ")"
-              << (c.model.init_from.empty() ? "" : ", initialised from " + c.model.init_from) << "\n";
+              << human_count(static_cast<double>(model->num_parameters())) << ")\n";
+    if (const auto& init = config::init_file(c.model); !init.empty()) {  // the file is read as a fresh run reads it
+      const auto r = models::load_init_weights(*model, c.model.init, init);
+      std::cout << "model.init: " << init << " (" << r.format << "): " << r.loaded.size() << " loaded, "
+                << r.skipped.size() << " skipped, " << r.renamed.size() << " renamed, " << r.reinitialised.size()
+                << " re-initialised, " << r.missing.size() << " missing, " << r.unexpected.size() << " unexpected\n";
+    }
 
     std::vector<int64_t> shape = sample_shape_from_config(c);
     int64_t train_size = -1;

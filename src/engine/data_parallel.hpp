@@ -25,8 +25,9 @@ class DataParallel {
  public:
   virtual ~DataParallel() = default;
   virtual std::string name() const = 0;  // for the log: "single process", "replicated (DDP)"
-  // Before training: the same weights on every rank (rank 0's, init_from or not), then whatever
-  // the strategy attaches to the model's unique parameters `params`.
+  // Before training: the same weights on every rank (rank 0's; on a fresh start model.init then loads
+  // the same file on every rank), then whatever the strategy attaches to the model's unique trainable
+  // parameters `params` (train.freeze's parameters are not among them: no bucket, no hook).
   virtual void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) = 0;
   // Before each micro-batch's backward: only the last micro-batch of a step communicates.
   virtual void before_backward(bool last_micro_batch) = 0;

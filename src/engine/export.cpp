@@ -36,11 +36,13 @@ nlohmann::json model_config_json(config::RunConfig& cfg) {
     if (f.key.rfind(prefix, 0) != 0) continue;
     if (!config::applies_to_arch(f, cfg.model.arch)) continue;
     const std::string name = f.key.substr(prefix.size());
-    if (name == "init_from") continue;  // a path on the training machine, meaningless to the reader
+    // a path on the training machine and how it was read: meaningless to the reader
+    if (name == "init_from" || name.rfind("init.", 0) == 0) continue;
     std::visit(
         [&](const auto& r) {
-          if constexpr (std::is_same_v<std::decay_t<decltype(r)>, config::EnumRef>) j[name] = f.choices.at(r.get());
-          else j[name] = *r;
+          using R = std::decay_t<decltype(r)>;
+          if constexpr (std::is_same_v<R, config::EnumRef>) j[name] = f.choices.at(r.get());
+          else if constexpr (!std::is_same_v<R, std::vector<config::ParamGroupRule>*>) j[name] = *r;
         },
         f.ref);
   }

@@ -32,6 +32,9 @@ std::string graph_blocker(const GraphConditions& c) {
   if (c.activation_checkpointing)
     return "activation checkpointing saves and restores the CUDA generator's state, which a capture cannot read";
   if (c.fault_injection) return "TRAINER_INJECT_NONFINITE_GRAD edits gradients between the step's phases";
+  if (!c.uniform_lr)
+    return "optim.groups / optim.layer_decay give parameter groups their own learning rates, and a captured step "
+           "reads one";
   return "";
 }
 

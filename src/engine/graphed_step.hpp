@@ -42,6 +42,7 @@ struct GraphConditions {
   bool fused_optimizer = true;          // optim.fused
   bool activation_checkpointing = false;
   bool fault_injection = false;         // TRAINER_INJECT_NONFINITE_GRAD is set
+  bool uniform_lr = true;               // every parameter group trains at the schedule's rate
 };
 
 // Why a step cannot be captured under `c` (a sentence for the log), or "" when it can.

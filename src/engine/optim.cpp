@@ -1,7 +1,11 @@
 #include "engine/optim.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <stdexcept>
 #include <unordered_set>
+
+#include "engine/param_groups.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -44,36 +48,68 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
   return g;
 }
 
-std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
-                                                         const torch::nn::Module& model) {
-  return build_optimizer(cfg, split_decay_groups(model, cfg.decay_norm_and_bias));
+namespace {
+
+template <class Options, class Fused, class Plain>
+std::unique_ptr<torch::optim::Optimizer> make_grouped(const Options& defaults, const std::vector<GroupPlan>& plans,
+                                                      bool fused) {
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  std::vector<double> scales;
+  for (const auto& g : plans) {
+    auto o = std::make_unique<Options>(defaults);
+    o->lr(defaults.lr() * g.lr_scale);
+    o->weight_decay(g.weight_decay);
+    groups.emplace_back(g.params, std::move(o));
+    scales.push_back(g.lr_scale);
+  }
+  std::unique_ptr<torch::optim::Optimizer> opt;
+  LrScales* s = nullptr;
+  if (fused) {
+    auto f = std::make_unique<Fused>(std::move(groups), defaults);
+    s = f.get();
+    opt = std::move(f);
+  } else {
+    auto p = std::make_unique<Plain>(std::move(groups), defaults);
+    s = p.get();
+    opt = std::move(p);
+  }
+  s->lr_scales = std::move(scales);
+  return opt;
 }
 
-std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg, const ParamGroups& g) {
+void log_param_groups(const config::OptimConfig& cfg, const std::vector<GroupPlan>& plans) {
+  if (cfg.groups.empty() && cfg.layer_decay >= 1.0) return;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    std::string names;
+    for (size_t k = 0; k < plans[i].names.size() && k < 6; ++k) names += (k ? ", " : "") + plans[i].names[k];
+    if (plans[i].names.size() > 6) names += ", ...";
+    spdlog::info("optim group {}: {} tensors, lr {:.6g} (x{:.4g}), weight_decay {:.4g}: {}", i, plans[i].params.size(),
+                 cfg.lr * plans[i].lr_scale, plans[i].lr_scale, plans[i].weight_decay, names);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
+                                                         const torch::nn::Module& model) {
+  const auto plans = plan_param_groups(cfg, model);
+  log_param_groups(cfg, plans);
+  return build_optimizer(cfg, plans);
+}
+
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
+                                                         const std::vector<GroupPlan>& plans) {
   if (cfg.name == config::OptimizerKind::Sgd) {
-    auto decay = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).nesterov(cfg.nesterov).weight_decay(
+    auto o = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).nesterov(cfg.nesterov).weight_decay(
         cfg.weight_decay);
-    auto none = decay;
-    none.weight_decay(0.0);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(g.decay, std::make_unique<torch::optim::SGDOptions>(decay));
-    if (!g.no_decay.empty()) groups.emplace_back(g.no_decay, std::make_unique<torch::optim::SGDOptions>(none));
-    if (cfg.fused) return std::make_unique<FusedSGD>(std::move(groups), decay);
-    return std::make_unique<torch::optim::SGD>(std::move(groups), decay);
+    return make_grouped<torch::optim::SGDOptions, FusedSGD, ScaledOptimizer<torch::optim::SGD>>(o, plans, cfg.fused);
   }
   {  // config::OptimizerKind::Adamw
     if (cfg.betas.size() != 2) throw std::invalid_argument("optim.betas needs two values");
-    auto decay = torch::optim::AdamWOptions(cfg.lr)
-                     .betas({cfg.betas[0], cfg.betas[1]})
-                     .eps(cfg.eps)
-                     .weight_decay(cfg.weight_decay);
-    auto none = decay;
-    none.weight_decay(0.0);
-    std::vector<torch::optim::OptimizerParamGroup> groups;
-    groups.emplace_back(g.decay, std::make_unique<torch::optim::AdamWOptions>(decay));
-    if (!g.no_decay.empty()) groups.emplace_back(g.no_decay, std::make_unique<torch::optim::AdamWOptions>(none));
-    if (cfg.fused) return std::make_unique<FusedAdamW>(std::move(groups), decay);
-    return std::make_unique<torch::optim::AdamW>(std::move(groups), decay);
+    auto o = torch::optim::AdamWOptions(cfg.lr).betas({cfg.betas[0], cfg.betas[1]}).eps(cfg.eps).weight_decay(
+        cfg.weight_decay);
+    return make_grouped<torch::optim::AdamWOptions, FusedAdamW, ScaledOptimizer<torch::optim::AdamW>>(o, plans,
+                                                                                                       cfg.fused);
   }
 }
 
@@ -260,7 +296,20 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
 }
 
 void set_learning_rate(torch::optim::Optimizer& opt, double lr) {
-  for (auto& group : opt.param_groups()) group.options().set_lr(lr);
+  const auto* scaled = dynamic_cast<const LrScales*>(&opt);
+  auto& groups = opt.param_groups();
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const double scale = scaled && i < scaled->lr_scales.size() ? scaled->lr_scales[i] : 1.0;
+    groups[i].options().set_lr(lr * scale);
+  }
+}
+
+bool uniform_learning_rate(const torch::optim::Optimizer& opt) {
+  const auto* scaled = dynamic_cast<const LrScales*>(&opt);
+  if (!scaled) return true;
+  for (double s : scaled->lr_scales)
+    if (s != 1.0) return false;
+  return true;
 }
 
 }  // namespace trainer::engine

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "engine/param_groups.hpp"
 
 namespace trainer::engine {
 
@@ -27,13 +28,31 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
 // Every unique trainable parameter of `model`, in named_parameters() order.
 std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& model);
 
-// Group 0 decays (weight_decay = cfg.weight_decay), group 1 (if non-empty) has weight_decay 0.
+// The groups of plan_param_groups (engine/param_groups.hpp): group 0 decays (cfg.weight_decay),
+// group 1 (if non-empty) has weight_decay 0, then the groups of optim.groups / optim.layer_decay.
 // cfg.fused: the step runs ATen's fused multi-tensor kernels (FusedAdamW / FusedSGD below), else
 // LibTorch's per-parameter loop. Throws std::invalid_argument for an unknown optimizer name.
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
                                                          const torch::nn::Module& model);
-// The same over given groups (the sharded strategies pass each rank's pieces; names unused).
-std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg, const ParamGroups& g);
+// The same over given groups (the sharded strategies pass each group's pieces this rank steps;
+// names unused). Every rank passes the same number of groups, some possibly empty.
+std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
+                                                         const std::vector<GroupPlan>& plans);
+
+// The learning rate of each parameter group over the schedule's (optim.groups, optim.layer_decay):
+// set_learning_rate gives group i lr x lr_scales[i]. Every optimizer build_optimizer returns has it.
+class LrScales {
+ public:
+  virtual ~LrScales() = default;
+  std::vector<double> lr_scales;  // one per group; missing entries count as 1
+};
+
+// LibTorch's per-parameter optimizers (optim.fused: false) with the scales.
+template <class Base>
+class ScaledOptimizer : public Base, public LrScales {
+ public:
+  using Base::Base;
+};
 
 // What train.cuda_graphs (engine/graphed_step.hpp) needs from an optimizer whose step() it captures:
 // a learning rate read from device memory (a captured float would be frozen into the graph), the
@@ -61,7 +80,7 @@ class GraphableOptimizer {
 // between fused and unfused across a resume. Parameters whose gradient is not laid out like the
 // parameter (strides differ or the tensor is not dense), and sparse gradients, take the base class's
 // per-parameter loop.
-class FusedAdamW : public torch::optim::AdamW, public GraphableOptimizer {
+class FusedAdamW : public torch::optim::AdamW, public GraphableOptimizer, public LrScales {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
@@ -82,7 +101,7 @@ class FusedAdamW : public torch::optim::AdamW, public GraphableOptimizer {
   std::unordered_map<const void*, StepCounter> counters_;
 };
 
-class FusedSGD : public torch::optim::SGD, public GraphableOptimizer {
+class FusedSGD : public torch::optim::SGD, public GraphableOptimizer, public LrScales {
  public:
   using torch::optim::SGD::SGD;
   torch::Tensor step(LossClosure closure = nullptr) override;
@@ -100,7 +119,9 @@ class FusedSGD : public torch::optim::SGD, public GraphableOptimizer {
 // True when the fused kernels can update `p` with its current gradient (see above).
 bool fused_update_supported(const torch::Tensor& p);
 
-// Sets the learning rate of every parameter group.
+// Sets the learning rate of every parameter group: lr times the group's LrScales entry.
 void set_learning_rate(torch::optim::Optimizer& opt, double lr);
+// True when every group trains at the same rate (a CUDA graph reads one learning rate).
+bool uniform_learning_rate(const torch::optim::Optimizer& opt);
 
 }  // namespace trainer::engine

@@ -2,7 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include <unordered_set>
+#include <unordered_map>
 
 #include "engine/optim.hpp"
 #include "engine/sharded_checkpoint.hpp"
@@ -29,18 +29,21 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
                name(), sync_->buckets().size(), padded, owned);
 }
 
-// The decay split of the whole model (optim.cpp's rule), applied to each piece through its parameter.
+// The whole model's groups (decay split, optim.groups, layer decay: engine/param_groups), each
+// applied to the pieces of its parameters that this rank steps; every rank keeps every group (some
+// empty), so the groups' learning rates and the checkpoint layout agree across ranks.
 std::unique_ptr<torch::optim::Optimizer> ShardedParallel::make_optimizer(const config::OptimConfig& cfg,
                                                                          const torch::nn::Module& model) {
-  const ParamGroups whole = split_decay_groups(model, cfg.decay_norm_and_bias);
-  std::unordered_set<const c10::TensorImpl*> no_decay;
-  for (const auto& p : whole.no_decay) no_decay.insert(p.unsafeGetTensorImpl());
-  ParamGroups mine;
+  auto plans = plan_param_groups(cfg, model);
+  std::unordered_map<const c10::TensorImpl*, size_t> group_of;
+  for (size_t g = 0; g < plans.size(); ++g)
+    for (const auto& p : plans[g].params) group_of[p.unsafeGetTensorImpl()] = g;
+  for (auto& g : plans) g.params.clear(), g.names.clear();
   for (const auto& pc : sync_->pieces()) {
-    const bool nd = no_decay.count(sync_->params()[pc.param].unsafeGetTensorImpl()) > 0;
-    (nd ? mine.no_decay : mine.decay).push_back(pc.value);
+    auto it = group_of.find(sync_->params()[pc.param].unsafeGetTensorImpl());
+    if (it != group_of.end()) plans[it->second].params.push_back(pc.value);
   }
-  return build_optimizer(cfg, mine);
+  return build_optimizer(cfg, plans);
 }
 
 torch::Tensor ShardedParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {

@@ -64,6 +64,7 @@ torch::Tensor StepRunner::to_device(const torch::Tensor& t, bool image_input) co
 // reason in the log and eager steps.
 void StepRunner::enable_graphs(GraphConditions c) {
   c.fault_injection = !inject_nonfinite_.empty();
+  c.uniform_lr = uniform_learning_rate(parts_.optimizer);
   if (const auto why = graph_blocker(c); !why.empty()) {
     spdlog::warn("train.cuda_graphs: not used, every step runs eagerly: {}", why);
     return;

@@ -21,6 +21,7 @@
 #include "engine/data_parallel.hpp"
 #include "engine/early_stopping.hpp"
 #include "engine/evaluator.hpp"
+#include "engine/finetune.hpp"
 #include "engine/graphed_step.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/optim.hpp"
@@ -73,12 +74,12 @@ class Trainer {
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
     if (spec_->measure_attention && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
-    model_ = models::builtin_models().create(cfg_.model);  // seeded above: every rank draws the same initial weights
+    model_ = build_run_model(cfg_);  // seeded above: every rank draws the same weights; train.freeze applied
     model_->to(device_);
     if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
-    parallel_->prepare(*model_, params_);  // init_from or not, rank 0's weights are the truth
+    parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
 
     auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
     train_set_ = datasets.train;
@@ -235,7 +236,7 @@ class Trainer {
     attempt_.attempt = history.attempts + 1;
     previous_wall_s_ = history.wall_s;
     const auto resumed = ckpt_->resume(resume_.mode);
-    if (!resumed) return;
+    if (!resumed) return load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
     const auto& pos = resumed->pos;
     train_loader_->restore(pos.loader);
     start_step_ = pos.step;

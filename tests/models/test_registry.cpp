@@ -1,4 +1,4 @@
-// The model registry and model.init_from.
+// The model registry (model.init: test_init_load.cpp).
 #include <catch2/catch.hpp>
 
 #include "config/load.hpp"
@@ -95,36 +95,4 @@ TEST_CASE("a model's units partition its parameters and the checkpointed ones ar
     if (cfg.arch == "vit") CHECK(blocks.size() == static_cast<size_t>(cfg.num_layers));
     if (cfg.arch == "resnet") CHECK(blocks.size() == (cfg.depth == 18 ? 4u : 3u));  // stages
   }
-}
-
-TEST_CASE("init_from loads a saved model exactly (resnet, tied gpt, vit)", "[unit]") {
-  auto dir = test::scratch_dir("models_init_from");
-  for (auto cfg : {test::resnet_cfg(20), test::tiny_gpt_cfg(), test::tiny_vit_cfg()}) {
-    INFO(cfg.arch);
-    auto a = test::make_model(cfg, 1);
-    const auto path = (dir / (cfg.arch + ".safetensors")).string();
-    io::save_safetensors(path, io::named_state(*a));
-    cfg.init_from = path;
-    auto b = test::make_model(cfg, 2);  // a different seed: every value must come from the file
-    auto sa = io::named_state(*a), sb = io::named_state(*b);
-    REQUIRE(sa.size() == sb.size());
-    for (size_t i = 0; i < sa.size(); ++i) {
-      INFO(sa[i].first);
-      CHECK(sa[i].first == sb[i].first);
-      CHECK(torch::equal(sa[i].second, sb[i].second));
-    }
-  }
-}
-
-TEST_CASE("init_from with a file of another model names the file and every mismatch", "[unit]") {
-  auto dir = test::scratch_dir("models_init_from_mismatch");
-  const auto path = (dir / "r8.safetensors").string();
-  auto cfg = test::resnet_cfg(8, 4);
-  io::save_safetensors(path, io::named_state(*test::make_model(cfg)));
-  cfg.num_classes = 5;
-  cfg.init_from = path;
-  CHECK_THROWS_WITH(test::make_model(cfg), path + ": does not match the model; mis-shaped (2): fc.weight (file [4, 64], "
-                                                  "model [5, 64]), fc.bias (file [4], model [5])");
-  cfg.init_from = (dir / "missing.safetensors").string();
-  CHECK_THROWS_WITH(test::make_model(cfg), cfg.init_from + ": cannot open: No such file or directory");
 }

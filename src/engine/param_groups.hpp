@@ -1,0 +1,31 @@
+// The optimizer's parameter groups: optim.groups (per-name lr / weight decay, first match wins),
+// optim.layer_decay (transformer blocks), and no weight decay for biases, norms and embeddings.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace trainer::engine {
+
+struct GroupPlan {
+  double lr_scale = 1.0;  // the group's lr over the schedule's (optim.lr's) lr
+  double weight_decay = 0.0;
+  std::vector<std::string> names;  // first name of each parameter
+  std::vector<torch::Tensor> params;
+};
+
+// Every unique trainable parameter in one group. Without optim.groups and layer_decay: the decay group
+// then the no-decay one (as split_decay_groups), the layout of every earlier checkpoint; otherwise
+// those two first (possibly empty: then left out) and one more per distinct (lr, weight decay), in
+// parameter order. A groups regex that matches no trainable parameter is a warning.
+std::vector<GroupPlan> plan_param_groups(const config::OptimConfig& cfg, const torch::nn::Module& model);
+
+// optim.layer_decay's depth of a parameter: 0 for the embeddings, i + 1 for transformer block i,
+// -1 for the rest (head, final norm: lr unscaled). Knows torchvision's ViT and nanoGPT names.
+int64_t transformer_layer_of(const std::string& name);
+
+}  // namespace trainer::engine
