@@ -36,9 +36,17 @@ void check_image_recipes(const LoadedConfig& loaded, bool token_arch, const Reci
   const bool mixing = c.data.mixup.alpha > 0 || c.data.cutmix.alpha > 0;
   const std::pair<const char*, double> alphas[] = {{"data.mixup.alpha", c.data.mixup.alpha},
                                                    {"data.cutmix.alpha", c.data.cutmix.alpha}};
-  if (token_arch)
+  if (token_arch) {
     for (const auto& [key, alpha] : alphas)
       if (alpha > 0) err(key, "mixes images and their labels; model.arch '" + c.model.arch + "' takes tokens");
+    const std::pair<const char*, bool> image_only[] = {{"data.augment.random_resized_crop", a.random_resized_crop},
+                                                       {"data.augment.brightness", a.brightness > 0},
+                                                       {"data.augment.contrast", a.contrast > 0},
+                                                       {"data.augment.saturation", a.saturation > 0},
+                                                       {"data.augment.hue", a.hue > 0}};
+    for (const auto& [key, on] : image_only)
+      if (on) err(key, "transforms images; model.arch '" + c.model.arch + "' takes tokens");
+  }
   if (!mixing)
     for (const char* key : {"data.mixup.prob", "data.mixup.switch_prob"})
       if (loaded.is_set(key)) err(key, "has no effect: data.mixup.alpha and data.cutmix.alpha are both 0");

@@ -1,5 +1,7 @@
 #include "engine/ema.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <stdexcept>
 
 namespace trainer::engine {
@@ -60,6 +62,8 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
   shadow->to(device);
   if (cfg.model.channels_last && shadow->input_kind() == models::InputKind::Image) models::to_channels_last(*shadow);
   shadow->eval();  // it is only ever evaluated
+  spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
+               cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");
   return std::make_unique<Ema>(cfg.train.ema, live, std::move(shadow));
 }
 

@@ -52,8 +52,14 @@ std::string number_text(double v) {
 
 StepRunner::StepRunner(StepParts parts, StepSettings settings)
     : parts_(std::move(parts)), set_(std::move(settings)), inject_nonfinite_(injected_nonfinite_steps()) {
-  if (BatchMixer::wanted(set_.mixup, set_.cutmix))
+  if (BatchMixer::wanted(set_.mixup, set_.cutmix)) {
     mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.rank);
+    spdlog::info("data.mixup/cutmix: mixup alpha {}, cutmix alpha {}, prob {}, switch_prob {} (one lambda per "
+                 "micro-batch, soft targets)",
+                 set_.mixup.alpha, set_.cutmix.alpha, set_.mixup.prob, set_.mixup.switch_prob);
+  }
+  if (set_.label_smoothing > 0)
+    spdlog::info("train.label_smoothing {}: the training loss is smoothed, evaluation is not", set_.label_smoothing);
   if (!inject_nonfinite_.empty())
     spdlog::warn("TRAINER_INJECT_NONFINITE_GRAD: the gradients of {} step(s) will be made NaN (fault injection)",
                  inject_nonfinite_.size());

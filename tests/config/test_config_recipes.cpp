@@ -51,6 +51,14 @@ TEST_CASE("mixup and cutmix on a GPT are config errors", "[unit]") {
   CHECK(e[1] == "exp.yaml:8:12: data.cutmix.alpha: mixes images and their labels; model.arch 'gpt' takes tokens");
 }
 
+TEST_CASE("RandomResizedCrop and colour jitter on a GPT are config errors", "[unit]") {
+  auto e = recipe_errors(kGptHead, {"data.augment.random_resized_crop=true", "data.augment.hue=0.1"});
+  REQUIRE(e.size() == 2);
+  CHECK(e[0] == "--set data.augment.random_resized_crop=true: data.augment.random_resized_crop: transforms images; "
+                "model.arch 'gpt' takes tokens");
+  CHECK(e[1] == "--set data.augment.hue=0.1: data.augment.hue: transforms images; model.arch 'gpt' takes tokens");
+}
+
 TEST_CASE("mixup with train.cuda_graphs is refused, naming both", "[unit]") {
   auto e = recipe_errors("train:\n  max_steps: 10\n  cuda_graphs: true\ndata:\n  format: synthetic\n  mixup: {alpha: 0.2}\n");
   REQUIRE(e.size() == 1);
