@@ -20,14 +20,16 @@ nn::Linear linear(int64_t in, int64_t out, bool bias) { return nn::Linear(nn::Li
 // one addmm as PyTorch's nn.Linear does: ~10 % of a GPT-mini step on CPU.
 torch::Tensor fused_linear(const nn::Linear& l, const torch::Tensor& x) { return at::linear(x, l->weight, l->bias); }
 
+// The rules of GPT's own keys, one text for config load (err names the key) and the constructor.
+void gpt_key_rules(const config::ModelConfig& c, const config::ErrFn& err) {
+  if (c.n_head >= 1 && c.n_embd % c.n_head != 0)
+    err("model.n_head", "n_embd " + std::to_string(c.n_embd) + " is not divisible by n_head " + std::to_string(c.n_head));
+}
+
 void check_config(const config::ModelConfig& c) {
   if (c.vocab_size < 1 || c.block_size < 1 || c.n_layer < 0 || c.n_head < 1 || c.n_embd < 1)
     throw std::invalid_argument("gpt needs vocab_size, block_size, n_head, n_embd >= 1 and n_layer >= 0");
-  if (c.n_embd % c.n_head != 0)
-    throw std::invalid_argument("model.n_embd " + std::to_string(c.n_embd) + " is not divisible by model.n_head " +
-                                std::to_string(c.n_head));
-  if (c.attention != "sdpa" && c.attention != "math" && c.attention != "auto")
-    throw std::invalid_argument("model.attention '" + c.attention + "' is unknown; known: auto, math, sdpa");
+  gpt_key_rules(c, [](const std::string& key, const std::string& msg) { throw std::invalid_argument(key + ": " + msg); });
   if (!(c.dropout >= 0.0 && c.dropout < 1.0)) throw std::invalid_argument("model.dropout must be in [0, 1)");
 }
 
@@ -55,7 +57,7 @@ torch::Tensor LayerNormImpl::forward(const torch::Tensor& x) {
 }
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const config::ModelConfig& cfg)
-    : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout), math_(cfg.attention == "math") {
+    : n_head_(cfg.n_head), n_embd_(cfg.n_embd), dropout_(cfg.dropout), math_(cfg.attention == config::Attention::Math) {
   c_attn = register_module("c_attn", linear(n_embd_, 3 * n_embd_, cfg.bias));  // q, k, v for all heads at once
   c_proj = register_module("c_proj", linear(n_embd_, n_embd_, cfg.bias));
 }
@@ -156,6 +158,34 @@ double Gpt::train_flops_per_sample(const std::vector<int64_t>& shape) const {
   const auto N = static_cast<double>(num_parameters() - transformer->wpe->weight.numel());
   const double per_token = 6.0 * N + 12.0 * static_cast<double>(cfg_.n_layer * cfg_.n_embd) * T;
   return per_token * T;
+}
+
+std::vector<ModelUnit> Gpt::units() const {
+  std::vector<ModelUnit> u{{"embeddings", {"transformer.wte.", "transformer.wpe."}, false}};
+  for (size_t i = 0; i < transformer->blocks.size(); ++i) {
+    const std::string name = "transformer.h." + std::to_string(i);
+    u.push_back({name, {name + "."}, true});
+  }
+  u.push_back({"head", {"transformer.ln_f."}, false});  // lm_head is wte (tied): in "embeddings"
+  return u;
+}
+
+ModelSpec gpt_spec() {
+  ModelSpec s;
+  s.rules.name = "gpt";
+  s.rules.input = config::ArchInput::Tokens;
+  s.rules.keys = {"model.vocab_size", "model.block_size", "model.n_layer", "model.n_head",
+                  "model.n_embd",     "model.dropout",    "model.bias",    "model.attention"};
+  s.rules.eval_metrics = {"loss", "ppl", "bpb"};
+  s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
+    gpt_key_rules(c.model, err);
+    if (c.data.format == "text" && c.model.vocab_size < 256)
+      err("model.vocab_size", "byte-level text needs vocab_size >= 256");
+  };
+  s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); };
+  s.measure_attention = true;
+  s.layout = "nanoGPT (model.GPT)";
+  return s;
 }
 
 }  // namespace trainer::models

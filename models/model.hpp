@@ -1,4 +1,5 @@
-// The model interface the engine trains, and the registry that builds a model from model.arch.
+// The model interface the engine trains, the ModelSpec each family registers, and the registry that
+// builds a model from model.arch.
 // Parameter and buffer names equal torchvision's / nanoGPT's, so weights move to and from PyTorch as
 // safetensors files (io/safetensors.hpp) without renaming.
 #pragma once
@@ -11,11 +12,23 @@
 #include <string>
 #include <vector>
 
+#include "config/arch.hpp"
 #include "config/config.hpp"
+#include "models/builtin.hpp"
 
 namespace trainer::models {
 
 enum class InputKind { Image, Tokens };
+
+// A unit of the model for per-block treatment: activation checkpointing recomputes the checkpointed
+// units in backward (model.activation_checkpointing), and parameter sharding gathers one unit at a
+// time. The units partition the model's parameters: each named parameter (tied ones under their
+// first name) starts with exactly one unit's prefixes. In forward order.
+struct ModelUnit {
+  std::string name;                   // "transformer.h.0", "layer1", "embeddings", "head"
+  std::vector<std::string> prefixes;  // parameter-name prefixes it owns, each ending in "." or a full name
+  bool checkpointed = false;          // a block that activation checkpointing wraps
+};
 
 class Model : public torch::nn::Module {
  public:
@@ -27,20 +40,36 @@ class Model : public torch::nn::Module {
   // tokens (T). For GPT use 6N + 12 * n_layer * T * n_embd per token, times T.
   virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
   int64_t num_parameters() const;  // unique parameters (tied weights counted once)
+  virtual std::vector<ModelUnit> units() const = 0;
 };
 using ModelPtr = std::shared_ptr<Model>;
 
+// Everything about one model family, in one place. Each family defines its spec next to its model
+// (gpt_spec() in gpt.cpp, ...) and register_builtin_models adds it with one line; nothing outside
+// models/ names a family. `rules` is what config needs before any model exists (input kind, the
+// family's own keys, its eval metrics, its cross-key rules, checked at config load with file:line:col).
+struct ModelSpec {
+  config::ArchRules rules;
+  std::function<ModelPtr(const config::ModelConfig&)> build;  // the caller seeds torch first
+  // model.attention auto: true = timed at start-up on the run's shapes (engine/autotune);
+  // false = the model's own fixed rule (or it has no attention choice)
+  bool measure_attention = false;
+  std::string layout;  // whose parameter names the weights use: "torchvision ResNet", "nanoGPT", ...
+  // Training loss: cross-entropy over the last dimension of the logits against int64 targets, for
+  // every family so far (classes for images, the vocabulary per position for tokens).
+};
+
 class ModelRegistry {
  public:
-  using Factory = std::function<ModelPtr(const config::ModelConfig&)>;
-  void add(const std::string& arch, Factory factory);
+  void add(ModelSpec spec);  // a name added twice is std::invalid_argument
   // Builds the model (the caller seeds torch first: initialisation draws from torch's generator), then
   // loads cfg.init_from when set (strict). Unknown arch: std::invalid_argument listing the known ones.
   ModelPtr create(const config::ModelConfig& cfg) const;
+  const ModelSpec& spec(const std::string& arch) const;  // unknown arch: std::invalid_argument
   std::vector<std::string> names() const;  // sorted
 
  private:
-  std::map<std::string, Factory> factories_;
+  std::map<std::string, ModelSpec> specs_;
 };
 
 // Restrides every 4-d parameter and buffer of `m` to channels-last, in place (set_data). A tensor with
@@ -52,7 +81,11 @@ void to_channels_last(torch::nn::Module& m);
 // True when `t` has channels-last strides (not merely an ambiguous layout that is also NCHW).
 bool has_channels_last_strides(const torch::Tensor& t);
 
-// Adds "resnet", "gpt" and "vit".
+// Adds every built-in family (resnet, gpt, vit), and registers their ArchRules with the config
+// layer the first time it runs (register_builtin_archs).
 void register_builtin_models(ModelRegistry& registry);
+// register_builtin_archs() (models/builtin.hpp): the built-in families' ArchRules into config.
+// The built-in families, built once.
+const ModelRegistry& builtin_models();
 
 }  // namespace trainer::models

@@ -1,3 +1,4 @@
+#include <mutex>
 #include <set>
 #include <stdexcept>
 
@@ -17,26 +18,31 @@ int64_t Model::num_parameters() const {
   return n;
 }
 
-void ModelRegistry::add(const std::string& arch, Factory factory) {
-  if (factories_.count(arch)) throw std::invalid_argument("model arch '" + arch + "' is registered twice");
-  factories_[arch] = std::move(factory);
+void ModelRegistry::add(ModelSpec spec) {
+  const std::string name = spec.rules.name;
+  if (specs_.count(name)) throw std::invalid_argument("model arch '" + name + "' is registered twice");
+  specs_.emplace(name, std::move(spec));
+}
+
+const ModelSpec& ModelRegistry::spec(const std::string& arch) const {
+  auto it = specs_.find(arch);
+  if (it == specs_.end()) {
+    std::string known;
+    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
+    throw std::invalid_argument("unknown model.arch '" + arch + "'; known: " + known);
+  }
+  return it->second;
 }
 
 ModelPtr ModelRegistry::create(const config::ModelConfig& cfg) const {
-  auto it = factories_.find(cfg.arch);
-  if (it == factories_.end()) {
-    std::string known;
-    for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
-    throw std::invalid_argument("unknown model.arch '" + cfg.arch + "'; known: " + known);
-  }
-  ModelPtr model = it->second(cfg);
+  ModelPtr model = spec(cfg.arch).build(cfg);
   if (!cfg.init_from.empty()) io::load_state_into(*model, io::load_safetensors(cfg.init_from), /*strict=*/true);
   return model;
 }
 
 std::vector<std::string> ModelRegistry::names() const {
   std::vector<std::string> out;
-  for (const auto& [name, f] : factories_) out.push_back(name);  // std::map: already sorted
+  for (const auto& [name, s] : specs_) out.push_back(name);  // std::map: already sorted
   return out;
 }
 
@@ -54,10 +60,36 @@ void to_channels_last(torch::nn::Module& m) {
   for (auto& b : m.buffers(/*recurse=*/true)) restride(b);
 }
 
+namespace {
+// The built-in families: one line each; a family's spec lives next to its model.
+void add_builtin_specs(ModelRegistry& registry) {
+  registry.add(resnet_spec());
+  registry.add(gpt_spec());
+  registry.add(vit_spec());
+}
+}  // namespace
+
 void register_builtin_models(ModelRegistry& registry) {
-  registry.add("resnet", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<ResNet>(c); });
-  registry.add("gpt", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); });
-  registry.add("vit", [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<VisionTransformer>(c); });
+  add_builtin_specs(registry);
+  register_builtin_archs();
+}
+
+void register_builtin_archs() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ModelRegistry r;
+    add_builtin_specs(r);
+    for (const auto& name : r.names()) config::register_arch(r.spec(name).rules);
+  });
+}
+
+const ModelRegistry& builtin_models() {
+  static const ModelRegistry registry = [] {
+    ModelRegistry r;
+    register_builtin_models(r);
+    return r;
+  }();
+  return registry;
 }
 
 }  // namespace trainer::models

@@ -113,7 +113,16 @@ struct Layout {
   bool torchvision = true;
 };
 
+// "" for a ResNet depth, else why not (the one text of this rule: config load and the constructor)
+std::string depth_problem(int64_t depth) {
+  if (depth == 18 || depth == 34 || depth == 50 || depth == 101 || depth == 152 || (depth >= 8 && (depth - 2) % 6 == 0))
+    return "";
+  return std::to_string(depth) +
+         " is not a ResNet depth: use 18, 34, 50, 101, 152 (torchvision) or 6n+2 such as 20, 32, 44, 56, 110 (CIFAR)";
+}
+
 Layout layout_for(int64_t depth) {
+  if (auto why = depth_problem(depth); !why.empty()) throw std::invalid_argument("model.depth " + why);
   switch (depth) {
     case 18: return {false, {2, 2, 2, 2}, 64, true};
     case 34: return {false, {3, 4, 6, 3}, 64, true};
@@ -122,13 +131,8 @@ Layout layout_for(int64_t depth) {
     case 152: return {true, {3, 8, 36, 3}, 64, true};
     default: break;
   }
-  if (depth >= 8 && (depth - 2) % 6 == 0) {
-    const int64_t n = (depth - 2) / 6;
-    return {false, {n, n, n}, 16, false};
-  }
-  throw std::invalid_argument("model.depth " + std::to_string(depth) +
-                              " is not a ResNet depth: use 18, 34, 50, 101, 152 (torchvision) or 6n+2 such as 20, 32, "
-                              "44, 56, 110 (CIFAR)");
+  const int64_t n = (depth - 2) / 6;  // 6n+2 (depth_problem said so)
+  return {false, {n, n, n}, 16, false};
 }
 
 std::string shape_text(const torch::Tensor& x) {
@@ -228,6 +232,33 @@ double ResNet::train_flops_per_sample(const std::vector<int64_t>& shape) const {
     for (const auto& b : stage) f += b->forward_flops(h, w);
   f += 2.0 * static_cast<double>(fc_->options.in_features() * fc_->options.out_features());
   return 3.0 * f;  // backward costs about twice the forward
+}
+
+std::vector<ModelUnit> ResNet::units() const {
+  // the stem and the head are units of their own; each stage is one checkpointed block
+  std::vector<ModelUnit> u{{"stem", {"conv1.", "bn1."}, false}};
+  for (size_t i = 0; i < stages_.size(); ++i) {
+    const std::string name = "layer" + std::to_string(i + 1);
+    u.push_back({name, {name + "."}, true});
+  }
+  u.push_back({"head", {"fc."}, false});
+  return u;
+}
+
+ModelSpec resnet_spec() {
+  ModelSpec s;
+  s.rules.name = "resnet";
+  s.rules.input = config::ArchInput::Image;
+  s.rules.fixed_image_size = false;  // adaptive average pooling: any image size
+  s.rules.keys = {"model.depth",  "model.stem",  "model.in_channels",       "model.num_classes",
+                  "model.width",  "model.zero_init_residual", "model.channels_last"};
+  s.rules.eval_metrics = {"accuracy", "top5", "loss"};
+  s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
+    if (auto why = depth_problem(c.model.depth); !why.empty()) err("model.depth", why);
+  };
+  s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<ResNet>(c); };
+  s.layout = "torchvision ResNet (torchvision.models.resnet*)";
+  return s;
 }
 
 }  // namespace trainer::models

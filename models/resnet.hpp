@@ -24,6 +24,7 @@ class ResNet : public Model {
   InputKind input_kind() const override { return InputKind::Image; }
   std::string arch() const override { return "resnet"; }
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
+  std::vector<ModelUnit> units() const override;  // stem, layer1.., head
 
  private:
   torch::Tensor run_stage(size_t i, torch::Tensor x);
@@ -37,5 +38,7 @@ class ResNet : public Model {
   std::vector<std::vector<std::shared_ptr<ResidualBlock>>> blocks_;  // the same blocks, typed
   torch::nn::Linear fc_{nullptr};
 };
+
+ModelSpec resnet_spec();
 
 }  // namespace trainer::models

@@ -33,26 +33,29 @@ std::string vit_shape_text(const torch::Tensor& x) {
   return s + "]";
 }
 
+// The rules of ViT's own keys, one text for config load (err names the key) and the constructor.
+void vit_key_rules(const config::ModelConfig& m, const config::ErrFn& err) {
+  if (m.patch_size >= 1 && m.image_size % m.patch_size != 0)
+    err("model.patch_size", std::to_string(m.patch_size) + " does not divide model.image_size " +
+                                std::to_string(m.image_size) + " (the image is cut into whole patches)");
+  if (m.num_heads >= 1 && m.hidden_dim % m.num_heads != 0)
+    err("model.num_heads", "hidden_dim " + std::to_string(m.hidden_dim) + " is not divisible by num_heads " +
+                               std::to_string(m.num_heads));
+}
+
 void check_vit_config(const config::ModelConfig& c) {
   if (c.in_channels < 1 || c.num_classes < 1 || c.image_size < 1 || c.patch_size < 1 || c.num_layers < 0 ||
       c.num_heads < 1 || c.hidden_dim < 1 || c.mlp_dim < 1)
     throw std::invalid_argument("vit needs in_channels, num_classes, image_size, patch_size, num_heads, hidden_dim, "
                                 "mlp_dim >= 1 and num_layers >= 0");
-  if (c.image_size % c.patch_size != 0)
-    throw std::invalid_argument("model.patch_size " + std::to_string(c.patch_size) + " does not divide model.image_size " +
-                                std::to_string(c.image_size));
-  if (c.hidden_dim % c.num_heads != 0)
-    throw std::invalid_argument("model.hidden_dim " + std::to_string(c.hidden_dim) +
-                                " is not divisible by model.num_heads " + std::to_string(c.num_heads));
-  if (c.attention != "sdpa" && c.attention != "math" && c.attention != "auto")
-    throw std::invalid_argument("model.attention '" + c.attention + "' is unknown; known: auto, math, sdpa");
+  vit_key_rules(c, [](const std::string& key, const std::string& msg) { throw std::invalid_argument(key + ": " + msg); });
   if (!(c.dropout >= 0.0 && c.dropout < 1.0) || !(c.attention_dropout >= 0.0 && c.attention_dropout < 1.0))
     throw std::invalid_argument("model.dropout and model.attention_dropout must be in [0, 1)");
 }
 
 }  // namespace
 
-VitAttentionImpl::VitAttentionImpl(int64_t dim, int64_t heads, double dropout, const std::string& attention)
+VitAttentionImpl::VitAttentionImpl(int64_t dim, int64_t heads, double dropout, config::Attention attention)
     : heads_(heads), dropout_(dropout), attention_(attention) {
   in_proj_weight = register_parameter("in_proj_weight", torch::empty({3 * dim, dim}));
   in_proj_bias = register_parameter("in_proj_bias", torch::zeros({3 * dim}));
@@ -69,7 +72,7 @@ VitAttentionImpl::VitAttentionImpl(int64_t dim, int64_t heads, double dropout, c
 // of 16) ran 40 bf16 steps 1.5-7x faster with it on the shared 2-core build machine (its flash
 // backward was 43 % of a step in a profile); sdpa everywhere else.
 bool VitAttentionImpl::use_math(const torch::Tensor& x) const {
-  if (attention_ != "auto") return attention_ == "math";
+  if (attention_ != config::Attention::Auto) return attention_ == config::Attention::Math;
   return x.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);
 }
 
@@ -178,6 +181,31 @@ double VisionTransformer::train_flops_per_sample(const std::vector<int64_t>& sha
   const double forward = 2 * N * C * p * p * D + static_cast<double>(cfg_.num_layers) * block +
                          2 * D * static_cast<double>(cfg_.num_classes);
   return 3.0 * forward;  // backward costs about twice the forward
+}
+
+std::vector<ModelUnit> VisionTransformer::units() const {
+  std::vector<ModelUnit> u{{"embeddings", {"conv_proj.", "class_token", "encoder.pos_embedding"}, false}};
+  for (size_t i = 0; i < encoder->blocks.size(); ++i) {
+    const std::string name = "encoder.layers.encoder_layer_" + std::to_string(i);
+    u.push_back({name, {name + "."}, true});
+  }
+  u.push_back({"head", {"encoder.ln.", "heads."}, false});
+  return u;
+}
+
+ModelSpec vit_spec() {
+  ModelSpec s;
+  s.rules.name = "vit";
+  s.rules.input = config::ArchInput::Image;
+  s.rules.fixed_image_size = true;  // the position embedding has one entry per patch
+  s.rules.keys = {"model.in_channels", "model.num_classes", "model.dropout",   "model.attention",
+                  "model.image_size",  "model.patch_size",  "model.num_layers", "model.num_heads",
+                  "model.hidden_dim",  "model.mlp_dim",     "model.attention_dropout"};
+  s.rules.eval_metrics = {"accuracy", "top5", "loss"};
+  s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) { vit_key_rules(c.model, err); };
+  s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<VisionTransformer>(c); };
+  s.layout = "torchvision VisionTransformer (torchvision.models.vit_b_16 and friends)";
+  return s;
 }
 
 }  // namespace trainer::models

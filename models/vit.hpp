@@ -16,7 +16,7 @@ namespace trainer::models {
 // sdpa (scaled_dot_product_attention), math (explicit softmax, two matmuls) or auto (see use_math).
 class VitAttentionImpl : public torch::nn::Module {
  public:
-  VitAttentionImpl(int64_t dim, int64_t heads, double dropout, const std::string& attention);
+  VitAttentionImpl(int64_t dim, int64_t heads, double dropout, config::Attention attention);
   torch::Tensor forward(const torch::Tensor& x);  // (B, S, D) -> (B, S, D)
   torch::Tensor in_proj_weight, in_proj_bias;     // (3D, D), (3D)
   torch::nn::Linear out_proj{nullptr};
@@ -25,7 +25,7 @@ class VitAttentionImpl : public torch::nn::Module {
   bool use_math(const torch::Tensor& x) const;
   int64_t heads_;
   double dropout_;
-  std::string attention_;
+  config::Attention attention_;
 };
 TORCH_MODULE(VitAttention);
 
@@ -62,6 +62,7 @@ class VisionTransformer : public Model {
   InputKind input_kind() const override { return InputKind::Image; }
   std::string arch() const override { return "vit"; }
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
+  std::vector<ModelUnit> units() const override;  // embeddings, encoder_layer_0.., head
 
   torch::nn::Conv2d conv_proj{nullptr};
   torch::Tensor class_token;  // (1, 1, D)
@@ -71,5 +72,7 @@ class VisionTransformer : public Model {
  private:
   config::ModelConfig cfg_;
 };
+
+ModelSpec vit_spec();
 
 }  // namespace trainer::models

@@ -12,6 +12,7 @@
 #include "obs/report.hpp"
 #include "engine/export.hpp"
 #include "engine/stop_signal.hpp"
+#include "models/builtin.hpp"
 
 namespace {
 
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   // a reader that went away (`trainer run | tee` after a closed terminal) must not kill a run that
   // is saving its checkpoint: writes fail with EPIPE instead
   ::signal(SIGPIPE, SIG_IGN);
+  trainer::models::register_builtin_archs();  // config validates each model family's keys by its spec
   CLI::App app{"trainer: deep-learning training runner (LibTorch). YAML experiment in, trained model out.", "trainer"};
   app.set_version_flag("--version", std::string("trainer ") + TRAINER_VERSION);
   app.require_subcommand(1);
@@ -55,12 +57,23 @@ int main(int argc, char** argv) {
                     "train.memory_budget_gb, else 80 % of available host memory or 90 % of the GPU)")
       ->check(CLI::PositiveNumber);
 
-  int launch_n = 1, launch_port = 0;
+  trainer::dist::LaunchOptions launch_opts;
   std::vector<std::string> launch_args;
-  auto* launch = app.add_subcommand("launch", "Spawn N local ranks: trainer launch -n N [--master-port P] -- run CONFIG ...");
-  launch->add_option("-n,--nproc", launch_n, "Number of local ranks")->required()->check(CLI::PositiveNumber);
-  launch->add_option("--master-port", launch_port, "Rendezvous port on 127.0.0.1 (default: a free one)")
+  auto* launch = app.add_subcommand("launch", "Spawn this node's ranks: trainer launch -n N [--nnodes M --node-rank R "
+                                              "--master-addr A] [--master-port P] [--max-restarts K] -- run CONFIG ...");
+  launch->add_option("-n,--nproc", launch_opts.nprocs, "Number of ranks on this node")->required()->check(CLI::PositiveNumber);
+  launch->add_option("--nnodes", launch_opts.nnodes, "Nodes of the job, each running this command (default 1)")
+      ->check(CLI::PositiveNumber);
+  launch->add_option("--node-rank", launch_opts.node_rank, "This node's index in [0, nnodes) (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  launch->add_option("--master-addr", launch_opts.master_addr,
+                     "Address of node 0, reachable from every node (default 127.0.0.1: one node)");
+  launch->add_option("--master-port", launch_opts.master_port,
+                     "Rendezvous port on the master address (default: a free one on one node, 29500 on several)")
       ->check(CLI::Range(0, 65535));
+  launch->add_option("--max-restarts", launch_opts.max_restarts,
+                     "Start a failed group again up to K times; `trainer run` resumes from its newest checkpoint (default 0)")
+      ->check(CLI::NonNegativeNumber);
   launch->add_option("args", launch_args, "The trainer command each rank runs, after --")->required();
 
   std::string pt_input, pt_out;
@@ -104,7 +117,7 @@ int main(int argc, char** argv) {
   }
   if (*run) return trainer::engine::cmd_run(run_args);
   if (*check) return trainer::engine::cmd_check(check_args);
-  if (*launch) return trainer::dist::cmd_launch(launch_n, launch_port, launch_args);
+  if (*launch) return trainer::dist::cmd_launch(launch_opts, launch_args);
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);
   if (*report) return trainer::obs::cmd_report(report_dir, report_out);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "config/enums.hpp"
+
 namespace trainer::config {
 
 struct RunSection {
@@ -37,7 +39,7 @@ struct ModelConfig {
   int64_t n_embd = 384;
   double dropout = 0.0;
   bool bias = true;
-  std::string attention = "auto";  // auto | sdpa | math (explicit masked softmax); auto: engine/autotune.hpp
+  Attention attention = Attention::Auto;  // auto | sdpa | math (explicit masked softmax); auto: engine/autotune.hpp
   // vit (torchvision VisionTransformer's names; the defaults are vit_b_16's); dropout is shared with gpt,
   // in_channels and num_classes with resnet
   int64_t image_size = 224;  // the position embedding fixes it: images must be image_size x image_size
@@ -116,7 +118,7 @@ struct DataConfig {
 
 struct EarlyStoppingConfig {
   std::string metric = "";  // "" = off; else an eval metric: loss | accuracy | top5 | bpb | ppl
-  std::string mode = "auto";  // auto | min | max (auto: max for accuracies, min otherwise)
+  StopMode mode = StopMode::Auto;  // auto | min | max (auto: max for accuracies, min otherwise)
   int64_t patience = 5;       // evaluations without improvement before stopping
   double min_delta = 0.0;
   bool operator==(const EarlyStoppingConfig&) const = default;
@@ -136,7 +138,7 @@ struct TrainConfig {
   int64_t global_batch_size = 0;   // 0 = batch_size * grad_accum * world_size
   int64_t max_steps = 0;           // optimizer steps; exactly one of max_steps / epochs drives the run
   double epochs = 0.0;
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (CUDA only)
+  Precision precision = Precision::Fp32;  // fp32 | bf16 | fp16 (CUDA only)
   bool tf32 = true;                // CUDA: TF32 tensor cores for fp32 matmuls and convolutions
   std::string device = "auto";     // auto | cpu | cuda
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
@@ -147,7 +149,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)
   int64_t eval_steps = 0;          // batches per evaluation (0 = the whole validation split)
-  std::string nonfinite = "abort"; // skip | rollback | abort: a non-finite loss or gradient norm
+  NonFinite nonfinite = NonFinite::Abort;  // skip | rollback | abort: a non-finite loss or gradient norm
   int64_t max_nonfinite = 5;       // consecutive skipped / rolled-back steps before the run aborts
   double label_smoothing = 0.0;    // training loss only: torch's cross_entropy(label_smoothing=)
   EmaConfig ema;
@@ -156,7 +158,7 @@ struct TrainConfig {
 };
 
 struct OptimConfig {
-  std::string name = "sgd";  // sgd | adamw
+  OptimizerKind name = OptimizerKind::Sgd;  // sgd | adamw
   double lr = 0.1;
   double momentum = 0.9;
   bool nesterov = false;
@@ -169,7 +171,7 @@ struct OptimConfig {
 };
 
 struct ScheduleConfig {
-  std::string name = "constant";  // constant | step | linear | cosine
+  ScheduleKind name = ScheduleKind::Constant;  // constant | step | linear | cosine
   int64_t warmup_steps = 0;
   double min_lr_ratio = 0.0;      // floor as a fraction of optim.lr
   int64_t step_size = 1000;       // step: decay every step_size steps
@@ -182,6 +184,7 @@ struct DistConfig {
   double timeout_s = 300.0;
   double bucket_mb = 25.0;
   std::string store = "";  // "" = TCPStore at MASTER_ADDR:MASTER_PORT; file:///shared/path for a FileStore
+  std::string interface = "";  // network interface of the collectives ("" = GLOO_SOCKET_IFNAME, else auto)
   bool operator==(const DistConfig&) const = default;
 };
 
@@ -190,7 +193,7 @@ struct CheckpointConfig {
   int64_t keep_last = 3;
   std::string dir = "";     // "" = <run dir>/checkpoints
   int64_t keep_every = 0;   // also keep every checkpoint whose step is a multiple of this (0 = off)
-  std::string on_error = "warn";  // warn | abort: what a failed save does to the run
+  OnError on_error = OnError::Warn;  // warn | abort: what a failed save does to the run
   int64_t max_failures = 3;       // on_error warn: consecutive failed saves tolerated before the run stops
   bool save_best = true;          // an evaluation that improves the best metric saves and marks `best`
   bool requeue = false;           // SLURM: `scontrol requeue` this job after a stop signal's checkpoint

@@ -305,9 +305,10 @@ class Loader {
         std::string v = n.IsNull() ? "" : (n.IsScalar() ? n.Scalar() : "\x01");
         if (v == "\x01") return bad("one of " + type_name(f));
         if (auto at = first_invalid_utf8(v)) return error(where, f.key, not_utf8(v, *at));
-        for (const auto& c : f.choices)
-          if (c == v) {
-            *std::get<std::string*>(f.ref) = v;
+        for (size_t i = 0; i < f.choices.size(); ++i)
+          if (f.choices[i] == v) {
+            if (const auto* e = std::get_if<EnumRef>(&f.ref)) e->set(i);
+            else *std::get<std::string*>(f.ref) = v;
             return;
           }
         std::string msg = "'" + printable(v) + "' is not one of " + type_name(f);

@@ -46,7 +46,6 @@ struct LoadedConfig {
 struct ValidateOptions {
   int64_t world_size = 1;
   bool cuda_available = false;
-  std::vector<std::string> known_archs = {"gpt", "resnet", "vit"};  // from the model registry
 };
 
 // Parse `path` and apply `overrides` ("a.b=value", value in YAML syntax). Relative paths in the file

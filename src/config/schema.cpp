@@ -42,37 +42,24 @@ struct Builder {
     f.ref = &v;
     f.choices = std::move(choices);
   }
+  // a Choice key whose member is an enum of config/enums.hpp; the names are choices_of<E>()
+  template <class E>
+  void e(const std::string& n, E& v, const std::string& doc) {
+    auto& f = add(n, FieldType::Choice, doc);
+    f.choices = choices_of<E>();
+    f.ref = EnumRef{[&v] { return static_cast<size_t>(v); }, [&v](size_t i) { v = static_cast<E>(i); }};
+  }
   void l(const std::string& n, std::vector<double>& v, const std::string& doc) {
     add(n, FieldType::FloatList, doc).ref = &v;
   }
-  void arch(const std::string& a) { out.back().applies_to = {a}; }
-  void arch(std::initializer_list<std::string> a) { out.back().applies_to = a; }
+  // the key before is a model family's own: the families that read it say so in their ArchRules
+  void family() { out.back().family_key = true; }
 };
 
 }  // namespace
 
-const std::vector<ArchInfo>& arch_infos() {
-  static const std::vector<ArchInfo> archs = {
-      {"gpt", ArchInput::Tokens, false},
-      {"resnet", ArchInput::Image, false},  // adaptive average pooling: any image size
-      {"vit", ArchInput::Image, true},
-  };
-  return archs;
-}
-
-const ArchInfo* find_arch(const std::string& name) {
-  for (const auto& a : arch_infos())
-    if (a.name == name) return &a;
-  return nullptr;
-}
-
-bool takes_tokens(const std::string& arch) {
-  const ArchInfo* a = find_arch(arch);
-  return a && a->input == ArchInput::Tokens;
-}
-
 bool applies_to_arch(const FieldInfo& f, const std::string& arch) {
-  return f.applies_to.empty() || std::find(f.applies_to.begin(), f.applies_to.end(), arch) != f.applies_to.end();
+  return !f.family_key || std::find(f.applies_to.begin(), f.applies_to.end(), arch) != f.applies_to.end();
 }
 
 std::string applies_text(const FieldInfo& f) {
@@ -98,54 +85,56 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
 
   k.prefix = "model";
   auto& m = c.model;
-  k.s("arch", m.arch, "Model family; the registry lists the known ones (resnet, gpt, vit).");
+  std::string families;
+  for (const auto& a : arch_names()) families += (families.empty() ? "" : ", ") + a;
+  k.s("arch", m.arch, "Model family: one of the registered model specs (" + families + ").");
   k.i("depth", m.depth, 8, 1000, "ResNet depth: 18/34/50/101/152 (torchvision layout) or 6n+2 (CIFAR layout).");
-  k.arch("resnet");
+  k.family();
   k.c("stem", m.stem, {"imagenet", "cifar"}, "ResNet first layer: imagenet (7x7/2 conv + max-pool) or cifar (3x3/1, no pool).");
-  k.arch("resnet");
+  k.family();
   k.i("in_channels", m.in_channels, 1, 64, "Input image channels.");
-  k.arch({"resnet", "vit"});
+  k.family();
   k.i("num_classes", m.num_classes, 2, 1e6, "Output classes.");
-  k.arch({"resnet", "vit"});
+  k.family();
   k.f("width", m.width, 0.125, 16, "Channel multiplier (base 64 for the torchvision layout, 16 for CIFAR).");
-  k.arch("resnet");
+  k.family();
   k.b("zero_init_residual", m.zero_init_residual, "Zero the last BatchNorm weight of each residual branch.");
-  k.arch("resnet");
+  k.family();
   k.b("channels_last", m.channels_last, "Keep activations and weights in NHWC (channels_last) memory format.");
-  k.arch("resnet");
+  k.family();
   k.i("vocab_size", m.vocab_size, 2, 1e7, "GPT vocabulary size (256 for byte-level text).");
-  k.arch("gpt");
+  k.family();
   k.i("block_size", m.block_size, 1, 1e6, "GPT context length in tokens.");
-  k.arch("gpt");
+  k.family();
   k.i("n_layer", m.n_layer, 1, 1000, "GPT Transformer blocks.");
-  k.arch("gpt");
+  k.family();
   k.i("n_head", m.n_head, 1, 1000, "GPT attention heads (must divide n_embd).");
-  k.arch("gpt");
+  k.family();
   k.i("n_embd", m.n_embd, 1, 1e6, "GPT embedding width.");
-  k.arch("gpt");
+  k.family();
   k.f("dropout", m.dropout, 0, 0.99,
       "Dropout probability: GPT embeddings, attention, residuals; ViT embeddings, attention output, MLP (torchvision's dropout).");
-  k.arch({"gpt", "vit"});
+  k.family();
   k.b("bias", m.bias, "GPT: biases in Linear and LayerNorm layers.");
-  k.arch("gpt");
-  k.c("attention", m.attention, {"auto", "sdpa", "math"},
+  k.family();
+  k.e("attention", m.attention,
       "Attention: sdpa (fused kernels), math (explicit softmax), or auto (GPT: measured at start, see docs/PERFORMANCE.md; "
       "ViT: math on a CPU under bf16/fp16 autocast, where SDPA's CPU kernel is slow at short sequences, else sdpa).");
-  k.arch({"gpt", "vit"});
+  k.family();
   k.i("image_size", m.image_size, 1, 8192, "ViT input image side in pixels (fixed: the position embedding has one entry per patch).");
-  k.arch("vit");
+  k.family();
   k.i("patch_size", m.patch_size, 1, 8192, "ViT patch side in pixels (must divide image_size).");
-  k.arch("vit");
+  k.family();
   k.i("num_layers", m.num_layers, 1, 1000, "ViT encoder blocks.");
-  k.arch("vit");
+  k.family();
   k.i("num_heads", m.num_heads, 1, 1000, "ViT attention heads (must divide hidden_dim).");
-  k.arch("vit");
+  k.family();
   k.i("hidden_dim", m.hidden_dim, 1, 1e6, "ViT token width.");
-  k.arch("vit");
+  k.family();
   k.i("mlp_dim", m.mlp_dim, 1, 1e7, "ViT MLP hidden width (vit_b_16: 4 x hidden_dim).");
-  k.arch("vit");
+  k.family();
   k.f("attention_dropout", m.attention_dropout, 0, 0.99, "ViT dropout on the attention weights.");
-  k.arch("vit");
+  k.family();
   k.b("activation_checkpointing", m.activation_checkpointing,
       "Recompute activations in backward (per ResNet stage, GPT block or ViT encoder block) to save memory.");
   k.p("init_from", m.init_from, "A .safetensors file to initialise the weights from (\"\" = random init).");
@@ -208,7 +197,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Samples per optimizer step over all processes (0 = batch_size x grad_accum x world size); sets grad_accum.");
   k.i("max_steps", t.max_steps, 0, 9.2e18, "Optimizer steps to run (0 = use epochs).");
   k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
-  k.c("precision", t.precision, {"fp32", "bf16", "fp16"}, "Compute precision (fp16 needs CUDA; weights stay fp32).");
+  k.e("precision", t.precision, "Compute precision (fp16 needs CUDA; weights stay fp32).");
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.c("device", t.device, {"auto", "cpu", "cuda"}, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
@@ -223,7 +212,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("log_every", t.log_every, 1, 1e9, "Steps between metric records.");
   k.i("eval_every", t.eval_every, 0, 1e9, "Steps between evaluations (0 = only at the end).");
   k.i("eval_steps", t.eval_steps, 0, 1e9, "Batches per evaluation (0 = the whole validation split).");
-  k.c("nonfinite", t.nonfinite, {"skip", "rollback", "abort"},
+  k.e("nonfinite", t.nonfinite,
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
   k.i("max_nonfinite", t.max_nonfinite, 1, 1e6, "Consecutive skipped or rolled-back steps before the run aborts.");
@@ -238,13 +227,13 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("eval", t.ema.eval, "Also evaluate the EMA weights at every evaluation (eval records with \"weights\": \"ema\").");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
-  k.c("mode", t.early_stopping.mode, {"auto", "min", "max"}, "Better is lower (min) or higher (max); auto: max for accuracies.");
+  k.e("mode", t.early_stopping.mode, "Better is lower (min) or higher (max); auto: max for accuracies.");
   k.i("patience", t.early_stopping.patience, 1, 1e9, "Evaluations without improvement before stopping.");
   k.f("min_delta", t.early_stopping.min_delta, 0, kInf, "Smallest change that counts as an improvement.");
 
   k.prefix = "optim";
   auto& o = c.optim;
-  k.c("name", o.name, {"sgd", "adamw"}, "Optimizer.");
+  k.e("name", o.name, "Optimizer.");
   k.f("lr", o.lr, 0, 1e3, "Peak learning rate.");
   k.f("momentum", o.momentum, 0, 0.9999, "SGD momentum.");
   k.b("nesterov", o.nesterov, "SGD: Nesterov momentum.");
@@ -256,7 +245,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
 
   k.prefix = "schedule";
   auto& s = c.schedule;
-  k.c("name", s.name, {"constant", "step", "linear", "cosine"}, "Learning-rate schedule after warmup.");
+  k.e("name", s.name, "Learning-rate schedule after warmup.");
   k.i("warmup_steps", s.warmup_steps, 0, 1e9, "Linear warmup from 0 to optim.lr over this many steps.");
   k.f("min_lr_ratio", s.min_lr_ratio, 0, 1, "Floor of the schedule as a fraction of optim.lr.");
   k.i("step_size", s.step_size, 1, 1e9, "step: steps between decays.");
@@ -267,13 +256,17 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("timeout_s", c.dist.timeout_s, 1, 86400, "Seconds before a collective counts as hung.");
   k.f("bucket_mb", c.dist.bucket_mb, 0.001, 4096, "Gradient all-reduce bucket size in MiB.");
   k.s("store", c.dist.store, "Rendezvous: \"\" = TCPStore at MASTER_ADDR:MASTER_PORT, or file:///shared/path.");
+  k.s("interface", c.dist.interface,
+      "Network interface of the collectives (Gloo binds and advertises its IPv4 address; NCCL gets it as "
+      "NCCL_SOCKET_IFNAME). \"\" = GLOO_SOCKET_IFNAME if set, else loopback when every rank is on this node, else the "
+      "interface that routes to MASTER_ADDR. trainer check prints each rank's choice.");
 
   k.prefix = "checkpoint";
   k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");
   k.i("keep_last", c.checkpoint.keep_last, 1, 1e6, "Newest checkpoints kept.");
   k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints).");
   k.i("keep_every", c.checkpoint.keep_every, 0, 1e9, "Also keep forever every checkpoint whose step is a multiple of this (0 = off).");
-  k.c("on_error", c.checkpoint.on_error, {"warn", "abort"},
+  k.e("on_error", c.checkpoint.on_error,
       "A failed periodic save: warn and keep training (up to max_failures in a row), or abort the run (exit 74). "
       "The final save and a stop signal's save are never optional: their failure exits 74.");
   k.i("max_failures", c.checkpoint.max_failures, 0, 1e6,
@@ -300,6 +293,10 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Optimizer steps to record with the PyTorch profiler (0 = off): <run dir>/profile/trace_rank<r>.json + ops_rank<r>.txt.");
   k.i("start_step", c.profile.start_step, 0, 9.2e18, "Steps completed before recording starts (past the warm-up).");
   k.b("record_shapes", c.profile.record_shapes, "Record input shapes in the trace.");
+  for (auto& f : k.out)
+    if (f.family_key)
+      for (const auto& a : arch_infos())
+        if (std::find(a.keys.begin(), a.keys.end(), f.key) != a.keys.end()) f.applies_to.push_back(a.name);
   return std::move(k.out);
 }
 
@@ -341,17 +338,23 @@ std::string quote(const std::string& s) {
 }  // namespace
 
 std::string value_text(const FieldInfo& f) {
+  if (const auto* e = std::get_if<EnumRef>(&f.ref)) return quote(f.choices.at(e->get()));
   return std::visit(
-      [&](auto* p) -> std::string {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, bool>) return *p ? "true" : "false";
-        else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && *p == 0 ? "auto" : std::to_string(*p);
-        else if constexpr (std::is_same_v<T, double>) return float_text(*p);
-        else if constexpr (std::is_same_v<T, std::string>) return quote(*p);
+      [&](const auto& r) -> std::string {
+        using R = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<R, EnumRef>) return "";  // handled above
         else {
-          std::string s = "[";
-          for (size_t i = 0; i < p->size(); ++i) s += (i ? ", " : "") + float_text((*p)[i]);
-          return s + "]";
+          const auto& v = *r;
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+          else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && v == 0 ? "auto" : std::to_string(v);
+          else if constexpr (std::is_same_v<T, double>) return float_text(v);
+          else if constexpr (std::is_same_v<T, std::string>) return quote(v);
+          else {
+            std::string s = "[";
+            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + float_text(v[i]);
+            return s + "]";
+          }
         }
       },
       f.ref);

@@ -3,16 +3,24 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <string>
 #include <variant>
 #include <vector>
 
+#include "config/arch.hpp"
 #include "config/config.hpp"
 
 namespace trainer::config {
 
 enum class FieldType { Bool, Int, Float, String, Choice, FloatList, Path };
+
+// A Choice key bound to an enum member (config/enums.hpp): the index of the value in `choices`.
+struct EnumRef {
+  std::function<size_t()> get;
+  std::function<void(size_t)> set;
+};
 
 struct FieldInfo {
   std::string key;  // full dotted path, e.g. "optim.lr"
@@ -21,31 +29,18 @@ struct FieldInfo {
   double min = -std::numeric_limits<double>::infinity();  // inclusive bounds for Int / Float
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // Choice only
-  std::vector<std::string> applies_to;  // model keys: the archs it applies to ("resnet", ...); empty = any arch
+  // A model family's own key (model.depth, ...): it applies only to the archs whose ArchRules list it
+  // (config/arch.hpp), filled in `applies_to` by describe_fields. Other keys apply to every arch.
+  bool family_key = false;
+  std::vector<std::string> applies_to;
   bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
-  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*> ref;
+  std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*, EnumRef> ref;  // Choice: string* or EnumRef
 };
 
 // True when `f` applies to model.arch `arch` (keys without an arch apply to every arch).
 bool applies_to_arch(const FieldInfo& f, const std::string& arch);
 // "resnet, vit": the archs of a model key, for messages and docs ("" for any arch).
 std::string applies_text(const FieldInfo& f);
-
-// What the config layer knows of each model family, for the checks that must run before any model
-// exists (validate(), the data readers' checks of data against model), since config is the lowest
-// layer and cannot ask the model registry. Kept next to the keys because, like `applies_to`, it is
-// schema-level metadata; the models' tests check that every registered model agrees with it
-// (input kind, and that the list equals the registry's).
-enum class ArchInput { Image, Tokens };
-struct ArchInfo {
-  std::string name;
-  ArchInput input;
-  bool fixed_image_size;  // images must be model.image_size square (ViT: the position embedding's length)
-};
-const std::vector<ArchInfo>& arch_infos();             // sorted by name
-const ArchInfo* find_arch(const std::string& name);    // nullptr for an unknown arch
-// A language model (token inputs, vocab_size classes, block_size samples); false for an unknown arch.
-bool takes_tokens(const std::string& arch);
 
 // Every key of the schema, in documentation order, bound to the members of `cfg`.
 std::vector<FieldInfo> describe_fields(RunConfig& cfg);

@@ -12,10 +12,6 @@ namespace {
 bool is_image_format(const std::string& f) { return f == "idx" || f == "cifar" || f == "image_folder"; }
 bool is_token_format(const std::string& f) { return f == "text" || f == "tokens"; }
 
-bool valid_resnet_depth(int64_t d) {
-  return d == 18 || d == 34 || d == 50 || d == 101 || d == 152 || (d >= 8 && (d - 2) % 6 == 0);
-}
-
 // run.name becomes one folder under run.out_dir: anything that could name another place ("..",
 // "a/b", "/abs", "", ".") or that a file system refuses is a config error, not a surprise later.
 std::string run_name_problem(const std::string& n) {
@@ -27,18 +23,6 @@ std::string run_name_problem(const std::string& n) {
     if (ch < 0x20 || ch == 0x7F) return "'" + printable(n) + "' has a control character";
   if (n.size() > 255) return "is " + std::to_string(n.size()) + " bytes long; a folder name has at most 255";
   return "";
-}
-
-using ErrFn = std::function<void(const std::string& key, const std::string& msg)>;
-
-void validate_vit(const RunConfig& c, const ErrFn& err) {
-  const auto& m = c.model;
-  if (m.image_size % m.patch_size != 0)
-    err("model.patch_size", std::to_string(m.patch_size) + " does not divide model.image_size " +
-                                std::to_string(m.image_size) + " (the image is cut into whole patches)");
-  if (m.hidden_dim % m.num_heads != 0)
-    err("model.num_heads", "hidden_dim " + std::to_string(m.hidden_dim) + " is not divisible by num_heads " +
-                               std::to_string(m.num_heads));
 }
 
 // An arch whose image size is fixed (ViT's position embedding) against the sizes the config already
@@ -88,33 +72,25 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
 
   if (auto why = run_name_problem(c.run.name); !why.empty()) err("run.name", why);
 
-  // model
-  const auto& archs = opts.known_archs;
-  if (std::find(archs.begin(), archs.end(), c.model.arch) == archs.end()) {
+  // model: the family's own rules come from its ModelSpec (models/), registered as ArchRules
+  const ArchRules* arch = find_arch(c.model.arch);
+  if (!arch) {
+    const auto archs = arch_names();
     std::string known;
     for (const auto& a : archs) known += (known.empty() ? "" : ", ") + a;
     std::string msg = "unknown arch '" + c.model.arch + "'; known: " + known;
     if (auto hint = did_you_mean(c.model.arch, archs); !hint.empty()) msg += " (did you mean '" + hint + "'?)";
     err("model.arch", msg);
   }
-  const ArchInfo* arch = find_arch(c.model.arch);  // null when unknown (reported above)
   const bool image_arch = arch && arch->input == ArchInput::Image;
   const bool token_arch = arch && arch->input == ArchInput::Tokens;
-  RunConfig scratch;
-  for (const auto& f : describe_fields(scratch)) {
-    if (!applies_to_arch(f, c.model.arch) && loaded.is_set(f.key) &&
-        std::find(archs.begin(), archs.end(), c.model.arch) != archs.end())
-      err(f.key, "applies to model.arch '" + applies_text(f) + "', but model.arch is '" + c.model.arch + "'");
+  if (arch) {
+    RunConfig scratch;
+    for (const auto& f : describe_fields(scratch))
+      if (!applies_to_arch(f, c.model.arch) && loaded.is_set(f.key))
+        err(f.key, "applies to model.arch '" + applies_text(f) + "', but model.arch is '" + c.model.arch + "'");
+    if (arch->check) arch->check(c, err);
   }
-  if (c.model.arch == "resnet" && !valid_resnet_depth(c.model.depth))
-    err("model.depth", std::to_string(c.model.depth) +
-                           " is not a ResNet depth: use 18, 34, 50, 101, 152 (torchvision) or 6n+2 such as 20, 32, 56, 110 (CIFAR)");
-  if (c.model.arch == "gpt" && c.model.n_embd % c.model.n_head != 0)
-    err("model.n_head", "n_embd " + std::to_string(c.model.n_embd) + " is not divisible by n_head " +
-                            std::to_string(c.model.n_head));
-  if (c.model.arch == "gpt" && c.data.format == "text" && c.model.vocab_size < 256)
-    err("model.vocab_size", "byte-level text needs vocab_size >= 256");
-  if (c.model.arch == "vit") validate_vit(c, err);
 
   // model vs data
   if (token_arch && is_image_format(c.data.format))
@@ -163,14 +139,13 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   }
   const bool on_cuda = t.device == "cuda" || (t.device == "auto" && opts.cuda_available);
   if (t.device == "cuda" && !opts.cuda_available) err("train.device", "'cuda' asked for, but no CUDA device is available");
-  if (t.precision == "fp16" && !on_cuda)
+  if (t.precision == Precision::Fp16 && !on_cuda)
     err("train.precision", "fp16 needs CUDA (dynamic loss scaling on GPU); on CPU use bf16 or fp32");
   const std::string em = t.early_stopping.metric;
-  if (!em.empty()) {
-    bool lm_metric = em == "bpb" || em == "ppl";
-    bool cls_metric = em == "accuracy" || em == "top5";
-    if ((image_arch && lm_metric) || (token_arch && cls_metric))
-      err("train.early_stopping.metric", "'" + em + "' is not reported for model.arch '" + c.model.arch + "'");
+  if (!em.empty() && arch && std::find(arch->eval_metrics.begin(), arch->eval_metrics.end(), em) == arch->eval_metrics.end()) {
+    std::string known;
+    for (const auto& m : arch->eval_metrics) known += (known.empty() ? "" : ", ") + m;
+    err("train.early_stopping.metric", "'" + em + "' is not reported for model.arch '" + c.model.arch + "' (it reports " + known + ")");
   }
 
   // optim / schedule
@@ -183,6 +158,12 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
 
   // dist
   if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
+  if (const auto& i = c.dist.interface; !i.empty()) {
+    const bool plain = i.size() <= 15 && i.find_first_of("/ \t\n:") == std::string::npos && i != "." && i != "..";
+    if (!plain)
+      err("dist.interface", "'" + printable(i) + "' is not a network interface name (at most 15 characters, no '/', ':' or spaces; "
+                                "e.g. eth0, ib0)");
+  }
   if (!c.dist.store.empty() && c.dist.store.rfind("file://", 0) != 0)
     err("dist.store", "'" + printable(c.dist.store) + "': expected \"\" (a TCPStore at MASTER_ADDR:MASTER_PORT) or file:///path");
   else if (c.dist.store.rfind("file://", 0) == 0 && c.dist.store.compare(7, 1, "/") != 0)

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "config/load.hpp"
+#include "config/arch.hpp"
 #include "config/schema.hpp"
 
 namespace trainer::config {

@@ -122,8 +122,8 @@ torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin) {
 }
 
 DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed) {
-  const config::ArchInfo* arch = config::find_arch(model.arch);
-  if (!arch) throw DataError(fmt::format("model.arch '{}' is unknown to the config schema", model.arch));
+  const config::ArchRules* arch = config::find_arch(model.arch);
+  if (!arch) throw DataError(fmt::format("model.arch '{}' is not a registered model family", model.arch));
   const bool lm = arch->input == config::ArchInput::Tokens;
   if (lm && !is_token_format(data.format) && data.format != "synthetic")
     throw DataError(fmt::format("{}: data.format {} gives images but model.arch {} takes tokens", data.path,

@@ -37,9 +37,10 @@ std::vector<std::string> split_tabs(const std::string& s) {
   return out;
 }
 
-// Every rank's row, gathered to all: (rank, local rank, host, device).
+// Every rank's row, gathered to all: (rank, local rank, host, device, network).
 std::vector<std::vector<std::string>> gather_rows(DistContext& ctx, const torch::Device& device) {
-  std::string mine = std::to_string(ctx.local_rank()) + "\t" + host_name() + "\t" + device_text(device);
+  std::string mine = std::to_string(ctx.local_rank()) + "\t" + host_name() + "\t" + device_text(device) + "\t" +
+                     describe(ctx.net());
   mine.resize(std::min<size_t>(mine.size(), kRowBytes - 1));
   auto t = torch::zeros({kRowBytes}, torch::kUInt8);
   std::memcpy(t.data_ptr(), mine.data(), mine.size());
@@ -49,7 +50,7 @@ std::vector<std::vector<std::string>> gather_rows(DistContext& ctx, const torch:
     auto row = all[r].contiguous();
     std::string s(reinterpret_cast<const char*>(row.data_ptr()), kRowBytes);
     auto cols = split_tabs(s.substr(0, s.find('\0')));
-    cols.resize(3, "?");
+    cols.resize(4, "?");
     cols.insert(cols.begin(), std::to_string(r));
     rows.push_back(cols);
   }
@@ -107,7 +108,7 @@ void print_dist_check(const LaunchEnv& env, const config::DistConfig& cfg, const
   auto ctx = DistContext::create(env, cfg, device, config_hash);
   auto rows = ctx->active() ? gather_rows(*ctx, device)
                             : std::vector<std::vector<std::string>>{
-                                  {"0", std::to_string(env.local_rank), host_name(), device_text(device)}};
+                                  {"0", std::to_string(env.local_rank), host_name(), device_text(device), "-"}};
   std::vector<double> seconds;
   if (ctx->active()) seconds = time_all_reduce(*ctx, device);
   if (ctx->rank() != 0) return;
@@ -123,10 +124,10 @@ void print_dist_check(const LaunchEnv& env, const config::DistConfig& cfg, const
     dev_w = std::max(dev_w, r[3].size());
   }
   out << "  " << std::left << std::setw(6) << "rank" << std::setw(7) << "local" << std::setw(static_cast<int>(host_w) + 2)
-      << "host" << "device\n";
+      << "host" << std::setw(static_cast<int>(dev_w) + 2) << "device" << "network\n";
   for (const auto& r : rows)
     out << "  " << std::left << std::setw(6) << r[0] << std::setw(7) << r[1] << std::setw(static_cast<int>(host_w) + 2)
-        << r[2] << r[3] << "\n";
+        << r[2] << std::setw(static_cast<int>(dev_w) + 2) << r[3] << r[4] << "\n";
   if (!ctx->active()) {
     out << "all_reduce bandwidth: not measured (a single rank has nothing to exchange)\n";
     return;

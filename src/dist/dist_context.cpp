@@ -250,13 +250,12 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::D
 }
 
 c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
-                                            Millis timeout) {
+                                            const NetChoice& net, Millis timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  // Gloo's pairs connect to the address each rank advertises: loopback when the whole job is on
-  // this machine, else the address this host's name resolves to.
-  bool single_node = env.local_world_size == env.world_size;
-  opts->devices.push_back(single_node ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                      : c10d::ProcessGroupGloo::createDefaultDevice());
+  // Gloo's pairs connect to the address each rank advertises: the one choose_interface picked
+  // (loopback when the whole job is on this machine), else the address this host's name resolves to.
+  opts->devices.push_back(net.address.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                              : c10d::ProcessGroupGloo::createDeviceForHostname(net.address));
   auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank),
                                                         static_cast<int>(env.world_size), opts);
   return c10::static_intrusive_pointer_cast<c10d::Backend>(pg);
@@ -285,6 +284,9 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
     throw DistError("dist.backend '" + cfg.backend + "': expected auto, gloo or nccl");
 
   auto timeout = Millis(static_cast<int64_t>(cfg.timeout_s * 1000));
+  ctx->net_ = choose_interface(env, cfg.interface, [](const char* k) { return std::getenv(k); });
+  // NCCL picks its own socket interface unless told; dist.interface tells it the same one
+  if (backend == "nccl" && !cfg.interface.empty()) ::setenv("NCCL_SOCKET_IFNAME", cfg.interface.c_str(), 0);
   auto store = make_store(env, cfg, timeout);
   // our own keys and the process group's never collide, nor do those of a torchrun restart
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store);
@@ -293,7 +295,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),
                                                   static_cast<int>(env.world_size), timeout,
                                                   static_cast<int>(device.index() < 0 ? env.local_rank : device.index()))
-                              : make_gloo(pg_store, env, timeout);
+                              : make_gloo(pg_store, env, ctx->net_, timeout);
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {

@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "dist/launch_env.hpp"
+#include "dist/net_iface.hpp"
 
 namespace trainer::dist {
 
@@ -53,6 +54,8 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   const torch::Device& device() const { return device_; }
   std::string backend_name() const;  // "gloo" | "nccl" | "none"
   double timeout_s() const { return timeout_s_; }
+  // The interface and address this rank's collectives use (dist/net_iface.hpp); empty when inactive.
+  const NetChoice& net() const { return net_; }
 
   // The training step named in failure messages; the trainer sets it at each step boundary.
   void set_step(int64_t step) { step_.store(step); }
@@ -82,6 +85,7 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   int64_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
   torch::Device device_{torch::kCPU};
   double timeout_s_ = 300.0;
+  NetChoice net_;
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<Impl> impl_;

@@ -26,6 +26,11 @@ namespace trainer::dist {
 namespace {
 
 int g_signal_pipe[2] = {-1, -1};
+// SIGHUP too: a closed terminal must stop the ranks with a checkpoint, not kill the launcher (and,
+// through PDEATHSIG, every rank without one)
+constexpr int kNumForwarded = 4;
+constexpr int kForwarded[kNumForwarded] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
+constexpr int kDefaultMasterPort = 29500;  // torchrun's
 
 void on_signal(int sig) {
   int saved = errno;
@@ -85,21 +90,24 @@ struct Child {
 
 int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
 
-std::vector<std::string> child_environment(const LaunchOptions& o, int rank, int port) {
+std::vector<std::string> child_environment(const LaunchOptions& o, int local_rank, int port, int attempt) {
   static const char* kOurs[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                                "MASTER_PORT=", "GROUP_RANK=", "ROLE_RANK="};
+                                "MASTER_PORT=", "GROUP_RANK=", "ROLE_RANK=", "TORCHELASTIC_RESTART_COUNT="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     bool ours = false;
     for (const char* k : kOurs) ours = ours || std::strncmp(*e, k, std::strlen(k)) == 0;
     if (!ours) env.emplace_back(*e);
   }
-  env.push_back("RANK=" + std::to_string(rank));
-  env.push_back("LOCAL_RANK=" + std::to_string(rank));
-  env.push_back("WORLD_SIZE=" + std::to_string(o.nprocs));
+  env.push_back("RANK=" + std::to_string(o.node_rank * o.nprocs + local_rank));
+  env.push_back("LOCAL_RANK=" + std::to_string(local_rank));
+  env.push_back("WORLD_SIZE=" + std::to_string(o.nnodes * o.nprocs));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nprocs));
-  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("GROUP_RANK=" + std::to_string(o.node_rank));
+  env.push_back("MASTER_ADDR=" + o.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
+  // as torchrun: a restarted group's store keys never meet the failed group's (dist/launch_env.hpp)
+  env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt));
   return env;
 }
 
@@ -128,24 +136,12 @@ int free_local_port() {
   return ntohs(a.sin_port);
 }
 
-int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_args) {
-  if (o.nprocs < 1) throw std::invalid_argument("launch: -n must be at least 1");
-  if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
-  const int port = o.master_port > 0 ? o.master_port : free_local_port();
+namespace {
 
-  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
-    throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
-  // SIGHUP too: a closed terminal must stop the ranks with a checkpoint, not kill the launcher (and,
-  // through PDEATHSIG, every rank without one)
-  constexpr int kNumForwarded = 4;
-  const int kForwarded[kNumForwarded] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
-  struct sigaction sa{}, old[kNumForwarded + 1];
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int i = 0; i < kNumForwarded; ++i) ::sigaction(kForwarded[i], &sa, &old[i]);
-  ::sigaction(SIGCHLD, &sa, &old[kNumForwarded]);
-
+// Starts this node's ranks of one attempt and waits for all of them: the first failing rank's exit
+// code (the others are terminated), else 0. `stopped` is set when a stop signal was forwarded.
+int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args, int port, int attempt,
+              bool& stopped) {
   const bool block_until_handled = child_args.front() == "run";
   std::vector<std::string> argv_store;
   argv_store.push_back(o.exe);
@@ -156,7 +152,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   std::vector<Child> children(static_cast<size_t>(o.nprocs));
   std::vector<Stream> streams;
   for (int r = 0; r < o.nprocs; ++r) {
-    auto env_store = child_environment(o, r, port);
+    auto env_store = child_environment(o, r, port, attempt);
     auto envp = c_strings(env_store);
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
@@ -188,7 +184,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     ::close(out[1]);
     ::close(err[1]);
     children[static_cast<size_t>(r)] = {pid, true, 0};
-    std::string prefix = "[rank" + std::to_string(r) + "] ";
+    std::string prefix = "[rank" + std::to_string(o.node_rank * o.nprocs + r) + "] ";
     for (int fd : {out[0], err[0]}) {
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       streams.push_back({fd, fd == out[0] ? 1 : 2, prefix, ""});
@@ -229,7 +225,10 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
       ssize_t n;
       while ((n = ::read(g_signal_pipe[0], sigs, sizeof(sigs))) > 0)
         for (ssize_t i = 0; i < n; ++i)
-          if (sigs[i] != SIGCHLD) signal_all(sigs[i]);
+          if (sigs[i] != SIGCHLD) {
+            signal_all(sigs[i]);
+            stopped = true;  // the user stops the job: no restart
+          }
     }
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) owners[i]->pump();
@@ -246,7 +245,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
         if (c.code != 0 && result == 0) {
           result = c.code;
           if (c.code != kExitSavedAfterSignal && !terminating) {
-            std::string msg = "launch: rank " + std::to_string(r) + " exited with code " + std::to_string(c.code) +
+            std::string msg = "launch: rank " + std::to_string(o.node_rank * o.nprocs + static_cast<int>(r)) + " exited with code " + std::to_string(c.code) +
                               "; terminating the other ranks\n";
             write_all(2, msg);
             terminating = true;
@@ -275,6 +274,45 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     }
   }
 
+  return result;
+}
+
+}  // namespace
+
+int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_args) {
+  if (o.nprocs < 1) throw std::invalid_argument("launch: -n must be at least 1");
+  if (o.nnodes < 1) throw std::invalid_argument("launch: --nnodes must be at least 1");
+  if (o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw std::invalid_argument("launch: --node-rank " + std::to_string(o.node_rank) + " is not in [0, " +
+                                std::to_string(o.nnodes) + ")");
+  if (o.nnodes > 1 && o.master_addr.empty())
+    throw std::invalid_argument("launch: --nnodes " + std::to_string(o.nnodes) +
+                                " needs --master-addr (the address of node 0, reachable from every node)");
+  if (o.max_restarts < 0) throw std::invalid_argument("launch: --max-restarts must be >= 0");
+  if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
+  // every node must name the same port: a free one is only for a job on one node
+  const int port = o.master_port > 0 ? o.master_port : o.nnodes > 1 ? kDefaultMasterPort : free_local_port();
+
+  if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
+    throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
+  struct sigaction sa{}, old[kNumForwarded + 1];
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int i = 0; i < kNumForwarded; ++i) ::sigaction(kForwarded[i], &sa, &old[i]);
+  ::sigaction(SIGCHLD, &sa, &old[kNumForwarded]);
+
+  // --max-restarts: a failed group starts again (its `trainer run` ranks resume from the newest
+  // complete checkpoint); not after a stop signal, a clean end or a signal's checkpoint (75)
+  int result = 0;
+  for (int attempt = 0;; ++attempt) {
+    bool stopped = false;
+    result = run_group(o, child_args, port, attempt, stopped);
+    if (result == 0 || result == kExitSavedAfterSignal || stopped || attempt >= o.max_restarts) break;
+    write_all(2, "launch: restarting the group (restart " + std::to_string(attempt + 1) + " of " +
+                     std::to_string(o.max_restarts) + ") after exit code " + std::to_string(result) + "\n");
+  }
+
   for (int i = 0; i < kNumForwarded; ++i) ::sigaction(kForwarded[i], &old[i], nullptr);
   ::sigaction(SIGCHLD, &old[kNumForwarded], nullptr);
   ::close(g_signal_pipe[0]);
@@ -282,11 +320,8 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   return result;
 }
 
-int cmd_launch(int nprocs, int master_port, const std::vector<std::string>& child_args) {
+int cmd_launch(LaunchOptions o, const std::vector<std::string>& child_args) {
   try {
-    LaunchOptions o;
-    o.nprocs = nprocs;
-    o.master_port = master_port;
     return launch_local(o, child_args);
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "error: %s\n", e.what());

@@ -1,4 +1,6 @@
-// `trainer launch -n N [--master-port P] -- run CONFIG ...`: a local torchrun-style spawner.
+// `trainer launch -n N [--nnodes M --node-rank R --master-addr A] [--master-port P] [--max-restarts K]
+// -- run CONFIG ...`: a torchrun-style spawner of this node's ranks (static rendezvous: every node
+// runs one launcher with the same --nnodes, --master-addr and --master-port).
 #pragma once
 
 #include <string>
@@ -7,21 +9,27 @@
 namespace trainer::dist {
 
 struct LaunchOptions {
-  int nprocs = 1;
-  int master_port = 0;                // 0 = a free port on 127.0.0.1
+  int nprocs = 1;                     // ranks on this node
+  int nnodes = 1;                     // nodes of the job, each with its own launcher
+  int node_rank = 0;                  // this node: ranks node_rank * nprocs ... + nprocs - 1
+  std::string master_addr = "127.0.0.1";  // node 0's address (it hosts the store as rank 0)
+  int master_port = 0;                // 0 = a free port on 127.0.0.1 (one node), 29500 (several)
+  int max_restarts = 0;               // a failed group is started again up to this many times
   std::string exe = "/proc/self/exe"; // the program each rank runs
   double grace_s = 10.0;              // SIGTERM -> SIGKILL delay when a rank failed
 };
 
 // Spawns `nprocs` ranks of `exe child_args...` with torchrun's variables (RANK, LOCAL_RANK,
-// WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT), prefixes each output line with
-// "[rankN] ", forwards SIGINT/SIGTERM/SIGUSR1 to every rank, and when a rank fails terminates the
-// others (SIGTERM, then SIGKILL after grace_s). Returns the first failing rank's exit code (128+sig
-// when killed by a signal), else 0. Children die with the launcher (PR_SET_PDEATHSIG).
+// WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT),
+// prefixes each output line with "[rankN] " (the global rank), forwards SIGINT/SIGTERM/SIGUSR1/
+// SIGHUP to every rank, and when a rank fails terminates the others (SIGTERM, then SIGKILL after
+// grace_s), then starts the group again while restarts are left (never after a stop signal or an
+// exit 75). Returns the last attempt's first failing exit code (128+sig when killed by a signal),
+// else 0. Children die with the launcher (PR_SET_PDEATHSIG).
 int launch_local(const LaunchOptions& opts, const std::vector<std::string>& child_args);
 
-// The CLI entry point: launch_local with this executable.
-int cmd_launch(int nprocs, int master_port, const std::vector<std::string>& child_args);
+// The CLI entry point: launch_local, usage errors exit 2.
+int cmd_launch(LaunchOptions opts, const std::vector<std::string>& child_args);
 
 // A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
 int free_local_port();

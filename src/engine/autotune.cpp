@@ -45,7 +45,7 @@ std::pair<double, double> time_attention(int64_t batch, int64_t heads, int64_t b
 AttentionChoice choose_attention(const config::ModelConfig& m, int64_t batch, Precision precision,
                                  const torch::Device& device, bool deterministic) {
   AttentionChoice c;
-  c.attention = "sdpa";
+  c.attention = config::Attention::Sdpa;
   if (deterministic) {
     c.reason = "run.deterministic: not timed";
     return c;
@@ -61,7 +61,7 @@ AttentionChoice choose_attention(const config::ModelConfig& m, int64_t batch, Pr
   const int64_t b = std::clamp<int64_t>(batch, 1, 16);
   const int64_t hs = m.n_embd / m.n_head;
   std::tie(c.sdpa_ms, c.math_ms) = time_attention(b, m.n_head, m.block_size, hs, precision, device);
-  if (c.math_ms < 0.8 * c.sdpa_ms) c.attention = "math";
+  if (c.math_ms < 0.8 * c.sdpa_ms) c.attention = config::Attention::Math;
   c.reason = fmt::format("timed forward + backward at ({}, {}, {}, {}) {} on {}: sdpa {:.2f} ms, math {:.2f} ms", b,
                          m.n_head, m.block_size, hs, precision_name(precision), device.str(), c.sdpa_ms, c.math_ms);
   return c;

@@ -20,7 +20,7 @@
 namespace trainer::engine {
 
 struct AttentionChoice {
-  std::string attention;  // "sdpa" | "math"
+  config::Attention attention = config::Attention::Sdpa;  // sdpa | math
   std::string reason;     // for the log
   double sdpa_ms = 0, math_ms = 0;  // measured forward + backward times (0 = not timed)
 };

@@ -144,7 +144,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
   if (kind != SaveKind::Periodic)
     throw CheckpointFailed(head + ": " + what + ". The work since the last saved checkpoint is not saved; fix the "
                            "cause and run the same command again to resume from the last good checkpoint");
-  if (cfg_.checkpoint.on_error == "abort") throw CheckpointFailed(head + " (checkpoint.on_error: abort): " + what);
+  if (cfg_.checkpoint.on_error == config::OnError::Abort) throw CheckpointFailed(head + " (checkpoint.on_error: abort): " + what);
   if (failed_in_row_ > cfg_.checkpoint.max_failures)
     throw CheckpointFailed(head + ": " + what + "; that is " + std::to_string(failed_in_row_) +
                            " failed saves in a row (checkpoint.max_failures " +

@@ -41,10 +41,8 @@ void print_config_error(const config::ConfigError& e) {
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.out_dir.empty()) overrides.push_back("run.out_dir=" + args.out_dir);
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
+  models::register_builtin_archs();  // config checks each family's keys and rules
   config::ValidateOptions vo;
-  vo.known_archs = registry.names();
   vo.world_size = env.world_size;
   vo.cuda_available = device::cuda_available();
   auto loaded = config::load_and_validate(args.config, overrides, vo);
@@ -141,7 +139,7 @@ std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
 void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const std::vector<int64_t>& shape,
                   int64_t classes, double budget_gb) {
   const auto device = device::select_device(c.train.device, env.local_rank);
-  const Precision precision = parse_precision(c.train.precision);
+  const Precision precision = c.train.precision;
   check_precision_supported(precision, device);
   models::ModelRegistry registry;
   models::register_builtin_models(registry);
@@ -174,7 +172,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
   const double budget = mb.bytes;
   const std::string& budget_source = mb.source;
   const int64_t b = c.train.batch_size;
-  std::cout << "memory per process (" << c.train.precision << ", fp32 weights and optimizer state; the step measured on "
+  std::cout << "memory per process (" << config::name_of(c.train.precision) << ", fp32 weights and optimizer state; the step measured on "
             << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
             << cols[0].probe.b2 << " without checkpointing, " << cols[1].probe.b1 << " and " << cols[1].probe.b2
             << " with):\n";
@@ -186,7 +184,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
   row("", [](const Column& col) { return col.title; });
   row("parameters", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
   row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
-  row("optimizer state (" + c.optim.name + ")",
+  row("optimizer state (" + config::name_of(c.optim.name) + ")",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
   row("DDP gradient buckets", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
   row("step constant (measured)", [](const Column& col) { return bytes_text(col.probe.intercept()); });

@@ -9,10 +9,11 @@ EarlyStopping::EarlyStopping(const config::EarlyStoppingConfig& cfg, const std::
       metric_(cfg.metric.empty() ? fallback_metric : cfg.metric),
       patience_(cfg.patience),
       min_delta_(cfg.min_delta) {
-  if (cfg.mode == "max") maximize_ = true;
-  else if (cfg.mode == "min") maximize_ = false;
-  else if (cfg.mode == "auto") maximize_ = metric_ == "accuracy" || metric_ == "top5";
-  else throw std::invalid_argument("early_stopping.mode '" + cfg.mode + "'; known: auto, max, min");
+  switch (cfg.mode) {
+    case config::StopMode::Max: maximize_ = true; break;
+    case config::StopMode::Min: maximize_ = false; break;
+    case config::StopMode::Auto: maximize_ = metric_ == "accuracy" || metric_ == "top5"; break;
+  }
 }
 
 bool EarlyStopping::update(double value, int64_t step) {

@@ -3,8 +3,18 @@
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
+#include <string>
 
 namespace trainer::engine {
+
+double metric_value(const EvalResult& r, const std::string& metric) {
+  if (metric == "loss") return r.loss;
+  if (metric == "accuracy" && r.accuracy) return *r.accuracy;
+  if (metric == "top5" && r.top5) return *r.top5;
+  if (metric == "bpb" && r.bpb) return *r.bpb;
+  if (metric == "ppl" && r.ppl) return *r.ppl;
+  throw std::invalid_argument("metric '" + metric + "' is not reported by this model's evaluation");
+}
 
 torch::Tensor topk_correct(const torch::Tensor& logits, const torch::Tensor& target, int64_t k) {
   k = std::min<int64_t>(k, logits.size(1));
@@ -15,15 +25,6 @@ torch::Tensor topk_correct(const torch::Tensor& logits, const torch::Tensor& tar
 double perplexity(double loss_nats) { return std::exp(loss_nats); }
 double bits_per_byte(double loss_nats, double bytes_per_token) {
   return loss_nats / std::numbers::ln2 / bytes_per_token;
-}
-
-double metric_value(const EvalResult& r, const std::string& metric) {
-  if (metric == "loss") return r.loss;
-  if (metric == "accuracy" && r.accuracy) return *r.accuracy;
-  if (metric == "top5" && r.top5) return *r.top5;
-  if (metric == "bpb" && r.bpb) return *r.bpb;
-  if (metric == "ppl" && r.ppl) return *r.ppl;
-  throw std::invalid_argument("metric '" + metric + "' is not reported by this model's evaluation");
 }
 
 namespace {

@@ -26,8 +26,8 @@ struct EvalResult {
   std::optional<double> ppl, bpb;        // tokens (bpb: when the bytes per token are known)
 };
 
-// The value of `metric` (loss | accuracy | top5 | bpb | ppl) in `r`; std::invalid_argument when this
-// evaluation does not report it.
+// The value of `metric` ("loss", "accuracy", "top5", "ppl", "bpb") in `r`; std::invalid_argument
+// when this evaluation does not report it.
 double metric_value(const EvalResult& r, const std::string& metric);
 
 class EvalAccumulator {

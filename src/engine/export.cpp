@@ -37,7 +37,12 @@ nlohmann::json model_config_json(config::RunConfig& cfg) {
     if (!config::applies_to_arch(f, cfg.model.arch)) continue;
     const std::string name = f.key.substr(prefix.size());
     if (name == "init_from") continue;  // a path on the training machine, meaningless to the reader
-    std::visit([&](auto* v) { j[name] = *v; }, f.ref);
+    std::visit(
+        [&](const auto& r) {
+          if constexpr (std::is_same_v<std::decay_t<decltype(r)>, config::EnumRef>) j[name] = f.choices.at(r.get());
+          else j[name] = *r;
+        },
+        f.ref);
   }
   return j;
 }
@@ -85,6 +90,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},  // what Hugging Face tooling expects of a PyTorch safetensors file
       {"arch", cfg.model.arch},
+      {"layout", models::builtin_models().spec(cfg.model.arch).layout},  // whose names the tensors carry
       {"model_config", model_config_json(cfg).dump()},
       {"dtype", dtype_name},
       {"weights", ema ? "ema" : "trained"},

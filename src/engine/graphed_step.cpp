@@ -25,8 +25,8 @@ std::string graph_blocker(const GraphConditions& c) {
            ") is not captured";
   if (c.precision == Precision::Fp16)
     return "fp16's loss scaler decides on the host, every step, whether the optimizer steps";
-  if (c.nonfinite != "abort")
-    return "train.nonfinite: " + c.nonfinite + " checks the gradient norm on the host every step";
+  if (c.nonfinite != config::NonFinite::Abort)
+    return "train.nonfinite: " + config::name_of(c.nonfinite) + " checks the gradient norm on the host every step";
   if (!c.fused_optimizer)
     return "optim.fused: false steps parameters in a host loop with host-side step counts";
   if (c.activation_checkpointing)

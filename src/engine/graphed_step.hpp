@@ -38,7 +38,7 @@ struct GraphConditions {
   bool cuda = false;                    // the run trains on a CUDA device
   int64_t world_size = 1;
   Precision precision = Precision::Fp32;
-  std::string nonfinite = "abort";      // train.nonfinite
+  config::NonFinite nonfinite = config::NonFinite::Abort;  // train.nonfinite
   bool fused_optimizer = true;          // optim.fused
   bool activation_checkpointing = false;
   bool fault_injection = false;         // TRAINER_INJECT_NONFINITE_GRAD is set

@@ -23,7 +23,7 @@ FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& 
   FixedMemory m;
   for (const auto& p : unique_parameters(model)) m.parameters += tensor_bytes(p);
   m.gradients = m.parameters;
-  if (optim.name == "adamw") m.optimizer = 2 * m.parameters;
+  if (optim.name == config::OptimizerKind::Adamw) m.optimizer = 2 * m.parameters;
   else if (optim.momentum != 0) m.optimizer = m.parameters;
   if (world_size > 1) m.ddp_buckets = m.gradients;
   return m;

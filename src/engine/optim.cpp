@@ -47,7 +47,7 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
 std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConfig& cfg,
                                                          const torch::nn::Module& model) {
   ParamGroups g = split_decay_groups(model, cfg.decay_norm_and_bias);
-  if (cfg.name == "sgd") {
+  if (cfg.name == config::OptimizerKind::Sgd) {
     auto decay = torch::optim::SGDOptions(cfg.lr).momentum(cfg.momentum).nesterov(cfg.nesterov).weight_decay(
         cfg.weight_decay);
     auto none = decay;
@@ -58,7 +58,7 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
     if (cfg.fused) return std::make_unique<FusedSGD>(std::move(groups), decay);
     return std::make_unique<torch::optim::SGD>(std::move(groups), decay);
   }
-  if (cfg.name == "adamw") {
+  {  // config::OptimizerKind::Adamw
     if (cfg.betas.size() != 2) throw std::invalid_argument("optim.betas needs two values");
     auto decay = torch::optim::AdamWOptions(cfg.lr)
                      .betas({cfg.betas[0], cfg.betas[1]})
@@ -72,7 +72,6 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
     if (cfg.fused) return std::make_unique<FusedAdamW>(std::move(groups), decay);
     return std::make_unique<torch::optim::AdamW>(std::move(groups), decay);
   }
-  throw std::invalid_argument("unknown optimizer '" + cfg.name + "'; known: adamw, sgd");
 }
 
 bool fused_update_supported(const torch::Tensor& p) {

@@ -8,21 +8,9 @@
 
 namespace trainer::engine {
 
-Precision parse_precision(const std::string& name) {
-  if (name == "fp32") return Precision::Fp32;
-  if (name == "bf16") return Precision::Bf16;
-  if (name == "fp16") return Precision::Fp16;
-  throw std::invalid_argument("unknown precision '" + name + "'; known: fp32, bf16, fp16");
-}
+Precision parse_precision(const std::string& name) { return config::parse_enum<Precision>(name, "precision"); }
 
-std::string precision_name(Precision p) {
-  switch (p) {
-    case Precision::Fp32: return "fp32";
-    case Precision::Bf16: return "bf16";
-    case Precision::Fp16: return "fp16";
-  }
-  return "?";
-}
+std::string precision_name(Precision p) { return config::name_of(p); }
 
 void check_precision_supported(Precision p, const torch::Device& device) {
   if (p == Precision::Fp16 && !device.is_cuda())

@@ -7,9 +7,11 @@
 
 #include <string>
 
+#include "config/enums.hpp"
+
 namespace trainer::engine {
 
-enum class Precision { Fp32, Bf16, Fp16 };
+using Precision = config::Precision;  // parsed at config load (train.precision)
 
 // "fp32" | "bf16" | "fp16"; anything else is std::invalid_argument naming the known ones.
 Precision parse_precision(const std::string& name);

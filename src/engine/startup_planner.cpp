@@ -63,18 +63,19 @@ void StartupPlanner::resolve_attention() {
     const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
     c = choose_attention(cfg_.model, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
     restore_rng_state(rng, device_);
-    math = c.attention == "math";
+    math = c.attention == config::Attention::Math;
   }
   if (env_.rank != 0) c.reason = "rank 0's measurement";
   math = rank0_says(math);
-  cfg_.model.attention = math ? "math" : "sdpa";
+  cfg_.model.attention = math ? config::Attention::Math : config::Attention::Sdpa;
+  const std::string& chosen = config::name_of(cfg_.model.attention);
   if (kept) {
-    spdlog::info("model.attention auto: {} (kept from {})", cfg_.model.attention, file.string());
+    spdlog::info("model.attention auto: {} (kept from {})", chosen, file.string());
     return;
   }
-  write_autotune({{"model.attention", cfg_.model.attention}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
+  write_autotune({{"model.attention", chosen}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
                   {"math_ms", c.math_ms}});
-  spdlog::info("model.attention auto: {} ({})", cfg_.model.attention, c.reason);
+  spdlog::info("model.attention auto: {} ({})", chosen, c.reason);
 }
 
 // The smallest of the ranks' `mine` (each one of `candidates`, or 0), on every rank: walking the
@@ -190,7 +191,7 @@ ProcessSetup configure_process(const config::RunConfig& cfg, const dist::LaunchE
   torch::manual_seed(static_cast<uint64_t>(cfg.run.seed));
   if (cfg.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   const auto device = device::select_device(cfg.train.device, env.local_rank);
-  const auto precision = parse_precision(cfg.train.precision);
+  const Precision precision = cfg.train.precision;
   check_precision_supported(precision, device);
   if (precision == Precision::Bf16 && device.is_cpu() && !cpu_has_native_bf16())
     spdlog::warn("precision bf16 on a CPU without avx512_bf16/amx_bf16: bf16 matmuls are emulated and likely "

@@ -93,7 +93,7 @@ void StepRunner::enable_graphs(GraphConditions c) {
 StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) {
   parts_.model.train();
   const int64_t accum = set_.grad_accum;
-  const bool check_finite = set_.nonfinite != "abort";
+  const bool check_finite = set_.nonfinite != config::NonFinite::Abort;
   std::vector<data::Batch> taken;  // batches a graphed step took from the loader but left to this eager one
   if (graph_ && steps_in_process_++ >= kGraphWarmupSteps)
     if (auto out = graphed_train_step(step, need_norm, times, taken)) return *out;

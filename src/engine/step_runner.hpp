@@ -61,7 +61,7 @@ struct StepParts {
 struct StepSettings {
   int64_t grad_accum = 1;
   double grad_clip = 0;
-  std::string nonfinite = "abort";  // train.nonfinite
+  config::NonFinite nonfinite = config::NonFinite::Abort;  // train.nonfinite
   Precision precision = Precision::Fp32;
   torch::Device device{torch::kCPU};
   bool tokens = false;              // token inputs (else images)

@@ -71,11 +71,10 @@ class Trainer {
     dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config::config_hash(cfg_));
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
-    // the timed choice is the causal language model's; a ViT's model decides its own (models/vit.cpp)
-    if (config::takes_tokens(cfg_.model.arch) && cfg_.model.attention == "auto") planner.resolve_attention();
-    models::ModelRegistry registry;
-    models::register_builtin_models(registry);
-    model_ = registry.create(cfg_.model);  // seeded above: every rank draws the same initial weights
+    spec_ = &models::builtin_models().spec(cfg_.model.arch);
+    // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
+    if (spec_->measure_attention && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
+    model_ = models::builtin_models().create(cfg_.model);  // seeded above: every rank draws the same initial weights
     model_->to(device_);
     if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);
     params_ = unique_parameters(*model_);
@@ -103,7 +102,7 @@ class Trainer {
     LossScalerConfig sc;
     sc.enabled = precision_ == Precision::Fp16;
     scaler_ = std::make_unique<LossScaler>(sc, device_);
-    tracker_ = std::make_unique<EarlyStopping>(cfg_.train.early_stopping, tokens_ ? "loss" : "accuracy");
+    tracker_ = std::make_unique<EarlyStopping>(cfg_.train.early_stopping, spec_->rules.eval_metrics.front());
 
     steps_ = std::make_unique<StepRunner>(
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
@@ -137,9 +136,12 @@ class Trainer {
 
     spdlog::info("model {}: {} parameters; data: {}", model_->arch(), model_->num_parameters(), train_set_->describe());
     if (val_set_) spdlog::info("validation: {}", val_set_->describe());
+    if (dist_->active())  // every rank's own log says where its collectives go
+      spdlog::info("distributed: rank {} of {} ({}), {} over {}", env_.rank, env_.world_size, env_.launcher,
+                   dist_->backend_name(), dist::describe(dist_->net()));
     spdlog::info("device {}, precision {}, {} intra-op threads, world size {}; {} steps of {} samples "
                  "({} per micro-batch x {} accumulation x {} ranks), {} batches per epoch per rank",
-                 device_.str(), cfg_.train.precision, at::get_num_threads(), env_.world_size, total_steps_,
+                 device_.str(), config::name_of(cfg_.train.precision), at::get_num_threads(), env_.world_size, total_steps_,
                  samples_per_step_, cfg_.train.batch_size, cfg_.train.grad_accum, env_.world_size,
                  train_loader_->batches_per_epoch());
   }
@@ -333,7 +335,7 @@ class Trainer {
       nonfinite_in_row_ = 0;
       return false;
     }
-    if (cfg_.train.nonfinite == "rollback") {
+    if (cfg_.train.nonfinite == config::NonFinite::Rollback) {
       steps_->reset_loss();
       times = IntervalTimes{};
       step = ckpt_->roll_back(step);
@@ -431,7 +433,7 @@ class Trainer {
     s.num_parameters = model_->num_parameters();
     s.world_size = env_.world_size;
     s.device = device_.str();
-    s.precision = cfg_.train.precision;
+    s.precision = config::name_of(cfg_.train.precision);
     log_->summary(s);
     const std::string attempts =
         s.attempts > 1 ? fmt::format(" over {} attempts ({:.1f} s in this one)", s.attempts, s.attempt_wall_s) : "";
@@ -449,6 +451,7 @@ class Trainer {
   Precision precision_ = Precision::Fp32;
   std::unique_ptr<dist::DistContext> dist_;
   std::unique_ptr<DataParallel> parallel_;  // declared after dist_: destroyed before it
+  const models::ModelSpec* spec_ = nullptr;  // the family of model.arch
   models::ModelPtr model_;
   std::vector<torch::Tensor> params_;
   std::unique_ptr<Ema> ema_;  // train.ema, when on

@@ -5,7 +5,7 @@
 
 namespace trainer::obs {
 
-std::optional<double> known_peak_tflops(const std::string& device_name, const std::string& precision, bool tf32) {
+std::optional<double> known_peak_tflops(const std::string& device_name, config::Precision precision, bool tf32) {
   struct Peak {
     const char* name;
     double half;  // bf16/fp16 dense tensor-core peak
@@ -19,7 +19,7 @@ std::optional<double> known_peak_tflops(const std::string& device_name, const st
       {"A10G", 70.0, 35.0, 31.2},      {"A10", 125.0, 62.5, 31.2},        {"RTX 4090", 165.2, 82.6, 82.6},
       {"RTX 3090", 71.0, 35.6, 35.6},  {"V100", 125.0, 15.7, 15.7},       {"T4", 65.0, 8.1, 8.1}};
   for (const auto& p : kPeaks)
-    if (device_name.find(p.name) != std::string::npos) return precision != "fp32" ? p.half : tf32 ? p.tf32 : p.fp32;
+    if (device_name.find(p.name) != std::string::npos) return precision != config::Precision::Fp32 ? p.half : tf32 ? p.tf32 : p.fp32;
   return std::nullopt;
 }
 

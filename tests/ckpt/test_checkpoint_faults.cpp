@@ -6,6 +6,7 @@
 
 #include "ckpt_test_util.hpp"
 #include "test_util.hpp"
+#include "skip.hpp"
 
 using namespace trainer;
 namespace fs = std::filesystem;
@@ -24,8 +25,7 @@ TEST_CASE("checkpoint fault: a save into a read-only folder fails and keeps the 
   auto root = test::scratch_dir("ckpt_readonly");
   test::TmpfsMount mnt(root / "mnt", "4m");
   if (!mnt.mounted()) {
-    WARN("skipped: cannot mount a tmpfs here (" << mnt.error() << ")");
-    return;
+    TRAINER_SKIP("cannot mount a tmpfs here (" << mnt.error() << ")");
   }
   const auto dir = root / "mnt" / "checkpoints";
   io::CheckpointStore store(dir, {.keep_last = 1, .keep_every = 0});
@@ -50,8 +50,7 @@ TEST_CASE("checkpoint fault: a full filesystem fails the save, removes the tempo
   auto root = test::scratch_dir("ckpt_diskfull");
   test::TmpfsMount mnt(root / "mnt", "256k");
   if (!mnt.mounted()) {
-    WARN("skipped: cannot mount a tmpfs here (" << mnt.error() << ")");
-    return;
+    TRAINER_SKIP("cannot mount a tmpfs here (" << mnt.error() << ")");
   }
   const auto dir = root / "mnt" / "checkpoints";
   // keep_last 1: a successful save would delete step-1, a failed one must not

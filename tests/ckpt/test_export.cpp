@@ -101,6 +101,7 @@ TEST_CASE("export: fp32 file holds the model's named state and its metadata", "[
   }
   CHECK(got.count("lm_head.weight"));  // nanoGPT's tied alias, needed by load_state_dict(strict=True)
   CHECK(f.metadata.at("arch") == "gpt");
+  CHECK(f.metadata.at("layout") == "nanoGPT (model.GPT)");
   CHECK(f.metadata.at("format") == "pt");
   CHECK(f.metadata.at("dtype") == "fp32");
   CHECK(f.metadata.at("step") == "12");

@@ -33,11 +33,11 @@ TEST_CASE("values of every type are parsed into the structs", "[unit]") {
   CHECK(c.model.n_layer == 4);
   CHECK(c.model.dropout == 0.25);
   CHECK_FALSE(c.model.bias);
-  CHECK(c.model.attention == "math");
+  CHECK(c.model.attention == Attention::Math);
   CHECK(c.data.augment.hflip);
   CHECK(c.data.normalize.mean == std::vector<double>{0.5});
   CHECK(c.data.normalize.std == std::vector<double>{0.25});
-  CHECK(c.optim.name == "adamw");
+  CHECK(c.optim.name == OptimizerKind::Adamw);
   CHECK(c.optim.lr == 3e-4);
   CHECK(c.optim.betas == std::vector<double>{0.8, 0.95});
   CHECK(c.train.max_steps == 100);

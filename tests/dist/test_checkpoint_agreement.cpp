@@ -8,6 +8,7 @@
 #include "ckpt/ckpt_test_util.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
+#include "skip.hpp"
 
 using namespace trainer;
 namespace fs = std::filesystem;
@@ -42,8 +43,7 @@ TEST_CASE("checkpoint.on_error abort: rank 0's failed save stops both ranks at t
   auto dir = test::scratch_dir("ckpt_agree_abort");
   test::TmpfsMount small(dir / "small", "64k");
   if (!small.mounted()) {
-    WARN("skipped: cannot mount a tmpfs here (" << small.error() << ")");
-    return;
+    TRAINER_SKIP("cannot mount a tmpfs here (" << small.error() << ")");
   }
   auto l = launch_into_full_disk(dir, "abort");
   INFO(l.result.output);
@@ -59,8 +59,7 @@ TEST_CASE("checkpoint.on_error warn: both ranks train on after rank 0's failed s
   auto dir = test::scratch_dir("ckpt_agree_warn");
   test::TmpfsMount small(dir / "small", "64k");
   if (!small.mounted()) {
-    WARN("skipped: cannot mount a tmpfs here (" << small.error() << ")");
-    return;
+    TRAINER_SKIP("cannot mount a tmpfs here (" << small.error() << ")");
   }
   auto l = launch_into_full_disk(dir, "warn --set checkpoint.max_failures=100");
   INFO(l.result.output);

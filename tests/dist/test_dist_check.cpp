@@ -73,10 +73,10 @@ TEST_CASE("trainer launch -n 2 -- check prints the rank table and the all-reduce
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
   CHECK_THAT(r.output, Contains("[rank0] distributed: 2 ranks (torchrun), backend gloo, store tcp://127.0.0.1:"));
-  CHECK(std::regex_search(r.output, std::regex("\\[rank0\\]   rank  local  host +device\n")));
-  for (int k = 0; k < 2; ++k)
+  CHECK(std::regex_search(r.output, std::regex("\\[rank0\\]   rank  local  host +device +network\n")));
+  for (int k = 0; k < 2; ++k)  // one node: Gloo stays on loopback
     CHECK(std::regex_search(r.output, std::regex("\\[rank0\\]   " + std::to_string(k) + " +" + std::to_string(k) +
-                                                 " +" + std::string(host) + " +cpu\n")));
+                                                 " +" + std::string(host) + " +cpu +lo 127\\.0\\.0\\.1 \\(every rank on this node\\)\n")));
   CHECK(r.output.find("[rank1] distributed:") == std::string::npos);  // rank 0 alone prints the table
   CHECK(r.output.find("warning: the rendezvous store") == std::string::npos);  // trainer launch: loopback only
 

@@ -8,6 +8,7 @@
 #include "dist/launcher.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
+#include "skip.hpp"
 
 using namespace trainer;
 
@@ -53,8 +54,7 @@ TEST_CASE("torchrun --no_python --nproc_per_node 2 trains like trainer launch -n
   if (test::is_worker()) return;
   const std::string torchrun = torchrun_path();
   if (!std::filesystem::exists(torchrun)) {
-    WARN("skipped: no torchrun at " << torchrun << " (set TRAINER_VENV)");
-    return;
+    TRAINER_SKIP("no torchrun at " << torchrun << " (set TRAINER_VENV)");
   }
   auto dir = test::scratch_dir("torchrun_e2e");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -70,8 +70,7 @@ TEST_CASE("mpirun -np 2 with a FileStore trains like trainer launch -n 2", "[dis
   if (test::is_worker()) return;
   const std::string mpirun = mpirun_path();
   if (mpirun.empty()) {
-    WARN("skipped: mpirun is not installed");
-    return;
+    TRAINER_SKIP("mpirun is not installed");
   }
   auto dir = test::scratch_dir("mpirun_filestore_e2e");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -89,8 +88,7 @@ TEST_CASE("mpirun -np 2 with MASTER_ADDR/MASTER_PORT trains like trainer launch 
   if (test::is_worker()) return;
   const std::string mpirun = mpirun_path();
   if (mpirun.empty()) {
-    WARN("skipped: mpirun is not installed");
-    return;
+    TRAINER_SKIP("mpirun is not installed");
   }
   auto dir = test::scratch_dir("mpirun_tcp_e2e");
   auto cfg = test::write_tiny_gpt_config(dir).string();

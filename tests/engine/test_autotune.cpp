@@ -14,10 +14,10 @@ TEST_CASE("attention auto: sdpa without timing for fp32, deterministic runs and 
   m.arch = "gpt";
   const torch::Device cpu(torch::kCPU);
   auto fp32 = choose_attention(m, 8, Precision::Fp32, cpu, false);
-  CHECK(fp32.attention == "sdpa");
+  CHECK(fp32.attention == config::Attention::Sdpa);
   CHECK(fp32.sdpa_ms == 0);
   auto det = choose_attention(m, 8, Precision::Bf16, cpu, true);
-  CHECK(det.attention == "sdpa");
+  CHECK(det.attention == config::Attention::Sdpa);
   CHECK(det.reason == "run.deterministic: not timed");
 }
 
@@ -31,7 +31,7 @@ TEST_CASE("attention auto on a CPU under bf16 times both paths and takes math on
   INFO(c.reason);
   CHECK(c.sdpa_ms > 0);
   CHECK(c.math_ms > 0);
-  CHECK(c.attention == (c.math_ms < 0.8 * c.sdpa_ms ? "math" : "sdpa"));
+  CHECK(c.attention == (c.math_ms < 0.8 * c.sdpa_ms ? config::Attention::Math : config::Attention::Sdpa));
   CHECK(c.reason.find("(4, 2, 32, 16) bf16 on cpu") != std::string::npos);
 }
 

@@ -53,7 +53,7 @@ TEST_CASE("without a metric the tracker records the best of the fallback metric 
 TEST_CASE("explicit mode overrides auto", "[unit]") {
   EarlyStoppingConfig c;
   c.metric = "accuracy";
-  c.mode = "min";
+  c.mode = config::StopMode::Min;
   EarlyStopping es(c, "loss");
   CHECK_FALSE(es.maximize());
 }

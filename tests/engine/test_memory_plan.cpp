@@ -27,7 +27,7 @@ TEST_CASE("fixed memory counts parameters, gradients, optimizer state and DDP bu
   auto model = small_gpt(false);
   const int64_t p = model->num_parameters() * 4;  // fp32
   config::OptimConfig adamw;
-  adamw.name = "adamw";
+  adamw.name = config::OptimizerKind::Adamw;
   auto m = fixed_memory(*model, adamw, 1);
   CHECK(m.parameters == p);
   CHECK(m.gradients == p);

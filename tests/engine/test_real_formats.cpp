@@ -10,6 +10,7 @@
 #include "ckpt/ckpt_runs.hpp"
 #include "data/image_decode.hpp"
 #include "test_util.hpp"
+#include "skip.hpp"
 
 using trainer::test::run_trainer;
 using trainer::test::scratch_dir;
@@ -83,8 +84,7 @@ std::string generated_text(size_t bytes) {
 TEST_CASE("Fashion-MNIST from the Debian package trains a ResNet through the idx loader", "[e2e][data]") {
   const fs::path fmnist = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(fmnist / "train-images-idx3-ubyte.gz")) {
-    WARN("skipped: Debian's dataset-fashion-mnist is not installed at " << fmnist);
-    return;
+    TRAINER_SKIP("Debian's dataset-fashion-mnist is not installed at " << fmnist);
   }
   auto dir = scratch_dir("real_fmnist");
   auto m = train(dir, R"(run: {name: exp, seed: 0}

@@ -54,7 +54,7 @@ TEST_CASE("gpt matches the nanoGPT reference for weights saved by PyTorch, on bo
   for (const std::string attention : {"sdpa", "math"}) {
     INFO("attention " << attention);
     auto cfg = test::tiny_gpt_cfg();
-    cfg.attention = attention;
+    cfg.attention = config::parse_enum<config::Attention>(attention, "attention");
     auto model = test::make_model(cfg);
     io::load_state_into(*model, weights);  // both transformer.wte.weight and lm_head.weight are in the file
     model->train();
@@ -80,7 +80,7 @@ TEST_CASE("vit matches torchvision's VisionTransformer: logits, loss, every grad
   for (const auto& [attention, checkpointing] : {std::pair{"sdpa", false}, std::pair{"math", false}, std::pair{"auto", true}}) {
     INFO("attention " << attention << ", activation_checkpointing " << checkpointing);
     auto cfg = test::tiny_vit_cfg();
-    cfg.attention = attention;
+    cfg.attention = config::parse_enum<config::Attention>(attention, "attention");
     cfg.activation_checkpointing = checkpointing;
     auto model = test::make_model(cfg);
     io::SafetensorsFile weights;  // det_fill.py's weights, the same bits on both sides

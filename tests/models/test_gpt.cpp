@@ -67,7 +67,7 @@ TEST_CASE("gpt sdpa and math attention agree to 1e-5 in fp32", "[unit]") {
   cfg.n_embd = 64;
   cfg.block_size = 32;
   auto sdpa = test::make_model(cfg, 11);
-  cfg.attention = "math";
+  cfg.attention = config::Attention::Math;
   auto math = test::make_model(cfg, 11);
   auto idx = torch::randint(64, {4, 32});
   auto a = sdpa->forward(idx), b = math->forward(idx);

@@ -78,10 +78,10 @@ TEST_CASE("vit refuses images of another shape and configs torchvision would ref
                     "vit expects images (B, 3, 16, 16) (model.in_channels, model.image_size), got [3, 16, 16]");
   auto cfg = test::tiny_vit_cfg();
   cfg.patch_size = 5;
-  CHECK_THROWS_WITH(test::make_model(cfg), "model.patch_size 5 does not divide model.image_size 16");
+  CHECK_THROWS_WITH(test::make_model(cfg), "model.patch_size: 5 does not divide model.image_size 16 (the image is cut into whole patches)");
   cfg = test::tiny_vit_cfg();
   cfg.num_heads = 5;
-  CHECK_THROWS_WITH(test::make_model(cfg), "model.hidden_dim 32 is not divisible by model.num_heads 5");
+  CHECK_THROWS_WITH(test::make_model(cfg), "model.num_heads: hidden_dim 32 is not divisible by num_heads 5");
 }
 
 TEST_CASE("vit activation checkpointing: gradients equal the plain path, also with dropout", "[unit]") {
@@ -118,7 +118,7 @@ TEST_CASE("vit activation checkpointing: gradients equal the plain path, also wi
 TEST_CASE("vit trains under bf16 autocast: bf16 logits close to fp32, fp32 gradients, and auto takes math there", "[unit]") {
   auto cfg = test::tiny_vit_cfg();  // attention auto
   auto model = test::make_model(cfg, 5);
-  cfg.attention = "math";
+  cfg.attention = config::Attention::Math;
   auto math = test::make_model(cfg, 5);
   const auto head = 0.1 * torch::randn({10, 32});
   for (auto& m : {model, math}) {

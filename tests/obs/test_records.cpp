@@ -54,13 +54,13 @@ TEST_CASE("MFU is achieved FLOP/s over the devices' peak", "[unit]") {
   // 1e9 FLOPs per sample at 1000 samples/s on 2 devices of 1 TFLOP/s: 1e12 / 2e12
   CHECK(*compute_mfu(1e9, 1000, 2, 1.0) == Approx(0.5));
   CHECK_FALSE(compute_mfu(1e9, 1000, 1, 0.0));
-  CHECK(*known_peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0);
-  CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", "fp32") == 156.0);
+  CHECK(*known_peak_tflops("NVIDIA H100 80GB HBM3", trainer::config::Precision::Bf16) == 989.0);
+  CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", trainer::config::Precision::Fp32) == 156.0);
   // train.tf32 off: fp32 matmuls run on the FP32 units, whose peak is far lower than TF32's
-  CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", "fp32", /*tf32=*/false) == 19.5);
-  CHECK(*known_peak_tflops("NVIDIA H200", "fp32", /*tf32=*/false) == 66.9);
-  CHECK(*known_peak_tflops("NVIDIA H200", "bf16", /*tf32=*/false) == 989.0);  // tf32 says nothing about bf16
-  CHECK_FALSE(known_peak_tflops("cpu", "fp32"));
+  CHECK(*known_peak_tflops("NVIDIA A100-SXM4-40GB", trainer::config::Precision::Fp32, /*tf32=*/false) == 19.5);
+  CHECK(*known_peak_tflops("NVIDIA H200", trainer::config::Precision::Fp32, /*tf32=*/false) == 66.9);
+  CHECK(*known_peak_tflops("NVIDIA H200", trainer::config::Precision::Bf16, /*tf32=*/false) == 989.0);  // tf32 says nothing about bf16
+  CHECK_FALSE(known_peak_tflops("cpu", trainer::config::Precision::Fp32));
 }
 
 TEST_CASE("progress line and durations", "[unit]") {

@@ -1,0 +1,40 @@
+// What the config layer knows of each model family: the facts and rules that must be checked before
+// any model exists (validate(), the data readers' checks of data against model). Config is the
+// lowest layer and cannot include models/, so each family's ModelSpec (models/model_spec.hpp)
+// registers its ArchRules here at start-up (models::register_builtin_models); nothing in src/
+// names a family.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace trainer::config {
+
+enum class ArchInput { Image, Tokens };
+
+// Reports one problem: the key path it belongs to (its file:line:col is looked up) and the message.
+using ErrFn = std::function<void(const std::string& key, const std::string& msg)>;
+
+struct ArchRules {
+  std::string name;                       // the model.arch value
+  ArchInput input = ArchInput::Image;
+  bool fixed_image_size = false;          // images must be model.image_size square (ViT's position embedding)
+  std::vector<std::string> keys;          // the family's own model.* keys (full paths); others do not apply
+  std::vector<std::string> eval_metrics;  // what its evaluation reports; the first is the default to watch
+  std::function<void(const RunConfig&, const ErrFn&)> check;  // its cross-key rules (may be empty)
+};
+
+// Adds a family. A name registered twice is std::logic_error (register once, at start-up).
+void register_arch(ArchRules rules);
+// Every registered family, sorted by name. std::logic_error when none is registered: the program
+// forgot models::register_builtin_models (a loud failure, never an empty list of known archs).
+const std::vector<ArchRules>& arch_infos();
+std::vector<std::string> arch_names();           // sorted
+const ArchRules* find_arch(const std::string& name);  // nullptr for an unknown arch
+// A language model (token inputs, vocab_size classes, block_size samples); false for an unknown arch.
+bool takes_tokens(const std::string& arch);
+
+}  // namespace trainer::config

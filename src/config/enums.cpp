@@ -1,0 +1,34 @@
+#include "config/enums.hpp"
+
+namespace trainer::config {
+
+template <> const std::vector<std::string>& choices_of<Precision>() {
+  static const std::vector<std::string> n = {"fp32", "bf16", "fp16"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<NonFinite>() {
+  static const std::vector<std::string> n = {"skip", "rollback", "abort"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<OnError>() {
+  static const std::vector<std::string> n = {"warn", "abort"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<ScheduleKind>() {
+  static const std::vector<std::string> n = {"constant", "step", "linear", "cosine"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<OptimizerKind>() {
+  static const std::vector<std::string> n = {"sgd", "adamw"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<Attention>() {
+  static const std::vector<std::string> n = {"auto", "sdpa", "math"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<StopMode>() {
+  static const std::vector<std::string> n = {"auto", "min", "max"};
+  return n;
+}
+
+}  // namespace trainer::config

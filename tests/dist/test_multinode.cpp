@@ -1,0 +1,224 @@
+// Several hosts for real: two "hosts" as network namespaces (netns.hpp), each with its own address
+// on a private bridge, run 2 ranks each under trainer launch --nnodes 2 and under torchrun
+// --nnodes 2; the losses must equal a 4-rank run on one host bit for bit (CPU, deterministic: the
+// ring all-reduce sums in the same order wherever the ranks live). Also the interface choice
+// (dist.interface, trainer check's network column) and trainer launch --max-restarts.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <regex>
+#include <string>
+
+#include "ckpt/ckpt_runs.hpp"
+#include "ckpt/hardening_util.hpp"
+#include "netns.hpp"
+#include "skip.hpp"
+#include "train_runs.hpp"
+
+using namespace trainer;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string torchrun_bin() {
+  const char* venv = std::getenv("TRAINER_VENV");
+  const char* home = std::getenv("HOME");
+  return std::string(venv ? venv : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
+         "/bin/torchrun";
+}
+
+// Runs `per_host(h)` inside each host at once (a shell line each, output to <dir>/host<h>.log) and
+// returns each one's exit code.
+std::vector<int> run_on_hosts(const test::HostNet& net, int hosts, const fs::path& dir,
+                              const std::function<std::string(int)>& per_host) {
+  std::string script;
+  for (int h = 0; h < hosts; ++h) {
+    const auto log = dir / ("host" + std::to_string(h) + ".log"), rc = dir / ("host" + std::to_string(h) + ".rc");
+    script += "( " + net.exec(h) + per_host(h) + " > " + log.string() + " 2>&1; echo $? > " + rc.string() + " ) & ";
+  }
+  test::run_shell(script + "wait");
+  std::vector<int> codes;
+  for (int h = 0; h < hosts; ++h) {
+    const auto text = test::read_file(dir / ("host" + std::to_string(h) + ".rc"));
+    codes.push_back(text.empty() ? -1 : std::stoi(text));
+  }
+  return codes;
+}
+
+std::string host_logs(const fs::path& dir, int hosts) {
+  std::string s;
+  for (int h = 0; h < hosts; ++h) s += "--- host " + std::to_string(h) + "\n" + test::read_file(dir / ("host" + std::to_string(h) + ".log"));
+  return s;
+}
+
+// The reference: the same tiny GPT on 4 ranks of this host.
+test::TrainRun four_ranks_here(const fs::path& dir, const std::string& cfg) {
+  auto run = test::train_tiny_gpt("", "launch -n 4 -- run " + cfg, dir / "one_host");
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.losses.size() == 20);
+  return run;
+}
+
+}  // namespace
+
+TEST_CASE("trainer launch --nnodes 2 on two namespace hosts logs the losses of 4 ranks on one host", "[dist][e2e][netns]") {
+  std::string why;
+  auto net = test::HostNet::create(2, "L", &why);
+  if (!net) TRAINER_SKIP(why);
+  auto dir = test::scratch_dir("multinode_launch");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  const auto ref = four_ranks_here(dir, cfg);
+  const auto codes = run_on_hosts(*net, 2, dir, [&](int h) {
+    return std::string("\"") + TRAINER_BIN + "\" launch -n 2 --nnodes 2 --node-rank " + std::to_string(h) +
+           " --master-addr " + test::HostNet::addr(0) + " --master-port 29511 -- run " + cfg + " --out-dir " +
+           (dir / "two_hosts").string();
+  });
+  INFO(host_logs(dir, 2));
+  REQUIRE(codes == std::vector<int>{0, 0});
+  test::TrainRun two;
+  test::read_metrics(dir / "two_hosts" / "tiny", two);
+  CHECK(two.world_size == 4);
+  CHECK(two.losses == ref.losses);  // bit for bit
+  // rank 0 on host 0 logged; the ranks of host 1 (2 and 3) wrote their own logs in the shared run dir
+  CHECK(test::read_file(dir / "two_hosts/tiny/logs/rank3.log")
+            .find("distributed: rank 3 of 4 (torchrun), gloo over eth0 10.213.0.2 (routes to MASTER_ADDR 10.213.0.1)") !=
+        std::string::npos);
+}
+
+TEST_CASE("torchrun --nnodes 2 on two namespace hosts logs the losses of 4 ranks on one host", "[dist][e2e][netns]") {
+  std::string why;
+  auto net = test::HostNet::create(2, "T", &why);
+  if (!net) TRAINER_SKIP(why);
+  const std::string torchrun = torchrun_bin();
+  if (!fs::exists(torchrun)) TRAINER_SKIP("no torchrun at " << torchrun << " (set TRAINER_VENV)");
+  auto dir = test::scratch_dir("multinode_torchrun");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  const auto ref = four_ranks_here(dir, cfg);
+  // static rendezvous: node 0's agent hosts the store at --master_addr; the ranks connect to it
+  const auto codes = run_on_hosts(*net, 2, dir, [&](int h) {
+    return torchrun + " --no_python --nnodes 2 --node_rank " + std::to_string(h) + " --nproc_per_node 2 --master_addr " +
+           test::HostNet::addr(0) + " --master_port 29512 \"" + TRAINER_BIN + "\" run " + cfg + " --out-dir " +
+           (dir / "two_hosts").string();
+  });
+  INFO(host_logs(dir, 2));
+  REQUIRE(codes == std::vector<int>{0, 0});
+  test::TrainRun two;
+  test::read_metrics(dir / "two_hosts" / "tiny", two);
+  CHECK(two.world_size == 4);
+  CHECK(two.losses == ref.losses);
+}
+
+TEST_CASE("trainer check on two namespace hosts prints the interface and address each rank uses", "[dist][e2e][netns]") {
+  std::string why;
+  auto net = test::HostNet::create(2, "C", &why);
+  if (!net) TRAINER_SKIP(why);
+  auto dir = test::scratch_dir("multinode_check");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  const auto codes = run_on_hosts(*net, 2, dir, [&](int h) {
+    return std::string("\"") + TRAINER_BIN + "\" launch -n 2 --nnodes 2 --node-rank " + std::to_string(h) +
+           " --master-addr " + test::HostNet::addr(0) + " --master-port 29513 -- check " + cfg;
+  });
+  const auto out = test::read_file(dir / "host0.log");
+  INFO(host_logs(dir, 2));
+  REQUIRE(codes == std::vector<int>{0, 0});
+  CHECK(out.find("distributed: 4 ranks (torchrun), backend gloo, store tcp://10.213.0.1:29513") != std::string::npos);
+  for (int r = 0; r < 4; ++r) {
+    const std::string addr = test::HostNet::addr(r / 2);
+    INFO("rank " << r);
+    CHECK(std::regex_search(out, std::regex("\\[rank0\\]   " + std::to_string(r) + " +" + std::to_string(r % 2) +
+                                            " +\\S+ +cpu +eth0 " + std::regex_replace(addr, std::regex("\\."), "\\.") +
+                                            " \\(routes to MASTER_ADDR 10\\.213\\.0\\.1\\)\n")));
+  }
+}
+
+TEST_CASE("dist.interface picks the interface, and one this host lacks is a clear error", "[dist][e2e]") {
+  auto dir = test::scratch_dir("dist_interface");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto ok = test::run_trainer("launch -n 2 -- check " + cfg + " --set dist.interface=lo");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+  CHECK(ok.output.find("lo 127.0.0.1 (dist.interface)") != std::string::npos);
+  auto env = test::run_trainer("launch -n 2 -- check " + cfg, "GLOO_SOCKET_IFNAME=lo");
+  CHECK(env.output.find("lo 127.0.0.1 (GLOO_SOCKET_IFNAME)") != std::string::npos);
+  auto bad = test::run_trainer("launch -n 2 -- run " + cfg + " --out-dir " + (dir / "runs").string() +
+                               " --set dist.interface=nope0");
+  INFO(bad.output);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.output.find("dist.interface 'nope0': this host has no up interface of that name with an IPv4 address; "
+                        "it has: lo 127.0.0.1") != std::string::npos);
+  auto malformed = test::run_trainer("check " + cfg + " --set dist.interface=eth0/1");
+  CHECK(malformed.exit_code == 2);
+  CHECK(malformed.output.find("dist.interface: 'eth0/1' is not a network interface name") != std::string::npos);
+}
+
+TEST_CASE("trainer launch rejects a multi-node launch it cannot run", "[e2e]") {
+  auto dir = test::scratch_dir("launch_usage");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto r = test::run_trainer("launch -n 2 --nnodes 2 --node-rank 2 -- run " + cfg);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("launch: --node-rank 2 is not in [0, 2)") != std::string::npos);
+  auto a = test::run_trainer("launch -n 2 --nnodes 2 --master-addr '' -- run " + cfg);
+  CHECK(a.exit_code == 2);
+  CHECK(a.output.find("needs --master-addr") != std::string::npos);
+}
+
+TEST_CASE("trainer launch --max-restarts starts a group with a killed rank again and the run resumes", "[dist][e2e]") {
+  auto dir = test::scratch_dir("launch_restart");
+  // 40 steps, a checkpoint every 5: the kill lands after one
+  test::write_file(dir / "c.yaml", test::tiny_config("c", 40, "checkpoint: {every_steps: 5}\n"));
+  const auto run_dir = dir / "runs/c";
+  test::start_trainer("launch -n 2 --max-restarts 1 -- run " + (dir / "c.yaml").string() + " --out-dir " +
+                          (dir / "runs").string(),
+                      dir / "a.log", dir / "a.rc");
+  REQUIRE(test::wait_for([&] { return fs::exists(run_dir / "checkpoints/latest/manifest.json"); }, 240));
+  const pid_t rank1 = test::lock_holder(run_dir / "logs/.rank1.lock");
+  REQUIRE(rank1 > 0);
+  REQUIRE(::kill(rank1, SIGKILL) == 0);
+  const int rc = test::wait_rc(dir / "a.rc", 400);
+  const auto log = test::read_file(dir / "a.log");
+  INFO(log);
+  CHECK(rc == 0);
+  CHECK(log.find("launch: rank 1 exited with code 137; terminating the other ranks") != std::string::npos);
+  CHECK(log.find("launch: restarting the group (restart 1 of 1) after exit code 137") != std::string::npos);
+  // every step logged once (the steps the second attempt recomputed are not logged again), over two attempts
+  const auto metrics = run_dir / "metrics.jsonl";
+  CHECK(test::records(metrics, "train").size() == 40);
+  CHECK(test::train_losses(metrics).size() == 40);
+  CHECK(test::records(metrics, "attempt").size() == 2);
+  const auto summary = test::records(metrics, "summary");
+  REQUIRE(summary.size() == 1);
+  CHECK(summary[0].at("attempts") == 2);
+}
+
+// OpenMPI reaches the second host through its rsh launch agent: a script that runs the command
+// inside the host's namespace (ip netns exec), as ssh would run it on a real node.
+TEST_CASE("mpirun --host across two namespace hosts logs the losses of 4 ranks on one host", "[dist][e2e][netns]") {
+  std::string why;
+  auto net = test::HostNet::create(2, "M", &why);
+  if (!net) TRAINER_SKIP(why);
+  if (test::run_shell("command -v mpirun").exit_code != 0) TRAINER_SKIP("mpirun is not installed");
+  auto dir = test::scratch_dir("multinode_mpirun");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  const auto ref = four_ranks_here(dir, cfg);
+  const auto agent = dir / "agent.sh";
+  test::write_file(agent, "#!/bin/sh\n# agent HOST COMMAND...: COMMAND inside the namespace HOST\nhost=$1; shift\n"
+                          "exec ip netns exec \"$host\" sh -c \"$*\"\n");
+  fs::permissions(agent, fs::perms::owner_all);
+  const auto codes = run_on_hosts(*net, 1, dir, [&](int) {
+    return "mpirun --allow-run-as-root -np 4 --host " + net->ns(0) + ":2," + net->ns(1) + ":2 --mca plm_rsh_agent " +
+           agent.string() + " -x MASTER_ADDR=" + test::HostNet::addr(0) + " -x MASTER_PORT=29514 -x OMP_NUM_THREADS=1 \"" +
+           TRAINER_BIN + "\" run " + cfg + " --out-dir " + (dir / "two_hosts").string();
+  });
+  INFO(host_logs(dir, 1));
+  REQUIRE(codes == std::vector<int>{0});
+  test::TrainRun two;
+  test::read_metrics(dir / "two_hosts" / "tiny", two);
+  CHECK(two.world_size == 4);
+  CHECK(two.losses == ref.losses);
+  // rank 3 ran on host 1 and says so in its own log
+  CHECK(test::read_file(dir / "two_hosts/tiny/logs/rank3.log")
+            .find("distributed: rank 3 of 4 (openmpi), gloo over eth0 10.213.0.2 (routes to MASTER_ADDR 10.213.0.1)") !=
+        std::string::npos);
+}
