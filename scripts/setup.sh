@@ -20,6 +20,7 @@ packages=(
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
   libssl-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev
   openmpi-bin libopenmpi-dev
+  slurmctld slurmd slurm-client munge iproute2
   dataset-fashion-mnist fortunes
 )
 if [ "${TRAINER_SKIP_APT:-0}" != 1 ]; then
