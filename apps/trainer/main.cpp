@@ -105,9 +105,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()->check(CLI::Range(0.0, 0.9));
 
   std::string export_ckpt, export_out, export_dtype = "fp32";
+  bool export_ema = false;
   auto* export_cmd = app.add_subcommand("export", "Write a checkpoint's weights as safetensors with torchvision / nanoGPT names");
   export_cmd->add_option("checkpoint", export_ckpt, "A step-<N> folder, its `latest` link, or a checkpoints folder")->required();
   export_cmd->add_option("--out", export_out, "Output .safetensors file")->required();
+  export_cmd->add_flag("--ema", export_ema, "Write the EMA weights (train.ema) instead of the trained ones");
   export_cmd->add_option("--dtype", export_dtype, "Weight dtype")->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
 
@@ -171,7 +173,7 @@ int main(int argc, char** argv) {
   if (*check) return trainer::engine::cmd_check(check_args);
   if (*launch) return trainer::dist::cmd_launch(launch_opts, launch_args);
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
-  if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype);
+  if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);
   if (*report) return trainer::obs::cmd_report(report_dir, report_out);
   if (*eval) return trainer::engine::cmd_eval(eval_args);
   if (*predict) {

@@ -84,6 +84,14 @@ struct AugmentConfig {
   int64_t crop_padding = 0;   // random crop of the original size after zero padding by this much
   bool hflip = false;         // random horizontal flip with p = 0.5
   double rotation_degrees = 0.0;  // random rotation in [-d, d]
+  // torchvision's RandomResizedCrop(size, scale, ratio): a box of scale x the area and an aspect
+  // ratio log-uniform in `ratio`, resized to the output size (10 attempts, then a centre crop)
+  bool random_resized_crop = false;
+  std::vector<double> rrc_scale = {0.08, 1.0};
+  std::vector<double> rrc_ratio = {0.75, 4.0 / 3.0};
+  // torchvision's ColorJitter(brightness, contrast, saturation, hue): factors uniform in
+  // [max(0, 1 - v), 1 + v] (hue: [-v, v], v <= 0.5), applied in a random order; 0 = off
+  double brightness = 0.0, contrast = 0.0, saturation = 0.0, hue = 0.0;
   bool operator==(const AugmentConfig&) const = default;
 };
 
@@ -101,6 +109,19 @@ struct SyntheticConfig {
   bool operator==(const SyntheticConfig&) const = default;
 };
 
+// Mixup / CutMix of training batches (engine/batch_mix.hpp), timm's Mixup: one lambda per batch.
+struct MixupConfig {
+  double alpha = 0.0;        // mixup: lambda ~ Beta(alpha, alpha) (0 = off)
+  double prob = 1.0;         // probability that a batch is mixed at all (mixup or cutmix)
+  double switch_prob = 0.5;  // both alphas set: probability of cutmix instead of mixup
+  bool operator==(const MixupConfig&) const = default;
+};
+
+struct CutmixConfig {
+  double alpha = 0.0;  // cutmix: lambda ~ Beta(alpha, alpha), box area 1 - lambda (0 = off)
+  bool operator==(const CutmixConfig&) const = default;
+};
+
 struct DataConfig {
   std::string format = "idx";  // idx | cifar | image_folder | text | tokens | synthetic
   std::string path;            // file, folder or glob, relative to the config file's folder
@@ -111,7 +132,10 @@ struct DataConfig {
   int64_t prefetch = 4;        // batches buffered ahead of the step
   std::string on_bad_sample = "error";  // error | skip
   int64_t limit_samples = 0;   // use only the first N training samples (0 = all); for smoke tests
+  double bytes_per_token = 0;  // tokens: mean bytes of text per token, for bits per byte (0 = unknown: no bpb)
   AugmentConfig augment;
+  MixupConfig mixup;
+  CutmixConfig cutmix;
   NormalizeConfig normalize;
   SyntheticConfig synthetic;
   bool operator==(const DataConfig&) const = default;
@@ -123,6 +147,14 @@ struct EarlyStoppingConfig {
   int64_t patience = 5;       // evaluations without improvement before stopping
   double min_delta = 0.0;
   bool operator==(const EarlyStoppingConfig&) const = default;
+};
+
+// Exponential moving average of the weights (engine/ema.hpp).
+struct EmaConfig {
+  double decay = 0.0;   // shadow = decay * shadow + (1 - decay) * weights (0 = off)
+  int64_t every = 1;    // optimizer steps between updates
+  bool eval = false;    // also evaluate the EMA weights at every evaluation
+  bool operator==(const EmaConfig&) const = default;
 };
 
 struct TrainConfig {
@@ -144,6 +176,8 @@ struct TrainConfig {
   int64_t eval_steps = 0;          // batches per evaluation (0 = the whole validation split)
   NonFinite nonfinite = NonFinite::Abort;  // skip | rollback | abort: a non-finite loss or gradient norm
   int64_t max_nonfinite = 5;       // consecutive skipped / rolled-back steps before the run aborts
+  double label_smoothing = 0.0;    // training loss only: torch's cross_entropy(label_smoothing=)
+  EmaConfig ema;
   EarlyStoppingConfig early_stopping;
   std::vector<std::string> freeze;  // regexes of parameter names that take no gradient
   bool freeze_bn = false;           // BatchNorm modules whose parameters are all frozen stay in eval mode

@@ -1,6 +1,7 @@
 // Loading a RunConfig: YAML file + --set overrides -> validated struct, or every error at once.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -66,6 +67,14 @@ LoadedConfig load_and_validate(const std::string& path, const std::vector<std::s
 
 // Cross-field checks (contradictions, arch vs data, batch arithmetic). Throws ConfigError.
 void validate(const LoadedConfig& loaded, const ValidateOptions& opts);
+
+// The training recipes' checks (label smoothing, EMA, mixup/cutmix, RandomResizedCrop, colour jitter,
+// bits per byte of token data), called by validate(): each problem goes to err(key, message).
+void validate_recipes(const LoadedConfig& loaded, const std::function<void(const std::string&, const std::string&)>& err);
+
+// Bytes of text behind one token, for bits per byte: 1 for data.format text (byte-level), else
+// data.bytes_per_token (0 = unknown: evaluations report no bpb).
+double bytes_per_token(const DataConfig& data);
 
 // The offset of the first byte of `s` that is not part of well-formed UTF-8, or nullopt.
 std::optional<size_t> first_invalid_utf8(const std::string& s);

@@ -175,10 +175,34 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("prefetch", d.prefetch, 1, 1024, "Batches prepared ahead of the step.");
   k.c("on_bad_sample", d.on_bad_sample, {"error", "skip"}, "A sample that fails to decode: stop, or skip and count it.");
   k.i("limit_samples", d.limit_samples, 0, 9.2e18, "Use only the first N training samples (0 = all).");
+  k.f("bytes_per_token", d.bytes_per_token, 0, 1e6,
+      "tokens: mean bytes of text per token (e.g. about 4.2 for GPT-2 BPE on English web text), so that eval reports "
+      "bits per byte = loss / ln 2 / bytes_per_token (0 = unknown: no bpb; format text is byte-level and reports it).");
   k.prefix = "data.augment";
   k.i("crop_padding", d.augment.crop_padding, 0, 1024, "Random crop after zero padding by this many pixels (0 = off).");
   k.b("hflip", d.augment.hflip, "Random horizontal flip (p = 0.5).");
   k.f("rotation_degrees", d.augment.rotation_degrees, 0, 180, "Random rotation in [-d, d] degrees (0 = off).");
+  k.b("random_resized_crop", d.augment.random_resized_crop,
+      "torchvision's RandomResizedCrop: a random box (area rrc_scale x the image's, aspect ratio log-uniform in "
+      "rrc_ratio; 10 attempts, then a centre crop) resized to the output size; image_folder crops the decoded image.");
+  k.l("rrc_scale", d.augment.rrc_scale, "RandomResizedCrop scale [min, max]: the box's area as a fraction of the image's.");
+  k.l("rrc_ratio", d.augment.rrc_ratio, "RandomResizedCrop ratio [min, max]: the box's width / height.");
+  k.f("brightness", d.augment.brightness, 0, 1e3,
+      "ColorJitter brightness: factor uniform in [max(0, 1 - v), 1 + v] (0 = off); the jitters run in a random order.");
+  k.f("contrast", d.augment.contrast, 0, 1e3, "ColorJitter contrast: factor uniform in [max(0, 1 - v), 1 + v] (0 = off).");
+  k.f("saturation", d.augment.saturation, 0, 1e3,
+      "ColorJitter saturation: factor uniform in [max(0, 1 - v), 1 + v] (0 = off; RGB only).");
+  k.f("hue", d.augment.hue, 0, 0.5, "ColorJitter hue: shift uniform in [-v, v] of the hue circle (0 = off; RGB only).");
+  k.prefix = "data.mixup";
+  k.f("alpha", d.mixup.alpha, 0, 1e3,
+      "Mixup: one lambda ~ Beta(alpha, alpha) per batch, input = lambda x + (1 - lambda) x.flip(0), soft targets mixed "
+      "the same way (0 = off; image models only).");
+  k.f("prob", d.mixup.prob, 0, 1, "Probability that a training batch is mixed (mixup or cutmix).");
+  k.f("switch_prob", d.mixup.switch_prob, 0, 1, "With both data.mixup.alpha and data.cutmix.alpha: probability of cutmix.");
+  k.prefix = "data.cutmix";
+  k.f("alpha", d.cutmix.alpha, 0, 1e3,
+      "CutMix: lambda ~ Beta(alpha, alpha) per batch, a box of area 1 - lambda pasted from x.flip(0); the targets mix "
+      "with the box's true area (0 = off; image models only).");
   k.prefix = "data.normalize";
   k.c("mode", d.normalize.mode, {"mean_std", "minmax", "none"}, "Input normalisation.");
   k.l("mean", d.normalize.mean, "Per-channel mean for mean_std ([] = computed from the training split).");
@@ -223,6 +247,15 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("freeze_bn", t.freeze_bn,
       "BatchNorm modules whose parameters are all frozen stay in eval mode while training (running statistics "
       "unchanged).");
+  k.f("label_smoothing", t.label_smoothing, 0, 1,
+      "Training loss: cross-entropy against (1 - v) one-hot + v / classes, as torch's cross_entropy(label_smoothing=v); "
+      "evaluation loss stays unsmoothed.");
+  k.prefix = "train.ema";
+  k.f("decay", t.ema.decay, 0, 0.999999999,
+      "EMA of the weights: shadow = decay x shadow + (1 - decay) x weights after every `every` optimizer steps, no "
+      "warm-up; float buffers (BatchNorm statistics) averaged, integer ones copied (0 = off). Checkpointed (ema.safetensors).");
+  k.i("every", t.ema.every, 1, 1e9, "Optimizer steps between EMA updates.");
+  k.b("eval", t.ema.eval, "Also evaluate the EMA weights at every evaluation (eval records with \"weights\": \"ema\").");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
   k.e("mode", t.early_stopping.mode, "Better is lower (min) or higher (max); auto: max for accuracies.");

@@ -184,6 +184,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   else if (c.dist.store.rfind("file://", 0) == 0 && c.dist.store.compare(7, 1, "/") != 0)
     err("dist.store", "'" + c.dist.store + "': expected file:///absolute/path (three slashes) on a file system every rank sees");
 
+  validate_recipes(loaded, err);
   if (!diags.empty()) throw ConfigError(std::move(diags));
 }
 

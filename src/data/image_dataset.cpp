@@ -16,16 +16,42 @@ const uint8_t* ImageDataset::fit(const uint8_t* src, int64_t src_h, int64_t src_
   return s.resized.data();
 }
 
+const uint8_t* ImageDataset::source(int64_t index, ImageScratch& scratch, int64_t* label, int64_t* h,
+                                    int64_t* w) const {
+  *h = height_;
+  *w = width_;
+  return pixels(index, scratch, label);
+}
+
+// Training samples: RandomResizedCrop (of the source), then pad-crop / flip / rotation, then colour
+// jitter; each transform draws from its own stream, so turning one on leaves the others' draws.
 bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const {
   thread_local ImageScratch scratch;
-  const uint8_t* src = pixels(index, scratch, target);
-  if (!src) return false;
+  const auto& aug = opts_.augment;
+  const uint8_t* src = nullptr;
+  if (augment && aug.random_resized_crop) {
+    int64_t h = 0, w = 0;
+    const uint8_t* full = source(index, scratch, target, &h, &w);
+    if (!full) return false;
+    SampleRng rng = make_rng(RngStream::ResizedCrop, opts_.seed, epoch, index);
+    const CropBox box = sample_resized_crop(h, w, aug.rrc_scale, aug.rrc_ratio, rng);
+    scratch.cropped.resize(channels_ * height_ * width_);
+    resized_crop(full, channels_, h, w, box, scratch.cropped.data(), height_, width_, scratch.tmp, scratch.filter);
+    src = scratch.cropped.data();
+  } else {
+    src = pixels(index, scratch, target);
+    if (!src) return false;
+  }
   auto* dst = static_cast<uint8_t*>(input);
-  if (augment && augment_enabled(opts_.augment)) {
+  if (augment && augment_enabled(aug)) {
     SampleRng rng = make_rng(RngStream::Augment, opts_.seed, epoch, index);
-    apply_augment(src, channels_, height_, width_, opts_.augment.crop_padding, sample_augment(opts_.augment, rng), dst);
+    apply_augment(src, channels_, height_, width_, aug.crop_padding, sample_augment(aug, rng), dst);
   } else {
     std::memcpy(dst, src, channels_ * height_ * width_);
+  }
+  if (augment && jitter_enabled(aug)) {
+    SampleRng rng = make_rng(RngStream::ColorJitter, opts_.seed, epoch, index);
+    apply_jitter(dst, channels_, height_ * width_, aug, sample_jitter(aug, rng));
   }
   return true;
 }

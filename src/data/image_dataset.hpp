@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "data/crop_jitter.hpp"
 #include "data/dataset.hpp"
 #include "data/transforms.hpp"
 
@@ -20,7 +21,7 @@ struct ImageOptions {
 
 // Per-thread buffers, reused across samples so decoding and resizing do not allocate per sample.
 struct ImageScratch {
-  std::vector<uint8_t> decoded, resized, tmp;
+  std::vector<uint8_t> decoded, resized, tmp, cropped;
   std::vector<float> filter;
 };
 
@@ -49,6 +50,9 @@ class ImageDataset : public Dataset {
   // Pointer to sample `index`'s (C, H, W) pixels at the output size, using `scratch` as needed, and
   // its label. nullptr when the sample is bad and skip_bad is set (the reader logs why).
   virtual const uint8_t* pixels(int64_t index, ImageScratch& scratch, int64_t* label) const = 0;
+  // The image RandomResizedCrop cuts from, `*h` x `*w`: by default pixels() at the output size; a
+  // reader whose sources are larger (image_folder) returns the decoded source. nullptr as pixels().
+  virtual const uint8_t* source(int64_t index, ImageScratch& scratch, int64_t* label, int64_t* h, int64_t* w) const;
   // For readers whose sources are `src_h` x `src_w`: resizes to the output size when they differ.
   const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch) const;
   // Counts a skipped sample and warns (the first few times; then every 1000th).

@@ -98,6 +98,22 @@ class ImageFolderDataset : public ImageDataset {
     }
   }
 
+  // RandomResizedCrop cuts from the whole decoded image, as torchvision's ImageNet recipe does.
+  const uint8_t* source(int64_t index, ImageScratch& s, int64_t* label, int64_t* h, int64_t* w) const override {
+    const std::string& file = index_.files[index];
+    *label = index_.labels[index];
+    try {
+      DecodedImage img = decode_image(file, channels_, /*min_side=*/0, s.decoded, s.tmp);
+      *h = img.height;
+      *w = img.width;
+      return s.decoded.data();
+    } catch (const DataError& e) {
+      return bad_sample(e.what(), index);
+    } catch (const std::bad_alloc&) {
+      return bad_sample(file + ": out of memory while decoding", index);
+    }
+  }
+
   const uint8_t* bad_sample(const std::string& error, int64_t index) const {
     std::string what = fmt::format("{} (sample {})", error, index);
     if (!opts_.skip_bad) throw DataError(what);

@@ -24,6 +24,12 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   else
     c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
   c.groups["rng"] = rng_state_tensors(objs.device);
+  if (objs.ema) {
+    io::NamedTensors ema_state;
+    for (auto& [name, t] : io::named_state(objs.ema->model())) ema_state.emplace_back(name, t.detach().to(torch::kCPU));
+    c.groups["ema"] = std::move(ema_state);
+    c.state["ema"] = {{"decay", objs.ema->decay()}, {"every", objs.ema->config().every}};
+  }
 
   auto& s = c.state;
   s["step"] = pos.step;
@@ -43,6 +49,27 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   s["libtorch_version"] = TORCH_VERSION;
   return c;
 }
+
+namespace {
+
+// The EMA weights of a checkpoint; one saved without them (EMA turned on for the resumed run) starts
+// the EMA from the restored weights, and says so.
+void restore_ema(const io::CheckpointContent& content, const std::filesystem::path& from, Ema& ema) {
+  auto it = content.groups.find("ema");
+  if (it == content.groups.end()) {
+    spdlog::warn("{}: no EMA weights in this checkpoint (saved without train.ema): the EMA starts from the "
+                 "restored weights",
+                 from.string());
+    ema.reset_from_live();
+    return;
+  }
+  io::SafetensorsFile f;
+  f.path = (from / "ema.safetensors").string();
+  f.tensors = it->second;
+  io::load_state_into(ema.model(), f, /*strict=*/true);
+}
+
+}  // namespace
 
 RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::filesystem::path& from,
                                const config::RunConfig& cfg, const RunObjects& objs) {
@@ -86,6 +113,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     else
       load_optimizer_state(objs.optimizer, objs.model, optimizer);
     restore_rng_state(group("rng"), objs.device);
+    if (objs.ema) restore_ema(content, from, *objs.ema);
     objs.scaler.load_state(sc);
     objs.tracker.restore(best, best_step, evals_without);
     const std::string hash = s.value(io::kStateConfigHash, "");

@@ -4,6 +4,7 @@
 //   model.safetensors      io::named_state(model): torchvision / nanoGPT names (export reads it)
 //   optimizer.safetensors  per-parameter optimizer state (engine/train_state.hpp)
 //   rng.safetensors        CPU (and CUDA) generator states
+//   ema.safetensors        train.ema: the EMA weights, under the model's names (export --ema reads it)
 //   state.json             step, loader position, loss scaler, best metric, resolved config + hash
 #pragma once
 
@@ -16,6 +17,7 @@
 #include "data/loader.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/early_stopping.hpp"
+#include "engine/ema.hpp"
 #include "engine/loss_scaler.hpp"
 #include "io/checkpoint.hpp"
 #include "models/model.hpp"
@@ -36,6 +38,7 @@ struct RunObjects {
   EarlyStopping& tracker;
   const torch::Device& device;
   const DataParallel* parallel = nullptr;  // sharded: the optimizer state is this rank's shard
+  Ema* ema = nullptr;  // train.ema, when on
 };
 
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos);

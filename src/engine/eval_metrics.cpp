@@ -23,7 +23,9 @@ torch::Tensor topk_correct(const torch::Tensor& logits, const torch::Tensor& tar
 }
 
 double perplexity(double loss_nats) { return std::exp(loss_nats); }
-double bits_per_byte(double loss_nats) { return loss_nats / std::numbers::ln2; }
+double bits_per_byte(double loss_nats, double bytes_per_token) {
+  return loss_nats / std::numbers::ln2 / bytes_per_token;
+}
 
 namespace {
 void accumulate(torch::Tensor& acc, const torch::Tensor& v) { acc = acc.defined() ? acc + v : v; }
@@ -53,7 +55,7 @@ EvalResult EvalAccumulator::result() const {
   r.loss = loss_sum_.item<double>() / static_cast<double>(count_);
   if (tokens_) {
     r.ppl = perplexity(r.loss);
-    r.bpb = bits_per_byte(r.loss);
+    if (bytes_per_token_ > 0) r.bpb = bits_per_byte(r.loss, bytes_per_token_);
   } else {
     r.accuracy = static_cast<double>(top1_.item<int64_t>()) / static_cast<double>(count_);
     r.top5 = static_cast<double>(top5_.item<int64_t>()) / static_cast<double>(count_);

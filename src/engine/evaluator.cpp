@@ -29,7 +29,7 @@ EvalResult Evaluator::run(models::Model& model) {
   torch::NoGradGuard ng;
   model.eval();
   data::DataLoader loader(val_, setup_.loader);
-  EvalAccumulator acc;
+  EvalAccumulator acc(setup_.bytes_per_token);
   const bool cl = setup_.channels_last && !setup_.tokens;
   for (int64_t b = 0; setup_.max_batches == 0 || b < setup_.max_batches; ++b) {
     auto batch = loader.next();
@@ -57,7 +57,7 @@ EvalResult Evaluator::combine_ranks(EvalResult r) {
   if (r.top5) r.top5 = weighted(*r.top5);
   if (setup_.tokens) {
     r.ppl = perplexity(r.loss);
-    r.bpb = bits_per_byte(r.loss);
+    if (setup_.bytes_per_token > 0) r.bpb = bits_per_byte(r.loss, setup_.bytes_per_token);
   }
   r.count = static_cast<int64_t>(std::llround(count));
   return r;

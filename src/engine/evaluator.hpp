@@ -33,6 +33,7 @@ struct EvalSetup {
   bool tokens = false;          // language model: token metrics, else classification
   bool channels_last = false;   // model.channels_last (image inputs only)
   int64_t max_batches = 0;      // train.eval_steps (0 = the whole split)
+  double bytes_per_token = 0;   // token models: bits per byte need it (0 = unknown: no bpb)
 };
 
 class Evaluator {

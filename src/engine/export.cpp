@@ -56,7 +56,7 @@ std::string read_text(const fs::path& p) {  // regular files only: a FIFO would 
 
 }  // namespace
 
-void export_checkpoint(const std::string& checkpoint, const std::string& out, const std::string& dtype_name) {
+void export_checkpoint(const std::string& checkpoint, const std::string& out, const std::string& dtype_name, bool ema) {
   const auto dtype = parse_dtype(dtype_name);
   if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
   const fs::path dir = io::resolve_checkpoint_path(checkpoint);
@@ -76,8 +76,11 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   config::RunConfig cfg = loaded.cfg;
   cfg.model.init_from.clear();  // the weights come from the checkpoint
 
-  const fs::path weights_path = dir / "model.safetensors";
-  if (!fs::exists(weights_path)) throw io::CheckpointError(weights_path.string() + ": missing (no model weights)");
+  const fs::path weights_path = dir / (ema ? "ema.safetensors" : "model.safetensors");
+  if (!fs::exists(weights_path))
+    throw io::CheckpointError(weights_path.string() + (ema ? ": missing: this checkpoint holds no EMA weights (the run "
+                                                             "had train.ema.decay 0)"
+                                                           : ": missing (no model weights)"));
   models::ModelRegistry registry;
   models::register_builtin_models(registry);
   auto model = registry.create(cfg.model);
@@ -92,6 +95,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
       {"layout", models::builtin_models().spec(cfg.model.arch).layout},  // whose names the tensors carry
       {"model_config", model_config_json(cfg).dump()},
       {"dtype", dtype_name},
+      {"weights", ema ? "ema" : "trained"},
       {"step", std::to_string(state.value("step", int64_t{-1}))},
       {"source_checkpoint", dir.string()},
       {"config_hash", state.value(io::kStateConfigHash, std::string())},
@@ -102,7 +106,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   io::save_safetensors(out, tensors, metadata);
 }
 
-int cmd_export(const std::string& checkpoint, const std::string& out, const std::string& dtype) {
+int cmd_export(const std::string& checkpoint, const std::string& out, const std::string& dtype, bool ema) {
   try {
     parse_dtype(dtype);  // command-line mistakes are usage errors (2); everything after is a failure (1)
     if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
@@ -111,9 +115,9 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
     return kExitUsage;
   }
   try {
-    export_checkpoint(checkpoint, out, dtype);
-    std::cout << "exported " << io::resolve_checkpoint_path(checkpoint).string() << " -> " << out << " (" << dtype
-              << ")\n";
+    export_checkpoint(checkpoint, out, dtype, ema);
+    std::cout << "exported " << (ema ? "the EMA weights of " : "") << io::resolve_checkpoint_path(checkpoint).string()
+              << " -> " << out << " (" << dtype << ")\n";
     return kExitOk;
   } catch (const config::ConfigError& e) {
     for (const auto& d : e.diagnostics()) std::cerr << d.str() << "\n";

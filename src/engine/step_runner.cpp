@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 #include <stdexcept>
+#include <tuple>
 
 #include "engine/evaluator.hpp"
 #include "engine/grad_clip.hpp"
@@ -51,6 +52,14 @@ std::string number_text(double v) {
 
 StepRunner::StepRunner(StepParts parts, StepSettings settings)
     : parts_(std::move(parts)), set_(std::move(settings)), inject_nonfinite_(injected_nonfinite_steps()) {
+  if (BatchMixer::wanted(set_.mixup, set_.cutmix)) {
+    mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.rank);
+    spdlog::info("data.mixup/cutmix: mixup alpha {}, cutmix alpha {}, prob {}, switch_prob {} (one lambda per "
+                 "micro-batch, soft targets)",
+                 set_.mixup.alpha, set_.cutmix.alpha, set_.mixup.prob, set_.mixup.switch_prob);
+  }
+  if (set_.label_smoothing > 0)
+    spdlog::info("train.label_smoothing {}: the training loss is smoothed, evaluation is not", set_.label_smoothing);
   if (!inject_nonfinite_.empty())
     spdlog::warn("TRAINER_INJECT_NONFINITE_GRAD: the gradients of {} step(s) will be made NaN (fault injection)",
                  inject_nonfinite_.size());
@@ -105,10 +114,13 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     auto t1 = Clock::now();
     auto input = to_device(batch->input, !set_.tokens);
     auto target = to_device(batch->target, false);
+    if (mixer_)  // on the device, after the copy: the loader's batches stay per-sample
+      std::tie(input, target) = mixer_->apply(input, target, mixer_->choose(step, micro, input.size(-2), input.size(-1)));
     // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
     parts_.parallel.before_backward(micro == accum - 1);
     RECORD_USER_SCOPE("trainer::forward_backward");
-    auto l = forward_backward(parts_.model, input, target, accum, set_.precision, set_.device, parts_.scaler);
+    auto l = forward_backward(parts_.model, input, target, accum, set_.precision, set_.device, parts_.scaler,
+                              set_.label_smoothing);
     step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step
     times.compute_ms += ms_since(t1);
   }
@@ -153,7 +165,8 @@ StepTensors StepRunner::graph_body(const std::vector<torch::Tensor>& inputs, con
   const auto accum = static_cast<int64_t>(inputs.size());
   torch::Tensor loss;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    auto l = forward_backward(parts_.model, inputs[i], targets[i], accum, set_.precision, set_.device, parts_.scaler);
+    auto l = forward_backward(parts_.model, inputs[i], targets[i], accum, set_.precision, set_.device, parts_.scaler,
+                              set_.label_smoothing);  // a constant of the loss: captured like the rest
     loss = loss.defined() ? loss + l : l;
   }
   auto norm = clip_grad_norm(parts_.params, set_.grad_clip);

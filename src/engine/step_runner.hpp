@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "config/config.hpp"
 #include "data/loader.hpp"
+#include "engine/batch_mix.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/graphed_step.hpp"
 #include "engine/loss_scaler.hpp"
@@ -66,6 +68,11 @@ struct StepSettings {
   bool tokens = false;              // token inputs (else images)
   bool channels_last = false;       // image inputs channels-last
   int64_t rank = 0;
+  double label_smoothing = 0;       // train.label_smoothing (the training loss only)
+  config::MixupConfig mixup;        // data.mixup / data.cutmix (image models; off by default)
+  config::CutmixConfig cutmix;
+  int64_t num_classes = 0;          // the soft targets' width when mixing
+  int64_t seed = 0;                 // run.seed: the mixer's draws
 };
 
 class StepRunner {
@@ -100,6 +107,7 @@ class StepRunner {
   StepParts parts_;
   StepSettings set_;
   std::unique_ptr<GraphedStep> graph_;  // train.cuda_graphs, when the run can use it
+  std::optional<BatchMixer> mixer_;     // data.mixup / data.cutmix, when on
   int64_t steps_in_process_ = 0;         // run() calls so far (the graph's warm-up counts them)
   bool warned_graph_shape_ = false;
   torch::Tensor loss_sum_;

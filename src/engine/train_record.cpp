@@ -44,4 +44,19 @@ void add_measurements(obs::TrainRecord& r, const IntervalTimes& times, const Mea
   r.mfu = obs::compute_mfu(m.flops_per_sample, r.samples_per_s, m.world_size, m.peak_tflops);
 }
 
+void add_eval_figures(obs::EvalRecord& rec, const EvalResult& r, const EvalResult* ema) {
+  rec.loss = r.loss;
+  rec.count = r.count;
+  rec.accuracy = r.accuracy;
+  rec.top5 = r.top5;
+  rec.ppl = r.ppl;
+  rec.bpb = r.bpb;
+  if (!ema) return;
+  rec.ema_loss = ema->loss;
+  rec.ema_accuracy = ema->accuracy;
+  rec.ema_top5 = ema->top5;
+  rec.ema_ppl = ema->ppl;
+  rec.ema_bpb = ema->bpb;
+}
+
 }  // namespace trainer::engine

@@ -1,5 +1,6 @@
 // The measured parts of a train record: throughput and the time split of the steps since the last
 // record, host and device memory, model FLOPs utilisation. Only measured values are filled in.
+// And the figures of an eval record.
 #pragma once
 
 #include <torch/torch.h>
@@ -7,6 +8,7 @@
 #include <cstdint>
 
 #include "config/config.hpp"
+#include "engine/eval_metrics.hpp"
 #include "engine/step_runner.hpp"
 #include "obs/records.hpp"
 
@@ -28,5 +30,9 @@ double peak_tflops_for(const config::RunConfig& cfg, const torch::Device& device
 // Fills samples_per_s (tokens_per_s), step_ms and its split (comm_ms with several ranks), rss and
 // peak rss, CUDA memory and GPU utilisation on CUDA, and mfu, from `times` (at least one step).
 void add_measurements(obs::TrainRecord& r, const IntervalTimes& times, const MeasureSetup& m);
+
+// The figures of an evaluation in an eval record (step, times and the best metric are the caller's);
+// `ema`: the evaluation of the EMA weights (train.ema.eval), else null.
+void add_eval_figures(obs::EvalRecord& rec, const EvalResult& r, const EvalResult* ema);
 
 }  // namespace trainer::engine

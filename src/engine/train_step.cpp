@@ -7,10 +7,13 @@
 
 namespace trainer::engine {
 
-torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target) {
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing) {
   namespace F = torch::nn::functional;
-  if (logits.dim() == 3) return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}));  // (B*T, V)
-  return F::cross_entropy(logits, target);
+  // label_smoothing 0 is the options' default: the same call as a plain cross_entropy, bit for bit
+  const auto opts = F::CrossEntropyFuncOptions().label_smoothing(label_smoothing);
+  if (logits.dim() == 3)  // (B*T, V)
+    return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}), opts);
+  return F::cross_entropy(logits, target, opts);
 }
 
 ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,

@@ -12,20 +12,25 @@
 
 namespace trainer::engine {
 
-// Mean cross-entropy: logits (B, C) vs targets (B), or logits (B, T, V) vs targets (B, T).
-torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target);
+// Mean cross-entropy: logits (B, C) vs targets (B), or logits (B, T, V) vs targets (B, T), or logits
+// (B, C) vs soft targets (B, C) of class probabilities (mixup/cutmix, engine/batch_mix.hpp).
+// label_smoothing v: the target distribution becomes (1 - v) target + v / C, as torch's
+// cross_entropy(label_smoothing=v) (which is this call); 0 is today's plain cross-entropy. Under
+// autocast the op runs in fp32 (autocast's fp32 list, CPU and CUDA).
+torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing = 0.0);
 
 // Forward under autocast, loss / accum (the step's mean is the mean of its micro-batch means),
 // times the loss scale, backward: gradients accumulate into .grad. Returns the unscaled micro-batch
 // loss, detached, in fp32, on the device (no host sync).
 template <class Model>
 torch::Tensor forward_backward(Model& model, const torch::Tensor& input, const torch::Tensor& target, int64_t accum,
-                               Precision precision, const torch::Device& device, const LossScaler& scaler) {
+                               Precision precision, const torch::Device& device, const LossScaler& scaler,
+                               double label_smoothing = 0.0) {
   torch::Tensor loss;
   {
     AutocastScope autocast(precision, device);
     auto logits = model.forward(input);  // (B, C) or (B, T, V)
-    loss = mean_cross_entropy(logits, target);
+    loss = mean_cross_entropy(logits, target, label_smoothing);
   }
   scaler.scale_loss(loss / static_cast<double>(accum)).backward();
   return loss.detach().to(torch::kFloat32);

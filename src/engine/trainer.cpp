@@ -20,6 +20,7 @@
 #include "engine/checkpoint_manager.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/early_stopping.hpp"
+#include "engine/ema.hpp"
 #include "engine/evaluator.hpp"
 #include "engine/finetune.hpp"
 #include "engine/graphed_step.hpp"
@@ -80,6 +81,7 @@ class Trainer {
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
+    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_);  // a copy of the broadcast weights
 
     auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
     train_set_ = datasets.train;
@@ -91,7 +93,7 @@ class Trainer {
       evaluator_ = std::make_unique<Evaluator>(
           val_set_,
           EvalSetup{loader_options(/*train=*/false), precision_, device_, tokens_, cfg_.model.channels_last,
-                    cfg_.train.eval_steps},
+                    cfg_.train.eval_steps, config::bytes_per_token(cfg_.data)},
           dist_.get(), env_.world_size);
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
     samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
@@ -107,7 +109,8 @@ class Trainer {
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
                   [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_},
         StepSettings{cfg_.train.grad_accum, cfg_.train.grad_clip, cfg_.train.nonfinite, precision_, device_, tokens_,
-                     cfg_.model.channels_last, env_.rank});
+                     cfg_.model.channels_last, env_.rank, cfg_.train.label_smoothing, cfg_.data.mixup, cfg_.data.cutmix,
+                     cfg_.model.num_classes, cfg_.run.seed});
     if (cfg_.train.cuda_graphs) {
       GraphConditions c;
       c.cuda = device_.is_cuda();
@@ -157,17 +160,15 @@ class Trainer {
     auto t0 = Clock::now();
     EvalResult r = evaluator_->run(*model_);
     if (r.count == 0) throw std::runtime_error("the validation split gave no samples to evaluate");
+    // early stopping and `best` follow the trained weights; the EMA's figures ride along
     const bool stop = tracker_->update(metric_value(r, tracker_->metric()), step);
+    std::optional<EvalResult> ema;
+    if (ema_ && cfg_.train.ema.eval) ema = evaluator_->run(ema_->model());
     obs::EvalRecord rec;
     rec.step = step;
     rec.epoch = epochs_done();
     rec.time_s = clock_s();
-    rec.loss = r.loss;
-    rec.count = r.count;
-    rec.accuracy = r.accuracy;
-    rec.top5 = r.top5;
-    rec.ppl = r.ppl;
-    rec.bpb = r.bpb;
+    add_eval_figures(rec, r, ema ? &*ema : nullptr);
     rec.eval_ms = ms_since(t0);
     rec.best_metric = tracker_->metric();
     rec.best_value = tracker_->best().value_or(0);
@@ -220,7 +221,9 @@ class Trainer {
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
-  RunObjects objects() { return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_, parallel_.get()}; }
+  RunObjects objects() {
+    return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_, parallel_.get(), ema_.get()};
+  }
 
   // The run's training clock: the seconds of the attempts before this one (up to the checkpoint it
   // resumed from) plus this attempt's.
@@ -236,7 +239,11 @@ class Trainer {
     attempt_.attempt = history.attempts + 1;
     previous_wall_s_ = history.wall_s;
     const auto resumed = ckpt_->resume(resume_.mode);
-    if (!resumed) return load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+    if (!resumed) {
+      load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+      if (ema_) ema_->reset_from_live();  // the EMA starts from the weights the run starts from
+      return;
+    }
     const auto& pos = resumed->pos;
     train_loader_->restore(pos.loader);
     start_step_ = pos.step;
@@ -382,6 +389,7 @@ class Trainer {
       profiler.after_step(step);
       ++step;
       if (handle_nonfinite(outcome.nonfinite, step, times)) continue;  // rolled back
+      if (ema_ && !outcome.nonfinite) ema_->after_step(step);         // a skipped step changed no weight
       log_->step_done(step);
       if (log_step) record_train(step, outcome.grad_norm, times);
       if (stop_agreed(step, log_step)) return stop_for_signal(step);
@@ -441,6 +449,7 @@ class Trainer {
   const models::ModelSpec* spec_ = nullptr;  // the family of model.arch
   models::ModelPtr model_;
   std::vector<torch::Tensor> params_;
+  std::unique_ptr<Ema> ema_;  // train.ema, when on
   std::shared_ptr<data::Dataset> train_set_, val_set_;
   bool tokens_ = false;
   std::unique_ptr<data::DataLoader> train_loader_;

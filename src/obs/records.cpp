@@ -42,6 +42,11 @@ nlohmann::json to_json(const EvalRecord& r) {
   put(j, "top5", r.top5);
   put(j, "ppl", r.ppl);
   put(j, "bpb", r.bpb);
+  put(j, "ema_loss", r.ema_loss);
+  put(j, "ema_accuracy", r.ema_accuracy);
+  put(j, "ema_top5", r.ema_top5);
+  put(j, "ema_ppl", r.ema_ppl);
+  put(j, "ema_bpb", r.ema_bpb);
   return j;
 }
 
@@ -98,6 +103,11 @@ std::vector<std::pair<std::string, double>> scalars(const EvalRecord& r) {
   opt("eval/top5", r.top5);
   opt("eval/ppl", r.ppl);
   opt("eval/bpb", r.bpb);
+  opt("eval/ema_loss", r.ema_loss);
+  opt("eval/ema_accuracy", r.ema_accuracy);
+  opt("eval/ema_top5", r.ema_top5);
+  opt("eval/ema_ppl", r.ema_ppl);
+  opt("eval/ema_bpb", r.ema_bpb);
   return s;
 }
 

@@ -42,6 +42,8 @@ struct EvalRecord {
   double loss = 0;
   int64_t count = 0;  // samples (images) or tokens scored
   std::optional<double> accuracy, top5, ppl, bpb;
+  // train.ema.eval: the same figures of the EMA weights on the same batches
+  std::optional<double> ema_loss, ema_accuracy, ema_top5, ema_ppl, ema_bpb;
   double eval_ms = 0;
   std::string best_metric;     // the tracked metric (early_stopping.metric, or loss/accuracy)
   double best_value = 0;

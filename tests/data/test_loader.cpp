@@ -186,6 +186,38 @@ TEST_CASE("loader: augmented image batches are the same with 0, 1 or 4 workers a
   CHECK(torch::equal(ds->get(3, 0, false).input, ds->get(3, 1, false).input));
 }
 
+TEST_CASE("loader: RandomResizedCrop and colour jitter batches are the same with 0 or 3 workers and 1 or 2 ranks",
+          "[unit]") {
+  config::DataConfig d;
+  d.format = "synthetic";
+  d.synthetic.num_samples = 64;
+  d.synthetic.image_size = 16;
+  d.augment.random_resized_crop = true;
+  d.augment.hflip = true;
+  d.augment.brightness = d.augment.contrast = d.augment.saturation = 0.4;
+  d.augment.hue = 0.1;
+  config::ModelConfig m;
+  m.in_channels = 3;
+  m.num_classes = 5;
+  auto ds = create_datasets(d, m, 5).train;
+  auto run = [&](int64_t workers, int64_t batch, int64_t rank, int64_t world) {
+    DataLoader l(ds, opts(batch, rank, world, true, workers));
+    std::vector<torch::Tensor> xs;
+    for (int k = 0; k < 5; ++k) xs.push_back(l.next()->input);  // into epoch 1
+    return xs;
+  };
+  auto inline_ = run(0, 16, 0, 1), three = run(3, 16, 0, 1);
+  auto r0 = run(2, 8, 0, 2), r1 = run(1, 8, 1, 2);
+  for (int k = 0; k < 5; ++k) {
+    CHECK(torch::equal(inline_[k], three[k]));
+    CHECK(torch::equal(torch::cat({r0[k], r1[k]}), inline_[k]));
+  }
+  // each epoch draws new crops and colours; evaluation samples are untouched
+  CHECK(!torch::equal(ds->get(3, 0, true).input, ds->get(3, 1, true).input));
+  CHECK(!torch::equal(ds->get(3, 0, true).input, ds->get(3, 0, false).input));
+  CHECK(torch::equal(ds->get(3, 0, false).input, ds->get(3, 1, false).input));
+}
+
 TEST_CASE("loader: a worker's error reaches next() in order, naming the file and sample", "[unit]") {
   auto ds = std::make_shared<IndexDataset>(64, 37);
   for (int64_t workers : {0, 1, 4}) {

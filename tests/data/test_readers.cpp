@@ -258,3 +258,30 @@ TEST_CASE("normalize: given mean/std, minmax and computed statistics", "[unit]")
   CHECK(y.min().item<double>() == Approx(0.0));
   CHECK(y.max().item<double>() == Approx(1.0));
 }
+
+TEST_CASE("image_folder: RandomResizedCrop cuts the whole decoded image, then resizes to data.image_size", "[unit]") {
+  auto root = scratch_dir("data_folder_rrc");
+  write_image_folder(root, {"a"}, 3, 20, 30, /*png=*/true);  // lossless: the decoded image is the written one
+  auto cfg = data_cfg("image_folder", root);
+  cfg.image_size = 8;
+  cfg.augment.random_resized_crop = true;
+  auto ds = create_datasets(cfg, resnet(3, 1), /*seed=*/4).train;
+  REQUIRE(ds->sample_shape() == std::vector<int64_t>{3, 8, 8});
+  for (int64_t index = 0; index < 3; ++index) {
+    const int64_t epoch = 1;
+    auto planar = torch::from_blob(interleaved_image(index, 20, 30, 3).data(), {20, 30, 3}, torch::kUInt8)
+                      .permute({2, 0, 1})
+                      .contiguous();  // (3, 20, 30), the full-size source
+    auto rng = data::make_rng(data::RngStream::ResizedCrop, 4, epoch, index);
+    const auto box = data::sample_resized_crop(20, 30, cfg.augment.rrc_scale, cfg.augment.rrc_ratio, rng);
+    std::vector<uint8_t> want(3 * 8 * 8), tmp;
+    std::vector<float> scratch;
+    data::resized_crop(planar.data_ptr<uint8_t>(), 3, 20, 30, box, want.data(), 8, 8, tmp, scratch);
+    auto got = ds->get(index, epoch, /*augment=*/true).input;  // normalize none: x / 255
+    auto want_t = torch::from_blob(want.data(), {3, 8, 8}, torch::kUInt8).to(torch::kFloat) / 255;
+    INFO("sample " << index << " box " << box.top << "," << box.left << " " << box.height << "x" << box.width);
+    CHECK(torch::allclose(got, want_t, 0, 1e-6));
+    // the evaluation view is the resize + centre crop, not a random crop
+    CHECK_FALSE(torch::allclose(ds->get(index, epoch, false).input, want_t, 0, 1e-6));
+  }
+}

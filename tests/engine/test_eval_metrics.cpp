@@ -36,7 +36,7 @@ TEST_CASE("classification accumulator: mean loss and accuracies over two batches
 }
 
 TEST_CASE("token accumulator: per-token loss, perplexity and bits per byte", "[unit]") {
-  EvalAccumulator acc;
+  EvalAccumulator acc(/*bytes_per_token=*/1.0);  // byte-level tokens
   // B=1, T=2, V=256, uniform logits: loss ln 256 per token, ppl 256, bpb 8 bits
   acc.add_tokens(torch::zeros({1, 2, 256}), torch::tensor({{7, 200}}, torch::kInt64));
   auto r = acc.result();
@@ -51,4 +51,17 @@ TEST_CASE("perplexity and bits per byte of a loss", "[unit]") {
   CHECK(perplexity(std::log(50.0)) == Approx(50.0));
   CHECK(bits_per_byte(std::log(2.0)) == Approx(1.0));
   CHECK(bits_per_byte(1.0) == Approx(1.4426950408889634));
+}
+
+TEST_CASE("token accumulator: bits per byte only with the bytes per token known", "[unit]") {
+  // B=1, T=2, V=256 uniform: ln 256 nats per token = 8 bits per token
+  EvalAccumulator unknown;  // token shards without data.bytes_per_token: perplexity, no bpb
+  unknown.add_tokens(torch::zeros({1, 2, 256}), torch::tensor({{7, 200}}, torch::kInt64));
+  auto r = unknown.result();
+  CHECK(*r.ppl == Approx(256.0));
+  CHECK_FALSE(r.bpb.has_value());
+  EvalAccumulator bpe(4.0);  // 4 bytes of text per token: 8 bits per token are 2 bits per byte
+  bpe.add_tokens(torch::zeros({1, 2, 256}), torch::tensor({{7, 200}}, torch::kInt64));
+  CHECK(*bpe.result().bpb == Approx(2.0));
+  CHECK(bits_per_byte(std::log(2.0) * 4.2, 4.2) == Approx(1.0));
 }

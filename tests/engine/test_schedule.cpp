@@ -11,7 +11,7 @@ using trainer::engine::LrSchedule;
 namespace {
 ScheduleConfig sched(const std::string& name, int64_t warmup, double min_ratio) {
   ScheduleConfig c;
-  c.name = config::parse_enum<config::ScheduleKind>(name, "schedule");
+  c.name = trainer::config::parse_enum<trainer::config::ScheduleKind>(name, "schedule");
   c.warmup_steps = warmup;
   c.min_lr_ratio = min_ratio;
   return c;

@@ -26,7 +26,9 @@ const Schema kTrain{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s",
 const Schema kAttempt{{{"kind", true}, {"attempt", true}, {"start_step", true}, {"time_s", true}, {"resumed_from", true}}};
 const Schema kEval{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s", true}, {"loss", true},
                     {"count", true}, {"eval_ms", true}, {"best_metric", true}, {"best_value", true},
-                    {"best_step", true}, {"accuracy", false}, {"top5", false}, {"ppl", false}, {"bpb", false}}};
+                    {"best_step", true}, {"accuracy", false}, {"top5", false}, {"ppl", false}, {"bpb", false},
+                    {"ema_loss", false}, {"ema_accuracy", false}, {"ema_top5", false}, {"ema_ppl", false},
+                    {"ema_bpb", false}}};
 const Schema kSummary{{{"kind", true}, {"steps", true}, {"epochs", true}, {"samples", true}, {"wall_s", true},
                        {"attempts", true}, {"attempt_wall_s", true}, {"stop_reason", true}, {"best_metric", true}, {"best_value", false}, {"best_step", false},
                        {"num_parameters", true}, {"world_size", true}, {"device", true}, {"precision", true}}};

@@ -20,7 +20,7 @@ TMP = os.path.join(os.environ.get("TRAINER_TEST_TMP", "/tmp"), "py_tensorboard")
 
 CONFIG = """run: {name: tb, seed: 0}
 model: {arch: gpt, vocab_size: 32, block_size: 8, n_layer: 1, n_head: 2, n_embd: 16}
-data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 16}}
+data: {format: synthetic, workers: 1, bytes_per_token: 1.5, synthetic: {num_samples: 128, val_samples: 16}}
 train: {batch_size: 8, max_steps: 6, log_every: 2, eval_every: 3, device: cpu, threads: 1}
 optim: {name: adamw, lr: 0.01}
 log: {progress: off, tensorboard: true}

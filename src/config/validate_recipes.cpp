@@ -1,0 +1,102 @@
+// Cross-field checks of the training recipes: what a recipe needs of the model and the data, and
+// keys that would otherwise be ignored without a word (a probability of a mix that is off).
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "config/load.hpp"
+#include "config/arch.hpp"
+#include "config/schema.hpp"
+
+namespace trainer::config {
+namespace {
+
+using RecipeErr = std::function<void(const std::string&, const std::string&)>;
+
+std::string num_text(double v) {
+  std::string s = std::to_string(v);
+  while (s.size() > 1 && s.back() == '0') s.pop_back();
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s;
+}
+
+// [lo, hi] with lo <= hi inside (min, max]: RandomResizedCrop's scale and ratio.
+void check_range_pair(const std::vector<double>& v, const std::string& key, double max, const RecipeErr& err) {
+  if (v.size() != 2) {
+    err(key, "expected two values [min, max], got " + std::to_string(v.size()));
+    return;
+  }
+  if (!(v[0] > 0) || !(v[1] <= max) || v[0] > v[1])
+    err(key, "[" + num_text(v[0]) + ", " + num_text(v[1]) + "] must satisfy 0 < min <= max" +
+                 (max < 1e300 ? " <= " + num_text(max) : ""));
+}
+
+void check_image_recipes(const LoadedConfig& loaded, bool token_arch, const RecipeErr& err) {
+  const RunConfig& c = loaded.cfg;
+  const auto& a = c.data.augment;
+  const bool mixing = c.data.mixup.alpha > 0 || c.data.cutmix.alpha > 0;
+  const std::pair<const char*, double> alphas[] = {{"data.mixup.alpha", c.data.mixup.alpha},
+                                                   {"data.cutmix.alpha", c.data.cutmix.alpha}};
+  if (token_arch) {
+    for (const auto& [key, alpha] : alphas)
+      if (alpha > 0) err(key, "mixes images and their labels; model.arch '" + c.model.arch + "' takes tokens");
+    const std::pair<const char*, bool> image_only[] = {{"data.augment.random_resized_crop", a.random_resized_crop},
+                                                       {"data.augment.brightness", a.brightness > 0},
+                                                       {"data.augment.contrast", a.contrast > 0},
+                                                       {"data.augment.saturation", a.saturation > 0},
+                                                       {"data.augment.hue", a.hue > 0}};
+    for (const auto& [key, on] : image_only)
+      if (on) err(key, "transforms images; model.arch '" + c.model.arch + "' takes tokens");
+  }
+  if (!mixing)
+    for (const char* key : {"data.mixup.prob", "data.mixup.switch_prob"})
+      if (loaded.is_set(key)) err(key, "has no effect: data.mixup.alpha and data.cutmix.alpha are both 0");
+  if (mixing && c.train.cuda_graphs)
+    err("train.cuda_graphs", "a captured step replays fixed inputs; mixup/cutmix draw a new mix every step: "
+                             "set train.cuda_graphs: false or turn the mix off");
+  if (c.data.mixup.alpha > 0 && c.data.cutmix.alpha == 0 && loaded.is_set("data.mixup.switch_prob"))
+    err("data.mixup.switch_prob", "chooses between mixup and cutmix, but data.cutmix.alpha is 0");
+  check_range_pair(a.rrc_scale, "data.augment.rrc_scale", 1.0, err);
+  check_range_pair(a.rrc_ratio, "data.augment.rrc_ratio", 1e308, err);
+  if (!a.random_resized_crop)
+    for (const char* key : {"data.augment.rrc_scale", "data.augment.rrc_ratio"})
+      if (loaded.is_set(key)) err(key, "has no effect without data.augment.random_resized_crop: true");
+  const bool image_arch = !token_arch && find_arch(c.model.arch) != nullptr;
+  if (image_arch && c.model.in_channels != 3)
+    for (const auto& [key, v] : {std::pair<const char*, double>{"data.augment.saturation", a.saturation},
+                                 std::pair<const char*, double>{"data.augment.hue", a.hue}})
+      if (v > 0)
+        err(key, "needs RGB images (saturation and hue are defined on 3 channels), but model.in_channels is " +
+                     std::to_string(c.model.in_channels));
+}
+
+// Bits per byte need the bytes behind a token: one for byte-level text, data.bytes_per_token otherwise.
+void check_bits_per_byte(const LoadedConfig& loaded, bool token_arch, const RecipeErr& err) {
+  const RunConfig& c = loaded.cfg;
+  if (loaded.is_set("data.bytes_per_token") && !token_arch)
+    err("data.bytes_per_token", "applies to token data, but model.arch '" + c.model.arch + "' takes images");
+  if (c.data.format == "text" && c.data.bytes_per_token != 0 && c.data.bytes_per_token != 1)
+    err("data.bytes_per_token", "data.format text is byte-level (one token is one byte): leave it at 0 or set 1");
+  if (token_arch && c.train.early_stopping.metric == "bpb" && c.data.format != "text" && c.data.bytes_per_token == 0)
+    err("train.early_stopping.metric", "'bpb' needs data.bytes_per_token for data.format '" + c.data.format +
+                                           "' (bits per byte are only defined for byte-level text); watch ppl or loss");
+}
+
+void check_ema(const LoadedConfig& loaded, const RecipeErr& err) {
+  if (loaded.cfg.train.ema.decay > 0) return;
+  for (const char* key : {"train.ema.every", "train.ema.eval"})
+    if (loaded.is_set(key)) err(key, "has no effect: train.ema.decay is 0 (EMA off)");
+}
+
+}  // namespace
+
+double bytes_per_token(const DataConfig& data) { return data.format == "text" ? 1.0 : data.bytes_per_token; }
+
+void validate_recipes(const LoadedConfig& loaded, const RecipeErr& err) {
+  const bool token_arch = takes_tokens(loaded.cfg.model.arch);
+  check_image_recipes(loaded, token_arch, err);
+  check_bits_per_byte(loaded, token_arch, err);
+  check_ema(loaded, err);
+}
+
+}  // namespace trainer::config

@@ -1,0 +1,167 @@
+// RandomResizedCrop and ColorJitter (data/crop_jitter.hpp) against torchvision's functional kernels
+// (tests/reference/golden/recipes_ref.safetensors, from tests/reference/make_recipes_ref.py) and the
+// sampled boxes against RandomResizedCrop.get_params' rules.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <map>
+#include <set>
+#include <vector>
+
+#include "data/crop_jitter.hpp"
+#include "io/safetensors.hpp"
+#include "test_util.hpp"
+
+using namespace trainer::data;
+
+namespace {
+
+std::map<std::string, torch::Tensor> jitter_refs() {
+  static const auto file =
+      trainer::io::load_safetensors(trainer::test::source_path("tests/reference/golden/recipes_ref.safetensors"));
+  std::map<std::string, torch::Tensor> m;
+  for (const auto& [name, t] : file.tensors) m[name] = t;
+  return m;
+}
+
+// Our result against torchvision's: at most 1 apart (float32 rounding at the truncation), and
+// nearly every pixel exactly equal.
+void check_close_image(const std::vector<uint8_t>& got, const torch::Tensor& want, double exact_fraction) {
+  REQUIRE(static_cast<int64_t>(got.size()) == want.numel());
+  const auto* w = want.data_ptr<uint8_t>();
+  int64_t exact = 0, worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const int64_t d = std::abs(int64_t{got[i]} - int64_t{w[i]});
+    worst = std::max(worst, d);
+    exact += d == 0;
+  }
+  INFO("worst difference " << worst << ", " << exact << " of " << got.size() << " exact");
+  CHECK(worst <= 1);
+  CHECK(static_cast<double>(exact) >= exact_fraction * static_cast<double>(got.size()));
+}
+
+std::vector<uint8_t> bytes_of(const torch::Tensor& t) {
+  const auto* p = t.data_ptr<uint8_t>();
+  return {p, p + t.numel()};
+}
+
+}  // namespace
+
+TEST_CASE("resized crop of a given box equals torchvision's resized_crop (antialias) within 1", "[unit]") {
+  auto ref = jitter_refs();
+  for (int k = 0; k < 4; ++k) {
+    const auto box = ref.at("rrc" + std::to_string(k) + ".box");  // top, left, h, w, out_h, out_w
+    const auto b = [&](int i) { return box[i].item<int64_t>(); };
+    INFO("box " << k << ": " << b(0) << "," << b(1) << " " << b(2) << "x" << b(3) << " -> " << b(4) << "x" << b(5));
+    for (const char* kind : {"rgb", "gray"}) {
+      INFO(kind);
+      const auto src = ref.at(std::string("img.") + kind);
+      const int64_t c = src.size(0);
+      std::vector<uint8_t> out(c * b(4) * b(5)), tmp;
+      std::vector<float> scratch;
+      resized_crop(src.data_ptr<uint8_t>(), c, src.size(1), src.size(2), CropBox{b(0), b(1), b(2), b(3)}, out.data(),
+                   b(4), b(5), tmp, scratch);
+      check_close_image(out, ref.at("rrc" + std::to_string(k) + "." + kind), 0.9);
+    }
+  }
+}
+
+TEST_CASE("brightness, contrast, saturation and hue equal torchvision's adjust_* on uint8 within 1", "[unit]") {
+  auto ref = jitter_refs();
+  const auto rgb = ref.at("img.rgb"), gray = ref.at("img.gray");
+  const int64_t hw = rgb.size(1) * rgb.size(2);
+  auto run = [&](const torch::Tensor& img, auto fn, double factor) {
+    auto px = bytes_of(img);
+    fn(px.data(), img.size(0), hw, factor);
+    return px;
+  };
+  for (int k = 0; k < 2; ++k) {
+    const auto key = std::to_string(k);
+    const double fb = ref.at("brightness" + key + ".factor").item<double>();
+    INFO("brightness " << fb);
+    check_close_image(run(rgb, adjust_brightness, fb), ref.at("brightness" + key + ".rgb"), 0.99);
+    check_close_image(run(gray, adjust_brightness, fb), ref.at("brightness" + key + ".gray"), 0.99);
+    const double fc = ref.at("contrast" + key + ".factor").item<double>();
+    INFO("contrast " << fc);
+    check_close_image(run(rgb, adjust_contrast, fc), ref.at("contrast" + key + ".rgb"), 0.99);
+    check_close_image(run(gray, adjust_contrast, fc), ref.at("contrast" + key + ".gray"), 0.99);
+    const double fs = ref.at("saturation" + key + ".factor").item<double>();
+    INFO("saturation " << fs);
+    check_close_image(run(rgb, adjust_saturation, fs), ref.at("saturation" + key + ".rgb"), 0.99);
+  }
+  for (int k = 0; k < 3; ++k) {
+    const auto key = std::to_string(k);
+    const double fh = ref.at("hue" + key + ".factor").item<double>();
+    INFO("hue " << fh);
+    check_close_image(run(rgb, adjust_hue, fh), ref.at("hue" + key + ".rgb"), 0.95);
+  }
+  // a changed factor changes the image: the comparisons above are not of untouched copies
+  CHECK(run(rgb, adjust_hue, 0.2) != bytes_of(rgb));
+}
+
+TEST_CASE("RandomResizedCrop boxes: area within scale, aspect ratio within ratio, inside the image", "[unit]") {
+  const std::vector<double> scale = {0.08, 1.0}, ratio = {3.0 / 4.0, 4.0 / 3.0};
+  const int64_t h = 240, w = 320;
+  int64_t small = 0, wide = 0, tall = 0;
+  for (int64_t i = 0; i < 4000; ++i) {
+    auto rng = make_rng(RngStream::ResizedCrop, 0, 0, i);
+    const auto b = sample_resized_crop(h, w, scale, ratio, rng);
+    REQUIRE(b.top >= 0);
+    REQUIRE(b.left >= 0);
+    REQUIRE(b.top + b.height <= h);
+    REQUIRE(b.left + b.width <= w);
+    // the rounded box: its side is the rounded root, so area and ratio hold up to half a pixel per side
+    const double area = static_cast<double>(b.height * b.width) / static_cast<double>(h * w);
+    const double ar = static_cast<double>(b.width) / static_cast<double>(b.height);
+    REQUIRE(area >= scale[0] * 0.95);
+    REQUIRE(area <= scale[1] * 1.0001);
+    REQUIRE(ar >= ratio[0] * (1 - 1.0 / b.height) - 1e-9);
+    REQUIRE(ar <= ratio[1] * (1 + 1.0 / b.height) + 1e-9);
+    small += area < 0.3;
+    wide += ar > 1.15;
+    tall += ar < 0.87;
+  }
+  // uniform area in [0.08, 1]: about a quarter below 0.3; log-uniform ratio: both ends drawn
+  CHECK(small > 700);
+  CHECK(wide > 600);
+  CHECK(tall > 600);
+  auto a = make_rng(RngStream::ResizedCrop, 0, 2, 9), b = make_rng(RngStream::ResizedCrop, 0, 2, 9);
+  CHECK(sample_resized_crop(h, w, scale, ratio, a) == sample_resized_crop(h, w, scale, ratio, b));  // per sample
+}
+
+TEST_CASE("RandomResizedCrop falls back to the centre crop with the ratio clamped", "[unit]") {
+  auto rng = make_rng(RngStream::ResizedCrop, 0, 0, 0);
+  // a 10x100 strip cannot hold a square of 90 % of its area: 10 failed attempts, then the centre
+  CHECK(sample_resized_crop(10, 100, {0.9, 1.0}, {1.0, 1.0}, rng) == CropBox{0, 45, 10, 10});
+  CHECK(sample_resized_crop(100, 10, {0.9, 1.0}, {1.0, 1.0}, rng) == CropBox{45, 0, 10, 10});
+  // within the ratio range: the whole image
+  CHECK(sample_resized_crop(10, 12, {1.5, 2.0}, {0.5, 2.0}, rng) == CropBox{0, 0, 10, 12});
+}
+
+TEST_CASE("ColorJitter draws: factors in torchvision's ranges, a permutation of the four", "[unit]") {
+  trainer::config::AugmentConfig cfg;
+  cfg.brightness = 0.4;
+  cfg.contrast = 1.5;  // the lower end is clamped at 0
+  cfg.saturation = 0.4;
+  cfg.hue = 0.1;
+  std::set<std::array<int, 4>> orders;
+  double lowest_contrast = 1;
+  for (int64_t i = 0; i < 2000; ++i) {
+    auto rng = make_rng(RngStream::ColorJitter, 1, 0, i);
+    const auto c = sample_jitter(cfg, rng);
+    auto sorted = c.order;
+    std::sort(sorted.begin(), sorted.end());
+    REQUIRE(sorted == std::array<int, 4>{0, 1, 2, 3});
+    orders.insert(c.order);
+    REQUIRE(c.brightness >= 0.6);
+    REQUIRE(c.brightness <= 1.4);
+    REQUIRE(c.contrast >= 0.0);
+    REQUIRE(c.contrast <= 2.5);
+    REQUIRE(std::abs(c.hue) <= 0.1);
+    lowest_contrast = std::min(lowest_contrast, c.contrast);
+  }
+  CHECK(orders.size() == 24);  // every order of the four adjustments occurs
+  CHECK(lowest_contrast < 0.05);
+}

@@ -1,0 +1,92 @@
+// train.ema: the shadow's update against its closed form, `every`, buffers, and the run's randomness.
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+#include "config/config.hpp"
+#include "engine/ema.hpp"
+#include "io/safetensors.hpp"
+
+using namespace trainer;
+
+namespace {
+
+config::RunConfig ema_test_config(double decay, int64_t every) {
+  config::RunConfig cfg;
+  cfg.model.arch = "resnet";
+  cfg.model.depth = 8;
+  cfg.model.stem = "cifar";
+  cfg.model.in_channels = 1;
+  cfg.model.num_classes = 4;
+  cfg.model.width = 0.25;
+  cfg.train.ema.decay = decay;
+  cfg.train.ema.every = every;
+  return cfg;
+}
+
+std::map<std::string, torch::Tensor> ema_state_copy(const torch::nn::Module& m) {
+  std::map<std::string, torch::Tensor> out;
+  for (auto& [name, t] : io::named_state(m)) out[name] = t.detach().clone();
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("EMA: the shadow starts as the weights and follows decay x shadow + (1 - decay) x weights", "[unit]") {
+  torch::manual_seed(1);
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
+  const auto cfg = ema_test_config(0.75, 2);
+  auto live = registry.create(cfg.model);
+  auto ema = engine::make_ema(cfg, *live, torch::Device(torch::kCPU));
+  const auto start = ema_state_copy(ema->model());
+  for (auto& [name, t] : io::named_state(*live)) REQUIRE(torch::equal(start.at(name), t));
+
+  {  // the trained weights move: every float tensor (parameters, BatchNorm statistics) and the counters
+    torch::NoGradGuard ng;
+    for (auto& [name, t] : io::named_state(*live)) {
+      if (t.is_floating_point()) t.add_(torch::rand_like(t));
+      else t.add_(3);
+    }
+  }
+  const auto moved = ema_state_copy(*live);
+  ema->after_step(1);  // every 2: no update after step 1
+  for (auto& [name, t] : io::named_state(ema->model())) REQUIRE(torch::equal(t, start.at(name)));
+  ema->after_step(2);
+  int64_t floats = 0, ints = 0;
+  for (auto& [name, t] : io::named_state(ema->model())) {
+    INFO(name);
+    if (t.is_floating_point()) {
+      ++floats;
+      const auto want = start.at(name).to(torch::kFloat64) * 0.75 + moved.at(name).to(torch::kFloat64) * 0.25;
+      CHECK(torch::allclose(t.to(torch::kFloat64), want, 1e-6, 1e-7));
+      CHECK_FALSE(torch::equal(t, moved.at(name)));
+    } else {
+      ++ints;
+      CHECK(torch::equal(t, moved.at(name)));  // num_batches_tracked: copied, not averaged
+    }
+  }
+  int64_t counters = 0;
+  for (auto& [name, t] : start) counters += name.ends_with("num_batches_tracked") ? 1 : 0;
+  CHECK(floats > 10);
+  CHECK(counters > 0);
+  CHECK(ints == counters);  // the integer tensors are exactly the BatchNorm counters
+}
+
+TEST_CASE("EMA: building the shadow leaves torch's generator where it was", "[unit]") {
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
+  const auto cfg = ema_test_config(0.9, 1);
+  torch::manual_seed(7);
+  auto live = registry.create(cfg.model);
+  const auto expected = [] {
+    auto g = at::detail::getDefaultCPUGenerator();
+    const auto saved = g.get_state();
+    auto draw = torch::rand({16});
+    g.set_state(saved);
+    return draw;
+  }();
+  auto ema = engine::make_ema(cfg, *live, torch::Device(torch::kCPU));
+  CHECK(torch::equal(torch::rand({16}), expected));  // the run's later draws (dropout, ...) are unchanged
+}
