@@ -26,7 +26,8 @@ std::string eval_resnet_config() {
 std::string eval_gpt_config() {
   return "run: {name: evg, out_dir: runs, seed: 2}\n"
          "model: {arch: gpt, vocab_size: 64, block_size: 16, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1}\n"
-         "data: {format: synthetic, workers: 1, synthetic: {num_samples: 96, val_samples: 40}}\n"
+         // token data reports bits per byte only with the bytes behind a token (data.bytes_per_token)
+         "data: {format: synthetic, workers: 1, bytes_per_token: 3.5, synthetic: {num_samples: 96, val_samples: 40}}\n"
          "train: {batch_size: 8, max_steps: 8, log_every: 4, eval_every: 4, threads: 1, precision: bf16}\n"
          "optim: {name: adamw, lr: 0.003}\nlog: {progress: off}\ncheckpoint: {every_steps: 4, keep_last: 5}\n";
 }
