@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "config/exit_codes.hpp"
+#include "config/load.hpp"
 #include "data/dataset.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/command_common.hpp"
@@ -61,7 +62,7 @@ int eval_run(const EvalArgs& args) {
   const bool tokens = datasets.val->kind() == data::SampleKind::Tokens;
   Evaluator evaluator(datasets.val,
                       EvalSetup{run_loader_options(c, env, m.device, /*train=*/false), m.precision, m.device, tokens,
-                                c.model.channels_last, c.train.eval_steps},
+                                c.model.channels_last, c.train.eval_steps, config::bytes_per_token(c.data)},
                       dist.get(), env.world_size);
   const auto t0 = std::chrono::steady_clock::now();
   const EvalResult r = evaluator.run(*m.model);
