@@ -278,9 +278,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
            "regex (std::regex_search) matches its name; lr and weight_decay default to optim.lr / "
            "optim.weight_decay (no decay still applies to biases and norms); lr follows the schedule in proportion.");
   k.f("layer_decay", o.layer_decay, 0, 1,
-      "Layer-wise lr decay for transformer blocks (gpt, vit): block i of n trains at lr x layer_decay^(n - i), "
-      "the embeddings at layer_decay^(n + 1), the head and final norm at lr (1 = off; a model without "
-      "such blocks, resnet: no effect, a warning).");
+      "Layer-wise lr decay over the model's blocks (its units: GPT and ViT blocks, ResNet stages): block i of n "
+      "(from 0) trains at lr x layer_decay^(n - i), what comes before the first block (embeddings, stem) at "
+      "layer_decay^(n + 1), the head and final norm at lr (1 = off).");
 
   k.prefix = "schedule";
   auto& s = c.schedule;

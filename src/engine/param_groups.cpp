@@ -6,15 +6,22 @@
 #include <regex>
 
 #include "engine/optim.hpp"
+#include "models/model.hpp"
 
 namespace trainer::engine {
 
-int64_t transformer_layer_of(const std::string& name) {
-  static const std::regex block(R"(^(?:encoder\.layers\.encoder_layer_|transformer\.h\.)(\d+)\.)");
-  std::smatch m;
-  if (std::regex_search(name, m, block)) return std::stoll(m[1].str()) + 1;
-  for (const char* e : {"conv_proj.", "class_token", "encoder.pos_embedding", "transformer.wte.", "transformer.wpe."})
-    if (name.rfind(e, 0) == 0) return 0;
+LayerDepths::LayerDepths(const torch::nn::Module& model) {
+  const auto* m = dynamic_cast<const models::Model*>(&model);
+  if (!m) return;
+  for (const auto& u : m->units()) {
+    const int64_t depth = u.checkpointed ? ++blocks_ : (blocks_ == 0 ? 0 : -1);
+    for (const auto& p : u.prefixes) prefixes_.emplace_back(p, depth);
+  }
+}
+
+int64_t LayerDepths::of(const std::string& name) const {
+  for (const auto& [prefix, depth] : prefixes_)
+    if (name == prefix || (prefix.ends_with(".") && name.rfind(prefix, 0) == 0)) return depth;
   return -1;
 }
 
@@ -24,13 +31,11 @@ struct GroupKey {
   double lr_scale, weight_decay;
 };
 
-std::vector<GroupKey> group_keys(const config::OptimConfig& cfg, const ParamGroups& split,
+std::vector<GroupKey> group_keys(const config::OptimConfig& cfg, const ParamGroups& split, const LayerDepths& layers,
                                  std::vector<size_t>& rule_hits) {
   std::vector<std::regex> rules;
   for (const auto& g : cfg.groups) rules.emplace_back(g.match, std::regex::ECMAScript);  // checked at load
-  int64_t depth = 0;  // the number of transformer blocks
-  for (const auto* names : {&split.decay_names, &split.no_decay_names})
-    for (const auto& n : *names) depth = std::max(depth, transformer_layer_of(n));
+  const int64_t depth = layers.blocks();
   std::vector<GroupKey> keys;
   auto key_of = [&](const std::string& name, bool decays) {
     double lr = cfg.lr, wd = cfg.weight_decay;
@@ -43,7 +48,7 @@ std::vector<GroupKey> group_keys(const config::OptimConfig& cfg, const ParamGrou
       }
     double scale = cfg.lr > 0 ? lr / cfg.lr : 1.0;
     if (cfg.layer_decay < 1.0) {
-      const int64_t layer = transformer_layer_of(name);
+      const int64_t layer = layers.of(name);
       if (layer >= 0) scale *= std::pow(cfg.layer_decay, static_cast<double>(depth - layer + 1));
     }
     return GroupKey{scale, decays ? wd : 0.0};
@@ -51,8 +56,7 @@ std::vector<GroupKey> group_keys(const config::OptimConfig& cfg, const ParamGrou
   for (const auto& n : split.decay_names) keys.push_back(key_of(n, true));
   for (const auto& n : split.no_decay_names) keys.push_back(key_of(n, false));
   if (cfg.layer_decay < 1.0 && depth == 0)
-    spdlog::warn("optim.layer_decay {}: the model has no transformer blocks (gpt, vit names); it has no effect",
-                 cfg.layer_decay);
+    spdlog::warn("optim.layer_decay {}: the model has no blocks (Model::units); it has no effect", cfg.layer_decay);
   return keys;
 }
 
@@ -63,7 +67,7 @@ std::vector<GroupPlan> plan_param_groups(const config::OptimConfig& cfg, const t
   std::vector<GroupPlan> plans(2);
   plans[0].weight_decay = cfg.weight_decay;
   std::vector<size_t> hits(cfg.groups.size(), 0);
-  const auto keys = group_keys(cfg, split, hits);
+  const auto keys = group_keys(cfg, split, LayerDepths(model), hits);
   const size_t n_decay = split.decay.size();
   for (size_t i = 0; i < keys.size(); ++i) {
     const bool decays = i < n_decay;

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.hpp"
@@ -24,8 +25,19 @@ struct GroupPlan {
 // parameter order. A groups regex that matches no trainable parameter is a warning.
 std::vector<GroupPlan> plan_param_groups(const config::OptimConfig& cfg, const torch::nn::Module& model);
 
-// optim.layer_decay's depth of a parameter: 0 for the embeddings, i + 1 for transformer block i,
-// -1 for the rest (head, final norm: lr unscaled). Knows torchvision's ViT and nanoGPT names.
-int64_t transformer_layer_of(const std::string& name);
+// optim.layer_decay's depth of each parameter, read off the model's units (models/model.hpp, the
+// family's blocks): 0 for the units before the first block (embeddings, a stem), i + 1 for block i,
+// -1 for the units after the last one (final norm, head: lr unscaled). A module that is not a
+// models::Model has no blocks.
+class LayerDepths {
+ public:
+  explicit LayerDepths(const torch::nn::Module& model);
+  int64_t of(const std::string& name) const;  // -1 for a name no unit owns
+  int64_t blocks() const { return blocks_; }
+
+ private:
+  std::vector<std::pair<std::string, int64_t>> prefixes_;  // (prefix, depth)
+  int64_t blocks_ = 0;
+};
 
 }  // namespace trainer::engine

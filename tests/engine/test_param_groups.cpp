@@ -82,17 +82,26 @@ TEST_CASE("frozen parameters are in no optimizer group, and without groups the l
   CHECK(uniform_learning_rate(*opt));
 }
 
-TEST_CASE("optim.layer_decay scales transformer blocks by depth (vit and gpt names)", "[unit]") {
-  CHECK(transformer_layer_of("conv_proj.weight") == 0);
-  CHECK(transformer_layer_of("class_token") == 0);
-  CHECK(transformer_layer_of("encoder.pos_embedding") == 0);
-  CHECK(transformer_layer_of("encoder.layers.encoder_layer_0.mlp.0.weight") == 1);
-  CHECK(transformer_layer_of("encoder.layers.encoder_layer_11.ln_1.bias") == 12);
-  CHECK(transformer_layer_of("encoder.ln.weight") == -1);
-  CHECK(transformer_layer_of("heads.head.weight") == -1);
-  CHECK(transformer_layer_of("transformer.wte.weight") == 0);
-  CHECK(transformer_layer_of("transformer.h.3.attn.c_attn.weight") == 4);
-  CHECK(transformer_layer_of("transformer.ln_f.weight") == -1);
+TEST_CASE("optim.layer_decay scales the model's blocks by depth (its units: vit and gpt blocks, resnet stages)", "[unit]") {
+  config::ModelConfig g;
+  g.arch = "gpt";
+  g.vocab_size = 32, g.block_size = 8, g.n_layer = 4, g.n_head = 2, g.n_embd = 8;
+  const LayerDepths gpt(*models::builtin_models().create(g));
+  CHECK(gpt.blocks() == 4);
+  CHECK(gpt.of("transformer.wte.weight") == 0);
+  CHECK(gpt.of("transformer.wpe.weight") == 0);
+  CHECK(gpt.of("transformer.h.3.attn.c_attn.weight") == 4);
+  CHECK(gpt.of("transformer.ln_f.weight") == -1);
+  config::ModelConfig r;
+  r.arch = "resnet";
+  r.depth = 8, r.stem = "cifar", r.in_channels = 1;
+  const LayerDepths resnet(*models::builtin_models().create(r));
+  CHECK(resnet.blocks() == 3);
+  CHECK(resnet.of("conv1.weight") == 0);
+  CHECK(resnet.of("layer2.0.conv1.weight") == 2);
+  CHECK(resnet.of("fc.weight") == -1);
+  torch::nn::Linear plain(2, 2);
+  CHECK(LayerDepths(*plain).blocks() == 0);  // not a models::Model: no blocks
 
   config::ModelConfig m;
   m.arch = "vit";
