@@ -195,7 +195,7 @@ struct OptimConfig {
   bool decay_norm_and_bias = false;  // false: biases, norms and embeddings get no weight decay
   bool fused = true;                 // ATen's fused multi-tensor kernels (false: LibTorch's per-parameter loop)
   std::vector<ParamGroupRule> groups;  // per-parameter lr / weight decay by name (first match wins)
-  double layer_decay = 1.0;          // transformer blocks: lr x layer_decay^(depth - block) (1 = off)
+  double layer_decay = 1.0;          // the model's blocks (units): lr x layer_decay^(depth - block) (1 = off)
   bool operator==(const OptimConfig&) const = default;
 };
 

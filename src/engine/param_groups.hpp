@@ -1,5 +1,5 @@
 // The optimizer's parameter groups: optim.groups (per-name lr / weight decay, first match wins),
-// optim.layer_decay (transformer blocks), and no weight decay for biases, norms and embeddings.
+// optim.layer_decay (the model's blocks: Model::units), and no weight decay for biases, norms and embeddings.
 #pragma once
 
 #include <torch/torch.h>
