@@ -28,9 +28,13 @@ void on_stop_signal(int sig) {
   }
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) {
-    constexpr char kMsg[] = "\ntrainer: stop signal received; saving a checkpoint at the next step boundary "
-                            "(SIGINT again to abort at once)\n";
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    // the signal's own name: a scheduler's SIGUSR1 or SIGTERM is no Ctrl-C to repeat
+    const char* msg = sig == SIGINT ? "\ntrainer: SIGINT received; saving a checkpoint at the next step boundary "
+                                      "(SIGINT again to abort at once)\n"
+                      : sig == SIGTERM ? "\ntrainer: SIGTERM received; saving a checkpoint at the next step boundary\n"
+                      : sig == SIGUSR1 ? "\ntrainer: SIGUSR1 received; saving a checkpoint at the next step boundary\n"
+                                       : "\ntrainer: SIGHUP received; saving a checkpoint at the next step boundary\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
   }
 }
 
