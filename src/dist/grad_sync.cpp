@@ -4,35 +4,11 @@
 // sequence of collectives whatever order its autograd threads finish in.
 #include "dist/grad_sync.hpp"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <sstream>
 
+#include "dist/bucket_hooks.hpp"
+
 namespace trainer::dist {
-namespace {
-
-// Runs after autograd has accumulated a parameter's gradient into .grad, so with gradient
-// accumulation the bucket sees the sum over micro-steps, not just the last micro-step.
-class ReadyHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  ReadyHook(GradSync* sync, size_t index) : sync_(sync), index_(index) {}
-  void operator()(const torch::autograd::Variable&) override { sync_->on_grad_ready(index_); }
-
- private:
-  GradSync* sync_;
-  size_t index_;
-};
-
-uint64_t fnv1a(uint64_t h, int64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-}  // namespace
 
 GradSync::GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb) : ctx_(ctx) {
   for (auto& p : params)
@@ -41,20 +17,15 @@ GradSync::GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double b
   if (!ctx_.active()) return;
 
   // same bucket order on every rank, or the collectives pair up the wrong buffers (or hang)
-  auto mine = torch::tensor({static_cast<int64_t>(layout_hash_)}, torch::kInt64).to(ctx_.device());
-  auto all = ctx_.all_gather(mine, "grad bucket layout").cpu();  // (world, 1)
-  for (int64_t r = 1; r < ctx_.world_size(); ++r) {
-    if (all[r][0].item<int64_t>() != all[0][0].item<int64_t>()) {
-      std::ostringstream msg;
-      msg << "rank " << ctx_.rank() << ": gradient bucket layout differs between ranks: rank 0 has "
-          << std::hex << static_cast<uint64_t>(all[0][0].item<int64_t>()) << ", rank " << std::dec << r
-          << " has " << std::hex << static_cast<uint64_t>(all[r][0].item<int64_t>())
-          << " (different model or dist.bucket_mb)";
-      throw DistError(msg.str());
-    }
+  if (auto m = find_layout_mismatch(ctx_, layout_hash_, "grad bucket layout")) {
+    std::ostringstream msg;
+    msg << "rank " << ctx_.rank() << ": gradient bucket layout differs between ranks: rank 0 has " << std::hex
+        << m->rank0_hash << ", rank " << std::dec << m->rank << " has " << std::hex << m->rank_hash
+        << " (different model or dist.bucket_mb)";
+    throw DistError(msg.str());
   }
   for (size_t i = 0; i < params_.size(); ++i)
-    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ReadyHook>(this, i));
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook<GradSync>>(this, i));
   reset_step();
 }
 
@@ -87,15 +58,15 @@ void GradSync::build_buckets(double bucket_mb) {
     bucket_of_[k] = buckets_.size() - 1;
   }
   uint64_t h = 1469598103934665603ull;
-  h = fnv1a(h, static_cast<int64_t>(buckets_.size()));
+  h = layout_fnv1a(h, static_cast<int64_t>(buckets_.size()));
   for (auto& b : buckets_) {
     const auto& first = params_[b.params.front()];
     b.flat = torch::zeros({b.numel}, first.options().requires_grad(false));
-    h = fnv1a(h, static_cast<int64_t>(b.params.size()));
+    h = layout_fnv1a(h, static_cast<int64_t>(b.params.size()));
     for (size_t j = 0; j < b.params.size(); ++j) {
-      h = fnv1a(h, static_cast<int64_t>(b.params[j]));
-      h = fnv1a(h, params_[b.params[j]].numel());
-      h = fnv1a(h, static_cast<int64_t>(params_[b.params[j]].scalar_type()));
+      h = layout_fnv1a(h, static_cast<int64_t>(b.params[j]));
+      h = layout_fnv1a(h, params_[b.params[j]].numel());
+      h = layout_fnv1a(h, static_cast<int64_t>(params_[b.params[j]].scalar_type()));
     }
   }
   layout_hash_ = h;

@@ -3,33 +3,13 @@
 // every rank issues the same sequence of collectives.
 #include "dist/shard_sync.hpp"
 
-#include <torch/csrc/autograd/function_hook.h>
-#include <torch/csrc/autograd/variable.h>
-
 #include <sstream>
 #include <unordered_set>
 
+#include "dist/bucket_hooks.hpp"
+
 namespace trainer::dist {
 namespace {
-
-// After autograd accumulated the gradient into .grad (the sum over micro-steps with accumulation).
-class ShardReadyHook : public torch::autograd::PostAccumulateGradHook {
- public:
-  ShardReadyHook(ShardSync* sync, size_t index) : sync_(sync), index_(index) {}
-  void operator()(const torch::autograd::Variable&) override { sync_->on_grad_ready(index_); }
-
- private:
-  ShardSync* sync_;
-  size_t index_;
-};
-
-uint64_t shard_fnv1a(uint64_t h, int64_t v) {
-  for (int i = 0; i < 8; ++i) {
-    h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 // The strides a parameter keeps inside the flat buffer: its own when it is dense (channels-last
 // weights stay channels-last), else plain row-major.
@@ -53,7 +33,7 @@ ShardSync::ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double
   build(bucket_mb);
   check_layout();
   for (size_t i = 0; i < params_.size(); ++i)
-    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<ShardReadyHook>(this, i));
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook<ShardSync>>(this, i));
   reset_step();
 }
 
@@ -85,7 +65,7 @@ void ShardSync::build(double bucket_mb) {
     bytes += p.numel() * static_cast<int64_t>(p.element_size());
     bucket_of_[k] = buckets_.size() - 1;
   }
-  uint64_t h = shard_fnv1a(1469598103934665603ull, static_cast<int64_t>(buckets_.size()));
+  uint64_t h = layout_fnv1a(1469598103934665603ull, static_cast<int64_t>(buckets_.size()));
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     auto& b = buckets_[bi];
     const auto& first = params_[b.params.front()];
@@ -105,25 +85,21 @@ void ShardSync::build(double bucket_mb) {
       if (start < end)
         pieces_.push_back(OwnedPiece{b.params[j], bi, start - b.offsets[j], end - start, start - lo,
                                      b.flat_param.narrow(0, start, end - start)});
-      h = shard_fnv1a(h, static_cast<int64_t>(b.params[j]));
-      h = shard_fnv1a(h, p.numel());
-      h = shard_fnv1a(h, static_cast<int64_t>(p.scalar_type()));
+      h = layout_fnv1a(h, static_cast<int64_t>(b.params[j]));
+      h = layout_fnv1a(h, p.numel());
+      h = layout_fnv1a(h, static_cast<int64_t>(p.scalar_type()));
     }
   }
   layout_hash_ = h;
 }
 
 void ShardSync::check_layout() {
-  if (!ctx_.active()) return;
-  auto mine = torch::tensor({static_cast<int64_t>(layout_hash_)}, torch::kInt64).to(ctx_.device());
-  auto all = ctx_.all_gather(mine, "shard layout").cpu();
-  for (int64_t r = 1; r < world_; ++r)
-    if (all[r][0].item<int64_t>() != all[0][0].item<int64_t>()) {
-      std::ostringstream msg;
-      msg << "rank " << rank_ << ": the sharded parameter layout differs between ranks 0 and " << r
-          << " (different model or dist.bucket_mb)";
-      throw DistError(msg.str());
-    }
+  if (auto m = find_layout_mismatch(ctx_, layout_hash_, "shard layout")) {
+    std::ostringstream msg;
+    msg << "rank " << rank_ << ": the sharded parameter layout differs between ranks 0 and " << m->rank
+        << " (different model or dist.bucket_mb)";
+    throw DistError(msg.str());
+  }
 }
 
 std::vector<torch::Tensor> ShardSync::piece_values() const {

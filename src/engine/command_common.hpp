@@ -1,6 +1,8 @@
 // What the subcommands that take a config share (commands.cpp defines them).
 #pragma once
 
+#include <functional>
+
 #include "config/load.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/commands.hpp"
@@ -13,5 +15,9 @@ void print_config_error(const config::ConfigError& e);
 // Load, override, validate and resolve: everything that can be known before building anything.
 // Throws config::ConfigError (exit 2) and dist::LaunchEnvError.
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env);
+
+// Runs a model-using command (eval, predict) and maps what it throws to an exit code: config and
+// launcher errors and bad arguments (std::invalid_argument) exit 2, anything else 1, each printed.
+int run_command(const std::function<int()>& body);
 
 }  // namespace trainer::engine

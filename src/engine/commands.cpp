@@ -38,6 +38,24 @@ void print_config_error(const config::ConfigError& e) {
             << "; nothing was started\n";
 }
 
+int run_command(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const dist::LaunchEnvError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
 // Load, override, validate and resolve: everything that can be known before building anything.
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env) {
   std::vector<std::string> overrides = args.overrides;

@@ -85,22 +85,6 @@ int eval_run(const EvalArgs& args) {
 
 }  // namespace
 
-int cmd_eval(const EvalArgs& args) {
-  try {
-    return eval_run(args);
-  } catch (const config::ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
-  } catch (const dist::LaunchEnvError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitFailure;
-  }
-}
+int cmd_eval(const EvalArgs& args) { return run_command([&] { return eval_run(args); }); }
 
 }  // namespace trainer::engine

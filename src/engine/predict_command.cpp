@@ -188,22 +188,6 @@ int predict_run(const PredictArgs& a) {
 
 }  // namespace
 
-int cmd_predict(const PredictArgs& args) {
-  try {
-    return predict_run(args);
-  } catch (const config::ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
-  } catch (const dist::LaunchEnvError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitFailure;
-  }
-}
+int cmd_predict(const PredictArgs& args) { return run_command([&] { return predict_run(args); }); }
 
 }  // namespace trainer::engine

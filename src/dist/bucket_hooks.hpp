@@ -1,0 +1,57 @@
+// What GradSync (replicated DDP) and ShardSync (the sharded strategies) share: the per-parameter
+// hook that tells them a gradient is ready, and the check that every rank built the same bucket
+// layout (else the collectives pair up the wrong buffers, or hang).
+#pragma once
+
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "dist/dist_context.hpp"
+
+namespace trainer::dist {
+
+// Runs after autograd has accumulated a parameter's gradient into .grad, so with gradient
+// accumulation the bucket sees the sum over micro-steps, not just the last micro-step.
+template <class Sync>
+class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  GradReadyHook(Sync* sync, size_t index) : sync_(sync), index_(index) {}
+  void operator()(const torch::autograd::Variable&) override { sync_->on_grad_ready(index_); }
+
+ private:
+  Sync* sync_;
+  size_t index_;
+};
+
+// FNV-1a over the 8 bytes of `v`, for the layout hashes.
+inline uint64_t layout_fnv1a(uint64_t h, int64_t v) {
+  for (int i = 0; i < 8; ++i) {
+    h ^= static_cast<uint64_t>(v >> (8 * i)) & 0xff;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+struct LayoutMismatch {
+  int64_t rank;  // the first rank whose hash is not rank 0's
+  uint64_t rank0_hash, rank_hash;
+};
+
+// All-gathers every rank's `hash` (a collective named `what`); the first rank that differs from
+// rank 0, or nullopt when all agree (and on an inactive context).
+inline std::optional<LayoutMismatch> find_layout_mismatch(DistContext& ctx, uint64_t hash, const std::string& what) {
+  if (!ctx.active()) return std::nullopt;
+  auto mine = torch::tensor({static_cast<int64_t>(hash)}, torch::kInt64).to(ctx.device());
+  auto all = ctx.all_gather(mine, what).cpu();  // (world, 1)
+  const int64_t first = all[0][0].item<int64_t>();
+  for (int64_t r = 1; r < ctx.world_size(); ++r)
+    if (all[r][0].item<int64_t>() != first)
+      return LayoutMismatch{r, static_cast<uint64_t>(first), static_cast<uint64_t>(all[r][0].item<int64_t>())};
+  return std::nullopt;
+}
+
+}  // namespace trainer::dist
