@@ -162,8 +162,6 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
   const auto device = device::select_device(c.train.device, env.local_rank);
   const Precision precision = c.train.precision;
   check_precision_supported(precision, device);
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
   struct Column {
     std::string title;
     FixedMemory fixed;
@@ -178,7 +176,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     mc.init_from.clear();
     mc.activation_checkpointing = ac;
     torch::manual_seed(c.run.seed);
-    auto model = registry.create(mc);
+    auto model = models::builtin_models().create(mc);
     model->to(device);
     const bool image = model->input_kind() == models::InputKind::Image;
     if (c.model.channels_last && image) models::to_channels_last(*model);
@@ -254,10 +252,8 @@ int cmd_check(const CheckArgs& args) {
     }
     std::cout << "run directory: " << io::run_dir_path(c).string() << "\n";
 
-    models::ModelRegistry registry;
-    models::register_builtin_models(registry);
     torch::manual_seed(c.run.seed);
-    auto model = registry.create(c.model);
+    auto model = models::builtin_models().create(c.model);
     std::cout << "model: " << c.model.arch << ", " << model->num_parameters() << " parameters ("
               << human_count(static_cast<double>(model->num_parameters())) << ")\n";
     if (const auto& init = config::init_file(c.model); !init.empty()) {  // the file is read as a fresh run reads it

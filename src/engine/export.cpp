@@ -81,9 +81,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
     throw io::CheckpointError(weights_path.string() + (ema ? ": missing: this checkpoint holds no EMA weights (the run "
                                                              "had train.ema.decay 0)"
                                                            : ": missing (no model weights)"));
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
-  auto model = registry.create(cfg.model);
+  auto model = models::builtin_models().create(cfg.model);
   io::load_state_into(*model, io::load_safetensors(weights_path.string()), /*strict=*/true);
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors;

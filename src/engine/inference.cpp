@@ -134,9 +134,7 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   const auto proc = configure_process(m.cfg, env);
   m.device = proc.device;
   m.precision = proc.precision;
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
-  m.model = registry.create(m.cfg.model);
+  m.model = models::builtin_models().create(m.cfg.model);
   io::load_state_into(*m.model, w.file, /*strict=*/true);  // another shape or model: every name listed
   m.model->to(m.device);
   if (m.cfg.model.channels_last && m.model->input_kind() == models::InputKind::Image) models::to_channels_last(*m.model);
