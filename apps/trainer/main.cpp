@@ -92,6 +92,9 @@ int main(int argc, char** argv) {
   launch->add_option("--max-restarts", launch_opts.max_restarts,
                      "Start a failed group again up to K times; `trainer run` resumes from its newest checkpoint (default 0)")
       ->check(CLI::NonNegativeNumber);
+  launch->add_flag("--join", launch_opts.join,
+                   "This node's ranks join a job that is running (dist.recovery: in_process), e.g. a node that comes "
+                   "back after it was lost, instead of starting with it");
   launch->add_option("args", launch_args, "The trainer command each rank runs, after --")->required();
 
   std::string pt_input, pt_out;

@@ -215,6 +215,7 @@ struct DistConfig {
   Sharding sharding = Sharding::None;  // none | optimizer | gradients | full (dist.sharding)
   std::string store = "";  // "" = TCPStore at MASTER_ADDR:MASTER_PORT; file:///shared/path for a FileStore
   std::string interface = "";  // network interface of the collectives ("" = GLOO_SOCKET_IFNAME, else auto)
+  Recovery recovery = Recovery::Restart;  // restart | in_process (dist.recovery)
   bool operator==(const DistConfig&) const = default;
 };
 

@@ -34,5 +34,9 @@ template <> const std::vector<std::string>& choices_of<Sharding>() {
   static const std::vector<std::string> n = {"none", "optimizer", "gradients", "full"};
   return n;
 }
+template <> const std::vector<std::string>& choices_of<Recovery>() {
+  static const std::vector<std::string> n = {"restart", "in_process"};
+  return n;
+}
 
 }  // namespace trainer::config

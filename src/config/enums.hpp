@@ -17,6 +17,7 @@ enum class OptimizerKind { Sgd, Adamw };             // optim.name
 enum class Attention { Auto, Sdpa, Math };           // model.attention
 enum class StopMode { Auto, Min, Max };              // train.early_stopping.mode
 enum class Sharding { None, Optimizer, Gradients, Full };  // dist.sharding
+enum class Recovery { Restart, InProcess };          // dist.recovery
 
 // The YAML names of an enum's values, index = the value. Specialised for each enum above.
 template <class E>
@@ -29,6 +30,7 @@ template <> const std::vector<std::string>& choices_of<OptimizerKind>();
 template <> const std::vector<std::string>& choices_of<Attention>();
 template <> const std::vector<std::string>& choices_of<StopMode>();
 template <> const std::vector<std::string>& choices_of<Sharding>();
+template <> const std::vector<std::string>& choices_of<Recovery>();
 
 // "bf16" for Precision::Bf16: for logs, records and files.
 template <class E>

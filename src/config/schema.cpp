@@ -304,6 +304,12 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Network interface of the collectives (Gloo binds and advertises its IPv4 address; NCCL gets it as "
       "NCCL_SOCKET_IFNAME). \"\" = GLOO_SOCKET_IFNAME if set, else loopback when every rank is on this node, else the "
       "interface that routes to MASTER_ADDR. trainer check prints each rank's choice.");
+  k.e("recovery", c.dist.recovery,
+      "What a failed rank costs. restart: the job stops and `trainer launch --max-restarts` (or the scheduler) "
+      "starts it again from the newest checkpoint. in_process: the survivors abandon the step, regroup without the "
+      "dead rank and go on from memory at the smaller world size, keeping train.global_batch_size by accumulation "
+      "when it divides; `trainer launch --max-restarts K` starts replacement ranks that join the running group "
+      "(needs `trainer launch`, Gloo, dist.sharding none; docs/LAUNCHING.md says what it covers).");
 
   k.prefix = "checkpoint";
   k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");

@@ -173,6 +173,15 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   if (c.dist.sharding == Sharding::Full)
     err("dist.sharding", "full is not implemented yet; use none, optimizer or gradients");
   if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
+  if (c.dist.recovery == Recovery::InProcess) {
+    if (c.dist.sharding != Sharding::None)
+      err("dist.recovery", "in_process works with dist.sharding: none only (a dead rank's shard of the state would be lost)");
+    if (c.dist.backend == "nccl" || (c.dist.backend == "auto" && on_cuda))
+      err("dist.recovery", "in_process needs Gloo: a NCCL communicator whose peer died cannot be rebuilt in the same "
+                           "process without ncclCommAbort; use restart on GPUs");
+    if (!c.dist.store.empty())
+      err("dist.recovery", "in_process needs the store `trainer launch` hosts (it outlives every rank); dist.store must be \"\"");
+  }
   if (const auto& i = c.dist.interface; !i.empty()) {
     const bool plain = i.size() <= 15 && i.find_first_of("/ \t\n:") == std::string::npos && i != "." && i != "..";
     if (!plain)

@@ -91,6 +91,7 @@ std::optional<std::string> store_exposure_warning(const LaunchEnv& env, const co
   if (env.world_size <= 1 || env.local_world_size != env.world_size) return std::nullopt;
   if (cfg.store.rfind("file://", 0) == 0) return std::nullopt;
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  if (env.launcher_store) return std::nullopt;  // trainer launch on one node listens on 127.0.0.1 only
   if (env.agent_store)
     return "the rendezvous store at " + where + " is hosted by torchrun's agent, which listens on every network "
            "interface, although all " + std::to_string(env.world_size) + " ranks run on this node; `trainer launch -n " +

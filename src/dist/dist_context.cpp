@@ -22,17 +22,13 @@
 #include <thread>
 
 #include "config/exit_codes.hpp"
+#include "dist/dist_impl.hpp"
 #include "dist/nccl_backend.hpp"
 
 namespace trainer::dist {
 namespace {
 
 using Millis = std::chrono::milliseconds;
-
-std::string error_text(const std::exception& e) {
-  if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
-  return e.what();
-}
 
 // The store's listening socket, bound to the loopback interface only: a single-node job has no
 // reason to accept connections from the network. Multi-node jobs let TCPStore bind every interface.
@@ -55,105 +51,6 @@ int listen_on_loopback(int port) {
 }
 
 }  // namespace
-
-// What one collective is, for failure messages: captured when it is launched.
-struct OpInfo {
-  std::string op;    // all_reduce | all_gather | broadcast
-  uint64_t seq = 0;  // the same on every rank for the same collective
-  int64_t step = 0;
-  std::string what;  // "grad bucket 2/5", "loss", ...
-};
-
-struct DistContext::Impl {
-  int64_t rank = 0;
-  std::string backend_name = "none";
-  c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::Backend> backend;
-  std::atomic<bool> failed{false};
-  double timeout_s = 300.0;
-
-  // Watchdog: one blocking wait at a time is watched (waits happen on the training thread). A wait
-  // that outlives timeout_s + kWatchdogMarginS means the backend itself did not time out: report
-  // and end the process, since nothing else would.
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stop = false;
-  bool armed = false;
-  std::chrono::steady_clock::time_point deadline;
-  std::string armed_text;
-  std::thread watchdog;
-
-  std::string describe(const OpInfo& i) const {
-    return "rank " + std::to_string(rank) + ": " + i.op + " #" + std::to_string(i.seq) +
-           (i.what.empty() ? "" : " (" + i.what + ")") + " at step " + std::to_string(i.step);
-  }
-
-  void start_watchdog() {
-    watchdog = std::thread([this] {
-      std::unique_lock<std::mutex> lk(mu);
-      while (!stop) {
-        if (armed && std::chrono::steady_clock::now() >= deadline) {
-          std::fprintf(stderr, "error: %s did not finish within dist.timeout_s=%g s + %g s; giving up\n",
-                       armed_text.c_str(), timeout_s, kWatchdogMarginS);
-          std::fflush(stderr);
-          std::_Exit(kExitFailure);
-        }
-        if (armed)
-          cv.wait_until(lk, deadline);
-        else
-          cv.wait(lk);
-      }
-    });
-  }
-
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      armed = true;
-      armed_text = describe(info);
-      deadline = std::chrono::steady_clock::now() +
-                 std::chrono::milliseconds(static_cast<int64_t>((timeout_s + kWatchdogMarginS) * 1000));
-    }
-    cv.notify_all();
-    auto disarm = [this] {
-      std::lock_guard<std::mutex> lk(mu);
-      armed = false;
-    };
-    try {
-      work->wait();
-    } catch (const std::exception& e) {
-      disarm();
-      failed = true;
-      throw DistError(describe(info) + " failed: " + error_text(e));
-    }
-    disarm();
-  }
-
-  template <typename Launch>
-  c10::intrusive_ptr<c10d::Work> launch(const OpInfo& info, Launch&& fn) {
-    try {
-      return fn();
-    } catch (const std::exception& e) {
-      failed = true;
-      throw DistError(describe(info) + " could not be launched: " + error_text(e));
-    }
-  }
-
-  ~Impl() {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      stop = true;
-    }
-    cv.notify_all();
-    if (watchdog.joinable()) watchdog.join();
-    if (failed) {
-      // A broken process group may block forever in its destructor (worker threads stuck on a dead
-      // peer): leak it, the process is about to exit with an error anyway.
-      (void)backend.release();
-      (void)store.release();
-    }
-  }
-};
 
 namespace {
 
@@ -249,19 +146,18 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::D
   }
 }
 
-c10::intrusive_ptr<c10d::Backend> make_gloo(const c10::intrusive_ptr<c10d::Store>& store, const LaunchEnv& env,
-                                            const NetChoice& net, Millis timeout) {
+}  // namespace
+
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                    int64_t world, const NetChoice& net, std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
   // Gloo's pairs connect to the address each rank advertises: the one choose_interface picked
   // (loopback when the whole job is on this machine), else the address this host's name resolves to.
   opts->devices.push_back(net.address.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                               : c10d::ProcessGroupGloo::createDeviceForHostname(net.address));
-  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(env.rank),
-                                                        static_cast<int>(env.world_size), opts);
+  auto pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(world), opts);
   return c10::static_intrusive_pointer_cast<c10d::Backend>(pg);
 }
-
-}  // namespace
 
 std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const config::DistConfig& cfg,
                                                  const torch::Device& device, const std::string& config_hash) {
@@ -275,6 +171,10 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   ctx->impl_->rank = env.rank;
   ctx->impl_->timeout_s = cfg.timeout_s;
   if (env.world_size <= 1) return ctx;
+  if (cfg.recovery == config::Recovery::InProcess && !env.launcher_store)
+    throw DistError("dist.recovery: in_process needs `trainer launch` (launched by " + env.launcher +
+                    " here): it hosts the store that outlives every rank and keeps the survivors running when a "
+                    "rank dies, where torchrun's agent, mpirun and srun stop every rank; use dist.recovery: restart");
 
   std::string backend = cfg.backend;
   if (backend == "auto") backend = device.is_cuda() ? "nccl" : "gloo";
@@ -288,6 +188,21 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   // NCCL picks its own socket interface unless told; dist.interface tells it the same one
   if (backend == "nccl" && !cfg.interface.empty()) ::setenv("NCCL_SOCKET_IFNAME", cfg.interface.c_str(), 0);
   auto store = make_store(env, cfg, timeout);
+  if (env.join_incarnation > 0) {  // a replacement: a world of one until join() (dist_regroup.cpp)
+    if (cfg.recovery != config::Recovery::InProcess)
+      throw DistError("TRAINER_JOIN is set (a replacement rank) but dist.recovery is not in_process");
+    ctx->impl_->store = store;
+    ctx->impl_->backend_name = backend;
+    ctx->impl_->net = ctx->net_;
+    ctx->impl_->rank = env.rank;
+    ctx->start_recovery(env, key_namespace(env, cfg) + "recovery/");
+    ctx->joining_ = true;
+    ctx->join_incarnation_ = env.join_incarnation;
+    ctx->world_size_ = 1;
+    ctx->rank_ = 0;
+    ctx->impl_->start_watchdog();
+    return ctx;
+  }
   // our own keys and the process group's never collide, nor do those of a torchrun restart
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store);
   try {
@@ -295,7 +210,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),
                                                   static_cast<int>(env.world_size), timeout,
                                                   static_cast<int>(device.index() < 0 ? env.local_rank : device.index()))
-                              : make_gloo(pg_store, env, ctx->net_, timeout);
+                              : make_gloo_backend(pg_store, env.rank, env.world_size, ctx->net_, timeout);
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {
@@ -307,6 +222,9 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   }
   ctx->impl_->store = store;
   ctx->impl_->backend_name = backend;
+  ctx->impl_->net = ctx->net_;
+  if (cfg.recovery == config::Recovery::InProcess) ctx->start_recovery(env, key_namespace(env, cfg) + "recovery/");
+  ctx->read_kill_injection();
   ctx->impl_->start_watchdog();
   ctx->check_config_hash(config_hash);
   return ctx;

@@ -82,13 +82,52 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // `out` (world_size() chunks of `in`'s size) becomes every rank's `in`, in rank order.
   std::shared_ptr<AsyncOp> all_gather_into_async(torch::Tensor out, torch::Tensor in, const std::string& what);
 
+  // --- dist.recovery in_process (dist_regroup.cpp) ---------------------------------------------
+  // Members are named by the RANK the launcher gave them at start; rank() and world_size() change
+  // when the job regroups, the member id does not.
+  bool recovery() const;
+  int64_t member_id() const;
+  // The commit vote between a step's gradient sync and its optimizer step: returns when every member
+  // finished the sync (all then step), throws DistError when a peer failed first (none steps: the
+  // step is abandoned). Without in_process recovery: nothing.
+  void commit_step(int64_t step);
+  // After a DistError: tells the others, agrees through the store (which the launcher hosts, so it
+  // outlives any rank) on who survived, and builds a new process group of the survivors, renumbered
+  // in member order. `committed_steps`: the optimizer steps this rank has taken (every survivor must
+  // have taken the same). Throws DistError when this rank was left out or the survivors disagree.
+  struct Regrouped {
+    int64_t old_rank = 0, old_world = 0, rank = 0, world = 0, generation = 0;
+    std::vector<int64_t> lost;  // member ids that did not check in
+  };
+  Regrouped regroup(int64_t committed_steps, const std::string& why);
+
+  // Growing back. A replacement rank (LaunchEnv::join_incarnation) starts as a world of one with no
+  // process group; join() then announces it and waits until the group admits it (at one of the
+  // group's step boundaries), and makes it a member of the new generation.
+  bool joining() const { return joining_; }
+  Regrouped join();
+  // Rank 0 (any rank may call it; only rank 0 acts): when replacements wait, proposes the next
+  // generation with them and returns true. The members then agree on it (an any-flag) and grow().
+  bool propose_growth();
+  Regrouped grow();  // every member of the group: the new generation's process group
+  // Rank 0's `text` / tensor to every rank (receivers pass a tensor of the right shape and dtype).
+  std::string broadcast_text(const std::string& text, const std::string& what);
+  void broadcast_tensor(torch::Tensor& t, const std::string& what);
+  // Several any() flags in one all-reduce.
+  std::vector<bool> any_of(const std::vector<bool>& flags);
+
   struct Impl;  // c10d store + backend + watchdog (dist_context.cpp)
 
  private:
   DistContext() = default;
   void check_config_hash(const std::string& config_hash);
+  void start_recovery(const LaunchEnv& env, const std::string& prefix);
+  void read_kill_injection();  // TRAINER_INJECT_KILL (dist_regroup.cpp)
+  void new_process_group(const std::vector<int64_t>& members);  // the generation's, this rank among them
 
   int64_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
+  bool joining_ = false;
+  int64_t join_incarnation_ = 0;
   torch::Device device_{torch::kCPU};
   double timeout_s_ = 300.0;
   NetChoice net_;

@@ -26,11 +26,13 @@ GradSync::GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double b
   }
   for (size_t i = 0; i < params_.size(); ++i)
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook<GradSync>>(this, i));
+  hooked_ = true;
   reset_step();
 }
 
 GradSync::~GradSync() {
-  if (!ctx_.active()) return;
+  // by the hooks installed, not by ctx_.active(): a regrouped job can shrink to one rank
+  if (!hooked_) return;
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
 }
 

@@ -57,6 +57,7 @@ class GradSync {   // bucketed all-reduce launched from gradient hooks, overlapp
   std::vector<GradBucket> buckets_;
   size_t next_launch_ = 0;
   bool enabled_ = true;
+  bool hooked_ = false;
   int64_t launched_in_backward_ = 0;
   uint64_t layout_hash_ = 0;
   std::mutex mu_;  // hooks may run on autograd's device threads (CUDA)

@@ -128,6 +128,12 @@ LaunchEnv detect_launch_env(const GetEnv& getenv_fn) {
     }
     e.agent_store = r.has("TORCHELASTIC_USE_AGENT_STORE") && std::string(getenv_fn("TORCHELASTIC_USE_AGENT_STORE")) == "True";
     e.restart_count = r.integer_or("TORCHELASTIC_RESTART_COUNT", 0);
+    // our own launcher: torchrun's variables, and a store it hosts itself (like torchrun's agent)
+    if (r.has("TRAINER_LAUNCH_STORE") && std::string(getenv_fn("TRAINER_LAUNCH_STORE")) == "1") {
+      e.launcher = "trainer launch";
+      e.launcher_store = e.agent_store = true;
+      e.join_incarnation = r.integer_or("TRAINER_JOIN", 0);
+    }
     check(e, r, "RANK", "WORLD_SIZE");
   } else if (r.has("SLURM_PROCID") && r.has("SLURM_NTASKS")) {
     r.launcher = e.launcher = "slurm";
@@ -186,6 +192,13 @@ void check_rendezvous(const LaunchEnv& env, const std::string& dist_store) {
     throw LaunchEnvError(env.launcher + " launch with " + std::to_string(env.world_size) +
                          " ranks: no rendezvous address; set MASTER_ADDR and MASTER_PORT (mpirun -x MASTER_ADDR=... "
                          "-x MASTER_PORT=...), or dist.store: file:///shared/path");
+}
+
+void check_recovery_launcher(const LaunchEnv& env, bool in_process) {
+  if (env.world_size <= 1 || !in_process || env.launcher_store) return;
+  throw LaunchEnvError("dist.recovery: in_process needs `trainer launch` (this job was started by " + env.launcher +
+                       "): it hosts the store that outlives every rank and keeps the survivors running when a rank "
+                       "dies, where torchrun's agent, mpirun and srun stop every rank; use dist.recovery: restart");
 }
 
 bool is_loopback(const std::string& addr) {

@@ -22,6 +22,12 @@ struct LaunchEnv {
   // restart attempt (TORCHELASTIC_RESTART_COUNT) so that a restarted group never reads stale keys.
   bool agent_store = false;
   int64_t restart_count = 0;
+  // `trainer launch` hosts the store itself (TRAINER_LAUNCH_STORE=1): it outlives every rank, and the
+  // launcher marks a rank whose process ended (dist.recovery in_process).
+  bool launcher_store = false;
+  // A replacement rank `trainer launch` started for a dead one (TRAINER_JOIN=<n>, its n-th for this
+  // rank; dist.recovery in_process): it joins the running group instead of meeting it at start.
+  int64_t join_incarnation = 0;
   // What every rank of this job sees and a later job does not (the launcher's job or run id, the
   // rendezvous address): it names the job's keys in a dist.store file, so that one left by a
   // crashed job is not read as this job's. "" when the launcher gives nothing of the kind.
@@ -45,6 +51,10 @@ LaunchEnv detect_launch_env();  // from the process environment
 // file:///path. Called before anything is created, so that a launch without one is a usage error.
 // Throws LaunchEnvError.
 void check_rendezvous(const LaunchEnv& env, const std::string& dist_store);
+
+// dist.recovery in_process with several ranks needs `trainer launch` (env.launcher_store). Called
+// before anything is created. Throws LaunchEnvError.
+void check_recovery_launcher(const LaunchEnv& env, bool in_process);
 
 // SLURM hostlist expansion: "gpu[01-04,07],login1" -> gpu01 gpu02 gpu03 gpu04 gpu07 login1.
 std::vector<std::string> expand_hostlist(const std::string& list);

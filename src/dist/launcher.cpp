@@ -19,6 +19,8 @@
 #include <stdexcept>
 
 #include "config/exit_codes.hpp"
+#include "dist/launch_env.hpp"
+#include "dist/store_host.hpp"
 
 extern char** environ;
 
@@ -92,7 +94,8 @@ int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 
 
 std::vector<std::string> child_environment(const LaunchOptions& o, int local_rank, int port, int attempt) {
   static const char* kOurs[] = {"RANK=", "LOCAL_RANK=", "WORLD_SIZE=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=",
-                                "MASTER_PORT=", "GROUP_RANK=", "ROLE_RANK=", "TORCHELASTIC_RESTART_COUNT="};
+                                "MASTER_PORT=", "GROUP_RANK=", "ROLE_RANK=", "TORCHELASTIC_RESTART_COUNT=",
+                                "TORCHELASTIC_USE_AGENT_STORE=", "TRAINER_LAUNCH_STORE="};
   std::vector<std::string> env;
   for (char** e = environ; e && *e; ++e) {
     bool ours = false;
@@ -108,6 +111,11 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int local_ran
   env.push_back("MASTER_PORT=" + std::to_string(port));
   // as torchrun: a restarted group's store keys never meet the failed group's (dist/launch_env.hpp)
   env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt));
+  // node 0's launcher hosts the store: the ranks connect as clients (dist/store_host.hpp)
+  if (o.nnodes * o.nprocs > 1) {
+    env.push_back("TORCHELASTIC_USE_AGENT_STORE=True");
+    env.push_back("TRAINER_LAUNCH_STORE=1");
+  }
   return env;
 }
 
@@ -138,10 +146,49 @@ int free_local_port() {
 
 namespace {
 
+// The launcher's view of the rendezvous store: node 0 hosts it (StoreHost::listen), another node
+// connects to it only when a rank of its own ended and it must know whether the job recovers in
+// process. Without a store (one rank, a dist.store file) nothing is in process.
+class RankStore {
+ public:
+  RankStore(const LaunchOptions& o, int port) : o_(o), port_(port) {
+    if (o.nnodes * o.nprocs > 1 && o.node_rank == 0)
+      host_ = StoreHost::listen(port, o.nnodes == 1 && is_loopback(o.master_addr));
+  }
+  bool in_process(int attempt) {
+    if (!reach()) return false;
+    try {
+      return host_->get(recovery_prefix(attempt) + "mode").value_or("") == "in_process";
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  void mark_dead(int attempt, int rank) {
+    try {
+      if (reach()) host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank), "exited");
+    } catch (const std::exception&) {
+      // the survivors then count it lost after dist.timeout_s
+    }
+  }
+
+ private:
+  bool reach() {
+    if (!host_ && !tried_ && o_.nnodes * o_.nprocs > 1) {
+      tried_ = true;
+      host_ = StoreHost::connect(o_.master_addr, port_, 5.0);
+    }
+    return host_ != nullptr;
+  }
+  const LaunchOptions& o_;
+  int port_;
+  bool tried_ = false;
+  std::unique_ptr<StoreHost> host_;
+};
+
 // Starts this node's ranks of one attempt and waits for all of them: the first failing rank's exit
 // code (the others are terminated), else 0. `stopped` is set when a stop signal was forwarded.
 int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args, int port, int attempt,
-              bool& stopped) {
+              bool& stopped, RankStore& store, int& replacements) {
   const bool block_until_handled = child_args.front() == "run";
   std::vector<std::string> argv_store;
   argv_store.push_back(o.exe);
@@ -151,8 +198,10 @@ int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args
   const pid_t me = ::getpid();
   std::vector<Child> children(static_cast<size_t>(o.nprocs));
   std::vector<Stream> streams;
-  for (int r = 0; r < o.nprocs; ++r) {
+  // local rank r's process; `join` > 0: the join-th replacement of a rank lost in process
+  auto spawn = [&](int r, int join) {
     auto env_store = child_environment(o, r, port, attempt);
+    if (join > 0) env_store.push_back("TRAINER_JOIN=" + std::to_string(join));
     auto envp = c_strings(env_store);
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
@@ -189,10 +238,13 @@ int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
       streams.push_back({fd, fd == out[0] ? 1 : 2, prefix, ""});
     }
-  }
+  };
+  for (int r = 0; r < o.nprocs; ++r) spawn(r, o.join ? 1 : 0);
 
   using Clock = std::chrono::steady_clock;
   int result = 0;
+  int succeeded = 0, lost_code = 0;  // ranks that ended with 0; the first code of a rank lost in process
+  std::vector<int> joins(children.size(), o.join ? 1 : 0);  // joining processes started per local rank
   bool terminating = false;
   bool killed = false;
   Clock::time_point kill_at;
@@ -241,11 +293,30 @@ int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args
         if (c.pid != pid) continue;
         c.running = false;
         c.code = exit_code_of(status);
+        const int rank = o.node_rank * o.nprocs + static_cast<int>(r);
+        if (c.code == 0) ++succeeded;
+        // dist.recovery in_process: the survivors regroup without this rank (the mark tells them
+        // at once); the group's result is then theirs
+        if (c.code != 0 && c.code != kExitSavedAfterSignal && !terminating && store.in_process(attempt)) {
+          store.mark_dead(attempt, rank);
+          write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(c.code) +
+                           "; dist.recovery in_process: the other ranks go on without it\n");
+          if (lost_code == 0) lost_code = c.code;
+          // --max-restarts under in_process: a replacement joins the running group
+          if (replacements < o.max_restarts) {
+            ++replacements;
+            write_all(2, "launch: starting a replacement for rank " + std::to_string(rank) + " (" +
+                             std::to_string(replacements) + " of " + std::to_string(o.max_restarts) +
+                             "); it joins the running group\n");
+            spawn(static_cast<int>(r), ++joins[r]);
+          }
+          continue;
+        }
         // 75 = saved a checkpoint after a (forwarded) signal: the other ranks got it too, let them finish
         if (c.code != 0 && result == 0) {
           result = c.code;
           if (c.code != kExitSavedAfterSignal && !terminating) {
-            std::string msg = "launch: rank " + std::to_string(o.node_rank * o.nprocs + static_cast<int>(r)) + " exited with code " + std::to_string(c.code) +
+            std::string msg = "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(c.code) +
                               "; terminating the other ranks\n";
             write_all(2, msg);
             terminating = true;
@@ -274,6 +345,8 @@ int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args
     }
   }
 
+  // every rank of this node lost (in process) and none finished: that is this node's failure
+  if (result == 0 && succeeded == 0 && lost_code != 0) result = lost_code;
   return result;
 }
 
@@ -289,9 +362,13 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     throw std::invalid_argument("launch: --nnodes " + std::to_string(o.nnodes) +
                                 " needs --master-addr (the address of node 0, reachable from every node)");
   if (o.max_restarts < 0) throw std::invalid_argument("launch: --max-restarts must be >= 0");
+  if (o.join && (o.nnodes < 2 || o.node_rank == 0))
+    throw std::invalid_argument("launch: --join is for a node other than node 0 (--nnodes 2 or more, --node-rank 1 "
+                                "or more): node 0's launcher hosts the running job's store");
   if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
   // every node must name the same port: a free one is only for a job on one node
   const int port = o.master_port > 0 ? o.master_port : o.nnodes > 1 ? kDefaultMasterPort : free_local_port();
+  RankStore store(o, port);  // before the first rank starts: they connect to it
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
     throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
@@ -305,10 +382,11 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   // --max-restarts: a failed group starts again (its `trainer run` ranks resume from the newest
   // complete checkpoint); not after a stop signal, a clean end or a signal's checkpoint (75)
   int result = 0;
+  int replacements = 0;  // under dist.recovery in_process, --max-restarts counts replacement ranks
   for (int attempt = 0;; ++attempt) {
     bool stopped = false;
-    result = run_group(o, child_args, port, attempt, stopped);
-    if (result == 0 || result == kExitSavedAfterSignal || stopped || attempt >= o.max_restarts) break;
+    result = run_group(o, child_args, port, attempt, stopped, store, replacements);
+    if (result == 0 || result == kExitSavedAfterSignal || stopped || attempt + replacements >= o.max_restarts) break;
     write_all(2, "launch: restarting the group (restart " + std::to_string(attempt + 1) + " of " +
                      std::to_string(o.max_restarts) + ") after exit code " + std::to_string(result) + "\n");
   }

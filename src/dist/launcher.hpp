@@ -15,6 +15,8 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";  // node 0's address (it hosts the store as rank 0)
   int master_port = 0;                // 0 = a free port on 127.0.0.1 (one node), 29500 (several)
   int max_restarts = 0;               // a failed group is started again up to this many times
+                                      // (dist.recovery in_process: replacement ranks started)
+  bool join = false;                  // this node's ranks join a running job (in_process)
   std::string exe = "/proc/self/exe"; // the program each rank runs
   double grace_s = 10.0;              // SIGTERM -> SIGKILL delay when a rank failed
 };

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "config/exit_codes.hpp"
 #include "engine/sharded_checkpoint.hpp"
+#include "engine/stop_signal.hpp"
 #include "io/safetensors.hpp"
 
 namespace trainer::engine {
@@ -252,6 +254,21 @@ int64_t CheckpointManager::roll_back(int64_t step) {
                "where they were (rollback {} of at most {} to this checkpoint)",
                step, pos.step, target->path.string(), rollbacks_to_target_, cfg_.train.max_nonfinite);
   return pos.step;
+}
+
+int CheckpointManager::stop_for_signal(int64_t step, int64_t start_step) {
+  const std::string sig = stop_signal_name().empty() ? "a stop signal" : stop_signal_name();
+  if (step == start_step) {
+    spdlog::warn("{} received during start-up, before step {}: nothing new to save; exiting with code {} "
+                 "(requeue me)", sig, step + 1, kExitSavedAfterSignal);
+  } else {
+    spdlog::warn("{} received: saving a checkpoint at step {} and exiting with code {} (requeue me)", sig, step,
+                 kExitSavedAfterSignal);
+    save(step, SaveKind::Signal);
+  }
+  if (dist_) dist_->barrier();
+  requeue_if_asked();
+  return kExitSavedAfterSignal;
 }
 
 }  // namespace trainer::engine

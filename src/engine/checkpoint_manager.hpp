@@ -62,8 +62,16 @@ class CheckpointManager {
   // its step; throws after train.max_nonfinite rollbacks to the same checkpoint.
   int64_t roll_back(int64_t step);
 
+  // A stop signal: one checkpoint at this step boundary (every rank, then a barrier), requeue when
+  // asked, and the exit code 75 (a stop before the first step, `step == start_step`, has nothing new
+  // to save: the run resumes where it stands). A save that fails throws (exit 74) instead.
+  int stop_for_signal(int64_t step, int64_t start_step);
+
   // checkpoint.requeue under SLURM: `scontrol requeue` this job (rank 0) before exiting 75.
   void requeue_if_asked() const;
+
+  // After an in-process regroup: the strategy the saves ask for their shard layout.
+  void set_parallel(const DataParallel* parallel) { objs_.parallel = parallel; }
 
  private:
   std::optional<Resumed> resume_newest();

@@ -66,6 +66,7 @@ config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv&
   vo.cuda_available = device::cuda_available();
   auto loaded = config::load_and_validate(args.config, overrides, vo);
   dist::check_rendezvous(env, loaded.cfg.dist.store);  // before any folder is made: a usage error
+  dist::check_recovery_launcher(env, loaded.cfg.dist.recovery == config::Recovery::InProcess);
   return loaded;
 }
 

@@ -82,6 +82,7 @@ class Replicated final : public DataParallel {
   // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
   void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
   void after_backward() override { sync_->finish(); }  // waits for the buckets launched during backward
+  void commit(int64_t step) override { dist_.commit_step(step); }
   int64_t extra_grad_bytes() const override {  // the bucket buffers the all-reduce runs on
     int64_t n = 0;
     if (sync_)

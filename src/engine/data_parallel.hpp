@@ -33,6 +33,10 @@ class DataParallel {
   virtual void before_backward(bool last_micro_batch) = 0;
   // After the step's last backward: every rank holds the averaged gradients when this returns.
   virtual void after_backward() = 0;
+  // Between the gradient sync and the optimizer step of `step` (0-based): under dist.recovery
+  // in_process every rank votes that its sync completed, and none steps unless all did (throws
+  // dist::DistError: the step is abandoned, weights and optimizer state untouched).
+  virtual void commit(int64_t /*step*/) {}
 
   // The optimizer over what this rank steps. Replicated: every unique parameter (build_optimizer).
   virtual std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,

@@ -18,6 +18,17 @@ bool same_layout(const std::vector<torch::Tensor>& a, const std::vector<torch::T
 
 }  // namespace
 
+GraphConditions graph_conditions(const config::RunConfig& cfg, bool cuda, Precision precision, int64_t world_size) {
+  GraphConditions c;
+  c.cuda = cuda;
+  c.world_size = world_size;
+  c.precision = precision;
+  c.nonfinite = cfg.train.nonfinite;
+  c.fused_optimizer = cfg.optim.fused;
+  c.activation_checkpointing = cfg.model.activation_checkpointing;
+  return c;
+}
+
 std::string graph_blocker(const GraphConditions& c) {
   if (!c.cuda) return "CUDA graphs need a CUDA device, and this run trains on the CPU";
   if (c.world_size > 1)

@@ -45,6 +45,9 @@ struct GraphConditions {
   bool uniform_lr = true;               // every parameter group trains at the schedule's rate
 };
 
+// The conditions of a run (the caller adds fault_injection and uniform_lr).
+GraphConditions graph_conditions(const config::RunConfig& cfg, bool cuda, Precision precision, int64_t world_size);
+
 // Why a step cannot be captured under `c` (a sentence for the log), or "" when it can.
 std::string graph_blocker(const GraphConditions& c);
 

@@ -127,6 +127,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
 
   auto t2 = Clock::now();
   parts_.parallel.after_backward();  // every rank holds the averaged gradients from here
+  parts_.parallel.commit(step);      // dist.recovery in_process: all ranks synced, or none steps
   times.comm_ms += ms_since(t2);
   if (need_norm) times.held = parts_.parallel.held_bytes(parts_.params, parts_.optimizer);  // gradients exist now
   if (auto it = inject_nonfinite_.find(step + 1); it != inject_nonfinite_.end()) {

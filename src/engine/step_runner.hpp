@@ -97,6 +97,18 @@ class StepRunner {
     loss_count_ = 0;
   }
   int64_t skipped_steps() const { return skipped_steps_; }  // steps the fp16 scaler skipped so far
+  // What a runner rebuilt after an in-process regroup takes over from the one it replaces: the
+  // interval's loss (not yet logged) and the skip count.
+  struct Interval {
+    torch::Tensor loss_sum;
+    int64_t loss_count = 0, skipped_steps = 0;
+  };
+  Interval interval() const { return {loss_sum_, loss_count_, skipped_steps_}; }
+  void take_over(const Interval& i) {
+    loss_sum_ = i.loss_sum;
+    loss_count_ = i.loss_count;
+    skipped_steps_ = i.skipped_steps;
+  }
 
  private:
   torch::Tensor to_device(const torch::Tensor& t, bool image_input) const;

@@ -1,5 +1,11 @@
 #include "engine/train_record.hpp"
 
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <stdexcept>
+
 #include "device/cuda_seam.hpp"
 #include "device/nvml.hpp"
 #include "obs/memory.hpp"
@@ -57,6 +63,54 @@ void add_eval_figures(obs::EvalRecord& rec, const EvalResult& r, const EvalResul
   rec.ema_top5 = ema->top5;
   rec.ema_ppl = ema->ppl;
   rec.ema_bpb = ema->bpb;
+}
+
+obs::RunLogOptions run_log_options(const config::LogConfig& log, bool primary, const io::RunDir& dir, int64_t total_steps) {
+  obs::RunLogOptions lo;
+  lo.primary = primary;
+  lo.jsonl = log.jsonl;
+  lo.jsonl_path = dir.metrics_file().string();
+  lo.tensorboard = log.tensorboard;
+  lo.tensorboard_dir = (dir.root / "tb").string();
+  lo.progress_bar = obs::progress_bar_wanted(log.progress, isatty(STDOUT_FILENO) != 0);
+  lo.total_steps = total_steps;
+  return lo;
+}
+
+void throw_nonfinite_loss(double mean, double local, int64_t step, const dist::LaunchEnv& env) {
+  if (!std::isfinite(local))
+    spdlog::error("rank {}: non-finite training loss ({}) in the steps up to {}", env.rank, number_text(local), step);
+  throw std::runtime_error("training loss is " + number_text(mean) + " in the steps up to " + std::to_string(step) +
+                           (env.world_size > 1 ? " (each rank's log says whether it saw it)" : "") +
+                           "; train.nonfinite: abort stops here. Lower optim.lr, set train.grad_clip, use fp32, "
+                           "or set train.nonfinite: skip | rollback");
+}
+
+void log_run_start(const RunStart& r) {
+  spdlog::info("model {}: {} parameters; data: {}", r.model.arch(), r.model.num_parameters(), r.train.describe());
+  if (r.val) spdlog::info("validation: {}", r.val->describe());
+  if (r.dist.active())  // every rank's own log says where its collectives go
+    spdlog::info("distributed: rank {} of {} ({}, pid {}), {} over {}", r.env.rank, r.env.world_size, r.env.launcher,
+                 ::getpid(), r.dist.backend_name(), dist::describe(r.dist.net()));
+  const int64_t world = r.env.world_size;
+  spdlog::info("device {}, precision {}, {} intra-op threads, world size {}; {} steps of {} samples "
+               "({} per micro-batch x {} accumulation x {} ranks), {} batches per epoch per rank",
+               r.device.str(), config::name_of(r.t.precision), at::get_num_threads(), world, r.total_steps,
+               r.t.batch_size * r.t.grad_accum * world, r.t.batch_size, r.t.grad_accum, world, r.batches_per_epoch);
+}
+
+void add_best(obs::EvalRecord& rec, const EarlyStopping& tracker) {
+  rec.best_metric = tracker.metric();
+  rec.best_value = tracker.best().value_or(0);
+  rec.best_step = tracker.best_step();
+}
+
+void log_done_line(const obs::SummaryRecord& s) {
+  const std::string attempts =
+      s.attempts > 1 ? fmt::format(" over {} attempts ({:.1f} s in this one)", s.attempts, s.attempt_wall_s) : "";
+  spdlog::info("done: {} steps, {:.2f} epochs, {} samples in {:.1f} s{} ({}); best {} {:.4f} at step {}", s.steps,
+               s.epochs, s.samples, s.wall_s, attempts, s.stop_reason, s.best_metric, s.best_value.value_or(0),
+               s.best_step.value_or(0));
 }
 
 }  // namespace trainer::engine

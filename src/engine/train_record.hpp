@@ -8,6 +8,13 @@
 #include <cstdint>
 
 #include "config/config.hpp"
+#include "data/dataset.hpp"
+#include "dist/dist_context.hpp"
+#include "dist/launch_env.hpp"
+#include "models/model.hpp"
+#include "io/run_dir.hpp"
+#include "obs/run_log.hpp"
+#include "engine/early_stopping.hpp"
 #include "engine/eval_metrics.hpp"
 #include "engine/step_runner.hpp"
 #include "obs/records.hpp"
@@ -34,5 +41,31 @@ void add_measurements(obs::TrainRecord& r, const IntervalTimes& times, const Mea
 // The figures of an evaluation in an eval record (step, times and the best metric are the caller's);
 // `ema`: the evaluation of the EMA weights (train.ema.eval), else null.
 void add_eval_figures(obs::EvalRecord& rec, const EvalResult& r, const EvalResult* ema);
+// The early-stopping metric's best value and step so far.
+void add_best(obs::EvalRecord& rec, const EarlyStopping& tracker);
+
+// The run log's options: metrics.jsonl and TensorBoard under the run folder, written by `primary`
+// (rank 0); the progress bar on an interactive terminal.
+obs::RunLogOptions run_log_options(const config::LogConfig& log, bool primary, const io::RunDir& dir, int64_t total_steps);
+
+// train.nonfinite abort: the training loss `mean` (over ranks) is not finite after `step`. Logs this
+// rank's own loss when it is the non-finite one, then throws std::runtime_error with what to do.
+[[noreturn]] void throw_nonfinite_loss(double mean, double local, int64_t step, const dist::LaunchEnv& env);
+
+// The lines a run logs at start: model and data, where this rank's collectives go, the step's shape.
+struct RunStart {
+  const models::Model& model;
+  const data::Dataset& train;
+  const data::Dataset* val;  // null: no validation split
+  const dist::DistContext& dist;
+  const dist::LaunchEnv& env;
+  const torch::Device& device;
+  const config::TrainConfig& t;
+  int64_t total_steps, batches_per_epoch;
+};
+void log_run_start(const RunStart& r);
+
+// "done: N steps, ..." at the end of the run.
+void log_done_line(const obs::SummaryRecord& s);
 
 }  // namespace trainer::engine

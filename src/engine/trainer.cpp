@@ -24,7 +24,10 @@
 #include "engine/evaluator.hpp"
 #include "engine/finetune.hpp"
 #include "engine/graphed_step.hpp"
+#include "engine/world_change.hpp"
 #include "engine/loss_scaler.hpp"
+#include "engine/nonfinite_policy.hpp"
+#include "engine/peer_state.hpp"
 #include "engine/optim.hpp"
 #include "engine/precision.hpp"
 #include "engine/resume_check.hpp"
@@ -51,7 +54,10 @@ class Trainer {
 
   int run() {
     setup();
-    resume();
+    if (dist_->joining())
+      join_running_group();  // a replacement rank: the state comes from the group
+    else
+      resume();
     install_stop_handlers();
     int rc = train_loop();
     // after a stop signal's checkpoint the process is on its way out: more signals of the same burst
@@ -69,7 +75,7 @@ class Trainer {
     device_ = proc.device;
     precision_ = proc.precision;
     // a single process is a world of one: the same calls, all no-ops
-    dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config::config_hash(cfg_));
+    dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config_hash_ = config::config_hash(cfg_));
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
@@ -89,65 +95,95 @@ class Trainer {
     tokens_ = train_set_->kind() == data::SampleKind::Tokens;
     if (cfg_.train.batch_size == 0) planner.choose_micro_batch(*train_set_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
-    if (val_set_)
-      evaluator_ = std::make_unique<Evaluator>(
-          val_set_,
-          EvalSetup{loader_options(/*train=*/false), precision_, device_, tokens_, cfg_.model.channels_last,
-                    cfg_.train.eval_steps, config::bytes_per_token(cfg_.data)},
-          dist_.get(), env_.world_size);
+    if (val_set_) evaluator_ = make_evaluator();
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
     samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
 
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
-    LossScalerConfig sc;
-    sc.enabled = precision_ == Precision::Fp16;
-    scaler_ = std::make_unique<LossScaler>(sc, device_);
+    scaler_ = std::make_unique<LossScaler>(LossScalerConfig{.enabled = precision_ == Precision::Fp16}, device_);
     tracker_ = std::make_unique<EarlyStopping>(cfg_.train.early_stopping, spec_->rules.eval_metrics.front());
 
-    steps_ = std::make_unique<StepRunner>(
+    steps_ = make_step_runner();
+    if (cfg_.train.cuda_graphs) steps_->enable_graphs(graph_conditions(cfg_, device_.is_cuda(), precision_, env_.world_size));
+
+    flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
+    peak_tflops_ = peak_tflops_for(cfg_, device_);
+
+    log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, env_.rank == 0, dir_, total_steps_));
+
+    log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
+                           train_loader_->batches_per_epoch()});
+  }
+
+  data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
+
+  std::unique_ptr<Evaluator> make_evaluator() {
+    EvalSetup e{loader_options(/*train=*/false), precision_,          device_, tokens_, cfg_.model.channels_last,
+                cfg_.train.eval_steps,           config::bytes_per_token(cfg_.data)};
+    return std::make_unique<Evaluator>(val_set_, e, dist_.get(), env_.world_size);
+  }
+
+  std::unique_ptr<StepRunner> make_step_runner() {
+    return std::make_unique<StepRunner>(
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
                   [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_},
         StepSettings{cfg_.train.grad_accum, cfg_.train.grad_clip, cfg_.train.nonfinite, precision_, device_, tokens_,
                      cfg_.model.channels_last, env_.rank, cfg_.train.label_smoothing, cfg_.data.mixup, cfg_.data.cutmix,
                      cfg_.model.num_classes, cfg_.run.seed});
-    if (cfg_.train.cuda_graphs) {
-      GraphConditions c;
-      c.cuda = device_.is_cuda();
-      c.world_size = env_.world_size;
-      c.precision = precision_;
-      c.nonfinite = cfg_.train.nonfinite;
-      c.fused_optimizer = cfg_.optim.fused;
-      c.activation_checkpointing = cfg_.model.activation_checkpointing;
-      steps_->enable_graphs(c);
-    }
-
-    flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
-    peak_tflops_ = peak_tflops_for(cfg_, device_);
-
-    obs::RunLogOptions lo;
-    lo.primary = env_.rank == 0;
-    lo.jsonl = cfg_.log.jsonl;
-    lo.jsonl_path = dir_.metrics_file().string();
-    lo.tensorboard = cfg_.log.tensorboard;
-    lo.tensorboard_dir = (dir_.root / "tb").string();
-    lo.progress_bar = obs::progress_bar_wanted(cfg_.log.progress, isatty(STDOUT_FILENO) != 0);
-    lo.total_steps = total_steps_;
-    log_ = std::make_unique<obs::RunLog>(lo);
-
-    spdlog::info("model {}: {} parameters; data: {}", model_->arch(), model_->num_parameters(), train_set_->describe());
-    if (val_set_) spdlog::info("validation: {}", val_set_->describe());
-    if (dist_->active())  // every rank's own log says where its collectives go
-      spdlog::info("distributed: rank {} of {} ({}), {} over {}", env_.rank, env_.world_size, env_.launcher,
-                   dist_->backend_name(), dist::describe(dist_->net()));
-    spdlog::info("device {}, precision {}, {} intra-op threads, world size {}; {} steps of {} samples "
-                 "({} per micro-batch x {} accumulation x {} ranks), {} batches per epoch per rank",
-                 device_.str(), config::name_of(cfg_.train.precision), at::get_num_threads(), env_.world_size, total_steps_,
-                 samples_per_step_, cfg_.train.batch_size, cfg_.train.grad_accum, env_.world_size,
-                 train_loader_->batches_per_epoch());
   }
 
-  data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
+  // --- the world size changes: dist.recovery in_process (engine/world_change.hpp) ---------------
+  // A collective failed. `step_done`: the step in flight passed its commit vote (every rank stepped),
+  // else it is abandoned (its partial gradients dropped, the loader back where the step began).
+  void regroup(const std::string& why, int64_t step, bool step_done) {
+    regroup_ = regroup_survivors(*dist_, cfg_.train, samples_per_step_, step, why);
+    rebuild_world(step, regroup_->grad_accum, step_done ? train_loader_->state() : loader_at_step_start_);
+  }
+  // Every rank agreed at this step boundary to admit the replacements that wait (stop_agreed).
+  void grow(int64_t step) {
+    grow_pending_ = false;
+    const auto g = dist_->grow();
+    const int64_t accum = accumulation_for(samples_per_step_, cfg_.train.batch_size, g.world, cfg_.train.grad_accum);
+    const auto shared = share_run_state(*dist_, cfg_, config_hash_, objects(), position(step), accum, false);
+    rebuild_world(step, shared.grad_accum, train_loader_->state());
+    log_grown(g, dist_->member_id(), step, cfg_.train, /*joined=*/false);
+  }
+  // A replacement rank (TRAINER_JOIN, from `trainer launch`): joins the running group and takes
+  // rank 0's state from the process group, not from a checkpoint.
+  void join_running_group() {
+    make_checkpoint_manager();
+    const auto g = dist_->join();
+    const auto shared = share_run_state(*dist_, cfg_, config_hash_, objects(), {}, 0, /*restore=*/true);
+    start_step_ = samples_from_step_ = shared.pos.step;
+    clock_offset_s_ = shared.pos.time_s;
+    rebuild_world(start_step_, shared.grad_accum, shared.pos.loader);
+    log_grown(g, dist_->member_id(), start_step_, cfg_.train, /*joined=*/true);
+    joined_ = true;
+  }
+  // What depends on the world size, rebuilt for the current group: the strategy (whose prepare also
+  // checks that every rank holds the same weights), the loader at the same global position
+  // re-sharded, the evaluator, the step runner (keeping the interval's loss).
+  void rebuild_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos) {
+    auto interval = steps_->interval();
+    samples_before_ += (step - samples_from_step_) * samples_per_step_;
+    samples_from_step_ = step;
+    env_.rank = dist_->rank();
+    env_.world_size = dist_->world_size();
+    cfg_.train.grad_accum = grad_accum;
+    for (auto& p : params_) p.mutable_grad().reset();
+    steps_.reset();  // it refers to the strategy and the loader replaced here
+    parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    parallel_->prepare(*model_, params_);
+    train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
+    train_loader_->restore(pos);
+    if (val_set_) evaluator_ = make_evaluator();
+    samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
+    steps_ = make_step_runner();
+    steps_->take_over(interval);
+    ckpt_->set_parallel(parallel_.get());
+  }
+  int64_t samples_at(int64_t step) const { return samples_before_ + (step - samples_from_step_) * samples_per_step_; }
 
   // --- evaluation (engine/evaluator.hpp) -----------------------------------------------------------
   // Evaluates, records, and returns true when early stopping asks the run to end.
@@ -164,15 +200,10 @@ class Trainer {
     const bool stop = tracker_->update(metric_value(r, tracker_->metric()), step);
     std::optional<EvalResult> ema;
     if (ema_ && cfg_.train.ema.eval) ema = evaluator_->run(ema_->model());
-    obs::EvalRecord rec;
-    rec.step = step;
-    rec.epoch = epochs_done();
-    rec.time_s = clock_s();
+    obs::EvalRecord rec{.step = step, .epoch = epochs_done(), .time_s = clock_s()};
     add_eval_figures(rec, r, ema ? &*ema : nullptr);
     rec.eval_ms = ms_since(t0);
-    rec.best_metric = tracker_->metric();
-    rec.best_value = tracker_->best().value_or(0);
-    rec.best_step = tracker_->best_step();
+    add_best(rec, *tracker_);
     log_->eval(rec);
     return stop;
   }
@@ -193,20 +224,13 @@ class Trainer {
     r.step = step;
     r.epoch = epochs_done();
     r.time_s = clock_s();
-    r.samples = step * samples_per_step_;
+    r.samples = samples_at(step);
+    r.world_size = last_step_world_;  // a record redone after a regroup: the world that ran the step
     const double local_loss =
         steps_->loss_sum().item<double>() / static_cast<double>(steps_->loss_count());  // the log step's host sync
     r.loss = local_loss;
     r.loss = dist_->all_reduce_mean(r.loss);
-    if (!std::isfinite(r.loss) && !scaler_->enabled()) {
-      if (!std::isfinite(local_loss))
-        spdlog::error("rank {}: non-finite training loss ({}) in the steps up to {}", env_.rank, number_text(local_loss),
-                      step);
-      throw std::runtime_error("training loss is " + number_text(r.loss) + " in the steps up to " +
-                               std::to_string(step) + (env_.world_size > 1 ? " (each rank's log says whether it saw it)" : "") +
-                               "; train.nonfinite: abort stops here. Lower optim.lr, set train.grad_clip, use fp32, "
-                               "or set train.nonfinite: skip | rollback");
-    }
+    if (!std::isfinite(r.loss) && !scaler_->enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
     resume_check_.compare(step, r.loss);
     r.lr = schedule_->lr_at(step - 1);
     r.grad_norm = norm.item<double>();
@@ -231,10 +255,13 @@ class Trainer {
 
   // --resume auto|never|PATH: every rank restores the same checkpoint; the resume check then compares
   // the losses of the steps the interrupted run logged after it, and those steps are not logged twice.
+  RunPosition position(int64_t step) const { return {step, train_loader_->state(), env_.world_size, clock_s()}; }
+  void make_checkpoint_manager() {
+    ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(),
+                                                [this](int64_t step) { return position(step); });
+  }
   void resume() {
-    ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(), [this](int64_t step) {
-      return RunPosition{step, train_loader_->state(), env_.world_size, clock_s()};
-    });
+    make_checkpoint_manager();
     const auto history = obs::read_history(dir_.metrics_file());
     attempt_.attempt = history.attempts + 1;
     previous_wall_s_ = history.wall_s;
@@ -253,7 +280,14 @@ class Trainer {
     attempt_.resumed_from = resumed->from.string();
     spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", resumed->from.string(),
                  pos.step, pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
-    if (pos.world_size > 0 && pos.world_size != env_.world_size) adapt_to_world_size(pos);
+    if (pos.world_size > 0 && pos.world_size != env_.world_size) {
+      const int64_t total = steps_at_new_world_size(cfg_.train, pos, env_.world_size, train_loader_->batches_per_epoch(),
+                                                    start_step_, total_steps_);
+      if (total != total_steps_) {
+        total_steps_ = total;
+        schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+      }
+    }
     if (cfg_.checkpoint.verify_tolerance > 0) {
       resume_check_ = ResumeCheck(history.train_losses, start_step_, cfg_.train.log_every,
                                   cfg_.checkpoint.verify_tolerance);
@@ -265,84 +299,21 @@ class Trainer {
     }
   }
 
-  // A checkpoint saved by another number of ranks: parameters and optimizer state are replicated, so
-  // they load as they are; the data position is global, so the loader continues at the same sample;
-  // every rank takes the saved generator state (the ranks' streams are re-derived from it).
-  void adapt_to_world_size(const RunPosition& pos) {
-    const int64_t saved_global = cfg_.train.batch_size * pos.world_size;  // per micro-step, at save time
-    spdlog::warn("resuming a checkpoint of {} rank(s) on {}: the data continue at global sample {} of epoch {}, "
-                 "and every rank's random generators are re-derived from the saved state",
-                 pos.world_size, env_.world_size, pos.loader.samples_consumed, pos.loader.epoch);
-    if (cfg_.train.global_batch_size > 0 && cfg_.train.global_batch_size == samples_per_step_)
-      spdlog::info("train.global_batch_size {} kept: {} per micro-batch x {} accumulation x {} ranks",
-                   cfg_.train.global_batch_size, cfg_.train.batch_size, cfg_.train.grad_accum, env_.world_size);
-    else
-      spdlog::warn("the global batch changes to {} samples per step ({} ranks); set train.global_batch_size to keep it "
-                   "across world sizes (was {} x accumulation)",
-                   samples_per_step_, env_.world_size, saved_global);
-    if (cfg_.train.max_steps == 0) {
-      // a run sized in epochs ends after the same number of samples: the remaining steps are
-      // recounted at the new samples per step, and the schedule is laid out over the new total
-      const int64_t per_epoch = train_loader_->batches_per_epoch() * cfg_.train.batch_size * env_.world_size;
-      const double target = cfg_.train.epochs * static_cast<double>(per_epoch);
-      const double done = static_cast<double>(pos.loader.epoch * per_epoch + pos.loader.samples_consumed);
-      const int64_t left = std::max<int64_t>(
-          0, static_cast<int64_t>(std::ceil((target - done) / static_cast<double>(samples_per_step_) - 1e-9)));
-      if (start_step_ + left != total_steps_) {
-        spdlog::info("the run is sized in epochs: {} steps in all now (was {})", start_step_ + left, total_steps_);
-        total_steps_ = start_step_ + left;
-        schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
-      }
-    }
-  }
-
   // --- the loop ----------------------------------------------------------------------------------
   // Signals only set a flag; every rank acts on it at the same step boundary. With several ranks
   // agreeing costs a collective and a host sync, so they agree only on log steps and every
   // kStopCheckEvery steps (the same steps on every rank), never on each step of the hot path.
+  // The same all-reduce tells whether rank 0 proposed to admit waiting replacements (grow_pending_).
   bool stop_agreed(int64_t step, bool log_step) {
-    if (!dist_->active()) return stop_requested();  // one process: every step, for free
-    return (log_step || step % kStopCheckEvery == 0) && dist_->any(stop_requested());
-  }
-
-  // A stop signal: one checkpoint at this step boundary, then exit 75 (a stop before the first step
-  // has nothing new to save: the run resumes where it stands). A save that fails exits 74 instead.
-  int stop_for_signal(int64_t step) {
-    const std::string sig = stop_signal_name().empty() ? "a stop signal" : stop_signal_name();
-    if (step == start_step_) {
-      spdlog::warn("{} received during start-up, before step {}: nothing new to save; exiting with code {} "
-                   "(requeue me)", sig, step + 1, kExitSavedAfterSignal);
-    } else {
-      spdlog::warn("{} received: saving a checkpoint at step {} and exiting with code {} (requeue me)", sig, step,
-                   kExitSavedAfterSignal);
-      ckpt_->save(step, SaveKind::Signal);
+    const bool check = log_step || step % kStopCheckEvery == 0;
+    if (!dist_->active()) {  // one process: every step, for free (a regrouped one still admits replacements)
+      grow_pending_ = check && dist_->propose_growth();
+      return stop_requested();
     }
-    dist_->barrier();
-    ckpt_->requeue_if_asked();
-    return kExitSavedAfterSignal;
-  }
-
-  // train.nonfinite skip|rollback after each step: a finite step resets the count of skips in a row;
-  // a non-finite one is skipped (at most train.max_nonfinite in a row) or rolled back to the last
-  // checkpoint, moving `step` back (returns true then: the loop starts over from there).
-  bool handle_nonfinite(bool nonfinite, int64_t& step, IntervalTimes& times) {
-    if (!nonfinite) {
-      nonfinite_in_row_ = 0;
-      return false;
-    }
-    if (cfg_.train.nonfinite == config::NonFinite::Rollback) {
-      steps_->reset_loss();
-      times = IntervalTimes{};
-      step = ckpt_->roll_back(step);
-      return true;
-    }
-    if (++nonfinite_in_row_ > cfg_.train.max_nonfinite)
-      throw std::runtime_error(fmt::format("non-finite gradients in {} consecutive steps up to step {} "
-                                           "(train.max_nonfinite {}): giving up",
-                                           nonfinite_in_row_, step, cfg_.train.max_nonfinite));
-    spdlog::warn("non-finite gradients at step {}: step skipped ({} in a row, at most {})", step, nonfinite_in_row_,
-                 cfg_.train.max_nonfinite);
-    return false;
+    if (!check) return false;
+    const auto flags = dist_->any_of({stop_requested(), dist_->propose_growth()});
+    grow_pending_ = flags[1];
+    return flags[0];
   }
 
   // Periodic checkpoint and evaluation after `step`; returns true when early stopping ends the run.
@@ -363,6 +334,50 @@ class Trainer {
     return stop_early;
   }
 
+  enum class Next { Go, Signal, EarlyStop };
+  // One step and what follows it: the non-finite policy, the record, the stop check, checkpoint and
+  // evaluation. `progress_` says how far it got (for a regroup after a failure).
+  Next step_and_after(int64_t& step, IntervalTimes& times, obs::StepProfiler& profiler, bool& evaluated_last) {
+    if (pending_record_) record_train(step, last_norm_, times);  // the record a failure interrupted
+    pending_record_ = false;
+    dist_->set_step(step);
+    const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
+    if (dist_->recovery()) loader_at_step_start_ = train_loader_->state();
+    profiler.before_step(step);
+    auto outcome = steps_->run(step, log_step, times);
+    profiler.after_step(step);
+    ++step;
+    progress_ = {true, !log_step};
+    last_step_world_ = env_.world_size;
+    if (regroup_) log_first_step_after_regroup(*regroup_, step), regroup_.reset();
+    if (nonfinite_.after_step(outcome.nonfinite, step, *steps_, *ckpt_, times)) return Next::Go;  // rolled back
+    if (ema_ && !outcome.nonfinite) ema_->after_step(step);                 // a skipped step changed no weight
+    log_->step_done(step);
+    last_norm_ = outcome.grad_norm;
+    if (log_step) record_train(step, outcome.grad_norm, times);
+    progress_.recorded = true;
+    if (stop_agreed(step, log_step)) return Next::Signal;
+    const bool early = checkpoint_and_evaluate(step, evaluated_last);
+    if (grow_pending_ && !early) grow(step);  // last: a joiner's first collective is the next step's
+    return early ? Next::EarlyStop : Next::Go;
+  }
+
+  // dist.recovery in_process: a collective that fails in `body` regroups the survivors, and the loop
+  // goes on from `step` (as `body` left it: the step in flight counts once committed).
+  template <class Body>
+  Next with_recovery(const int64_t& step, Body&& body) {
+    progress_ = {false, true};
+    try {
+      return body();
+    } catch (const dist::DistError& e) {
+      if (!dist_->recovery()) throw;
+      const auto p = progress_;
+      regroup(e.what(), step, p.step_done);
+      pending_record_ = pending_record_ || !p.recorded;
+      return Next::Go;
+    }
+  }
+
   int train_loop() {
     run_start_ = Clock::now();
     log_->attempt(attempt_);
@@ -370,7 +385,9 @@ class Trainer {
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
       return kExitOk;
     }
-    if (stop_agreed(start_step_, /*log_step=*/true)) return stop_for_signal(start_step_);
+    // (a replacement joined the others mid-run: they are past this check)
+    if (!joined_ && stop_agreed(start_step_, /*log_step=*/true))
+      return ckpt_->stop_for_signal(start_step_, start_step_);
     IntervalTimes times;
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     int64_t step = start_step_;
@@ -382,18 +399,9 @@ class Trainer {
     std::optional<device::CudaSideStream> graph_stream;
     if (steps_->graphed()) graph_stream.emplace(device_.index());
     while (step < total_steps_) {
-      dist_->set_step(step);
-      const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
-      profiler.before_step(step);
-      auto outcome = steps_->run(step, log_step, times);
-      profiler.after_step(step);
-      ++step;
-      if (handle_nonfinite(outcome.nonfinite, step, times)) continue;  // rolled back
-      if (ema_ && !outcome.nonfinite) ema_->after_step(step);         // a skipped step changed no weight
-      log_->step_done(step);
-      if (log_step) record_train(step, outcome.grad_norm, times);
-      if (stop_agreed(step, log_step)) return stop_for_signal(step);
-      if (checkpoint_and_evaluate(step, evaluated_last)) {
+      const Next next = with_recovery(step, [&] { return step_and_after(step, times, profiler, evaluated_last); });
+      if (next == Next::Signal) return ckpt_->stop_for_signal(step, start_step_);
+      if (next == Next::EarlyStop) {
         stop_reason = "early_stopping";
         break;
       }
@@ -414,31 +422,18 @@ class Trainer {
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
 
   void write_summary(int64_t step, const std::string& stop_reason) {
-    obs::SummaryRecord s;
-    s.steps = step;
-    s.epochs = epochs_done();
-    s.samples = step * samples_per_step_;
-    s.attempt_wall_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
-    s.wall_s = previous_wall_s_ + s.attempt_wall_s;
-    s.attempts = attempt_.attempt;
-    s.stop_reason = stop_reason;
-    s.best_metric = tracker_->metric();
-    s.best_value = tracker_->best();
+    const double attempt_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
+    obs::SummaryRecord s{step, epochs_done(), samples_at(step), previous_wall_s_ + attempt_s, attempt_.attempt,
+                         attempt_s, stop_reason, tracker_->metric(), tracker_->best(), std::nullopt,
+                         model_->num_parameters(), env_.world_size, device_.str(), config::name_of(cfg_.train.precision)};
     if (tracker_->best()) s.best_step = tracker_->best_step();
-    s.num_parameters = model_->num_parameters();
-    s.world_size = env_.world_size;
-    s.device = device_.str();
-    s.precision = config::name_of(cfg_.train.precision);
     log_->summary(s);
-    const std::string attempts =
-        s.attempts > 1 ? fmt::format(" over {} attempts ({:.1f} s in this one)", s.attempts, s.attempt_wall_s) : "";
-    spdlog::info("done: {} steps, {:.2f} epochs, {} samples in {:.1f} s{} ({}); best {} {:.4f} at step {}", s.steps,
-                 s.epochs, s.samples, s.wall_s, attempts, stop_reason, s.best_metric, s.best_value.value_or(0),
-                 s.best_step.value_or(0));
+    log_done_line(s);
   }
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
-  const dist::LaunchEnv& env_;
+  std::string config_hash_;  // of the config as loaded (a regroup changes cfg_.train.grad_accum)
+  dist::LaunchEnv env_;  // a copy: an in-process regroup renumbers the ranks
   const io::RunDir& dir_;
   ResumeOptions resume_;
   int64_t start_step_ = 0;
@@ -462,13 +457,24 @@ class Trainer {
   std::unique_ptr<obs::RunLog> log_;
   double flops_per_sample_ = 0, peak_tflops_ = 0;
   std::unique_ptr<StepRunner> steps_;  // after the objects it steps
-  int64_t nonfinite_in_row_ = 0;            // train.nonfinite: skip
+  NonFinitePolicy nonfinite_{cfg_.train};   // train.nonfinite
   std::unique_ptr<CheckpointManager> ckpt_;  // after the objects it saves and restores
   obs::AttemptRecord attempt_;               // this attempt: number, start step, resumed from
   double clock_offset_s_ = 0;                // the training clock at the checkpoint resumed from
   double previous_wall_s_ = 0;               // wall seconds of the earlier attempts (metrics.jsonl)
   ResumeCheck resume_check_;  // checkpoint.verify_tolerance: the interrupted run's logged losses
   bool warned_no_val_ = false;
+  std::optional<RegroupPlan> regroup_;    // the last in-process regroup, until its first step is done
+  data::LoaderState loader_at_step_start_;  // where an abandoned step's micro-batches began
+  torch::Tensor last_norm_;                 // the last step's gradient norm (a record redone after a regroup)
+  bool pending_record_ = false;             // a failure interrupted the record of the last step
+  bool grow_pending_ = false;               // the ranks agreed to admit replacements at this boundary
+  bool joined_ = false;                     // this process is a replacement that joined mid-run
+  struct {
+    bool step_done = false, recorded = true;
+  } progress_;                              // how far the step in flight got
+  int64_t last_step_world_ = 1;             // the ranks that ran the last step
+  int64_t samples_before_ = 0, samples_from_step_ = 0;  // samples of the steps before the last regroup
   Clock::time_point run_start_;
 };
 

@@ -15,7 +15,8 @@ nlohmann::json to_json(const TrainRecord& r) {
                       {"epoch", r.epoch},       {"time_s", r.time_s},
                       {"samples", r.samples},   {"loss", r.loss},
                       {"lr", r.lr},             {"grad_norm", r.grad_norm},
-                      {"skipped_steps", r.skipped_steps}, {"samples_per_s", r.samples_per_s},
+                      {"skipped_steps", r.skipped_steps}, {"world_size", r.world_size},
+                      {"samples_per_s", r.samples_per_s},
                       {"step_ms", r.step_ms},   {"data_wait_ms", r.data_wait_ms},
                       {"compute_ms", r.compute_ms}, {"optim_ms", r.optim_ms}};
   put(j, "loss_scale", r.loss_scale);

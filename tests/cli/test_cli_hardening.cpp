@@ -72,3 +72,17 @@ TEST_CASE("a multi-rank launch without a rendezvous address is a usage error tha
   }
   CHECK_FALSE(fs::exists(dir / "out"));
 }
+
+TEST_CASE("dist.recovery in_process under another launcher than trainer launch is a usage error that creates nothing",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_recovery_launcher");
+  auto cfg = hardening_config(dir).string();
+  for (const std::string env : {"env RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999",
+                                "env OMPI_COMM_WORLD_RANK=0 OMPI_COMM_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999"}) {
+    auto r = run_trainer("run " + cfg + " --set dist.recovery=in_process", env);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("dist.recovery: in_process needs `trainer launch` (this job was started by ") != std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(dir / "out"));
+}

@@ -272,3 +272,19 @@ TEST_CASE("vit reports classification metrics, not language-model ones", "[unit]
   CHECK(e[0].find("train.early_stopping.metric: 'bpb' is not reported for model.arch 'vit'") != std::string::npos);
   CHECK(errors_of(kVitHead + "  patch_size: 4\n", {"train.early_stopping.metric=accuracy"}).empty());
 }
+
+TEST_CASE("dist.recovery in_process is refused where it cannot hold, naming the key", "[unit]") {
+  const std::string head = kValidHead + "dist:\n  recovery: in_process\n";
+  CHECK(errors_of(head).empty());
+  auto e = errors_of(head + "  sharding: optimizer\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:6:3: dist.recovery: in_process works with dist.sharding: none only (a dead rank's shard of "
+                "the state would be lost)");
+  e = errors_of(head + "  store: file:///shared/rdzv\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("dist.recovery: in_process needs the store `trainer launch` hosts") != std::string::npos);
+  e = errors_of(head, {"dist.recovery=sometimes"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("dist.recovery") != std::string::npos);
+  CHECK(e[0].find("'sometimes' is not one of restart | in_process") != std::string::npos);
+}

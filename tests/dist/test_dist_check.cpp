@@ -72,7 +72,7 @@ TEST_CASE("trainer launch -n 2 -- check prints the rank table and the all-reduce
   REQUIRE(r.exit_code == 0);
   char host[256] = {};
   ::gethostname(host, sizeof(host) - 1);
-  CHECK_THAT(r.output, Contains("[rank0] distributed: 2 ranks (torchrun), backend gloo, store tcp://127.0.0.1:"));
+  CHECK_THAT(r.output, Contains("[rank0] distributed: 2 ranks (trainer launch), backend gloo, store tcp://127.0.0.1:"));
   CHECK(std::regex_search(r.output, std::regex("\\[rank0\\]   rank  local  host +device +network\n")));
   for (int k = 0; k < 2; ++k)  // one node: Gloo stays on loopback
     CHECK(std::regex_search(r.output, std::regex("\\[rank0\\]   " + std::to_string(k) + " +" + std::to_string(k) +

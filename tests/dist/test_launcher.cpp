@@ -139,8 +139,8 @@ TEST_CASE("trainer launch -n 2 -- env: each rank sees torchrun's variables, outp
   auto r = test::run_trainer("launch -n 2 -- env");
   INFO(r.output);
   CHECK(r.exit_code == 0);
-  CHECK_THAT(r.output, Contains("[rank0] Launcher: torchrun (rank 0 of 2, local rank 0 of 2), master 127.0.0.1:"));
-  CHECK_THAT(r.output, Contains("[rank1] Launcher: torchrun (rank 1 of 2, local rank 1 of 2), master 127.0.0.1:"));
+  CHECK_THAT(r.output, Contains("[rank0] Launcher: trainer launch (rank 0 of 2, local rank 0 of 2), master 127.0.0.1:"));
+  CHECK_THAT(r.output, Contains("[rank1] Launcher: trainer launch (rank 1 of 2, local rank 1 of 2), master 127.0.0.1:"));
 }
 
 TEST_CASE("trainer launch without a command is a usage error", "[unit]") {

@@ -1,0 +1,201 @@
+// Internal to src/dist/dist_context*.cpp and dist_regroup.cpp: the c10d objects behind DistContext.
+// No other file includes this (c10d's and gloo's headers stay out of the rest of the project).
+#pragma once
+
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config/exit_codes.hpp"
+#include "dist/dist_context.hpp"
+
+namespace trainer::dist {
+
+inline std::string error_text(const std::exception& e) {
+  if (auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
+// How often a waiting rank looks for a peer's failure notice (dist.recovery in_process).
+inline constexpr std::chrono::milliseconds kPollSlice{50};
+
+// dist.recovery in_process: who is in the job now. Members are named by the RANK the launcher gave
+// them at start (stable over regroups); generation g's members, in rank order, form its process group
+// (store prefix <ns>gen_<g>/). Keys (all under `prefix`, which the launcher knows too):
+//   gen_<g>/abort          a member of g failed in a collective (value: what it saw)
+//   gen_<g>/alive/<id>     a survivor of g checked in (value: the steps it has committed)
+//   gen_<g>/next           the members of g+1 (compare-and-set: the first proposal wins)
+//   gen_<g>/step_<s>/ok    how many members finished step s's gradient sync (the commit vote)
+//   gen_<g>/step_<s>/go    set by the last voter: every member steps the optimizer
+//   dead/<id>              the launcher saw member id's process end
+struct RecoveryState {
+  bool on = false;
+  std::string prefix;
+  int64_t generation = 0;
+  int64_t id = 0;
+  std::vector<int64_t> members;
+
+  std::string gen_key(const std::string& k) const { return prefix + "gen_" + std::to_string(generation) + "/" + k; }
+  bool abort_seen(c10d::Store& s) const { return s.check({gen_key("abort")}); }
+  std::string abort_reason(c10d::Store& s) const {
+    auto v = s.get(gen_key("abort"));
+    return std::string(v.begin(), v.end());
+  }
+};
+
+// What one collective is, for failure messages: captured when it is launched.
+struct OpInfo {
+  std::string op;    // all_reduce | all_gather | broadcast
+  uint64_t seq = 0;  // the same on every rank for the same collective
+  int64_t step = 0;
+  std::string what;  // "grad bucket 2/5", "loss", ...
+};
+
+struct DistContext::Impl {
+  int64_t rank = 0;
+  std::string backend_name = "none";
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> backend;
+  std::atomic<bool> failed{false};
+  double timeout_s = 300.0;
+  RecoveryState rec;  // dist.recovery in_process: membership generations (dist_regroup.cpp)
+  // TRAINER_INJECT_KILL (fault injection for tests and drills): this process SIGKILLs itself just
+  // before launching collective #seq, or right after its commit vote of step vote_step (1-based),
+  // of the job's first generation. "-1": not asked.
+  struct KillAt {
+    int64_t seq = -1, vote_step = -1;
+  } kill;
+  void die(const char* where, uint64_t n) {
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::fprintf(stderr, "TRAINER_INJECT_KILL: rank %lld SIGKILLs itself at %s %llu (unix time %.3f)\n",
+                 static_cast<long long>(rank), where, static_cast<unsigned long long>(n), now);
+    std::fflush(stderr);
+    ::kill(::getpid(), SIGKILL);
+  }
+  NetChoice net;
+
+  // Watchdog: one blocking wait at a time is watched (waits happen on the training thread). A wait
+  // that outlives timeout_s + kWatchdogMarginS means the backend itself did not time out: report
+  // and end the process, since nothing else would.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stop = false;
+  bool armed = false;
+  std::chrono::steady_clock::time_point deadline;
+  std::string armed_text;
+  std::thread watchdog;
+
+  std::string describe(const OpInfo& i) const {
+    return "rank " + std::to_string(rank) + ": " + i.op + " #" + std::to_string(i.seq) +
+           (i.what.empty() ? "" : " (" + i.what + ")") + " at step " + std::to_string(i.step);
+  }
+
+  void start_watchdog() {
+    watchdog = std::thread([this] {
+      std::unique_lock<std::mutex> lk(mu);
+      while (!stop) {
+        if (armed && std::chrono::steady_clock::now() >= deadline) {
+          std::fprintf(stderr, "error: %s did not finish within dist.timeout_s=%g s + %g s; giving up\n",
+                       armed_text.c_str(), timeout_s, kWatchdogMarginS);
+          std::fflush(stderr);
+          std::_Exit(kExitFailure);
+        }
+        if (armed)
+          cv.wait_until(lk, deadline);
+        else
+          cv.wait(lk);
+      }
+    });
+  }
+
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      armed = true;
+      armed_text = describe(info);
+      deadline = std::chrono::steady_clock::now() +
+                 std::chrono::milliseconds(static_cast<int64_t>((timeout_s + kWatchdogMarginS) * 1000));
+    }
+    cv.notify_all();
+    auto disarm = [this] {
+      std::lock_guard<std::mutex> lk(mu);
+      armed = false;
+    };
+    try {
+      if (rec.on)
+        wait_or_abandon(work, info);
+      else
+        work->wait();
+    } catch (const DistError&) {
+      disarm();
+      failed = true;
+      throw;
+    } catch (const std::exception& e) {
+      disarm();
+      failed = true;
+      throw DistError(describe(info) + " failed: " + error_text(e));
+    }
+    disarm();
+  }
+
+  // dist.recovery in_process: waits in short slices and gives up on the collective as soon as a peer
+  // has announced a failure in the store (a rank whose neighbour in a ring died would otherwise wait
+  // for a live peer that has already abandoned the step, until dist.timeout_s).
+  void wait_or_abandon(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
+    for (;;) {
+      try {
+        if (work->wait(kPollSlice)) return;
+      } catch (const std::exception&) {
+        // the slice ran out ("Operation timed out!"), or the collective failed; it may also have
+        // completed just after the slice ran out: only a wait on a completed work tells
+      }
+      if (work->isCompleted()) {
+        work->wait();  // throws the collective's own error, if any
+        return;
+      }
+      if (rec.abort_seen(*store))
+        throw DistError(describe(info) + " abandoned: a peer failed (" + rec.abort_reason(*store) + ")");
+    }
+  }
+
+  template <typename Launch>
+  c10::intrusive_ptr<c10d::Work> launch(const OpInfo& info, Launch&& fn) {
+    if (rec.generation == 0 && kill.seq >= 0 && info.seq == static_cast<uint64_t>(kill.seq)) die("collective", info.seq);
+    try {
+      return fn();
+    } catch (const std::exception& e) {
+      failed = true;
+      throw DistError(describe(info) + " could not be launched: " + error_text(e));
+    }
+  }
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    if (watchdog.joinable()) watchdog.join();
+    if (failed) {
+      // A broken process group may block forever in its destructor (worker threads stuck on a dead
+      // peer): leak it, the process is about to exit with an error anyway.
+      (void)backend.release();
+      (void)store.release();
+    }
+  }
+};
+
+
+}  // namespace trainer::dist

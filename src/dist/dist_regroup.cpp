@@ -1,0 +1,308 @@
+// dist.recovery in_process: the commit vote of every step and the regroup after a peer's failure.
+// The keys are described with RecoveryState (dist_impl.hpp). The store is the one `trainer launch`
+// hosts, so it outlives every rank; the launcher also writes dead/<id> when a rank's process ends.
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+
+#include <algorithm>
+#include <cstring>
+#include <cstdlib>
+#include <sstream>
+
+#include "dist/dist_impl.hpp"
+
+namespace trainer::dist {
+
+// Declared in dist_impl.hpp's users: defined in dist_context.cpp.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                    int64_t world, const NetChoice& net, std::chrono::milliseconds timeout);
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
+std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
+
+std::string join_ids(const std::vector<int64_t>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  return out;
+}
+
+std::vector<int64_t> parse_ids(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(std::stoll(item));
+  return out;
+}
+
+// Waits for `key` in slices, so that a failure notice (gen_<g>/abort) is seen while waiting. Returns
+// true when the key is there, false when the abort notice came first, and throws DistError after
+// `limit_s`.
+bool wait_key(c10d::Store& store, const RecoveryState& rec, const std::string& key, double limit_s,
+              const std::string& what) {
+  const auto until = SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
+  for (;;) {
+    try {
+      store.wait({key}, kPollSlice);
+      return true;
+    } catch (const std::exception&) {
+      // a slice without the key: look for the failure notice, then wait again
+    }
+    if (rec.abort_seen(store)) return store.check({key});  // the key may have come just before the notice
+    if (SteadyClock::now() >= until)
+      throw DistError("rank " + std::to_string(rec.id) + ": " + what + " did not finish within dist.timeout_s=" +
+                      std::to_string(limit_s) + " s");
+  }
+}
+
+}  // namespace
+
+void DistContext::read_kill_injection() {
+  const char* v = std::getenv("TRAINER_INJECT_KILL");
+  if (!v || !*v) return;
+  // RANK:collective:SEQ | RANK:vote:STEP; only the process whose launch rank is RANK acts on it
+  std::stringstream ss(v);
+  std::string who, kind, n;
+  std::getline(ss, who, ':');
+  std::getline(ss, kind, ':');
+  std::getline(ss, n);
+  int64_t rank = -1, at = -1;
+  try {
+    rank = std::stoll(who);
+    at = std::stoll(n);
+  } catch (const std::exception&) {
+  }
+  if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote"))
+    throw DistError(std::string("TRAINER_INJECT_KILL='") + v + "': expected RANK:collective:SEQ or RANK:vote:STEP");
+  if (rank != rank_) return;
+  (kind == "vote" ? impl_->kill.vote_step : impl_->kill.seq) = at;
+}
+
+void DistContext::new_process_group(const std::vector<int64_t>& members) {
+  auto& rec = impl_->rec;
+  rec.members = members;
+  ++rec.generation;
+  rank_ = std::find(members.begin(), members.end(), rec.id) - members.begin();
+  world_size_ = static_cast<int64_t>(members.size());
+  impl_->rank = rank_;
+  seq_ = 0;
+  if (world_size_ <= 1) return;
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(rec.gen_key("pg/"), impl_->store);
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  try {
+    impl_->backend = make_gloo_backend(pg_store, rank_, world_size_, impl_->net, timeout);
+  } catch (const std::exception& e) {
+    impl_->failed = true;
+    throw DistError("member " + std::to_string(rec.id) + ": building the process group of generation " +
+                    std::to_string(rec.generation) + " (" + std::to_string(world_size_) + " ranks) failed: " +
+                    error_text(e));
+  }
+}
+
+bool DistContext::recovery() const { return impl_ && impl_->rec.on; }
+int64_t DistContext::member_id() const { return impl_ ? impl_->rec.id : rank_; }
+
+void DistContext::start_recovery(const LaunchEnv& env, const std::string& prefix) {
+  auto& rec = impl_->rec;
+  rec.on = true;
+  rec.prefix = prefix;
+  rec.id = env.rank;
+  rec.generation = 0;
+  for (int64_t r = 0; r < env.world_size; ++r) rec.members.push_back(r);
+  // the launcher reads this when a rank's process ends: mark it dead and let the others go on,
+  // instead of stopping the whole group
+  impl_->store->set(prefix + "mode", bytes_of("in_process"));
+}
+
+void DistContext::commit_step(int64_t step) {
+  if (!active() || !recovery()) return;
+  auto& rec = impl_->rec;
+  auto& store = *impl_->store;
+  const std::string key = rec.gen_key("step_" + std::to_string(step));
+  if (store.add(key + "/ok", 1) == world_size_) store.set(key + "/go", bytes_of("1"));
+  if (rec.generation == 0 && impl_->kill.vote_step == step + 1) impl_->die("the commit vote of step", step + 1);
+  if (!wait_key(store, rec, key + "/go", timeout_s_, "the commit vote of step " + std::to_string(step + 1)))
+    throw DistError("rank " + std::to_string(rank_) + ": step " + std::to_string(step + 1) +
+                    " abandoned before its optimizer step: a peer failed (" + rec.abort_reason(store) + ")");
+}
+
+DistContext::Regrouped DistContext::regroup(int64_t committed_steps, const std::string& why) {
+  auto& rec = impl_->rec;
+  auto& store = *impl_->store;
+  Regrouped out;
+  out.old_rank = rank_;
+  out.old_world = world_size_;
+  // 1. tell everyone still waiting (first writer wins: its reason is what the others report), check in
+  (void)store.compareSet(rec.gen_key("abort"), std::vector<uint8_t>{}, bytes_of("member " + std::to_string(rec.id) + ": " + why));
+  store.set(rec.gen_key("alive/" + std::to_string(rec.id)), bytes_of(std::to_string(committed_steps)));
+
+  // 2. every member of this generation either checks in or is marked dead by the launcher; one that
+  //    does neither within dist.timeout_s (a hung process, a host cut off) counts as lost
+  const auto until = SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  std::vector<int64_t> alive;
+  for (;;) {
+    alive.clear();
+    size_t resolved = 0;
+    for (int64_t m : rec.members) {
+      if (store.check({rec.gen_key("alive/" + std::to_string(m))})) {
+        alive.push_back(m);
+        ++resolved;
+      } else if (store.check({rec.prefix + "dead/" + std::to_string(m)})) {
+        ++resolved;
+      }
+    }
+    if (resolved == rec.members.size() || SteadyClock::now() >= until) break;
+    std::this_thread::sleep_for(kPollSlice);
+  }
+
+  // 3. the first complete proposal is the next generation's membership, for everyone
+  const auto next = parse_ids(
+      text_of(store.compareSet(rec.gen_key("next"), std::vector<uint8_t>{}, bytes_of(join_ids(alive)))));
+  for (int64_t m : rec.members)
+    if (std::find(next.begin(), next.end(), m) == next.end()) out.lost.push_back(m);
+  const auto me = std::find(next.begin(), next.end(), rec.id);
+  if (me == next.end())
+    throw DistError("member " + std::to_string(rec.id) + " was left out of the regrouped job (its peers saw no sign "
+                    "of it within dist.timeout_s); it stops here");
+  for (int64_t m : next) {
+    const auto steps = text_of(store.get(rec.gen_key("alive/" + std::to_string(m))));
+    if (steps != std::to_string(committed_steps))
+      throw DistError("after a peer's failure, member " + std::to_string(m) + " has taken " + steps +
+                      " optimizer steps and member " + std::to_string(rec.id) + " " +
+                      std::to_string(committed_steps) + ": the survivors cannot go on together");
+  }
+
+  // 4. the old process group may have worker threads blocked on the dead peer: leak it (destroying
+  //    it could block); the new one meets under the new generation's prefix
+  (void)impl_->backend.release();
+  impl_->failed = false;
+  new_process_group(next);
+  out.rank = rank_;
+  out.world = world_size_;
+  out.generation = rec.generation;
+  return out;
+}
+
+namespace {
+// The join list's entries are "<id>@<incarnation>,": a rank replaced twice joins twice.
+std::vector<std::pair<int64_t, std::string>> waiting_joiners(c10d::Store& store, const RecoveryState& rec) {
+  std::vector<std::pair<int64_t, std::string>> out;
+  if (!store.check({rec.prefix + "join_list"})) return out;
+  std::stringstream ss(text_of(store.get(rec.prefix + "join_list")));
+  for (std::string item; std::getline(ss, item, ',');) {
+    if (item.empty() || store.check({rec.prefix + "join/" + item + "/admitted"})) continue;
+    const int64_t id = std::stoll(item.substr(0, item.find('@')));
+    if (std::find(rec.members.begin(), rec.members.end(), id) == rec.members.end()) out.push_back({id, item});
+  }
+  return out;
+}
+}  // namespace
+
+DistContext::Regrouped DistContext::join() {
+  auto& rec = impl_->rec;
+  auto& store = *impl_->store;
+  const std::string entry = std::to_string(rec.id) + "@" + std::to_string(join_incarnation_);
+  store.append(rec.prefix + "join_list", bytes_of(entry + ","));
+  // the group admits joiners at its stop checks (every few steps); it may be busy evaluating or saving
+  const std::string admitted = rec.prefix + "join/" + entry + "/admitted";
+  const auto until = SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  for (;;) {
+    try {
+      store.wait({admitted}, std::chrono::milliseconds(500));
+      break;
+    } catch (const std::exception&) {
+      if (SteadyClock::now() >= until)
+        throw DistError("member " + std::to_string(rec.id) + ": the running group did not admit this replacement "
+                        "within dist.timeout_s=" + std::to_string(timeout_s_) + " s");
+    }
+  }
+  const int64_t generation = std::stoll(text_of(store.get(admitted)));  // the one it joins
+  rec.generation = generation - 1;
+  const auto members = parse_ids(text_of(store.get(rec.gen_key("next"))));
+  Regrouped out;
+  out.old_world = 1;
+  joining_ = false;
+  new_process_group(members);
+  out.rank = rank_;
+  out.world = world_size_;
+  out.generation = rec.generation;
+  return out;
+}
+
+bool DistContext::propose_growth() {
+  if (!recovery() || joining_ || rank_ != 0) return false;
+  auto& rec = impl_->rec;
+  auto& store = *impl_->store;
+  const auto joiners = waiting_joiners(store, rec);
+  if (joiners.empty()) return false;
+  auto next = rec.members;
+  for (const auto& j : joiners) next.push_back(j.first);
+  std::sort(next.begin(), next.end());
+  next.erase(std::unique(next.begin(), next.end()), next.end());
+  const std::string proposal = join_ids(next);
+  // a regroup after a failure may have claimed the next generation first: then no growth now
+  if (text_of(store.compareSet(rec.gen_key("next"), std::vector<uint8_t>{}, bytes_of(proposal))) != proposal)
+    return false;
+  for (const auto& j : joiners)
+    store.set(rec.prefix + "join/" + j.second + "/admitted", bytes_of(std::to_string(rec.generation + 1)));
+  return true;
+}
+
+DistContext::Regrouped DistContext::grow() {
+  auto& rec = impl_->rec;
+  Regrouped out;
+  out.old_rank = rank_;
+  out.old_world = world_size_;
+  const auto next = parse_ids(text_of(impl_->store->get(rec.gen_key("next"))));
+  impl_->backend.reset();  // healthy: it ends its threads
+  new_process_group(next);
+  out.rank = rank_;
+  out.world = world_size_;
+  out.generation = rec.generation;
+  return out;
+}
+
+std::string DistContext::broadcast_text(const std::string& text, const std::string& what) {
+  if (!active()) return text;
+  auto len = torch::full({1}, static_cast<int64_t>(text.size()), torch::kInt64);
+  broadcast_tensor(len, what + " (length)");
+  auto bytes = torch::zeros({len.item<int64_t>()}, torch::kUInt8);
+  if (rank_ == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  broadcast_tensor(bytes, what);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
+}
+
+void DistContext::broadcast_tensor(torch::Tensor& t, const std::string& what) {
+  if (!active() || t.numel() == 0) return;
+  auto flat = t.to(device_).contiguous().reshape({-1});
+  if (flat.scalar_type() == torch::kBool) flat = flat.to(torch::kUInt8);
+  OpInfo info{"broadcast", seq_++, step_.load(), what};
+  std::vector<at::Tensor> v{flat};
+  c10d::BroadcastOptions o;
+  o.rootRank = 0;
+  auto work = impl_->launch(info, [&] { return impl_->backend->broadcast(v, o); });
+  impl_->wait(work, info);
+  if (rank_ != 0) {
+    torch::NoGradGuard ng;
+    t.copy_(flat.view(t.sizes()));
+  }
+}
+
+std::vector<bool> DistContext::any_of(const std::vector<bool>& flags) {
+  if (!active()) return flags;
+  auto t = torch::zeros({static_cast<int64_t>(flags.size())}, torch::kInt32);
+  for (size_t i = 0; i < flags.size(); ++i) t[static_cast<int64_t>(i)] = flags[i] ? 1 : 0;
+  t = t.to(device_);
+  all_reduce_sum_async(t, "any")->wait();
+  t = t.cpu();
+  std::vector<bool> out;
+  for (int64_t i = 0; i < t.numel(); ++i) out.push_back(t[i].item<int32_t>() > 0);
+  return out;
+}
+
+}  // namespace trainer::dist

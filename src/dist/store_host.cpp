@@ -1,0 +1,91 @@
+// StoreHost: a c10d TCPStore served from the launcher process. See store_host.hpp.
+#include "dist/store_host.hpp"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace trainer::dist {
+
+struct StoreHost::Impl {
+  c10::intrusive_ptr<c10d::TCPStore> store;
+};
+
+namespace {
+
+// Our own listening socket (close-on-exec: the ranks the launcher forks must not inherit it).
+int listen_socket(int port, bool loopback_only) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("launch: socket(): " + std::string(std::strerror(errno)));
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(loopback_only ? INADDR_LOOPBACK : INADDR_ANY);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || ::listen(fd, 512) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(fd);
+    throw std::runtime_error("launch: cannot host the rendezvous store on " +
+                             std::string(loopback_only ? "127.0.0.1" : "0.0.0.0") + ":" + std::to_string(port) +
+                             ": " + why + " (is the port used by another job? choose another with --master-port)");
+  }
+  return fd;
+}
+
+}  // namespace
+
+StoreHost::StoreHost() : impl_(std::make_unique<Impl>()) {}
+StoreHost::~StoreHost() = default;
+
+std::unique_ptr<StoreHost> StoreHost::listen(int port, bool loopback_only) {
+  std::unique_ptr<StoreHost> h(new StoreHost());
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = true;
+  o.waitWorkers = false;
+  o.masterListenFd = listen_socket(port, loopback_only);
+  try {
+    h->impl_->store = c10::make_intrusive<c10d::TCPStore>(loopback_only ? "127.0.0.1" : "localhost", o);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("launch: cannot host the rendezvous store on port " + std::to_string(port) + ": " +
+                             e.what());
+  }
+  return h;
+}
+
+std::unique_ptr<StoreHost> StoreHost::connect(const std::string& addr, int port, double timeout_s) {
+  std::unique_ptr<StoreHost> h(new StoreHost());
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = false;
+  o.waitWorkers = false;
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  try {
+    h->impl_->store = c10::make_intrusive<c10d::TCPStore>(addr, o);
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+  return h;
+}
+
+std::optional<std::string> StoreHost::get(const std::string& key) {
+  if (!impl_->store->check({key})) return std::nullopt;
+  auto v = impl_->store->get(key);
+  return std::string(v.begin(), v.end());
+}
+
+void StoreHost::set(const std::string& key, const std::string& value) {
+  impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+std::string recovery_prefix(int attempt) { return "trainer/attempt_" + std::to_string(attempt) + "/recovery/"; }
+
+}  // namespace trainer::dist

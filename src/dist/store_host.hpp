@@ -1,0 +1,36 @@
+// The rendezvous store `trainer launch` hosts for its ranks (node 0's launcher; the ranks connect as
+// clients, as under torchrun's agent). Hosted by the launcher it outlives every rank, which is what
+// dist.recovery in_process needs; the launcher also reads and writes a few keys of its own there.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace trainer::dist {
+
+class StoreHost {
+ public:
+  // Listens on `port`: on 127.0.0.1 only when `loopback_only` (a job on one node), else on every
+  // interface. Throws std::runtime_error naming the port when it cannot listen.
+  static std::unique_ptr<StoreHost> listen(int port, bool loopback_only);
+  // A client of the store another node's launcher hosts; nullptr when it cannot be reached within
+  // `timeout_s` (the launcher then behaves as without a store).
+  static std::unique_ptr<StoreHost> connect(const std::string& addr, int port, double timeout_s);
+  ~StoreHost();
+  StoreHost(const StoreHost&) = delete;
+  StoreHost& operator=(const StoreHost&) = delete;
+
+  std::optional<std::string> get(const std::string& key);  // nullopt when the key is not there
+  void set(const std::string& key, const std::string& value);
+
+ private:
+  StoreHost();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The store prefix of attempt `attempt`'s dist.recovery keys (dist_impl.hpp's RecoveryState).
+std::string recovery_prefix(int attempt);
+
+}  // namespace trainer::dist
