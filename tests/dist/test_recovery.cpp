@@ -122,6 +122,28 @@ void check_trial(const fs::path& dir, const test::CommandResult& r, Trial& t) {
   CHECK(t.recovery_s > 0);
 }
 
+// The namespace-host tests' config: 3000 steps, a record every 10, dist.timeout_s 5.
+std::string long_config(const fs::path& dir) {
+  std::string yaml = test::read_file(recovery_config(dir, /*timeout_s=*/5));
+  yaml.replace(yaml.find("max_steps: 60"), 13, "max_steps: 3000");
+  yaml.replace(yaml.find("log_every: 1"), 12, "log_every: 10");
+  test::write_file(dir / "long.yaml", yaml);
+  return (dir / "long.yaml").string();
+}
+
+// `trainer launch -n 2` for node `h` of 2 inside namespace host `h`, in the background: its output
+// goes to <dir>/host<tag>.log, "rc=<code>" to <dir>/host<tag>.rc.
+void start_node(const test::HostNet& net, int h, const fs::path& dir, const std::string& cfg, int port,
+                const std::string& tag, const std::string& launch_options = "") {
+  const auto log = dir / ("host" + tag + ".log"), rc = dir / ("host" + tag + ".rc");
+  const std::string cmd = "( " + net.exec(h) + "\"" + TRAINER_BIN + "\" launch -n 2 --nnodes 2 --node-rank " +
+                          std::to_string(h) + " --master-addr " + test::HostNet::addr(0) + " --master-port " +
+                          std::to_string(port) + launch_options + " -- run " + cfg + " --out-dir " +
+                          (dir / "out").string() + " > " + log.string() + " 2>&1; echo rc=$? > " + rc.string() +
+                          " ) < /dev/null > /dev/null 2>&1 &";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+}
+
 }  // namespace
 
 TEST_CASE("in-process recovery: 12 kills of one rank at random moments cost the survivors at most one step",
@@ -187,18 +209,8 @@ TEST_CASE("in-process recovery: a link taken down behaves like a death after dis
   auto net = test::HostNet::create(2, "R", &why);
   if (!net) TRAINER_SKIP(why);
   auto dir = test::scratch_dir("recovery_link");
-  std::string yaml = test::read_file(recovery_config(dir, /*timeout_s=*/5));
-  yaml.replace(yaml.find("max_steps: 60"), 13, "max_steps: 3000");
-  yaml.replace(yaml.find("log_every: 1"), 12, "log_every: 10");
-  test::write_file(dir / "link.yaml", yaml);
-  for (int h = 0; h < 2; ++h) {
-    const auto log = dir / ("host" + std::to_string(h) + ".log"), rc = dir / ("host" + std::to_string(h) + ".rc");
-    const std::string cmd = "( " + net->exec(h) + "\"" + TRAINER_BIN + "\" launch -n 2 --nnodes 2 --node-rank " +
-                            std::to_string(h) + " --master-addr " + test::HostNet::addr(0) + " --master-port 29521 -- run " +
-                            (dir / "link.yaml").string() + " --out-dir " + (dir / "out").string() + " > " + log.string() +
-                            " 2>&1; echo rc=$? > " + rc.string() + " ) < /dev/null > /dev/null 2>&1 &";
-    REQUIRE(std::system(cmd.c_str()) == 0);
-  }
+  const auto cfg = long_config(dir);
+  for (int h = 0; h < 2; ++h) start_node(*net, h, dir, cfg, 29521, std::to_string(h));
   const auto run = dir / "out/tiny";
   REQUIRE(test::wait_for([&] {
     auto train = records(run, "train");
@@ -303,18 +315,8 @@ TEST_CASE("in-process recovery: a host lost and started again with --join grows 
   auto net = test::HostNet::create(2, "G", &why);
   if (!net) TRAINER_SKIP(why);
   auto dir = test::scratch_dir("recovery_host");
-  std::string yaml = test::read_file(recovery_config(dir, /*timeout_s=*/5));
-  yaml.replace(yaml.find("max_steps: 60"), 13, "max_steps: 3000");
-  yaml.replace(yaml.find("log_every: 1"), 12, "log_every: 10");
-  test::write_file(dir / "host.yaml", yaml);
-  auto start = [&](int h, const std::string& tag, const std::string& extra) {
-    const auto log = dir / ("host" + tag + ".log"), rc = dir / ("host" + tag + ".rc");
-    const std::string cmd = "( " + net->exec(h) + "\"" + TRAINER_BIN + "\" launch -n 2 --nnodes 2 --node-rank " +
-                            std::to_string(h) + " --master-addr " + test::HostNet::addr(0) + " --master-port 29523" +
-                            extra + " -- run " + (dir / "host.yaml").string() + " --out-dir " + (dir / "out").string() +
-                            " > " + log.string() + " 2>&1; echo rc=$? > " + rc.string() + " ) < /dev/null > /dev/null 2>&1 &";
-    REQUIRE(std::system(cmd.c_str()) == 0);
-  };
+  const auto cfg = long_config(dir);
+  auto start = [&](int h, const std::string& tag, const std::string& extra) { start_node(*net, h, dir, cfg, 29523, tag, extra); };
   start(0, "0", "");
   start(1, "1", "");
   const auto run = dir / "out/tiny";
