@@ -100,10 +100,7 @@ class Replicated final : public DataParallel {
 std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
   if (!dist.active()) return std::make_unique<SingleProcess>();
   using config::Sharding;
-  if (cfg.sharding == Sharding::Optimizer || cfg.sharding == Sharding::Gradients)
-    return make_sharded_parallel(dist, cfg);
-  if (cfg.sharding != Sharding::None)  // validate() refuses the others before anything starts
-    throw std::invalid_argument("dist.sharding: " + config::name_of(cfg.sharding) + " is not implemented yet");
+  if (cfg.sharding != Sharding::None) return make_sharded_parallel(dist, cfg);  // optimizer | gradients | full
   return std::make_unique<Replicated>(dist, cfg.bucket_mb);
 }
 

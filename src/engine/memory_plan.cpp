@@ -27,14 +27,38 @@ FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& 
   if (optim.name == config::OptimizerKind::Adamw) m.optimizer = 2 * m.parameters;
   else if (optim.momentum != 0) m.optimizer = m.parameters;
   if (world_size > 1) m.ddp_buckets = m.gradients;
-  if (world_size > 1 && (sharding == config::Sharding::Optimizer || sharding == config::Sharding::Gradients)) {
+  if (world_size > 1 && sharding != config::Sharding::None) {
     // each rank keeps optimizer state for its 1/N (rounded up: the padding of the last chunk)
     auto share = [&](int64_t bytes) { return (bytes + world_size - 1) / world_size; };
     m.optimizer = share(m.optimizer);
-    // ZeRO-2 keeps only its gradient slice across steps (ZeRO-1 the full all-reduce buckets)
-    if (sharding == config::Sharding::Gradients) m.ddp_buckets = share(m.gradients);
+    // ZeRO-2 and 3 keep only their gradient slice across steps (ZeRO-1 the full all-reduce buckets)
+    if (sharding != config::Sharding::Optimizer) m.ddp_buckets = share(m.gradients);
+    if (sharding == config::Sharding::Full) {
+      // ZeRO-3: the parameters' slice, and at most two units whole at a time (the one running and
+      // the prefetched one); a unit's gradients exist whole only until its reduce-scatter
+      m.parameters = share(m.parameters);
+      m.gathered = 2 * largest_unit_bytes(model);
+      m.gradients = largest_unit_bytes(model);
+    }
   }
   return m;
+}
+
+int64_t largest_unit_bytes(const models::Model& model) {
+  std::vector<int64_t> bytes;
+  const auto units = model.units();
+  bytes.assign(units.size(), 0);
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;  // frozen: replicated, not gathered
+    for (size_t u = 0; u < units.size(); ++u)
+      if (std::any_of(units[u].prefixes.begin(), units[u].prefixes.end(), [&](const std::string& pre) {
+            return item.key() == pre || (pre.ends_with(".") && item.key().starts_with(pre));
+          })) {
+        bytes[u] += tensor_bytes(item.value());
+        break;
+      }
+  }
+  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
 }
 
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,

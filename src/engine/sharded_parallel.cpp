@@ -9,17 +9,77 @@
 
 namespace trainer::engine {
 
+namespace {
+
+// The model's gate into ShardSync's full mode.
+class ShardGate final : public models::UnitGate {
+ public:
+  explicit ShardGate(dist::ShardSync& sync) : sync_(sync) {}
+  void enter(size_t unit) override { sync_.unit_enter(unit); }
+  torch::Tensor leave(size_t unit, torch::Tensor y) override { return sync_.unit_leave(unit, std::move(y)); }
+
+ private:
+  dist::ShardSync& sync_;
+};
+
+// Each unit's trainable parameters, as indices into `params`, in the model's unit order. A name
+// belongs to a prefix ending in "." that starts it, or to a prefix equal to it (Model::units()).
+std::vector<std::vector<size_t>> unit_groups(const models::Model& model, const std::vector<torch::Tensor>& params) {
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
+  const auto units = model.units();
+  std::vector<std::vector<size_t>> groups(units.size());
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    auto it = index.find(item.value().unsafeGetTensorImpl());
+    if (it == index.end()) continue;  // frozen: stays replicated
+    const auto& name = item.key();
+    bool placed = false;
+    for (size_t u = 0; u < units.size() && !placed; ++u)
+      for (const auto& pre : units[u].prefixes)
+        if (name == pre || (pre.ends_with(".") && name.starts_with(pre))) {
+          groups[u].push_back(it->second);
+          placed = true;
+          break;
+        }
+    if (!placed)
+      throw std::invalid_argument("dist.sharding full: parameter " + name + " is in none of the model's units");
+  }
+  return groups;
+}
+
+}  // namespace
+
 ShardedParallel::ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg) : dist_(dist), cfg_(cfg) {}
 
+ShardedParallel::~ShardedParallel() {
+  if (auto m = model_.lock())
+    if (auto* model = dynamic_cast<models::Model*>(m.get()); model && model->unit_gate() == gate_.get())
+      model->set_unit_gate(nullptr);
+}
+
 std::string ShardedParallel::name() const {
-  return cfg_.sharding == config::Sharding::Optimizer ? "sharded optimizer state (ZeRO-1)" : "sharded gradients (ZeRO-2)";
+  switch (cfg_.sharding) {
+    case config::Sharding::Optimizer: return "sharded optimizer state (ZeRO-1)";
+    case config::Sharding::Gradients: return "sharded gradients (ZeRO-2)";
+    default: return "fully sharded parameters, gradients and optimizer state (ZeRO-3)";
+  }
 }
 
 void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
   dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
-  const auto mode =
-      cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce : dist::ShardSync::Grads::ReduceScatter;
-  sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+  if (cfg_.sharding == config::Sharding::Full) {
+    auto* m = dynamic_cast<models::Model*>(&model);
+    if (!m) throw std::invalid_argument("dist.sharding full needs a model with units (models::Model)");
+    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
+                                              unit_groups(*m, params));
+    gate_ = std::make_unique<ShardGate>(*sync_);
+    m->set_unit_gate(gate_.get());
+    model_ = m->weak_from_this();
+  } else {
+    const auto mode = cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce
+                                                                   : dist::ShardSync::Grads::ReduceScatter;
+    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+  }
   pieces_ = sync_->piece_values();
   int64_t owned = 0, padded = 0;
   for (const auto& pc : sync_->pieces()) owned += pc.len;

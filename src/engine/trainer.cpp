@@ -240,7 +240,10 @@ class Trainer {
     previous_wall_s_ = history.wall_s;
     const auto resumed = ckpt_->resume(resume_.mode);
     if (!resumed) {
-      load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+      {
+        FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes
+        load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+      }
       if (ema_) ema_->reset_from_live();  // the EMA starts from the weights the run starts from
       return;
     }

@@ -1,0 +1,130 @@
+// ShardSync's dist.sharding full half (see shard_sync.hpp): gathering a unit's parameters for its
+// forward and backward, freeing them in between, and the prefetch that overlaps the next unit's
+// all-gather with this unit's compute.
+//
+// Why freeing the storage is safe for autograd: the model's parameters, and every tensor autograd
+// saved of them (a weight, its transpose), view the bucket's full buffer through one StorageImpl.
+// Freeing swaps that storage's memory for none; the backward re-gather swaps fresh memory in and
+// the all-gather fills it before the unit's backward runs, so the saved tensors read the same values
+// again. Neither the swap nor a collective's write bumps a version counter, so autograd's in-place
+// check stays quiet (a tensor.copy_ would bump it and fail the backward). Nothing reads a unit's
+// parameters after all of its gradients are accumulated: every node that reads a parameter also
+// sends a gradient to it, and AccumulateGrad runs only once all of them have.
+#include <algorithm>
+#include <string>
+
+#include "dist/shard_sync.hpp"
+
+namespace trainer::dist {
+namespace {
+
+// Gives `flat`'s storage `nbytes` of fresh memory (its contents undefined), or none for 0. The
+// storage's own allocator: on CUDA the caching allocator of the current stream, on CPU the host one.
+void set_storage_bytes(const torch::Tensor& flat, size_t nbytes) {
+  auto* impl = flat.storage().unsafeGetStorageImpl();
+  if (impl->nbytes() == nbytes) return;
+  if (nbytes == 0)
+    impl->set_data_ptr_noswap(at::DataPtr(nullptr, impl->device()));
+  else
+    impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
+  impl->set_nbytes(nbytes);
+}
+
+}  // namespace
+
+int64_t ShardSync::unit_bucket(size_t unit) const {
+  return unit < unit_bucket_.size() ? unit_bucket_[unit] : -1;
+}
+
+void ShardSync::gather_async(size_t bi) {
+  auto& b = buckets_[bi];
+  if (b.state != ShardBucket::State::Freed) return;
+  set_storage_bytes(b.flat_param, static_cast<size_t>(b.padded) * b.flat_param.element_size());
+  // the input is the rank's own chunk, a tensor of its own: no input aliases its output
+  b.gather_op = ctx_.all_gather_into_async(b.flat_param, b.shard_param,
+                                           "unit params " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
+  b.state = ShardBucket::State::Gathering;
+}
+
+void ShardSync::ensure_gathered(size_t bi) {
+  auto& b = buckets_[bi];
+  if (b.state == ShardBucket::State::Freed) gather_async(bi);
+  if (b.state == ShardBucket::State::Gathering) {
+    b.gather_op->wait();
+    b.gather_op.reset();
+    b.state = ShardBucket::State::Held;
+  }
+}
+
+void ShardSync::free_params(size_t bi) {
+  auto& b = buckets_[bi];
+  if (b.state == ShardBucket::State::Gathering) b.gather_op->wait();  // the collective still writes it
+  b.gather_op.reset();
+  set_storage_bytes(b.flat_param, 0);
+  b.state = ShardBucket::State::Freed;
+}
+
+void ShardSync::unit_enter(size_t unit) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (unit == 0) leave_order_.clear();  // a new forward
+  if (const int64_t bi = unit_bucket(unit); bi >= 0) {
+    auto& b = buckets_[static_cast<size_t>(bi)];
+    if (torch::GradMode::is_enabled()) {  // a backward follows: count this unit's gradients afresh
+      b.pending = b.params.size();
+      for (size_t k : b.params) ready_[k] = false;
+    }
+    ensure_gathered(static_cast<size_t>(bi));
+  }
+  for (size_t next = unit + 1; next < unit_bucket_.size(); ++next)  // prefetch the next unit with parameters
+    if (unit_bucket_[next] >= 0) {
+      gather_async(static_cast<size_t>(unit_bucket_[next]));
+      break;
+    }
+}
+
+torch::Tensor ShardSync::unit_leave(size_t unit, torch::Tensor y) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const int64_t bi = unit_bucket(unit);
+  if (bi < 0 || held_all_) return y;
+  free_params(static_cast<size_t>(bi));
+  if (torch::GradMode::is_enabled() && y.requires_grad()) {
+    leave_order_.push_back(unit);
+    // runs when y's gradient is complete, before the nodes of this unit's backward
+    y.register_hook([this, unit](const torch::Tensor&) { unit_backward(unit); });
+  }
+  return y;
+}
+
+void ShardSync::unit_backward(size_t unit) {
+  std::lock_guard<std::mutex> lk(mu_);
+  const int64_t bi = unit_bucket(unit);
+  if (bi < 0) return;
+  ensure_gathered(static_cast<size_t>(bi));
+  // backward reaches the units in reverse leave order: prefetch the one left before this one
+  auto it = std::find(leave_order_.rbegin(), leave_order_.rend(), unit);
+  if (it != leave_order_.rend() && std::next(it) != leave_order_.rend())
+    if (const int64_t prev = unit_bucket(*std::next(it)); prev >= 0) gather_async(static_cast<size_t>(prev));
+}
+
+void ShardSync::gather_all() {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (mode_ != Grads::Full) return;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) gather_async(bi);  // all in flight at once
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) ensure_gathered(bi);
+  held_all_ = true;
+}
+
+void ShardSync::release_all(bool written) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (mode_ != Grads::Full) return;
+  torch::NoGradGuard no_grad;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
+    auto& b = buckets_[bi];
+    if (written && b.state == ShardBucket::State::Held)
+      b.shard_param.copy_(b.flat_param.narrow(0, rank_ * b.chunk, b.chunk));
+    free_params(bi);
+  }
+  held_all_ = false;
+}
+
+}  // namespace trainer::dist
