@@ -40,6 +40,10 @@ void ShardSync::gather_async(size_t bi) {
   auto& b = buckets_[bi];
   if (b.state != ShardBucket::State::Freed) return;
   set_storage_bytes(b.flat_param, static_cast<size_t>(b.padded) * b.flat_param.element_size());
+  now_.bytes += static_cast<int64_t>(b.flat_param.nbytes());
+  now_.units += 1;
+  peak_.bytes = std::max(peak_.bytes, now_.bytes);
+  peak_.units = std::max(peak_.units, now_.units);
   // the input is the rank's own chunk, a tensor of its own: no input aliases its output
   b.gather_op = ctx_.all_gather_into_async(b.flat_param, b.shard_param,
                                            "unit params " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
@@ -60,13 +64,48 @@ void ShardSync::free_params(size_t bi) {
   auto& b = buckets_[bi];
   if (b.state == ShardBucket::State::Gathering) b.gather_op->wait();  // the collective still writes it
   b.gather_op.reset();
+  if (b.state != ShardBucket::State::Freed && b.flat_param.storage().nbytes() > 0) {
+    now_.bytes -= static_cast<int64_t>(b.flat_param.nbytes());
+    now_.units -= 1;
+  }
   set_storage_bytes(b.flat_param, 0);
   b.state = ShardBucket::State::Freed;
 }
 
+// A unit's gradients, complete for this micro-step, reduce-scattered: the first micro-step's
+// straight into shard_grad, a later one's into a chunk of its own, summed in by settle().
+void ShardSync::launch_full(size_t bi) {
+  torch::NoGradGuard no_grad;
+  auto& b = buckets_[bi];
+  settle(b);  // the previous micro-step's, long done (a whole forward and backward ago)
+  b.flat_grad = torch::zeros({b.padded}, b.flat_param.options());
+  for (size_t j = 0; j < b.params.size(); ++j) {
+    auto& p = params_[b.params[j]];
+    auto slot = b.flat_grad.as_strided(p.sizes(), p.strides(), b.offsets[j]);
+    if (p.grad().defined()) slot.copy_(p.grad());  // unused this micro-step: the zeros stay
+    p.mutable_grad() = torch::Tensor();
+  }
+  b.rs_out = b.has_grad ? torch::empty({b.chunk}, b.shard_grad.options()) : b.shard_grad;
+  b.has_grad = true;
+  b.op = ctx_.reduce_scatter_sum_async(b.rs_out, b.flat_grad,
+                                       "unit grads " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
+}
+
+void ShardSync::settle(ShardBucket& b) {
+  if (!b.op) return;
+  b.op->wait();
+  b.op.reset();
+  b.flat_grad = torch::Tensor();
+  if (!b.rs_out.is_same(b.shard_grad)) b.shard_grad.add_(b.rs_out);
+  b.rs_out = torch::Tensor();
+}
+
 void ShardSync::unit_enter(size_t unit) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (unit == 0) leave_order_.clear();  // a new forward
+  if (unit == 0) {  // a new forward: its backward launches the buckets in order from the first again
+    leave_order_.clear();
+    if (torch::GradMode::is_enabled()) next_launch_ = 0;
+  }
   if (const int64_t bi = unit_bucket(unit); bi >= 0) {
     auto& b = buckets_[static_cast<size_t>(bi)];
     if (torch::GradMode::is_enabled()) {  // a backward follows: count this unit's gradients afresh

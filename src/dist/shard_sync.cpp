@@ -138,6 +138,7 @@ void ShardSync::allocate() {
   }
   if (mode_ == Grads::Full) {
     h = layout_fnv1a(h, 3);
+    for (const auto& b : buckets_) now_.bytes += b.flat_param.nbytes(), now_.units += 1;  // built whole
     for (size_t bi = 0; bi < buckets_.size(); ++bi) free_params(bi);
   }
   layout_hash_ = h;
@@ -168,6 +169,7 @@ void ShardSync::reset_step() {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.op.reset();
+    b.has_grad = false;
   }
   next_launch_ = 0;
 }
@@ -179,12 +181,13 @@ void ShardSync::on_grad_ready(size_t index) {
   ready_[index] = true;
   const size_t bi = bucket_of_[index];
   if (--buckets_[bi].pending != 0) return;
-  if (mode_ == Grads::Full) free_params(bi);  // autograd has run every node that reads them
-  if (!enabled_) return;                      // full, an earlier micro-step: the gradients stay in .grad
+  if (mode_ == Grads::Full) free_params(bi);        // autograd has run every node that reads them
+  if (!enabled_ && mode_ != Grads::Full) return;  // (full reduce-scatters on every micro-step)
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
 }
 
 void ShardSync::launch(size_t bi) {
+  if (mode_ == Grads::Full) return launch_full(bi);
   torch::NoGradGuard no_grad;
   auto& b = buckets_[bi];
   // reduce_scatter: the full-size buffer exists only from here until finish() (ZeRO-2, ZeRO-3)
@@ -210,6 +213,11 @@ void ShardSync::finish() {
   torch::NoGradGuard no_grad;
   const double inv = 1.0 / static_cast<double>(world_);
   for (auto& b : buckets_) {
+    if (mode_ == Grads::Full) {
+      settle(b);
+      b.shard_grad.mul_(inv);
+      continue;
+    }
     b.op->wait();
     if (mode_ == Grads::AllReduce)
       b.shard_grad.copy_(b.flat_grad.narrow(0, rank_ * b.chunk, b.chunk));

@@ -26,8 +26,10 @@
 // given back (0 bytes) between uses and re-allocated for the all-gather. The model's forward calls
 // unit_enter / unit_leave (through engine's models::UnitGate); a gradient hook on the unit's
 // output re-gathers it for backward and prefetches the unit backward reaches next; once all of a
-// unit's gradients are in, its full parameters are freed and its reduce-scatter launched (final
-// micro-step) or its gradients kept in .grad (earlier micro-steps).
+// unit's gradients are in, its full parameters are freed and its reduce-scatter launched, on every
+// micro-step of gradient accumulation: the parameters are gathered for each forward anyway, and
+// keeping whole gradients between micro-steps would hold what ZeRO-3 exists to shard. The
+// micro-steps' slices are summed into shard_grad.
 #pragma once
 
 #include <torch/torch.h>
@@ -56,6 +58,8 @@ struct ShardBucket {
   torch::Tensor shard_param;      // (chunk) this rank's slice of the parameters: what the pieces view
   enum class State { Freed, Gathering, Held } state = State::Held;
   std::shared_ptr<AsyncOp> gather_op;
+  torch::Tensor rs_out;           // the in-flight reduce-scatter's output: shard_grad, or a later micro-step's
+  bool has_grad = false;          // shard_grad holds a micro-step's slice of this step already
 };
 
 // Elements [begin, begin + len) (storage order) of parameter `param` that this rank owns.
@@ -95,6 +99,12 @@ class ShardSync {
   void gather_all();
   void release_all(bool written);
   bool full() const { return mode_ == Grads::Full; }
+  // full: the most parameter bytes (and units) gathered whole at one time since reset_peak()
+  struct GatherPeak {
+    int64_t bytes = 0, units = 0;
+  };
+  GatherPeak gather_peak() const { return peak_; }
+  void reset_peak() { peak_ = now_; }
 
   const std::vector<torch::Tensor>& params() const { return params_; }
   const std::vector<ShardBucket>& buckets() const { return buckets_; }
@@ -117,6 +127,8 @@ class ShardSync {
   void launch(size_t b);
   void reset_step();
   // full (shard_gather.cpp); the caller holds mu_
+  void launch_full(size_t b);
+  void settle(ShardBucket& b);  // waits for b's reduce-scatter and sums its output into shard_grad
   void gather_async(size_t b);
   void ensure_gathered(size_t b);
   void free_params(size_t b);
@@ -135,6 +147,7 @@ class ShardSync {
   std::vector<int64_t> unit_bucket_;   // full: bucket of each unit, -1 when it has none
   std::vector<size_t> leave_order_;    // full: units left this forward with a backward to come
   bool held_all_ = false;              // full: between gather_all and release_all
+  GatherPeak now_, peak_;              // full: gathered now, and the most since reset_peak
   uint64_t layout_hash_ = 0;
   std::mutex mu_;
 };

@@ -207,7 +207,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
   row(full ? "parameters" + each : "parameters",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
   if (full)
-    row("gathered units (2 x the largest)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gathered)); });
+    row("gathered units (first + 2 x largest)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gathered)); });
   row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
   row("optimizer state (" + config::name_of(c.optim.name) +
           (sharded ? ", 1/" + std::to_string(env.world_size) + " each" : "") + ")",

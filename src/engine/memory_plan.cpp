@@ -34,20 +34,22 @@ FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& 
     // ZeRO-2 and 3 keep only their gradient slice across steps (ZeRO-1 the full all-reduce buckets)
     if (sharding != config::Sharding::Optimizer) m.ddp_buckets = share(m.gradients);
     if (sharding == config::Sharding::Full) {
-      // ZeRO-3: the parameters' slice, and at most two units whole at a time (the one running and
-      // the prefetched one); a unit's gradients exist whole only until its reduce-scatter
+      // ZeRO-3: the parameters' slice, and whole: the first unit (GPT's embeddings, tied to lm_head,
+      // stay gathered from the first forward to the end of backward) plus two of the others (the one
+      // running and the prefetched one); a unit's gradients exist whole only until its reduce-scatter
       m.parameters = share(m.parameters);
-      m.gathered = 2 * largest_unit_bytes(model);
-      m.gradients = largest_unit_bytes(model);
+      const auto units = unit_param_bytes(model);
+      const int64_t others = units.size() > 1 ? *std::max_element(units.begin() + 1, units.end()) : 0;
+      m.gathered = (units.empty() ? 0 : units.front()) + 2 * others;
+      m.gradients = units.empty() ? 0 : *std::max_element(units.begin(), units.end());
     }
   }
   return m;
 }
 
-int64_t largest_unit_bytes(const models::Model& model) {
-  std::vector<int64_t> bytes;
+std::vector<int64_t> unit_param_bytes(const models::Model& model) {
   const auto units = model.units();
-  bytes.assign(units.size(), 0);
+  std::vector<int64_t> bytes(units.size(), 0);
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;  // frozen: replicated, not gathered
     for (size_t u = 0; u < units.size(); ++u)
@@ -58,7 +60,7 @@ int64_t largest_unit_bytes(const models::Model& model) {
         break;
       }
   }
-  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
+  return bytes;
 }
 
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,

@@ -36,12 +36,13 @@ struct FixedMemory {
 // state tensors per parameter, SGD one momentum buffer (none without momentum), and with
 // world_size > 1 the flat all-reduce buckets (one copy of the gradients).
 // dist.sharding optimizer | gradients: optimizer state / N; gradients also the buckets / N.
-// full: parameters / N too, plus two of the largest unit gathered (largest_unit_bytes).
+// full: parameters / N too, plus the units gathered whole at one time: the first (GPT's tied
+// embeddings) and twice the largest of the others (running + prefetched).
 FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
                          config::Sharding sharding = config::Sharding::None);
 
-// Bytes of the trainable parameters of the model's largest unit (Model::units()).
-int64_t largest_unit_bytes(const models::Model& model);
+// Bytes of the trainable parameters of each of the model's units (Model::units()), in their order.
+std::vector<int64_t> unit_param_bytes(const models::Model& model);
 
 struct ActivationProbe {
   int64_t b1 = 0, b2 = 0;   // micro-batches measured

@@ -89,6 +89,30 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
                name(), sync_->buckets().size(), padded, owned);
 }
 
+void ShardedParallel::before_backward(bool last_micro_batch) {
+  if (sync_->full() && peak_state_ == 0) {  // measured from the first step's first forward on
+    sync_->reset_peak();
+    peak_state_ = 1;
+  }
+  sync_->set_enabled(last_micro_batch);
+}
+
+// full: after the first step, what it gathered at most at one time (the check of "one unit at a time")
+void ShardedParallel::after_backward() {
+  sync_->finish();
+  if (peak_state_ != 1) return;
+  peak_state_ = 2;
+  int64_t largest = 0, all = 0;
+  for (const auto& b : sync_->buckets()) {
+    const int64_t bytes = b.padded * static_cast<int64_t>(b.flat_param.element_size());
+    largest = std::max(largest, bytes), all += bytes;
+  }
+  const auto peak = sync_->gather_peak();
+  spdlog::info("dist.sharding full: the first step gathered at most {} of {} units at once, {} bytes of the model's {} "
+               "(largest unit {} bytes)",
+               peak.units, sync_->buckets().size(), peak.bytes, all, largest);
+}
+
 // The whole model's groups (decay split, optim.groups, layer decay: engine/param_groups), each
 // applied to the pieces of its parameters that this rank steps; every rank keeps every group (some
 // empty), so the groups' learning rates and the checkpoint layout agree across ranks.

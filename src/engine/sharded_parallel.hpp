@@ -31,8 +31,8 @@ class ShardedParallel final : public DataParallel {
   ~ShardedParallel() override;  // takes its gate off the model
   std::string name() const override;
   void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) override;
-  void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
-  void after_backward() override { sync_->finish(); }
+  void before_backward(bool last_micro_batch) override;
+  void after_backward() override;
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,
                                                           const torch::nn::Module& model) override;
   const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>&) const override {
@@ -61,6 +61,7 @@ class ShardedParallel final : public DataParallel {
   std::vector<torch::Tensor> pieces_;  // what the optimizer steps: views into the owned chunks
   std::unique_ptr<models::UnitGate> gate_;  // full: what the model's forward calls
   std::weak_ptr<torch::nn::Module> model_;  // full: the model the gate is set on
+  int peak_state_ = 0;  // full: 0 before the first step, 1 during it, 2 once its gather peak is logged
 };
 
 std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& dist, const config::DistConfig& cfg);

@@ -3,6 +3,8 @@
 // world sizes and layouts, frozen parameters. The Python side of its export: tests/python/test_export_full.py.
 #include <catch2/catch.hpp>
 
+#include <cstdio>
+
 #include "dist/shard_runs.hpp"
 #include "skip.hpp"
 
@@ -83,4 +85,34 @@ TEST_CASE("sharding full: frozen parameters stay replicated and the run logs the
   auto full = shard_run(dir, cfg, 2, "full", freeze);
   CHECK(full.output.find("ZeRO-3") != std::string::npos);
   check_same_as_none(none, full, "full at 2 ranks with train.freeze");
+}
+
+TEST_CASE("sharding full: a 6-layer GPT gathers its units one at a time (plus the prefetched one and the tied "
+          "embeddings), also with grad_accum 2",
+          "[dist][e2e]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("shard_full_peak");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  for (const std::string accum : {"1", "2"}) {
+    auto r = shard_trainer("launch -n 2 -- run " + cfg + " --set model.n_layer=6 --set train.max_steps=2"
+                           " --set train.batch_size=4 --set train.grad_accum=" + accum +
+                           " --set dist.sharding=full --out-dir " + (dir / accum).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const std::string key = "the first step gathered at most ";
+    const auto at = r.output.find(key);
+    REQUIRE(at != std::string::npos);
+    long units = 0, total = 0, bytes = 0, all = 0, largest = 0;
+    REQUIRE(std::sscanf(r.output.c_str() + at + key.size(),
+                        "%ld of %ld units at once, %ld bytes of the model's %ld (largest unit %ld bytes)", &units,
+                        &total, &bytes, &all, &largest) == 5);
+    WARN("grad_accum " << accum << ": at most " << units << " of " << total << " units, " << bytes << " of " << all
+                       << " bytes gathered at once (largest unit " << largest << ")");
+    CHECK(total == 8);  // embeddings, 6 blocks, head
+    // the embeddings (wte is lm_head too: gathered from the first forward to the end of backward),
+    // the running block and the prefetched one
+    CHECK(units <= 3);
+    CHECK(bytes <= 3 * largest);
+    CHECK(bytes < all / 2);
+  }
 }

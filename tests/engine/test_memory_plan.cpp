@@ -1,6 +1,8 @@
 // Memory estimates (fixed parts counted, activations measured) and train.batch_size auto.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <c10/core/CPUAllocator.h>
 
 #include "engine/memory_plan.hpp"
@@ -55,16 +57,21 @@ TEST_CASE("fixed memory with dist.sharding: optimizer state 1/N, with gradients 
   CHECK(z2.parameters == p);  // parameters stay whole up to ZeRO-2
   CHECK(z2.gathered == 0);
   CHECK(fixed_memory(*model, adamw, 1, config::Sharding::Gradients).optimizer == 2 * p);  // a single process shards nothing
-  // ZeRO-3: the parameters' slice too, plus two of the largest unit whole (running + prefetched)
+  // ZeRO-3: the parameters' slice too, plus the gathered units: the tied embeddings throughout,
+  // and two of the largest other unit (running + prefetched)
   const auto z3 = fixed_memory(*model, adamw, 4, config::Sharding::Full);
-  const int64_t unit = largest_unit_bytes(*model);
-  CHECK(unit > 0);
+  const auto units = unit_param_bytes(*model);
+  REQUIRE(units.size() >= 3);
+  int64_t sum = 0;
+  for (auto u : units) sum += u;
+  CHECK(sum == p);  // the units partition the parameters
+  const int64_t unit = *std::max_element(units.begin() + 1, units.end());
   CHECK(unit < p);
   CHECK(z3.parameters == (p + 3) / 4);
   CHECK(z3.optimizer == (2 * p + 3) / 4);
   CHECK(z3.ddp_buckets == (p + 3) / 4);
-  CHECK(z3.gathered == 2 * unit);
-  CHECK(z3.total() == z3.parameters + z3.optimizer + z3.ddp_buckets + 2 * unit);
+  CHECK(z3.gathered == units.front() + 2 * unit);
+  CHECK(z3.total() == z3.parameters + z3.optimizer + z3.ddp_buckets + z3.gathered);
   CHECK(fixed_memory(*model, adamw, 1, config::Sharding::Full).parameters == p);
 }
 
