@@ -124,7 +124,7 @@ void ShardSync::unit_enter(size_t unit) {
 torch::Tensor ShardSync::unit_leave(size_t unit, torch::Tensor y) {
   std::lock_guard<std::mutex> lk(mu_);
   const int64_t bi = unit_bucket(unit);
-  if (bi < 0 || held_all_) return y;
+  if (bi < 0 || hold_depth_ > 0) return y;
   free_params(static_cast<size_t>(bi));
   if (torch::GradMode::is_enabled() && y.requires_grad()) {
     leave_order_.push_back(unit);
@@ -145,25 +145,24 @@ void ShardSync::unit_backward(size_t unit) {
     if (const int64_t prev = unit_bucket(*std::next(it)); prev >= 0) gather_async(static_cast<size_t>(prev));
 }
 
+// Nested holds (a save inside a scope that holds already) release at the outermost one.
 void ShardSync::gather_all() {
   std::lock_guard<std::mutex> lk(mu_);
   if (mode_ != Grads::Full) return;
   for (size_t bi = 0; bi < buckets_.size(); ++bi) gather_async(bi);  // all in flight at once
   for (size_t bi = 0; bi < buckets_.size(); ++bi) ensure_gathered(bi);
-  held_all_ = true;
+  ++hold_depth_;
 }
 
 void ShardSync::release_all(bool written) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (mode_ != Grads::Full) return;
+  if (mode_ != Grads::Full || hold_depth_ == 0) return;
   torch::NoGradGuard no_grad;
-  for (size_t bi = 0; bi < buckets_.size(); ++bi) {
-    auto& b = buckets_[bi];
+  for (auto& b : buckets_)
     if (written && b.state == ShardBucket::State::Held)
       b.shard_param.copy_(b.flat_param.narrow(0, rank_ * b.chunk, b.chunk));
-    free_params(bi);
-  }
-  held_all_ = false;
+  if (--hold_depth_ > 0) return;
+  for (size_t bi = 0; bi < buckets_.size(); ++bi) free_params(bi);
 }
 
 }  // namespace trainer::dist

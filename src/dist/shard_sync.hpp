@@ -146,7 +146,7 @@ class ShardSync {
   bool enabled_ = true;
   std::vector<int64_t> unit_bucket_;   // full: bucket of each unit, -1 when it has none
   std::vector<size_t> leave_order_;    // full: units left this forward with a backward to come
-  bool held_all_ = false;              // full: between gather_all and release_all
+  int hold_depth_ = 0;                 // full: gather_all calls not yet released
   GatherPeak now_, peak_;              // full: gathered now, and the most since reset_peak
   uint64_t layout_hash_ = 0;
   std::mutex mu_;
