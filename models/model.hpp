@@ -57,6 +57,9 @@ class Model : public torch::nn::Module {
   // eval mode (train.freeze_bn: a frozen BatchNorm keeps its running statistics).
   void train(bool on = true) override;
   void keep_in_eval(std::vector<std::shared_ptr<torch::nn::Module>> modules);
+  // True when forward calls enter_unit / leave_unit around every unit of units() (all built-in
+  // families): dist.sharding full refuses a model that does not.
+  virtual bool gates_units() const { return false; }
   // The unit gate forward calls (nullptr: none); the gate's owner clears it before it goes away.
   void set_unit_gate(UnitGate* gate) { gate_ = gate; }
   UnitGate* unit_gate() const { return gate_; }

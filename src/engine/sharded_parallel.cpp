@@ -69,7 +69,9 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
   dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
   if (cfg_.sharding == config::Sharding::Full) {
     auto* m = dynamic_cast<models::Model*>(&model);
-    if (!m) throw std::invalid_argument("dist.sharding full needs a model with units (models::Model)");
+    if (!m || !m->gates_units())
+      throw std::invalid_argument("dist.sharding full: this model's forward does not gather its units (Model::enter_unit / "
+                                  "leave_unit); use dist.sharding: gradients");
     sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
                                               unit_groups(*m, params));
     gate_ = std::make_unique<ShardGate>(*sync_);
