@@ -73,11 +73,14 @@ void ShardSync::free_params(size_t bi) {
 }
 
 // A unit's gradients, complete for this micro-step, reduce-scattered: the first micro-step's
-// straight into shard_grad, a later one's into a chunk of its own, summed in by settle().
+// straight into shard_grad, a later one's into a chunk of its own, summed in by settle(). The
+// reduce-scatters launched before this one are settled first (normally one, launched as backward
+// left the previous unit and overlapped with this unit's backward): so at most one unit's whole
+// gradient buffer is in flight besides this one, on every micro-step.
 void ShardSync::launch_full(size_t bi) {
   torch::NoGradGuard no_grad;
+  for (size_t j = 0; j <= bi; ++j) settle(buckets_[j]);
   auto& b = buckets_[bi];
-  settle(b);  // the previous micro-step's, long done (a whole forward and backward ago)
   b.flat_grad = torch::zeros({b.padded}, b.flat_param.options());
   for (size_t j = 0; j < b.params.size(); ++j) {
     auto& p = params_[b.params[j]];
@@ -104,7 +107,11 @@ void ShardSync::unit_enter(size_t unit) {
   std::lock_guard<std::mutex> lk(mu_);
   if (unit == 0) {  // a new forward: its backward launches the buckets in order from the first again
     leave_order_.clear();
-    if (torch::GradMode::is_enabled()) next_launch_ = 0;
+    if (torch::GradMode::is_enabled()) {
+      next_launch_ = 0;
+      torch::NoGradGuard no_grad;
+      for (auto& b : buckets_) settle(b);  // the previous micro-step's last reduce-scatter: no buffer lingers
+    }
   }
   if (const int64_t bi = unit_bucket(unit); bi >= 0) {
     auto& b = buckets_[static_cast<size_t>(bi)];
