@@ -34,7 +34,9 @@ struct ModelUnit {
 // just before the unit runs and freed after it. The model calls enter(i) before it first uses unit i's
 // parameters in a forward and leave(i, y) after it last used them, y being the tensor the rest of the
 // forward reads from unit i (leave may attach a gradient hook to it: the re-gather for backward).
-// The calls stay outside activation checkpointing's recomputed function. No gate: plain forward.
+// Every forward enters unit 0 first (the gate takes that as a new forward) and enters and leaves
+// each unit once. The calls stay outside activation checkpointing's recomputed function (the
+// recompute in backward must not free what it uses). No gate: a plain forward.
 class UnitGate {
  public:
   virtual ~UnitGate() = default;
