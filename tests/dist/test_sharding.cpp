@@ -234,16 +234,18 @@ TEST_CASE("sharding: trainer export of a sharded run (gradients, full) writes th
   }
 }
 
-TEST_CASE("sharding: kill -9 of a 2-rank sharded run saving every step never leaves a checkpoint taken as complete",
+TEST_CASE("sharding: kill -9 of a 2-rank sharded run (gradients, full) saving every step never leaves a checkpoint taken as complete",
           "[dist][e2e]") {
   if (test::is_worker()) return;
-  auto dir = test::scratch_dir("shard_kill9");
+  const std::string mode = GENERATE(as<std::string>{}, "gradients", "full");  // full: its saves gather the model
+  INFO(mode);
+  auto dir = test::scratch_dir("shard_kill9_" + mode);
   auto cfg = test::write_tiny_gpt_config(dir).string();
   // a checkpoint after every step: most kills land in a save (staged shards, a temporary folder,
   // the rename); the launcher's ranks die with it (PDEATHSIG)
   const std::string args = "launch -n 2 -- run " + cfg +
                            " --set train.max_steps=100000 --set checkpoint.every_steps=1 --set checkpoint.keep_last=2"
-                           " --set dist.sharding=gradients --out-dir " + (dir / "out").string();
+                           " --set dist.sharding=" + mode + " --out-dir " + (dir / "out").string();
   const double kill_after_s[] = {2.5, 3.1, 3.7, 4.3};
   for (double s : kill_after_s) {
     auto r = test::run_shell("timeout -s KILL " + std::to_string(s) + "s \"" + std::string(TRAINER_BIN) + "\" " + args);
