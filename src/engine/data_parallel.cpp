@@ -1,5 +1,7 @@
 #include "engine/data_parallel.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <unordered_set>
 
 #include "dist/grad_sync.hpp"
@@ -9,6 +11,15 @@
 #include "engine/train_state.hpp"
 
 namespace trainer::engine {
+
+FullParams::~FullParams() {
+  if (!parallel_) return;
+  try {
+    parallel_->release_full_params(write_);
+  } catch (const std::exception& e) {
+    spdlog::error("releasing the gathered parameters failed: {}", e.what());
+  }
+}
 
 std::unique_ptr<torch::optim::Optimizer> DataParallel::make_optimizer(const config::OptimConfig& cfg,
                                                                       const torch::nn::Module& model) {

@@ -85,9 +85,7 @@ class FullParams {
   FullParams(const DataParallel* parallel, bool write) : parallel_(parallel), write_(write) {
     if (parallel_) parallel_->hold_full_params();
   }
-  ~FullParams() {
-    if (parallel_) parallel_->release_full_params(write_);
-  }
+  ~FullParams();  // a failure to release is logged (a destructor must not throw)
   FullParams(const FullParams&) = delete;
   FullParams& operator=(const FullParams&) = delete;
 
