@@ -52,13 +52,7 @@ std::vector<int64_t> unit_param_bytes(const models::Model& model) {
   std::vector<int64_t> bytes(units.size(), 0);
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     if (!item.value().requires_grad()) continue;  // frozen: replicated, not gathered
-    for (size_t u = 0; u < units.size(); ++u)
-      if (std::any_of(units[u].prefixes.begin(), units[u].prefixes.end(), [&](const std::string& pre) {
-            return item.key() == pre || (pre.ends_with(".") && item.key().starts_with(pre));
-          })) {
-        bytes[u] += tensor_bytes(item.value());
-        break;
-      }
+    if (const int64_t u = models::unit_of(units, item.key()); u >= 0) bytes[static_cast<size_t>(u)] += tensor_bytes(item.value());
   }
   return bytes;
 }

@@ -22,8 +22,7 @@ class ShardGate final : public models::UnitGate {
   dist::ShardSync& sync_;
 };
 
-// Each unit's trainable parameters, as indices into `params`, in the model's unit order. A name
-// belongs to a prefix ending in "." that starts it, or to a prefix equal to it (Model::units()).
+// Each unit's trainable parameters, as indices into `params`, in the model's unit order.
 std::vector<std::vector<size_t>> unit_groups(const models::Model& model, const std::vector<torch::Tensor>& params) {
   std::unordered_map<const c10::TensorImpl*, size_t> index;
   for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
@@ -32,17 +31,10 @@ std::vector<std::vector<size_t>> unit_groups(const models::Model& model, const s
   for (const auto& item : model.named_parameters(/*recurse=*/true)) {
     auto it = index.find(item.value().unsafeGetTensorImpl());
     if (it == index.end()) continue;  // frozen: stays replicated
-    const auto& name = item.key();
-    bool placed = false;
-    for (size_t u = 0; u < units.size() && !placed; ++u)
-      for (const auto& pre : units[u].prefixes)
-        if (name == pre || (pre.ends_with(".") && name.starts_with(pre))) {
-          groups[u].push_back(it->second);
-          placed = true;
-          break;
-        }
-    if (!placed)
-      throw std::invalid_argument("dist.sharding full: parameter " + name + " is in none of the model's units");
+    const int64_t u = models::unit_of(units, item.key());
+    if (u < 0)
+      throw std::invalid_argument("dist.sharding full: parameter " + item.key() + " is in none of the model's units");
+    groups[static_cast<size_t>(u)].push_back(it->second);
   }
   return groups;
 }
