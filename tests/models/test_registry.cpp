@@ -111,13 +111,11 @@ class PoisoningGate final : public models::UnitGate {
     const auto units = model.units();
     params_.resize(units.size());
     values_.resize(units.size());
-    for (const auto& p : model.named_parameters(true))
-      for (size_t u = 0; u < units.size(); ++u)
-        for (const auto& pre : units[u].prefixes)
-          if (p.key() == pre || (pre.ends_with(".") && p.key().rfind(pre, 0) == 0)) {
-            params_[u].push_back(p.value());
-            values_[u].push_back(p.value().detach().clone());
-          }
+    for (const auto& p : model.named_parameters(true)) {
+      const auto u = static_cast<size_t>(models::unit_of(units, p.key()));  // every name has one (test above)
+      params_.at(u).push_back(p.value());
+      values_.at(u).push_back(p.value().detach().clone());
+    }
     for (size_t u = 0; u < units.size(); ++u) poison(u);
   }
   void enter(size_t unit) override {
