@@ -170,10 +170,6 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");
 
   // dist
-  // the EMA shadow copies and updates the whole live weights after every step, which full never holds
-  if (c.dist.sharding == Sharding::Full && t.ema.decay > 0)
-    err("dist.sharding", "full does not support train.ema yet (it reads every weight after each step); use "
-                         "dist.sharding: gradients, or train.ema.decay: 0");
   if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
   if (const auto& i = c.dist.interface; !i.empty()) {
     const bool plain = i.size() <= 15 && i.find_first_of("/ \t\n:") == std::string::npos && i != "." && i != "..";

@@ -81,7 +81,7 @@ class Trainer {
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
-    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_);  // a copy of the broadcast weights
+    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
 
     auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
     train_set_ = datasets.train;

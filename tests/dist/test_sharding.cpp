@@ -45,18 +45,6 @@ TEST_CASE("sharding: bf16 autocast with SGD and momentum logs the losses of none
               " --set train.precision=bf16 --set optim.name=sgd --set optim.lr=0.1 --set optim.momentum=0.9");
 }
 
-TEST_CASE("sharding: full with train.ema is refused naming the key, exit 2", "[dist][e2e]") {
-  if (test::is_worker()) return;
-  auto dir = test::scratch_dir("shard_full_ema");
-  auto cfg = test::write_tiny_gpt_config(dir).string();
-  auto r = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" launch -n 2 -- run " + cfg +
-                           " --set dist.sharding=full --set train.ema.decay=0.9 --out-dir " + (dir / "out").string());
-  INFO(r.output);
-  CHECK(r.exit_code == 2);
-  CHECK(r.output.find("dist.sharding: full does not support train.ema") != std::string::npos);
-}
-
-
 TEST_CASE("sharding: a 4-rank sharded checkpoint resumes on 2 sharded ranks and on 1 process", "[dist][e2e]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("shard_ckpt_4");

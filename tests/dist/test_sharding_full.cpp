@@ -138,3 +138,28 @@ TEST_CASE("sharding full: evaluation over a split that does not divide by the ra
   REQUIRE(evals["full"].size() == 2);
   for (size_t i = 0; i < 2; ++i) CHECK(std::abs(evals["full"][i] - evals["none"][i]) <= 1e-6 * evals["none"][i]);
 }
+
+// train.ema reads the whole live weights at each update: under full it gathers them for it.
+TEST_CASE("sharding full: train.ema gives none's EMA figures at 2 ranks, and its checkpoint resumes", "[dist][e2e]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("shard_full_ema");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string ema =
+      " --set train.ema.decay=0.9 --set train.ema.every=2 --set train.ema.eval=true --set train.eval_every=6";
+  std::map<std::string, std::vector<double>> evals;
+  for (const std::string mode : {"none", "full"}) {
+    auto r = shard_trainer("launch -n 2 -- run " + cfg + ema + kShardCkptArgs + " --set dist.sharding=" + mode +
+                           " --out-dir " + (dir / mode).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    for (const auto& j : test::records(dir / mode / "tiny/metrics.jsonl", "eval")) evals[mode].push_back(j.at("ema_loss"));
+  }
+  REQUIRE(evals["none"].size() == 2);  // steps 6 and 12
+  REQUIRE(evals["full"].size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    INFO("eval " << i << ": none " << evals["none"][i] << ", full " << evals["full"][i]);
+    CHECK(std::abs(evals["full"][i] - evals["none"][i]) <= 1e-6 * evals["none"][i]);
+  }
+  // the step-6 checkpoint (with its EMA weights) resumes under full on 4 ranks: the same losses
+  check_resumed(dir, cfg + ema, dir / "full" / "tiny", 4, "full", "ema_on4");
+}
