@@ -140,16 +140,24 @@ torch::Tensor Gpt::forward(const torch::Tensor& idx) {
                                   std::to_string(cfg_.vocab_size));
   }
   auto pos = torch::arange(T, idx.options().dtype(torch::kLong));                    // (T)
+  // units (see units()): 0 embeddings, 1..n_layer the blocks, n_layer + 1 the head (ln_f). The tied
+  // wte is used again by lm_head, so unit 0 is left only after the logits.
+  enter_unit(0);
   auto x = transformer->wte(idx) + transformer->wpe(pos);                            // (B, T, C)
   x = torch::dropout(x, cfg_.dropout, is_training());
-  for (auto& block : transformer->blocks) {
+  for (size_t i = 0; i < transformer->blocks.size(); ++i) {
+    auto& block = transformer->blocks[i];
+    enter_unit(i + 1);
     if (cfg_.activation_checkpointing)
       x = checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, T, C)
     else
       x = block->forward(x);  // (B, T, C)
+    x = leave_unit(i + 1, x);
   }
-  x = transformer->ln_f(x);                          // (B, T, C)
-  return torch::linear(x, transformer->wte->weight);  // (B, T, V): lm_head tied to wte
+  const size_t head = transformer->blocks.size() + 1;
+  enter_unit(head);
+  x = leave_unit(head, transformer->ln_f(x));                          // (B, T, C)
+  return leave_unit(0, torch::linear(x, transformer->wte->weight));  // (B, T, V): lm_head tied to wte
 }
 
 double Gpt::train_flops_per_sample(const std::vector<int64_t>& shape) const {

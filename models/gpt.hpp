@@ -79,6 +79,7 @@ class Gpt : public Model, public io::TiedState {
   // nanoGPT's estimate: (6 N + 12 n_layer T n_embd) per token, N without the position embedding.
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
   std::vector<ModelUnit> units() const override;  // embeddings (with the tied lm_head), h.0.., head
+  bool gates_units() const override { return true; }
   // lm_head.weight is transformer.wte.weight (registered once, so optimizers see it once)
   std::vector<std::pair<std::string, std::string>> tied_names() const override {
     return {{"lm_head.weight", "transformer.wte.weight"}};

@@ -30,6 +30,24 @@ struct ModelUnit {
   bool checkpointed = false;          // a block that activation checkpointing wraps
 };
 
+// The index in `units` of the unit owning parameter `name` (a prefix ending in "." that starts it,
+// or a prefix equal to it), -1 when none does.
+int64_t unit_of(const std::vector<ModelUnit>& units, const std::string& name);
+
+// dist.sharding full (engine/sharded_parallel.hpp): each unit's parameters are gathered from the ranks
+// just before the unit runs and freed after it. The model calls enter(i) before it first uses unit i's
+// parameters in a forward and leave(i, y) after it last used them, y being the tensor the rest of the
+// forward reads from unit i (leave may attach a gradient hook to it: the re-gather for backward).
+// Every forward enters unit 0 first (the gate takes that as a new forward) and enters and leaves
+// each unit once. The calls stay outside activation checkpointing's recomputed function (the
+// recompute in backward must not free what it uses). No gate: a plain forward.
+class UnitGate {
+ public:
+  virtual ~UnitGate() = default;
+  virtual void enter(size_t unit) = 0;
+  virtual torch::Tensor leave(size_t unit, torch::Tensor y) = 0;
+};
+
 class Model : public torch::nn::Module {
  public:
   // Image: (B, C, H, W) float -> logits (B, num_classes). Tokens: (B, T) int64 -> logits (B, T, vocab).
@@ -45,9 +63,23 @@ class Model : public torch::nn::Module {
   // eval mode (train.freeze_bn: a frozen BatchNorm keeps its running statistics).
   void train(bool on = true) override;
   void keep_in_eval(std::vector<std::shared_ptr<torch::nn::Module>> modules);
+  // True when forward calls enter_unit / leave_unit around every unit of units() (all built-in
+  // families): dist.sharding full refuses a model that does not.
+  virtual bool gates_units() const { return false; }
+  // The unit gate forward calls (nullptr: none); the gate's owner clears it before it goes away.
+  void set_unit_gate(UnitGate* gate) { gate_ = gate; }
+  UnitGate* unit_gate() const { return gate_; }
+
+ protected:
+  // units()[i] is about to run / has run (its parameters last read by `y`): see UnitGate
+  void enter_unit(size_t i) {
+    if (gate_) gate_->enter(i);
+  }
+  torch::Tensor leave_unit(size_t i, torch::Tensor y) { return gate_ ? gate_->leave(i, std::move(y)) : y; }
 
  private:
   std::vector<std::shared_ptr<torch::nn::Module>> kept_in_eval_;
+  UnitGate* gate_ = nullptr;
 };
 using ModelPtr = std::shared_ptr<Model>;
 

@@ -9,6 +9,13 @@
 
 namespace trainer::models {
 
+int64_t unit_of(const std::vector<ModelUnit>& units, const std::string& name) {
+  for (size_t u = 0; u < units.size(); ++u)
+    for (const auto& pre : units[u].prefixes)
+      if (name == pre || (pre.ends_with(".") && name.starts_with(pre))) return static_cast<int64_t>(u);
+  return -1;
+}
+
 int64_t Model::num_parameters() const {
   std::set<const void*> seen;  // a tensor registered under two names counts once
   int64_t n = 0;

@@ -211,16 +211,21 @@ torch::Tensor ResNet::forward(const torch::Tensor& input) {
     if (!has_channels_last_strides(conv1_->weight)) to_channels_last();
     x = x.contiguous(at::MemoryFormat::ChannelsLast);
   }
+  enter_unit(0);  // units(): 0 the stem, 1.. the stages, then the head
   x = bn1_(conv1_(x)).relu_();  // (B, base, H/2, W/2) imagenet stem; (B, base, H, W) cifar stem
+  x = leave_unit(0, x);
   if (imagenet_stem_) x = torch::max_pool2d(x, 3, 2, 1);  // (B, base, H/4, W/4)
   for (size_t i = 0; i < stages_.size(); ++i) {
+    enter_unit(i + 1);
     if (cfg_.activation_checkpointing)
       x = checkpoint(*stages_[i], [this, i](const torch::Tensor& t) { return run_stage(i, t); }, x);
     else
       x = run_stage(i, x);
+    x = leave_unit(i + 1, x);
   }
   x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);  // (B, C)
-  return fc_(x);                                           // (B, num_classes)
+  enter_unit(stages_.size() + 1);
+  return leave_unit(stages_.size() + 1, fc_(x));  // (B, num_classes)
 }
 
 double ResNet::train_flops_per_sample(const std::vector<int64_t>& shape) const {

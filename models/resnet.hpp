@@ -25,6 +25,7 @@ class ResNet : public Model {
   std::string arch() const override { return "resnet"; }
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
   std::vector<ModelUnit> units() const override;  // stem, layer1.., head
+  bool gates_units() const override { return true; }
 
  private:
   torch::Tensor run_stage(size_t i, torch::Tensor x);

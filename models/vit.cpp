@@ -157,17 +157,24 @@ torch::Tensor VisionTransformer::forward(const torch::Tensor& input) {
                                 std::to_string(n) + ", " + std::to_string(n) + ") (model.in_channels, model.image_size), got " +
                                 vit_shape_text(input));
   const int64_t B = input.size(0);
+  enter_unit(0);  // units(): 0 embeddings, 1..num_layers the blocks, then the head
   auto x = conv_proj(input).flatten(2).transpose(1, 2);                   // (B, N, D), N = (image / patch)^2
   x = torch::cat({class_token.expand({B, -1, -1}), x}, 1);  // (B, N + 1, D)
   x = torch::dropout(x + encoder->pos_embedding, cfg_.dropout, is_training());  // (B, N + 1, D)
-  for (auto& block : encoder->blocks) {
+  x = leave_unit(0, x);
+  for (size_t i = 0; i < encoder->blocks.size(); ++i) {
+    auto& block = encoder->blocks[i];
+    enter_unit(i + 1);
     if (cfg_.activation_checkpointing)
       x = checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, N + 1, D)
     else
       x = block->forward(x);  // (B, N + 1, D)
+    x = leave_unit(i + 1, x);
   }
-  x = encoder->ln(x).select(1, 0);  // (B, D): the class token
-  return vit_linear(head, x);       // (B, num_classes)
+  const size_t last = encoder->blocks.size() + 1;
+  enter_unit(last);
+  x = encoder->ln(x).select(1, 0);                // (B, D): the class token
+  return leave_unit(last, vit_linear(head, x));  // (B, num_classes)
 }
 
 double VisionTransformer::train_flops_per_sample(const std::vector<int64_t>& shape) const {

@@ -63,6 +63,7 @@ class VisionTransformer : public Model {
   std::string arch() const override { return "vit"; }
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
   std::vector<ModelUnit> units() const override;  // embeddings, encoder_layer_0.., head
+  bool gates_units() const override { return true; }
 
   torch::nn::Conv2d conv_proj{nullptr};
   torch::Tensor class_token;  // (1, 1, D)

@@ -298,7 +298,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "What each rank holds of the training state: none = a full replica (DDP); optimizer = ZeRO-1 (each rank "
       "keeps and steps the optimizer state of its 1/N of every bucket, then the parameters are all-gathered); "
       "gradients = ZeRO-2 (also the gradients are reduce-scattered bucket by bucket during backward, each rank "
-      "keeps its 1/N); full = ZeRO-3 (not implemented yet). No effect on a single process.");
+      "keeps its 1/N); full = ZeRO-3 (the parameters too: each unit of the model, a block or stage, is "
+      "all-gathered just before its forward and its backward and freed after; dist.bucket_mb unused). No effect "
+      "on a single process.");
   k.s("store", c.dist.store, "Rendezvous: \"\" = TCPStore at MASTER_ADDR:MASTER_PORT, or file:///shared/path.");
   k.s("interface", c.dist.interface,
       "Network interface of the collectives (Gloo binds and advertises its IPv4 address; NCCL gets it as "

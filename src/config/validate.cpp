@@ -170,8 +170,6 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");
 
   // dist
-  if (c.dist.sharding == Sharding::Full)
-    err("dist.sharding", "full is not implemented yet; use none, optimizer or gradients");
   if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
   if (c.dist.recovery == Recovery::InProcess) {
     if (c.dist.sharding != Sharding::None)

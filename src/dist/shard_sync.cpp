@@ -26,11 +26,20 @@ torch::Tensor slot_of(const torch::Tensor& flat, const torch::Tensor& p, int64_t
 
 }  // namespace
 
-ShardSync::ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode)
+ShardSync::ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
+                     std::vector<std::vector<size_t>> units)
     : ctx_(ctx), mode_(mode), world_(ctx.world_size()), rank_(ctx.rank()) {
-  for (auto& p : params)
-    if (p.defined() && p.requires_grad()) params_.push_back(p);
-  build(bucket_mb);
+  if (mode == Grads::Full) {
+    for (auto& p : params)
+      if (!p.defined() || !p.requires_grad()) throw std::invalid_argument("ShardSync full: a unit parameter is frozen");
+    params_ = std::move(params);
+    plan_units(units);
+  } else {
+    for (auto& p : params)
+      if (p.defined() && p.requires_grad()) params_.push_back(p);
+    build(bucket_mb);
+  }
+  allocate();
   check_layout();
   for (size_t i = 0; i < params_.size(); ++i)
     torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<GradReadyHook<ShardSync>>(this, i));
@@ -42,7 +51,6 @@ ShardSync::~ShardSync() {
 }
 
 void ShardSync::build(double bucket_mb) {
-  torch::NoGradGuard no_grad;
   const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
   bucket_of_.assign(params_.size(), 0);
   ready_.assign(params_.size(), false);
@@ -65,6 +73,38 @@ void ShardSync::build(double bucket_mb) {
     bytes += p.numel() * static_cast<int64_t>(p.element_size());
     bucket_of_[k] = buckets_.size() - 1;
   }
+}
+
+// One bucket per unit with trainable parameters, the last unit first: backward finishes the units
+// in reverse forward order, and buckets launch in index order.
+void ShardSync::plan_units(const std::vector<std::vector<size_t>>& units) {
+  bucket_of_.assign(params_.size(), 0);
+  ready_.assign(params_.size(), false);
+  unit_bucket_.assign(units.size(), -1);
+  std::vector<bool> seen(params_.size(), false);
+  for (size_t u = units.size(); u-- > 0;) {
+    if (units[u].empty()) continue;
+    unit_bucket_[u] = static_cast<int64_t>(buckets_.size());
+    auto& b = buckets_.emplace_back();
+    for (size_t k : units[u]) {
+      if (k >= params_.size() || seen[k]) throw std::invalid_argument("ShardSync full: the units do not partition the parameters");
+      seen[k] = true;
+      const auto& first = params_[units[u].front()];
+      if (params_[k].scalar_type() != first.scalar_type() || params_[k].device() != first.device())
+        throw std::invalid_argument("ShardSync full: a unit mixes dtypes or devices");
+      b.params.push_back(k);
+      b.offsets.push_back(b.numel);
+      b.numel += params_[k].numel();
+      bucket_of_[k] = buckets_.size() - 1;
+    }
+  }
+  for (size_t k = 0; k < params_.size(); ++k)
+    if (!seen[k]) throw std::invalid_argument("ShardSync full: a trainable parameter is in no unit");
+}
+
+// The buffers of the planned buckets; the parameters move into them, and their pieces are found.
+void ShardSync::allocate() {
+  torch::NoGradGuard no_grad;
   uint64_t h = layout_fnv1a(1469598103934665603ull, static_cast<int64_t>(buckets_.size()));
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     auto& b = buckets_[bi];
@@ -83,12 +123,23 @@ void ShardSync::build(double bucket_mb) {
       p.set_data(view);  // the model's tensor now lives in the bucket: the all-gather updates it in place
       const int64_t start = std::max(lo, b.offsets[j]), end = std::min(hi, b.offsets[j] + p.numel());
       if (start < end)
-        pieces_.push_back(OwnedPiece{b.params[j], bi, start - b.offsets[j], end - start, start - lo,
-                                     b.flat_param.narrow(0, start, end - start)});
+        pieces_.push_back(OwnedPiece{b.params[j], bi, start - b.offsets[j], end - start, start - lo, {}});
       h = layout_fnv1a(h, static_cast<int64_t>(b.params[j]));
       h = layout_fnv1a(h, p.numel());
       h = layout_fnv1a(h, static_cast<int64_t>(p.scalar_type()));
     }
+    // full: the rank's own chunk is the parameters' home; the full buffer is a gather target
+    if (mode_ == Grads::Full) b.shard_param = b.flat_param.narrow(0, lo, b.chunk).clone();
+  }
+  for (auto& pc : pieces_) {
+    const auto& b = buckets_[pc.bucket];
+    pc.value = mode_ == Grads::Full ? b.shard_param.narrow(0, pc.chunk_offset, pc.len)
+                                    : b.flat_param.narrow(0, rank_ * b.chunk + pc.chunk_offset, pc.len);
+  }
+  if (mode_ == Grads::Full) {
+    h = layout_fnv1a(h, 3);
+    for (const auto& b : buckets_) now_.bytes += b.flat_param.nbytes(), now_.units += 1;  // built whole
+    for (size_t bi = 0; bi < buckets_.size(); ++bi) free_params(bi);
   }
   layout_hash_ = h;
 }
@@ -118,23 +169,29 @@ void ShardSync::reset_step() {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.op.reset();
+    b.has_grad = false;
   }
   next_launch_ = 0;
 }
 
 void ShardSync::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!enabled_ || ready_[index]) return;
+  // full counts on every micro-step: a unit's parameters are freed once its gradients are in
+  if (ready_[index] || (!enabled_ && mode_ != Grads::Full)) return;
   ready_[index] = true;
-  if (--buckets_[bucket_of_[index]].pending == 0)
-    while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+  const size_t bi = bucket_of_[index];
+  if (--buckets_[bi].pending != 0) return;
+  if (mode_ == Grads::Full) free_params(bi);        // autograd has run every node that reads them
+  if (!enabled_ && mode_ != Grads::Full) return;  // (full reduce-scatters on every micro-step)
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
 }
 
 void ShardSync::launch(size_t bi) {
+  if (mode_ == Grads::Full) return launch_full(bi);
   torch::NoGradGuard no_grad;
   auto& b = buckets_[bi];
-  // reduce_scatter: the full-size buffer exists only from here until finish() (ZeRO-2)
-  if (mode_ == Grads::ReduceScatter) b.flat_grad = torch::zeros({b.padded}, b.flat_param.options());
+  // reduce_scatter: the full-size buffer exists only from here until finish() (ZeRO-2, ZeRO-3)
+  if (mode_ != Grads::AllReduce) b.flat_grad = torch::zeros({b.padded}, b.flat_param.options());
   for (size_t j = 0; j < b.params.size(); ++j) {
     auto& p = params_[b.params[j]];
     auto slot = slot_of(b.flat_grad, p, b.offsets[j]);
@@ -156,12 +213,21 @@ void ShardSync::finish() {
   torch::NoGradGuard no_grad;
   const double inv = 1.0 / static_cast<double>(world_);
   for (auto& b : buckets_) {
+    if (mode_ == Grads::Full) {
+      settle(b);
+      b.shard_grad.mul_(inv);
+      continue;
+    }
     b.op->wait();
     if (mode_ == Grads::AllReduce)
       b.shard_grad.copy_(b.flat_grad.narrow(0, rank_ * b.chunk, b.chunk));
     else
-      b.flat_grad = torch::Tensor();  // ZeRO-2 keeps only the shard
+      b.flat_grad = torch::Tensor();  // ZeRO-2 and 3 keep only the shard
     b.shard_grad.mul_(inv);
+  }
+  if (mode_ == Grads::Full) {  // units whose gradients never all came (unused or frozen paths)
+    for (size_t bi = 0; bi < buckets_.size(); ++bi) free_params(bi);
+    leave_order_.clear();
   }
   for (const auto& pc : pieces_) {
     // the slice's memory, but not an autograd view: Optimizer::zero_grad detach_()es gradients,
@@ -175,6 +241,7 @@ void ShardSync::finish() {
 }
 
 void ShardSync::gather_params() {
+  if (mode_ == Grads::Full) return;  // each forward gathers its units
   torch::NoGradGuard no_grad;
   std::vector<std::shared_ptr<AsyncOp>> ops;
   std::vector<torch::Tensor> inputs;  // alive until the collectives are done
@@ -191,7 +258,11 @@ void ShardSync::gather_params() {
 
 int64_t ShardSync::param_bytes() const {
   int64_t n = 0;
-  for (const auto& b : buckets_) n += b.flat_param.nbytes();
+  for (const auto& b : buckets_) {
+    // full: the chunk, plus the full buffer's storage only while the unit is gathered
+    if (mode_ == Grads::Full) n += b.shard_param.nbytes() + static_cast<int64_t>(b.flat_param.storage().nbytes());
+    else n += b.flat_param.nbytes();
+  }
   return n;
 }
 

@@ -18,6 +18,18 @@
 //   gradients (ZeRO-2): reduce_scatter of a buffer that lives only while the collective runs; only the
 //                       (chunk) shard gradient stays.
 // Non-final micro-steps of gradient accumulation do not communicate: gradients accumulate in .grad.
+//
+// full (ZeRO-3, shard_gather.cpp): one bucket per unit of the model (the caller's grouping, e.g. a
+// GPT block), in reverse unit order (the order backward finishes them). Each rank keeps only its
+// chunk of each bucket's parameters (shard_param, which the pieces view); the bucket's full buffer,
+// which the model's parameters view, holds memory only while its unit is gathered: its storage is
+// given back (0 bytes) between uses and re-allocated for the all-gather. The model's forward calls
+// unit_enter / unit_leave (through engine's models::UnitGate); a gradient hook on the unit's
+// output re-gathers it for backward and prefetches the unit backward reaches next; once all of a
+// unit's gradients are in, its full parameters are freed and its reduce-scatter launched, on every
+// micro-step of gradient accumulation: the parameters are gathered for each forward anyway, and
+// keeping whole gradients between micro-steps would hold what ZeRO-3 exists to shard. The
+// micro-steps' slices are summed into shard_grad.
 #pragma once
 
 #include <torch/torch.h>
@@ -42,6 +54,12 @@ struct ShardBucket {
   torch::Tensor shard_grad;      // (chunk) this rank's slice of the averaged gradient
   size_t pending = 0;            // gradients not yet ready this step
   std::shared_ptr<AsyncOp> op;
+  // full only
+  torch::Tensor shard_param;      // (chunk) this rank's slice of the parameters: what the pieces view
+  enum class State { Freed, Gathering, Held } state = State::Held;
+  std::shared_ptr<AsyncOp> gather_op;
+  torch::Tensor rs_out;           // the in-flight reduce-scatter's output: shard_grad, or a later micro-step's
+  bool has_grad = false;          // shard_grad holds a micro-step's slice of this step already
 };
 
 // Elements [begin, begin + len) (storage order) of parameter `param` that this rank owns.
@@ -55,9 +73,12 @@ struct OwnedPiece {
 
 class ShardSync {
  public:
-  enum class Grads { AllReduce, ReduceScatter };
+  enum class Grads { AllReduce, ReduceScatter, Full };
   // `params` in registration order; those without requires_grad are skipped (they stay replicated).
-  ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode);
+  // Full: `units` lists each unit's parameters (indices into `params`, all trainable), in forward
+  // order; bucket_mb is not used (one bucket per unit).
+  ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
+            std::vector<std::vector<size_t>> units = {});
   ~ShardSync();
   ShardSync(const ShardSync&) = delete;
   ShardSync& operator=(const ShardSync&) = delete;
@@ -66,7 +87,24 @@ class ShardSync {
   // Waits for every bucket; each piece's .grad is then its slice of the gradient averaged over ranks.
   void finish();
   // After the optimizer stepped the pieces: every rank's owned chunks to every rank (the weights).
+  // Full: nothing to do (each forward gathers its units).
   void gather_params();
+
+  // full: the unit gate (see above). unit_leave returns `y`, with the backward re-gather hook on it.
+  void unit_enter(size_t unit);
+  torch::Tensor unit_leave(size_t unit, torch::Tensor y);
+  void unit_backward(size_t unit);  // the hook (public for the hook only)
+  // full: every unit gathered (a collective) until release_all; written = the parameters were
+  // overwritten (a checkpoint or model.init loaded into them): this rank's chunks are taken from them.
+  void gather_all();
+  void release_all(bool written);
+  bool full() const { return mode_ == Grads::Full; }
+  // full: the most parameter bytes (and units) gathered whole at one time since reset_peak()
+  struct GatherPeak {
+    int64_t bytes = 0, units = 0;
+  };
+  GatherPeak gather_peak() const { return peak_; }
+  void reset_peak() { peak_ = now_; }
 
   const std::vector<torch::Tensor>& params() const { return params_; }
   const std::vector<ShardBucket>& buckets() const { return buckets_; }
@@ -83,9 +121,18 @@ class ShardSync {
 
  private:
   void build(double bucket_mb);
+  void plan_units(const std::vector<std::vector<size_t>>& units);
+  void allocate();
   void check_layout();
   void launch(size_t b);
   void reset_step();
+  // full (shard_gather.cpp); the caller holds mu_
+  void launch_full(size_t b);
+  void settle(ShardBucket& b);  // waits for b's reduce-scatter and sums its output into shard_grad
+  void gather_async(size_t b);
+  void ensure_gathered(size_t b);
+  void free_params(size_t b);
+  int64_t unit_bucket(size_t unit) const;  // -1: a unit without trainable parameters
 
   DistContext& ctx_;
   Grads mode_;
@@ -97,6 +144,10 @@ class ShardSync {
   std::vector<OwnedPiece> pieces_;
   size_t next_launch_ = 0;
   bool enabled_ = true;
+  std::vector<int64_t> unit_bucket_;   // full: bucket of each unit, -1 when it has none
+  std::vector<size_t> leave_order_;    // full: units left this forward with a backward to come
+  int hold_depth_ = 0;                 // full: gather_all calls not yet released
+  GatherPeak now_, peak_;              // full: gathered now, and the most since reset_peak
   uint64_t layout_hash_ = 0;
   std::mutex mu_;
 };

@@ -137,6 +137,7 @@ std::string CheckpointManager::stage_shards(int64_t step, std::map<std::string, 
 }
 
 bool CheckpointManager::save(int64_t step, SaveKind kind) {
+  FullParams whole(objs_.parallel, /*write=*/false);  // dist.sharding full: rank 0 writes the whole model
   int failure = 0;  // 1: the save failed, 2: non-finite weights
   std::string what;
   std::map<std::string, std::filesystem::path> staged;  // sharded: every rank's shard file

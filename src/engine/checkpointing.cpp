@@ -107,7 +107,10 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     io::SafetensorsFile weights;
     weights.path = (from / "model.safetensors").string();
     weights.tensors = group("model");
-    io::load_state_into(objs.model, weights, /*strict=*/true);
+    {
+      FullParams whole(objs.parallel, /*write=*/true);  // dist.sharding full: each rank keeps its slice
+      io::load_state_into(objs.model, weights, /*strict=*/true);
+    }
     if (objs.parallel)
       objs.parallel->load_optimizer(objs.optimizer, objs.model, optimizer);  // a sharded run takes its slices
     else

@@ -202,14 +202,20 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     std::cout << "\n";
   };
   row("", [](const Column& col) { return col.title; });
-  const bool sharded = env.world_size > 1 && (c.dist.sharding == config::Sharding::Optimizer ||
-                                              c.dist.sharding == config::Sharding::Gradients);
-  row("parameters", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
+  const bool sharded = env.world_size > 1 && c.dist.sharding != config::Sharding::None;
+  const bool full = sharded && c.dist.sharding == config::Sharding::Full;
+  const std::string each = " (1/" + std::to_string(env.world_size) + " each)";
+  row(full ? "parameters" + each : "parameters",
+      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
+  if (full)
+    row("gathered units (first + 2 x largest)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gathered)); });
   row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
   row("optimizer state (" + config::name_of(c.optim.name) +
           (sharded ? ", 1/" + std::to_string(env.world_size) + " each" : "") + ")",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
-  row(sharded && c.dist.sharding == config::Sharding::Gradients ? "gradient shard (ZeRO-2)" : "DDP gradient buckets",
+  row(sharded && c.dist.sharding != config::Sharding::Optimizer
+          ? (full ? "gradient shard (ZeRO-3)" : "gradient shard (ZeRO-2)")
+          : "DDP gradient buckets",
       [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
   row("step constant (measured)", [](const Column& col) { return bytes_text(col.probe.intercept()); });
   row("activations per sample (measured)", [](const Column& col) { return bytes_text(col.probe.per_sample()); });

@@ -1,5 +1,7 @@
 #include "engine/data_parallel.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <unordered_set>
 
 #include "dist/grad_sync.hpp"
@@ -9,6 +11,15 @@
 #include "engine/train_state.hpp"
 
 namespace trainer::engine {
+
+FullParams::~FullParams() {
+  if (!parallel_) return;
+  try {
+    parallel_->release_full_params(write_);
+  } catch (const std::exception& e) {
+    spdlog::error("releasing the gathered parameters failed: {}", e.what());
+  }
+}
 
 std::unique_ptr<torch::optim::Optimizer> DataParallel::make_optimizer(const config::OptimConfig& cfg,
                                                                       const torch::nn::Module& model) {
@@ -101,10 +112,7 @@ class Replicated final : public DataParallel {
 std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
   if (!dist.active()) return std::make_unique<SingleProcess>();
   using config::Sharding;
-  if (cfg.sharding == Sharding::Optimizer || cfg.sharding == Sharding::Gradients)
-    return make_sharded_parallel(dist, cfg);
-  if (cfg.sharding != Sharding::None)  // validate() refuses the others before anything starts
-    throw std::invalid_argument("dist.sharding: " + config::name_of(cfg.sharding) + " is not implemented yet");
+  if (cfg.sharding != Sharding::None) return make_sharded_parallel(dist, cfg);  // optimizer | gradients | full
   return std::make_unique<Replicated>(dist, cfg.bucket_mb);
 }
 

@@ -54,6 +54,13 @@ class DataParallel {
   virtual void agree_flag(torch::Tensor&) {}
   // After the optimizer step (taken or skipped): sharded strategies all-gather the parameters.
   virtual void after_step() {}
+  // dist.sharding full keeps only this rank's slice of the parameters outside a unit's forward and
+  // backward. What reads or writes the whole model's weights at other times (checkpoint save and
+  // restore, model.init) holds them gathered meanwhile: FullParams below. hold is a collective (every
+  // rank at the same point); release is not. written: the weights were overwritten, keep them.
+  // (const: the checkpoint code holds the strategy const; gathering changes no state it reports)
+  virtual void hold_full_params() const {}
+  virtual void release_full_params(bool /*written*/) const {}
   // Bytes this rank holds for parameters, gradients and optimizer state, measured from the tensors
   // (the record's mem_*_bytes); call after the step's backward, when the gradients exist.
   struct HeldBytes {
@@ -74,6 +81,21 @@ class DataParallel {
 
  protected:
   virtual int64_t extra_grad_bytes() const { return 0; }  // gradient buffers the strategy keeps
+};
+
+// The model's whole weights for a scope (see DataParallel::hold_full_params); `parallel` may be null.
+class FullParams {
+ public:
+  FullParams(const DataParallel* parallel, bool write) : parallel_(parallel), write_(write) {
+    if (parallel_) parallel_->hold_full_params();
+  }
+  ~FullParams();  // a failure to release is logged (a destructor must not throw)
+  FullParams(const FullParams&) = delete;
+  FullParams& operator=(const FullParams&) = delete;
+
+ private:
+  const DataParallel* parallel_;
+  bool write_;
 };
 
 // Bytes of the optimizer's state tensors (unique storages).

@@ -17,8 +17,8 @@ std::vector<torch::Tensor> ema_tensors(torch::nn::Module& m) {
 
 }  // namespace
 
-Ema::Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow)
-    : cfg_(cfg), live_(live), shadow_(std::move(shadow)) {
+Ema::Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow, const DataParallel* parallel)
+    : cfg_(cfg), live_(live), shadow_(std::move(shadow)), parallel_(parallel) {
   if (!(cfg_.decay > 0 && cfg_.decay < 1) || cfg_.every < 1)
     throw std::invalid_argument("train.ema: decay must be in (0, 1) and every >= 1");
   auto live_t = ema_tensors(live_), shadow_t = ema_tensors(*shadow_);
@@ -37,6 +37,7 @@ Ema::Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr sha
 }
 
 void Ema::reset_from_live() {
+  FullParams whole(parallel_, /*write=*/false);  // dist.sharding full: the live weights, whole
   torch::NoGradGuard ng;
   for (size_t i = 0; i < shadow_float_.size(); ++i) shadow_float_[i].copy_(live_float_[i]);
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
@@ -44,13 +45,15 @@ void Ema::reset_from_live() {
 
 void Ema::after_step(int64_t steps_done) {
   if (steps_done % cfg_.every != 0) return;
+  FullParams whole(parallel_, /*write=*/false);  // dist.sharding full: a collective, on every rank alike
   torch::NoGradGuard ng;
   // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them
   torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - cfg_.decay);
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
 }
 
-std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device) {
+std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
+                              const DataParallel* parallel) {
   auto gen = at::detail::getDefaultCPUGenerator();
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
   config::ModelConfig mc = cfg.model;
@@ -62,7 +65,7 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
   shadow->eval();  // it is only ever evaluated
   spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
                cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");
-  return std::make_unique<Ema>(cfg.train.ema, live, std::move(shadow));
+  return std::make_unique<Ema>(cfg.train.ema, live, std::move(shadow), parallel);
 }
 
 }  // namespace trainer::engine

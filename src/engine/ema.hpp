@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "engine/data_parallel.hpp"
 #include "models/model.hpp"
 
 namespace trainer::engine {
@@ -25,8 +26,10 @@ namespace trainer::engine {
 class Ema {
  public:
   // `shadow`: a model built from the same config as `live`, on the same device and memory format.
-  // It starts as a copy of `live`.
-  Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow);
+  // It starts as a copy of `live`. `parallel` (may be null): the run's strategy, which under
+  // dist.sharding full gathers the live weights whenever the EMA reads them (FullParams).
+  Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow,
+      const DataParallel* parallel = nullptr);
 
   // After the optimizer step that made `steps_done` steps: an update when steps_done % every == 0.
   void after_step(int64_t steps_done);
@@ -41,6 +44,7 @@ class Ema {
   config::EmaConfig cfg_;
   models::Model& live_;
   models::ModelPtr shadow_;
+  const DataParallel* parallel_;
   // unique parameters and buffers (a tied tensor once), pairwise: shadow[i] follows live[i]
   std::vector<torch::Tensor> shadow_float_, live_float_, shadow_other_, live_other_;
 };
@@ -48,6 +52,7 @@ class Ema {
 // The EMA of a run (train.ema.decay > 0): a shadow built through the model registry from cfg.model
 // (without init_from: it copies the live weights), moved to `device`, channels-last like the model.
 // Building it leaves torch's CPU generator as it was, so the run trains the same with and without EMA.
-std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device);
+std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
+                              const DataParallel* parallel = nullptr);
 
 }  // namespace trainer::engine

@@ -27,14 +27,34 @@ FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& 
   if (optim.name == config::OptimizerKind::Adamw) m.optimizer = 2 * m.parameters;
   else if (optim.momentum != 0) m.optimizer = m.parameters;
   if (world_size > 1) m.ddp_buckets = m.gradients;
-  if (world_size > 1 && (sharding == config::Sharding::Optimizer || sharding == config::Sharding::Gradients)) {
+  if (world_size > 1 && sharding != config::Sharding::None) {
     // each rank keeps optimizer state for its 1/N (rounded up: the padding of the last chunk)
     auto share = [&](int64_t bytes) { return (bytes + world_size - 1) / world_size; };
     m.optimizer = share(m.optimizer);
-    // ZeRO-2 keeps only its gradient slice across steps (ZeRO-1 the full all-reduce buckets)
-    if (sharding == config::Sharding::Gradients) m.ddp_buckets = share(m.gradients);
+    // ZeRO-2 and 3 keep only their gradient slice across steps (ZeRO-1 the full all-reduce buckets)
+    if (sharding != config::Sharding::Optimizer) m.ddp_buckets = share(m.gradients);
+    if (sharding == config::Sharding::Full) {
+      // ZeRO-3: the parameters' slice, and whole: the first unit (GPT's embeddings, tied to lm_head,
+      // stay gathered from the first forward to the end of backward) plus two of the others (the one
+      // running and the prefetched one); a unit's gradients exist whole only until its reduce-scatter
+      m.parameters = share(m.parameters);
+      const auto units = unit_param_bytes(model);
+      const int64_t others = units.size() > 1 ? *std::max_element(units.begin() + 1, units.end()) : 0;
+      m.gathered = (units.empty() ? 0 : units.front()) + 2 * others;
+      m.gradients = units.empty() ? 0 : *std::max_element(units.begin(), units.end());
+    }
   }
   return m;
+}
+
+std::vector<int64_t> unit_param_bytes(const models::Model& model) {
+  const auto units = model.units();
+  std::vector<int64_t> bytes(units.size(), 0);
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;  // frozen: replicated, not gathered
+    if (const int64_t u = models::unit_of(units, item.key()); u >= 0) bytes[static_cast<size_t>(u)] += tensor_bytes(item.value());
+  }
+  return bytes;
 }
 
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,

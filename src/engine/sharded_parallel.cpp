@@ -9,17 +9,71 @@
 
 namespace trainer::engine {
 
+namespace {
+
+// The model's gate into ShardSync's full mode.
+class ShardGate final : public models::UnitGate {
+ public:
+  explicit ShardGate(dist::ShardSync& sync) : sync_(sync) {}
+  void enter(size_t unit) override { sync_.unit_enter(unit); }
+  torch::Tensor leave(size_t unit, torch::Tensor y) override { return sync_.unit_leave(unit, std::move(y)); }
+
+ private:
+  dist::ShardSync& sync_;
+};
+
+// Each unit's trainable parameters, as indices into `params`, in the model's unit order.
+std::vector<std::vector<size_t>> unit_groups(const models::Model& model, const std::vector<torch::Tensor>& params) {
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
+  const auto units = model.units();
+  std::vector<std::vector<size_t>> groups(units.size());
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    auto it = index.find(item.value().unsafeGetTensorImpl());
+    if (it == index.end()) continue;  // frozen: stays replicated
+    const int64_t u = models::unit_of(units, item.key());
+    if (u < 0)
+      throw std::invalid_argument("dist.sharding full: parameter " + item.key() + " is in none of the model's units");
+    groups[static_cast<size_t>(u)].push_back(it->second);
+  }
+  return groups;
+}
+
+}  // namespace
+
 ShardedParallel::ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg) : dist_(dist), cfg_(cfg) {}
 
+ShardedParallel::~ShardedParallel() {
+  if (auto m = model_.lock())
+    if (auto* model = dynamic_cast<models::Model*>(m.get()); model && model->unit_gate() == gate_.get())
+      model->set_unit_gate(nullptr);
+}
+
 std::string ShardedParallel::name() const {
-  return cfg_.sharding == config::Sharding::Optimizer ? "sharded optimizer state (ZeRO-1)" : "sharded gradients (ZeRO-2)";
+  switch (cfg_.sharding) {
+    case config::Sharding::Optimizer: return "sharded optimizer state (ZeRO-1)";
+    case config::Sharding::Gradients: return "sharded gradients (ZeRO-2)";
+    default: return "fully sharded parameters, gradients and optimizer state (ZeRO-3)";
+  }
 }
 
 void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
   dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
-  const auto mode =
-      cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce : dist::ShardSync::Grads::ReduceScatter;
-  sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+  if (cfg_.sharding == config::Sharding::Full) {
+    auto* m = dynamic_cast<models::Model*>(&model);
+    if (!m || !m->gates_units())
+      throw std::invalid_argument("dist.sharding full: this model's forward does not gather its units (Model::enter_unit / "
+                                  "leave_unit); use dist.sharding: gradients");
+    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
+                                              unit_groups(*m, params));
+    gate_ = std::make_unique<ShardGate>(*sync_);
+    m->set_unit_gate(gate_.get());
+    model_ = m->weak_from_this();
+  } else {
+    const auto mode = cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce
+                                                                   : dist::ShardSync::Grads::ReduceScatter;
+    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+  }
   pieces_ = sync_->piece_values();
   int64_t owned = 0, padded = 0;
   for (const auto& pc : sync_->pieces()) owned += pc.len;
@@ -27,6 +81,30 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
   spdlog::info("dist.sharding {}: {}; {} buckets, {} elements with padding, this rank steps {} of them",
                config::name_of(cfg_.sharding),
                name(), sync_->buckets().size(), padded, owned);
+}
+
+void ShardedParallel::before_backward(bool last_micro_batch) {
+  if (sync_->full() && peak_state_ == 0) {  // measured from the first step's first forward on
+    sync_->reset_peak();
+    peak_state_ = 1;
+  }
+  sync_->set_enabled(last_micro_batch);
+}
+
+// full: after the first step, what it gathered at most at one time (the check of "one unit at a time")
+void ShardedParallel::after_backward() {
+  sync_->finish();
+  if (peak_state_ != 1) return;
+  peak_state_ = 2;
+  int64_t largest = 0, all = 0;
+  for (const auto& b : sync_->buckets()) {
+    const int64_t bytes = b.padded * static_cast<int64_t>(b.flat_param.element_size());
+    largest = std::max(largest, bytes), all += bytes;
+  }
+  const auto peak = sync_->gather_peak();
+  spdlog::info("dist.sharding full: the first step gathered at most {} of {} units at once, {} bytes of the model's {} "
+               "(largest unit {} bytes)",
+               peak.units, sync_->buckets().size(), peak.bytes, all, largest);
 }
 
 // The whole model's groups (decay split, optim.groups, layer decay: engine/param_groups), each

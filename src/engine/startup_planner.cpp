@@ -162,10 +162,11 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
   if (chosen == 0)
     throw std::runtime_error(fmt::format(
         "train.batch_size auto: not even a micro-batch of 1 fits {} ({}): {} held across steps (parameters {}, "
-        "optimizer {}, buckets {}) + a step of {} + {} per sample (measured by the {}); set "
+        "optimizer {}, buckets {}{}) + a step of {} + {} per sample (measured by the {}); set "
         "model.activation_checkpointing, use bf16, or give more memory",
         bytes_text(budget), budget_source, bytes_text(static_cast<double>(fixed.total())), bytes_text(fixed.parameters),
         bytes_text(fixed.optimizer), bytes_text(fixed.ddp_buckets),
+        fixed.gathered > 0 ? ", gathered units " + bytes_text(fixed.gathered) : std::string(),
         bytes_text(probe.intercept()), bytes_text(probe.per_sample()), probe.how));
   cfg_.train.batch_size = chosen;
   cfg_.train.grad_accum = per_rank / chosen;

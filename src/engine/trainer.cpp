@@ -87,7 +87,7 @@ class Trainer {
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
-    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_);  // a copy of the broadcast weights
+    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
 
     auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
     train_set_ = datasets.train;
@@ -267,7 +267,10 @@ class Trainer {
     previous_wall_s_ = history.wall_s;
     const auto resumed = ckpt_->resume(resume_.mode);
     if (!resumed) {
-      load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+      {
+        FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes
+        load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+      }
       if (ema_) ema_->reset_from_live();  // the EMA starts from the weights the run starts from
       return;
     }

@@ -1,6 +1,8 @@
 // Memory estimates (fixed parts counted, activations measured) and train.batch_size auto.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <c10/core/CPUAllocator.h>
 
 #include "engine/memory_plan.hpp"
@@ -41,7 +43,7 @@ TEST_CASE("fixed memory counts parameters, gradients, optimizer state and DDP bu
   CHECK(fixed_memory(*model, sgd, 1).total() == p);  // the gradients are part of the measured step
 }
 
-TEST_CASE("fixed memory with dist.sharding: optimizer state 1/N, and with gradients the buckets 1/N", "[unit]") {
+TEST_CASE("fixed memory with dist.sharding: optimizer state 1/N, with gradients the buckets 1/N, with full the parameters 1/N", "[unit]") {
   auto model = small_gpt(false);
   const int64_t p = model->num_parameters() * 4;
   config::OptimConfig adamw;
@@ -52,8 +54,25 @@ TEST_CASE("fixed memory with dist.sharding: optimizer state 1/N, and with gradie
   const auto z2 = fixed_memory(*model, adamw, 4, config::Sharding::Gradients);
   CHECK(z2.optimizer == (2 * p + 3) / 4);
   CHECK(z2.ddp_buckets == (p + 3) / 4);
-  CHECK(z2.parameters == p);  // parameters stay whole (ZeRO-3 is not implemented)
+  CHECK(z2.parameters == p);  // parameters stay whole up to ZeRO-2
+  CHECK(z2.gathered == 0);
   CHECK(fixed_memory(*model, adamw, 1, config::Sharding::Gradients).optimizer == 2 * p);  // a single process shards nothing
+  // ZeRO-3: the parameters' slice too, plus the gathered units: the tied embeddings throughout,
+  // and two of the largest other unit (running + prefetched)
+  const auto z3 = fixed_memory(*model, adamw, 4, config::Sharding::Full);
+  const auto units = unit_param_bytes(*model);
+  REQUIRE(units.size() >= 3);
+  int64_t sum = 0;
+  for (auto u : units) sum += u;
+  CHECK(sum == p);  // the units partition the parameters
+  const int64_t unit = *std::max_element(units.begin() + 1, units.end());
+  CHECK(unit < p);
+  CHECK(z3.parameters == (p + 3) / 4);
+  CHECK(z3.optimizer == (2 * p + 3) / 4);
+  CHECK(z3.ddp_buckets == (p + 3) / 4);
+  CHECK(z3.gathered == units.front() + 2 * unit);
+  CHECK(z3.total() == z3.parameters + z3.optimizer + z3.ddp_buckets + z3.gathered);
+  CHECK(fixed_memory(*model, adamw, 1, config::Sharding::Full).parameters == p);
 }
 
 TEST_CASE("the activation probe measures per-sample bytes, checkpointing needs fewer, nothing is left behind", "[unit]") {

@@ -1,6 +1,9 @@
 // The model registry (model.init: test_init_load.cpp).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <limits>
+
 #include "config/load.hpp"
 #include "config/schema.hpp"
 #include "model_test_util.hpp"
@@ -94,5 +97,79 @@ TEST_CASE("a model's units partition its parameters and the checkpointed ones ar
     if (cfg.arch == "gpt") CHECK(blocks.size() == static_cast<size_t>(cfg.n_layer));
     if (cfg.arch == "vit") CHECK(blocks.size() == static_cast<size_t>(cfg.num_layers));
     if (cfg.arch == "resnet") CHECK(blocks.size() == (cfg.depth == 18 ? 4u : 3u));  // stages
+  }
+}
+
+namespace {
+
+// What dist.sharding full does to a model, without ranks: the parameters of a unit hold their
+// values only between the forward's enter_unit and leave_unit of that unit, NaN otherwise. A model
+// whose forward reads a unit's weights outside that window gives non-finite logits.
+class PoisoningGate final : public models::UnitGate {
+ public:
+  explicit PoisoningGate(models::Model& model) {
+    const auto units = model.units();
+    params_.resize(units.size());
+    values_.resize(units.size());
+    for (const auto& p : model.named_parameters(true)) {
+      const auto u = static_cast<size_t>(models::unit_of(units, p.key()));  // every name has one (test above)
+      params_.at(u).push_back(p.value());
+      values_.at(u).push_back(p.value().detach().clone());
+    }
+    for (size_t u = 0; u < units.size(); ++u) poison(u);
+  }
+  void enter(size_t unit) override {
+    torch::NoGradGuard ng;
+    calls.push_back("enter " + std::to_string(unit));
+    for (size_t k = 0; k < params_.at(unit).size(); ++k) params_[unit][k].copy_(values_[unit][k]);
+  }
+  torch::Tensor leave(size_t unit, torch::Tensor y) override {
+    calls.push_back("leave " + std::to_string(unit));
+    poison(unit);
+    return y;
+  }
+  std::vector<std::string> calls;
+
+ private:
+  void poison(size_t unit) {
+    torch::NoGradGuard ng;
+    for (auto& p : params_[unit]) p.fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+  std::vector<std::vector<torch::Tensor>> params_, values_;
+};
+
+}  // namespace
+
+TEST_CASE("every family gates its units: each unit's weights are read only between its enter and leave",
+          "[unit]") {
+  auto cifar = test::resnet_cfg(8);
+  auto imagenet = test::resnet_cfg(18);
+  auto vit_ac = test::tiny_vit_cfg();
+  vit_ac.activation_checkpointing = true;
+  for (auto cfg : {cifar, imagenet, test::tiny_gpt_cfg(), test::tiny_vit_cfg(), vit_ac}) {
+    INFO(cfg.arch << " " << cfg.depth);
+    torch::manual_seed(1);
+    auto model = test::make_model(cfg);
+    CHECK(model->gates_units());
+    model->eval();
+    torch::NoGradGuard ng;
+    const bool tokens = model->input_kind() == models::InputKind::Tokens;
+    const auto x = tokens ? torch::randint(0, cfg.vocab_size, {2, 8})
+                          : torch::randn({2, cfg.in_channels, cfg.arch == "vit" ? cfg.image_size : 32,
+                                          cfg.arch == "vit" ? cfg.image_size : 32});
+    const auto plain = model->forward(x);
+    PoisoningGate gate(*model);
+    model->set_unit_gate(&gate);
+    const auto gated = model->forward(x);
+    model->set_unit_gate(nullptr);
+    CHECK(torch::equal(plain, gated));
+    const size_t n = model->units().size();
+    REQUIRE(gate.calls.size() == 2 * n);  // each unit entered and left once
+    CHECK(gate.calls.front() == "enter 0");
+    for (size_t u = 0; u < n; ++u) {
+      const auto e = std::find(gate.calls.begin(), gate.calls.end(), "enter " + std::to_string(u));
+      const auto l = std::find(gate.calls.begin(), gate.calls.end(), "leave " + std::to_string(u));
+      CHECK(e < l);
+    }
   }
 }
