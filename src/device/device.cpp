@@ -7,6 +7,9 @@
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <unistd.h>
+
+#include <cstdio>
 #endif
 
 #include <algorithm>
@@ -54,6 +57,24 @@ std::string cpu_math_summary() {
     s << ", " << std::string(k).substr(0, std::string(k).find_first_of("=:")) << " " << cfg.substr(p, e - p);
   }
   return s.str();
+}
+
+int64_t release_free_host_memory() {
+#if defined(__GLIBC__)
+  auto rss = [] {
+    long pages = 0, resident = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+      std::fclose(f);
+    }
+    return static_cast<int64_t>(resident) * static_cast<int64_t>(::sysconf(_SC_PAGESIZE));
+  };
+  const int64_t before = rss();
+  ::malloc_trim(0);
+  return std::max<int64_t>(0, before - rss());
+#else
+  return 0;
+#endif
 }
 
 std::string keep_host_memory_for_reuse() {

@@ -329,14 +329,24 @@ void DistContext::broadcast_module(torch::nn::Module& m) {
   std::vector<torch::Tensor> tensors;
   for (auto& p : m.parameters()) tensors.push_back(p);
   for (auto& b : m.buffers()) tensors.push_back(b);
+  // at most kChunkBytes per broadcast: one flat copy of a whole large model would double its
+  // memory at start-up
+  constexpr int64_t kChunkBytes = 64 << 20;
   std::vector<std::pair<std::string, std::vector<torch::Tensor>>> groups;
-  std::map<std::string, size_t> index;
+  std::map<std::string, size_t> index;  // the open chunk of each (dtype, device)
+  std::map<std::string, int64_t> filled;
   for (auto& t : tensors) {
     if (!t.defined() || t.numel() == 0) continue;
     std::string key = std::string(c10::toString(t.scalar_type())) + "@" + t.device().str();
-    auto [it, fresh] = index.emplace(key, groups.size());
-    if (fresh) groups.push_back({key, {}});
-    groups[it->second].second.push_back(t);
+    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    auto it = index.find(key);
+    if (it == index.end() || (filled[key] > 0 && filled[key] + bytes > kChunkBytes)) {
+      index[key] = groups.size();
+      groups.push_back({key, {}});
+      filled[key] = 0;
+    }
+    groups[index[key]].second.push_back(t);
+    filled[key] += bytes;
   }
   for (auto& [key, group] : groups) {
     std::vector<torch::Tensor> flat_parts;

@@ -10,21 +10,70 @@
 // check stays quiet (a tensor.copy_ would bump it and fail the backward). Nothing reads a unit's
 // parameters after all of its gradients are accumulated: every node that reads a parameter also
 // sends a gradient to it, and AccumulateGrad runs only once all of them have.
+#include <c10/core/impl/alloc_cpu.h>
+
 #include <algorithm>
 #include <string>
 
 #include "dist/shard_sync.hpp"
 
 namespace trainer::dist {
+
+// A block handed out by the pool; its DataPtr's context. The pool stays alive while a block is out.
+struct UnitBufferPool::Block {
+  std::shared_ptr<UnitBufferPool> pool;
+  void* ptr = nullptr;
+  size_t bytes = 0;
+};
+
+UnitBufferPool::~UnitBufferPool() {
+  for (auto& [bytes, ptr] : free_) c10::free_cpu(ptr);
+}
+
+at::DataPtr UnitBufferPool::take(const std::shared_ptr<UnitBufferPool>& pool, size_t bytes) {
+  void* ptr = nullptr;
+  {
+    std::lock_guard<std::mutex> lk(pool->mu_);
+    auto it = pool->free_.find(bytes);
+    if (it != pool->free_.end()) {
+      ptr = it->second;
+      pool->free_.erase(it);
+    }
+  }
+  if (!ptr) ptr = c10::alloc_cpu(bytes);
+  auto* block = new Block{pool, ptr, bytes};
+  return at::DataPtr(ptr, block, &UnitBufferPool::give_back, at::Device(at::kCPU));
+}
+
+torch::Tensor UnitBufferPool::zeros(const std::shared_ptr<UnitBufferPool>& pool, int64_t n,
+                                    const torch::TensorOptions& o) {
+  if (!o.device().is_cpu()) return torch::zeros({n}, o);
+  const size_t bytes = static_cast<size_t>(n) * c10::elementSize(c10::typeMetaToScalarType(o.dtype()));
+  c10::Storage storage(c10::Storage::use_byte_size_t(), bytes, take(pool, bytes), /*allocator=*/nullptr,
+                       /*resizable=*/false);
+  return torch::empty({0}, o).set_(storage, 0, {n}, {1}).zero_();
+}
+
+void UnitBufferPool::give_back(void* ctx) {
+  std::unique_ptr<Block> block(static_cast<Block*>(ctx));
+  std::lock_guard<std::mutex> lk(block->pool->mu_);
+  block->pool->free_.emplace(block->bytes, block->ptr);
+}
+
 namespace {
 
-// Gives `flat`'s storage `nbytes` of fresh memory (its contents undefined), or none for 0. The
-// storage's own allocator: on CUDA the caching allocator of the current stream, on CPU the host one.
-void set_storage_bytes(const torch::Tensor& flat, size_t nbytes) {
+// Gives `flat`'s storage `nbytes` of fresh memory (its contents undefined), or none for 0. On CUDA
+// the caching allocator of the current stream; on CPU the pool's, which hands the same blocks out
+// again: malloc would return a freed unit of tens of MB to its heap, where the step's other
+// allocations fragment it, and the resident set grew by a few units' worth every step (measured:
+// docs/PERFORMANCE.md).
+void set_storage_bytes(const torch::Tensor& flat, size_t nbytes, const std::shared_ptr<UnitBufferPool>& pool) {
   auto* impl = flat.storage().unsafeGetStorageImpl();
   if (impl->nbytes() == nbytes) return;
   if (nbytes == 0)
     impl->set_data_ptr_noswap(at::DataPtr(nullptr, impl->device()));
+  else if (impl->device().is_cpu())
+    impl->set_data_ptr_noswap(UnitBufferPool::take(pool, nbytes));
   else
     impl->set_data_ptr_noswap(impl->allocator()->allocate(nbytes));
   impl->set_nbytes(nbytes);
@@ -39,7 +88,7 @@ int64_t ShardSync::unit_bucket(size_t unit) const {
 void ShardSync::gather_async(size_t bi) {
   auto& b = buckets_[bi];
   if (b.state != ShardBucket::State::Freed) return;
-  set_storage_bytes(b.flat_param, static_cast<size_t>(b.padded) * b.flat_param.element_size());
+  set_storage_bytes(b.flat_param, static_cast<size_t>(b.padded) * b.flat_param.element_size(), pool_);
   now_.bytes += static_cast<int64_t>(b.flat_param.nbytes());
   now_.units += 1;
   peak_.bytes = std::max(peak_.bytes, now_.bytes);
@@ -68,7 +117,7 @@ void ShardSync::free_params(size_t bi) {
     now_.bytes -= static_cast<int64_t>(b.flat_param.nbytes());
     now_.units -= 1;
   }
-  set_storage_bytes(b.flat_param, 0);
+  set_storage_bytes(b.flat_param, 0, pool_);
   b.state = ShardBucket::State::Freed;
 }
 
@@ -81,7 +130,7 @@ void ShardSync::launch_full(size_t bi) {
   torch::NoGradGuard no_grad;
   for (size_t j = 0; j <= bi; ++j) settle(buckets_[j]);
   auto& b = buckets_[bi];
-  b.flat_grad = torch::zeros({b.padded}, b.flat_param.options());
+  b.flat_grad = UnitBufferPool::zeros(pool_, b.padded, b.flat_param.options());
   for (size_t j = 0; j < b.params.size(); ++j) {
     auto& p = params_[b.params[j]];
     auto slot = b.flat_grad.as_strided(p.sizes(), p.strides(), b.offsets[j]);

@@ -128,8 +128,13 @@ void ShardSync::allocate() {
       h = layout_fnv1a(h, p.numel());
       h = layout_fnv1a(h, static_cast<int64_t>(p.scalar_type()));
     }
-    // full: the rank's own chunk is the parameters' home; the full buffer is a gather target
-    if (mode_ == Grads::Full) b.shard_param = b.flat_param.narrow(0, lo, b.chunk).clone();
+    // full: the rank's own chunk is the parameters' home; the full buffer is a gather target, freed
+    // at once (one unit at a time, not the whole model, is built whole at start-up)
+    if (mode_ == Grads::Full) {
+      b.shard_param = b.flat_param.narrow(0, lo, b.chunk).clone();
+      now_.bytes += b.flat_param.nbytes(), now_.units += 1;
+      free_params(bi);
+    }
   }
   for (auto& pc : pieces_) {
     const auto& b = buckets_[pc.bucket];
@@ -138,8 +143,6 @@ void ShardSync::allocate() {
   }
   if (mode_ == Grads::Full) {
     h = layout_fnv1a(h, 3);
-    for (const auto& b : buckets_) now_.bytes += b.flat_param.nbytes(), now_.units += 1;  // built whole
-    for (size_t bi = 0; bi < buckets_.size(); ++bi) free_params(bi);
   }
   layout_hash_ = h;
 }

@@ -35,6 +35,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -69,6 +70,22 @@ struct OwnedPiece {
   int64_t begin = 0, len = 0;
   int64_t chunk_offset = 0;  // where the piece starts in the bucket's owned chunk
   torch::Tensor value;       // (len) view into the bucket's flat_param: what the optimizer steps
+};
+
+// dist.sharding full on CPU: the memory of gathered units, kept for the next gather of a unit of the
+// same size instead of going back to malloc (shard_gather.cpp says why).
+class UnitBufferPool {
+ public:
+  ~UnitBufferPool();
+  static at::DataPtr take(const std::shared_ptr<UnitBufferPool>& pool, size_t bytes);
+  // A zero tensor of `n` elements whose memory comes from the pool on CPU (elsewhere torch::zeros).
+  static torch::Tensor zeros(const std::shared_ptr<UnitBufferPool>& pool, int64_t n, const torch::TensorOptions& o);
+
+ private:
+  struct Block;
+  static void give_back(void* ctx);
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;
 };
 
 class ShardSync {
@@ -148,6 +165,7 @@ class ShardSync {
   std::vector<size_t> leave_order_;    // full: units left this forward with a backward to come
   int hold_depth_ = 0;                 // full: gather_all calls not yet released
   GatherPeak now_, peak_;              // full: gathered now, and the most since reset_peak
+  std::shared_ptr<UnitBufferPool> pool_ = std::make_shared<UnitBufferPool>();
   uint64_t layout_hash_ = 0;
   std::mutex mu_;
 };

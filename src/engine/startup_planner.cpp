@@ -182,6 +182,11 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
                bytes_text(probe.per_sample()), chosen, probe.how, probe.b1, probe.b2);
 }
 
+void StartupPlanner::release_startup_memory() {
+  if (const int64_t freed = device::release_free_host_memory(); freed > 0)
+    spdlog::debug("host memory: start-up left {} free in malloc's heaps; handed back to the kernel",
+                  bytes_text(static_cast<double>(freed)));
+}
 
 ProcessSetup configure_process(const config::RunConfig& cfg, const dist::LaunchEnv& env) {
   if (cfg.train.reuse_host_memory) {

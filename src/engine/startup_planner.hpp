@@ -41,6 +41,8 @@ class StartupPlanner {
   // the same on every rank (the smallest choice wins); grad_accum follows, so
   // train.global_batch_size is kept. The probe runs on a separate model and restores the generators.
   void choose_micro_batch(const data::Dataset& train_set);
+  // The end of start-up: the memory it freed goes back to the kernel (device::release_free_host_memory).
+  void release_startup_memory();
 
  private:
   std::filesystem::path autotune_file() const { return root_ / "autotune.json"; }

@@ -112,6 +112,7 @@ class Trainer {
 
     log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, env_.rank == 0, dir_, total_steps_));
 
+    planner.release_startup_memory();
     log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
                            train_loader_->batches_per_epoch()});
   }
