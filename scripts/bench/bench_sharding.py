@@ -102,8 +102,11 @@ def run_fsdp2(world, work, steps, batch, warmup):
            "--model", json.dumps(MODEL), "--init", init, "--tokens", tokens]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    with open(os.path.join(work, f"fsdp2-w{world}.log"), "w") as f:
+        f.write(p.stdout)
     if p.returncode != 0:
-        return {"error": p.stdout.strip().splitlines()[-1] if p.stdout.strip() else f"exit {p.returncode}"}
+        errors = [l for l in p.stdout.splitlines() if "Error" in l or "error:" in l]
+        return {"error": (errors[-1] if errors else f"exit {p.returncode}") + f" (see {work}/fsdp2-w{world}.log)"}
     with open(out) as f:
         return json.load(f)
 

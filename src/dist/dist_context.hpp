@@ -7,7 +7,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -104,8 +106,11 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // Growing back. A replacement rank (LaunchEnv::join_incarnation) starts as a world of one with no
   // process group; join() then announces it and waits until the group admits it (at one of the
   // group's step boundaries), and makes it a member of the new generation.
+  // nullopt: the group finished (mark_finished) or `give_up` said so (a stop signal) before it
+  // admitted this rank.
   bool joining() const { return joining_; }
-  Regrouped join();
+  std::optional<Regrouped> join(const std::function<bool()>& give_up);
+  void mark_finished();  // the run is over: a replacement still waiting to join ends too
   // Rank 0 (any rank may call it; only rank 0 acts): when replacements wait, proposes the next
   // generation with them and returns true. The members then agree on it (an any-flag) and grow().
   bool propose_growth();

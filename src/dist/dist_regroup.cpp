@@ -203,7 +203,11 @@ std::vector<std::pair<int64_t, std::string>> waiting_joiners(c10d::Store& store,
 }
 }  // namespace
 
-DistContext::Regrouped DistContext::join() {
+void DistContext::mark_finished() {
+  if (recovery() && !joining_) impl_->store->set(impl_->rec.prefix + "finished", bytes_of("1"));
+}
+
+std::optional<DistContext::Regrouped> DistContext::join(const std::function<bool()>& give_up) {
   auto& rec = impl_->rec;
   auto& store = *impl_->store;
   const std::string entry = std::to_string(rec.id) + "@" + std::to_string(join_incarnation_);
@@ -216,6 +220,7 @@ DistContext::Regrouped DistContext::join() {
       store.wait({admitted}, std::chrono::milliseconds(500));
       break;
     } catch (const std::exception&) {
+      if (store.check({rec.prefix + "finished"}) || give_up()) return std::nullopt;
       if (SteadyClock::now() >= until)
         throw DistError("member " + std::to_string(rec.id) + ": the running group did not admit this replacement "
                         "within dist.timeout_s=" + std::to_string(timeout_s_) + " s");

@@ -54,12 +54,10 @@ class Trainer {
 
   int run() {
     setup();
-    if (dist_->joining())
-      join_running_group();  // a replacement rank: the state comes from the group
-    else
-      resume();
+    if (!dist_->joining()) resume();
     install_stop_handlers();
-    int rc = train_loop();
+    // a replacement rank joins the running group (its state comes from rank 0), unless the run ends first
+    const int rc = dist_->joining() && !join_running_group() ? kExitOk : train_loop();
     // after a stop signal's checkpoint the process is on its way out: more signals of the same burst
     // (schedulers repeat SIGTERM) must not kill it between the saved checkpoint and exit 75, so the
     // handlers stay (found by the SIGTERM-burst test once saves got faster); otherwise the previous
@@ -152,15 +150,16 @@ class Trainer {
   }
   // A replacement rank (TRAINER_JOIN, from `trainer launch`): joins the running group and takes
   // rank 0's state from the process group, not from a checkpoint.
-  void join_running_group() {
+  bool join_running_group() {
     make_checkpoint_manager();
-    const auto g = dist_->join();
+    const auto joined = dist_->join([] { return stop_requested(); });
+    if (!joined) return log_not_joined(), false;
     const auto shared = share_run_state(*dist_, cfg_, config_hash_, objects(), {}, 0, /*restore=*/true);
     start_step_ = samples_from_step_ = shared.pos.step;
     clock_offset_s_ = shared.pos.time_s;
     rebuild_world(start_step_, shared.grad_accum, shared.pos.loader);
-    log_grown(g, dist_->member_id(), start_step_, cfg_.train, /*joined=*/true);
-    joined_ = true;
+    log_grown(*joined, dist_->member_id(), start_step_, cfg_.train, /*joined=*/true);
+    return joined_ = true;
   }
   // What depends on the world size, rebuilt for the current group: the strategy (whose prepare also
   // checks that every rank holds the same weights), the loader at the same global position
@@ -311,11 +310,11 @@ class Trainer {
   bool stop_agreed(int64_t step, bool log_step) {
     const bool check = log_step || step % kStopCheckEvery == 0;
     if (!dist_->active()) {  // one process: every step, for free (a regrouped one still admits replacements)
-      grow_pending_ = check && dist_->propose_growth();
+      grow_pending_ = check && !step_is_final(step) && dist_->propose_growth();
       return stop_requested();
     }
     if (!check) return false;
-    const auto flags = dist_->any_of({stop_requested(), dist_->propose_growth()});
+    const auto flags = dist_->any_of({stop_requested(), !step_is_final(step) && dist_->propose_growth()});
     grow_pending_ = flags[1];
     return flags[0];
   }
@@ -419,6 +418,7 @@ class Trainer {
     if (!evaluated_last) evaluate_and_record(step);
     if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
     dist_->barrier();
+    dist_->mark_finished();
     write_summary(step, stop_reason);
     return kExitOk;
   }

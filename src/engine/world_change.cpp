@@ -92,6 +92,10 @@ void log_grown(const dist::DistContext::Regrouped& g, int64_t member, int64_t co
                t.batch_size * t.grad_accum * g.world);
 }
 
+void log_not_joined() {
+  spdlog::info("in-process recovery: the run ended (finished or stopped) before this replacement could join it");
+}
+
 void log_first_step_after_regroup(const RegroupPlan& plan, int64_t step) {
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - plan.failure_seen).count();
   spdlog::info("in-process recovery: step {} done at world size {}, {:.3f} s after the failure was seen (unix time "

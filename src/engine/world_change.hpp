@@ -47,6 +47,9 @@ RegroupPlan regroup_survivors(dist::DistContext& dist, const config::TrainConfig
 void log_grown(const dist::DistContext::Regrouped& g, int64_t member, int64_t committed_steps,
                const config::TrainConfig& t, bool joined);
 
+// A replacement that did not join: the run ended (finished or stopped) first.
+void log_not_joined();
+
 // The line logged when the first step at the new world size is done: how long recovery took.
 void log_first_step_after_regroup(const RegroupPlan& plan, int64_t step);
 

@@ -353,3 +353,21 @@ TEST_CASE("in-process recovery: a host lost and started again with --join grows 
   CHECK(records(run, "summary").at(0).at("attempts") == 1);
   CHECK(records(run, "summary").at(0).at("world_size") == 4);
 }
+
+// A replacement that comes too late: the group finishes before it could join. The replacement ends
+// at once (exit 0) instead of waiting dist.timeout_s, and so does the launcher.
+TEST_CASE("in-process recovery: a replacement started as the run ends exits at once", "[dist][e2e]") {
+  auto dir = test::scratch_dir("recovery_late");
+  const auto cfg = recovery_config(dir, /*timeout_s=*/120);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = test::run_shell("TRAINER_INJECT_KILL=2:vote:" + std::to_string(kRecoverySteps - 1) + " " +
+                           launch(4, cfg, dir / "out", "", " --max-restarts 1"));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("launch: starting a replacement for rank 2 (1 of 1)") != std::string::npos);
+  CHECK(test::read_file(dir / "out/tiny/logs/rank2.log")
+            .find("the run ended (finished or stopped) before this replacement could join it") != std::string::npos);
+  CHECK(s < 60);  // not dist.timeout_s (120 s) of waiting
+  CHECK(records(dir / "out/tiny", "train").size() == static_cast<size_t>(kRecoverySteps));
+}
