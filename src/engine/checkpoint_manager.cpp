@@ -58,6 +58,12 @@ CheckpointManager::CheckpointManager(const config::RunConfig& cfg, const dist::L
     : cfg_(cfg), env_(env), dist_(dist), dir_(checkpoint_dir(cfg, run_root)), objs_(objs),
       position_(std::move(position)) {}
 
+void CheckpointManager::become_writer() {
+  if (env_.rank == 0 && !store_)
+    store_ = std::make_unique<io::CheckpointStore>(
+        dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
+}
+
 std::optional<Resumed> CheckpointManager::resume(const std::string& mode) {
   if (env_.rank == 0)
     store_ = std::make_unique<io::CheckpointStore>(

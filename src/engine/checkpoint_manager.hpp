@@ -70,8 +70,11 @@ class CheckpointManager {
   // checkpoint.requeue under SLURM: `scontrol requeue` this job (rank 0) before exiting 75.
   void requeue_if_asked() const;
 
-  // After an in-process regroup: the strategy the saves ask for their shard layout.
+  // After an in-process regroup: the strategy the saves ask for their shard layout; and, on the
+  // rank that became rank 0, the store it now writes (opening it clears the lost rank 0's
+  // unfinished saves).
   void set_parallel(const DataParallel* parallel) { objs_.parallel = parallel; }
+  void become_writer();
 
  private:
   std::optional<Resumed> resume_newest();

@@ -138,6 +138,11 @@ class Trainer {
   void regroup(const std::string& why, int64_t step, bool step_done) {
     regroup_ = regroup_survivors(*dist_, cfg_.train, samples_per_step_, step, why);
     rebuild_world(step, regroup_->grad_accum, step_done ? train_loader_->state() : loader_at_step_start_);
+    if (regroup_->group.old_rank != 0 && env_.rank == 0) {  // rank 0 was lost: this rank writes now
+      log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
+      log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
+      ckpt_->become_writer();
+    }
   }
   // Every rank agreed at this step boundary to admit the replacements that wait (stop_agreed).
   void grow(int64_t step) {
@@ -220,19 +225,13 @@ class Trainer {
       times = IntervalTimes{};
       return;
     }
-    obs::TrainRecord r;
-    r.step = step;
-    r.epoch = epochs_done();
-    r.time_s = clock_s();
-    r.samples = samples_at(step);
-    r.world_size = last_step_world_;  // a record redone after a regroup: the world that ran the step
     const double local_loss =
         steps_->loss_sum().item<double>() / static_cast<double>(steps_->loss_count());  // the log step's host sync
-    r.loss = local_loss;
-    r.loss = dist_->all_reduce_mean(r.loss);
+    obs::TrainRecord r{.step = step, .epoch = epochs_done(), .time_s = clock_s(), .samples = samples_at(step),
+                       .loss = dist_->all_reduce_mean(local_loss), .lr = schedule_->lr_at(step - 1)};
+    r.world_size = last_step_world_;  // a record redone after a regroup: the world that ran the step
     if (!std::isfinite(r.loss) && !scaler_->enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
     resume_check_.compare(step, r.loss);
-    r.lr = schedule_->lr_at(step - 1);
     r.grad_norm = norm.item<double>();
     if (scaler_->enabled()) r.loss_scale = scaler_->state().scale;
     r.skipped_steps = steps_->skipped_steps();

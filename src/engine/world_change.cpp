@@ -63,11 +63,6 @@ RegroupPlan regroup_survivors(dist::DistContext& dist, const config::TrainConfig
     throw std::runtime_error(std::string("in-process recovery failed: ") + e.what());
   }
   const auto& g = plan.group;
-  for (int64_t id : g.lost)
-    if (id == 0)
-      throw std::runtime_error("in-process recovery: member 0 (rank 0 at start, which writes the logs and "
-                               "checkpoints) was lost; in-process recovery does not cover that: the survivors stop "
-                               "here, and `trainer launch --max-restarts` restarts the group from the newest checkpoint");
   const int64_t global = global_batch;
   plan.grad_accum = accumulation_for(global, t.batch_size, g.world, t.grad_accum);
   plan.global_batch_kept = t.batch_size * plan.grad_accum * g.world == global;

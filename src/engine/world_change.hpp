@@ -37,8 +37,7 @@ struct RegroupPlan {
 
 // Regroups the survivors (every rank's log says who was lost and what it continues as) and works out
 // the accumulation at the new world size. Throws std::runtime_error when the run cannot go on in
-// process: this rank was left out, or member 0 was lost (it writes the logs and checkpoints; the
-// survivors then stop and `trainer launch --max-restarts` restarts the group from a checkpoint).
+// process (this rank was left out, the survivors disagree, a second failure during the regroup).
 // `global_batch`: samples per step before the failure.
 RegroupPlan regroup_survivors(dist::DistContext& dist, const config::TrainConfig& t, int64_t global_batch,
                               int64_t committed_steps, const std::string& why);
