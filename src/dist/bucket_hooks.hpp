@@ -1,5 +1,5 @@
-// What GradSync (replicated DDP) and ShardSync (the sharded strategies) share: the per-parameter
-// hook that tells them a gradient is ready, and the check that every rank built the same bucket
+// What GradSync (replicated DDP) and ShardSync (the sharded strategies) share: the bucket plan, the
+// per-parameter hook that tells them a gradient is ready, and the check that every rank built the same bucket
 // layout (else the collectives pair up the wrong buffers, or hang).
 #pragma once
 
@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dist/dist_context.hpp"
 
@@ -26,6 +27,35 @@ class GradReadyHook : public torch::autograd::PostAccumulateGradHook {
   Sync* sync_;
   size_t index_;
 };
+
+// Packs `params` into buckets of about `bucket_mb`, in reverse registration order (roughly the order
+// backward produces their gradients), one dtype and device per bucket: each bucket's params
+// (indices), their element offsets and its numel; `bucket_of` maps a parameter to its bucket.
+template <class Bucket>
+void plan_reverse_buckets(const std::vector<torch::Tensor>& params, double bucket_mb, std::vector<Bucket>& buckets,
+                          std::vector<size_t>& bucket_of) {
+  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);  // bytes
+  bucket_of.assign(params.size(), 0);
+  int64_t bytes = 0;
+  for (size_t k = params.size(); k-- > 0;) {
+    const auto& p = params[k];
+    bool fresh = buckets.empty() || bytes >= cap;
+    if (!fresh) {  // one dtype and device per bucket buffer
+      const auto& first = params[buckets.back().params.front()];
+      fresh = first.scalar_type() != p.scalar_type() || first.device() != p.device();
+    }
+    if (fresh) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    auto& b = buckets.back();
+    b.params.push_back(k);
+    b.offsets.push_back(b.numel);
+    b.numel += p.numel();
+    bytes += p.numel() * static_cast<int64_t>(p.element_size());
+    bucket_of[k] = buckets.size() - 1;
+  }
+}
 
 // FNV-1a over the 8 bytes of `v`, for the layout hashes.
 inline uint64_t layout_fnv1a(uint64_t h, int64_t v) {

@@ -307,12 +307,7 @@ double DistContext::all_reduce_mean(double v) {
   return t.item<double>() / static_cast<double>(world_size_);
 }
 
-bool DistContext::any(bool flag) {
-  if (!active()) return flag;
-  auto t = torch::full({1}, flag ? 1 : 0, torch::TensorOptions().dtype(torch::kInt32).device(device_));
-  all_reduce_sum_async(t, "any")->wait();
-  return t.item<int32_t>() > 0;
-}
+bool DistContext::any(bool flag) { return any_of({flag})[0]; }
 
 void DistContext::barrier() {
   // an all-reduce of one element: works the same on Gloo and NCCL and carries a sequence number
@@ -352,19 +347,49 @@ void DistContext::broadcast_module(torch::nn::Module& m) {
     std::vector<torch::Tensor> flat_parts;
     for (auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
     auto flat = torch::cat(flat_parts);
-    if (flat.scalar_type() == torch::kBool) flat = flat.to(torch::kUInt8);  // Gloo has no bool reductions
-    OpInfo info{"broadcast", seq_++, step_.load(), "module state " + key};
-    std::vector<at::Tensor> v{flat};
-    c10d::BroadcastOptions o;
-    o.rootRank = 0;
-    auto work = impl_->launch(info, [&] { return impl_->backend->broadcast(v, o); });
-    impl_->wait(work, info);
+    broadcast_tensor(flat, "module state " + key);
     int64_t off = 0;
     for (auto& t : group) {
-      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));  // copy_ converts uint8 back to bool
+      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
       off += t.numel();
     }
   }
 }
+
+std::string DistContext::broadcast_text(const std::string& text, const std::string& what) {
+  if (!active()) return text;
+  auto len = torch::full({1}, static_cast<int64_t>(text.size()), torch::kInt64);
+  broadcast_tensor(len, what + " (length)");
+  auto bytes = torch::zeros({len.item<int64_t>()}, torch::kUInt8);
+  if (rank_ == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
+  broadcast_tensor(bytes, what);
+  return std::string(reinterpret_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
+}
+
+void DistContext::broadcast_tensor(torch::Tensor& t, const std::string& what) {
+  if (!active() || t.numel() == 0) return;
+  auto flat = t.to(device_).contiguous().reshape({-1});
+  if (flat.scalar_type() == torch::kBool) flat = flat.to(torch::kUInt8);  // Gloo has no bool reductions
+  OpInfo info{"broadcast", seq_++, step_.load(), what};
+  std::vector<at::Tensor> v{flat};
+  c10d::BroadcastOptions o;
+  o.rootRank = 0;
+  auto work = impl_->launch(info, [&] { return impl_->backend->broadcast(v, o); });
+  impl_->wait(work, info);
+  if (rank_ != 0) {
+    torch::NoGradGuard ng;
+    t.copy_(flat.view(t.sizes()));  // copy_ converts uint8 back to bool
+  }
+}
+
+std::vector<bool> DistContext::any_of(const std::vector<bool>& flags) {
+  if (!active()) return flags;
+  auto t = torch::tensor(std::vector<int32_t>(flags.begin(), flags.end()), torch::kInt32).to(device_);
+  all_reduce_sum_async(t, "any")->wait();
+  t = t.cpu();  // NCCL: wait() only orders streams; the host syncs here
+  const auto* sums = t.data_ptr<int32_t>();
+  return std::vector<bool>(sums, sums + t.numel());
+}
+
 
 }  // namespace trainer::dist

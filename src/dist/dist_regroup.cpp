@@ -6,7 +6,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
 #include <algorithm>
-#include <cstring>
+#include <functional>
 #include <cstdlib>
 #include <sstream>
 
@@ -40,23 +40,22 @@ std::vector<int64_t> parse_ids(const std::string& s) {
   return out;
 }
 
-// Waits for `key` in slices, so that a failure notice (gen_<g>/abort) is seen while waiting. Returns
-// true when the key is there, false when the abort notice came first, and throws DistError after
-// `limit_s`.
-bool wait_key(c10d::Store& store, const RecoveryState& rec, const std::string& key, double limit_s,
-              const std::string& what) {
+// Waits for `key` in slices of `slice`, asking `give_up` between them (a failure notice, the end of
+// the run). True once the key is there (also when it came just before the reason to give up), false
+// when `give_up` said so first; DistError naming `what` after `limit_s`.
+bool wait_key(c10d::Store& store, const std::string& key, std::chrono::milliseconds slice, double limit_s,
+              const std::function<bool()>& give_up, const std::string& what) {
   const auto until = SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(limit_s * 1000));
   for (;;) {
     try {
-      store.wait({key}, kPollSlice);
+      store.wait({key}, slice);
       return true;
     } catch (const std::exception&) {
-      // a slice without the key: look for the failure notice, then wait again
+      // a slice without the key
     }
-    if (rec.abort_seen(store)) return store.check({key});  // the key may have come just before the notice
+    if (give_up()) return store.check({key});
     if (SteadyClock::now() >= until)
-      throw DistError("rank " + std::to_string(rec.id) + ": " + what + " did not finish within dist.timeout_s=" +
-                      std::to_string(limit_s) + " s");
+      throw DistError(what + " within dist.timeout_s=" + std::to_string(limit_s) + " s");
   }
 }
 
@@ -126,7 +125,9 @@ void DistContext::commit_step(int64_t step) {
   const std::string key = rec.gen_key("step_" + std::to_string(step));
   if (store.add(key + "/ok", 1) == world_size_) store.set(key + "/go", bytes_of("1"));
   if (rec.generation == 0 && impl_->kill.vote_step == step + 1) impl_->die("the commit vote of step", step + 1);
-  if (!wait_key(store, rec, key + "/go", timeout_s_, "the commit vote of step " + std::to_string(step + 1)))
+  if (!wait_key(store, key + "/go", kPollSlice, timeout_s_, [&] { return rec.abort_seen(store); },
+                "rank " + std::to_string(rec.id) + ": the commit vote of step " + std::to_string(step + 1) +
+                    " did not finish"))
     throw DistError("rank " + std::to_string(rank_) + ": step " + std::to_string(step + 1) +
                     " abandoned before its optimizer step: a peer failed (" + rec.abort_reason(store) + ")");
 }
@@ -214,18 +215,10 @@ std::optional<DistContext::Regrouped> DistContext::join(const std::function<bool
   store.append(rec.prefix + "join_list", bytes_of(entry + ","));
   // the group admits joiners at its stop checks (every few steps); it may be busy evaluating or saving
   const std::string admitted = rec.prefix + "join/" + entry + "/admitted";
-  const auto until = SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
-  for (;;) {
-    try {
-      store.wait({admitted}, std::chrono::milliseconds(500));
-      break;
-    } catch (const std::exception&) {
-      if (store.check({rec.prefix + "finished"}) || give_up()) return std::nullopt;
-      if (SteadyClock::now() >= until)
-        throw DistError("member " + std::to_string(rec.id) + ": the running group did not admit this replacement "
-                        "within dist.timeout_s=" + std::to_string(timeout_s_) + " s");
-    }
-  }
+  const auto run_over = [&] { return store.check({rec.prefix + "finished"}) || give_up(); };
+  if (!wait_key(store, admitted, std::chrono::milliseconds(500), timeout_s_, run_over,
+                "member " + std::to_string(rec.id) + ": the running group did not admit this replacement"))
+    return std::nullopt;
   const int64_t generation = std::stoll(text_of(store.get(admitted)));  // the one it joins
   rec.generation = generation - 1;
   const auto members = parse_ids(text_of(store.get(rec.gen_key("next"))));
@@ -269,44 +262,6 @@ DistContext::Regrouped DistContext::grow() {
   out.rank = rank_;
   out.world = world_size_;
   out.generation = rec.generation;
-  return out;
-}
-
-std::string DistContext::broadcast_text(const std::string& text, const std::string& what) {
-  if (!active()) return text;
-  auto len = torch::full({1}, static_cast<int64_t>(text.size()), torch::kInt64);
-  broadcast_tensor(len, what + " (length)");
-  auto bytes = torch::zeros({len.item<int64_t>()}, torch::kUInt8);
-  if (rank_ == 0) std::memcpy(bytes.data_ptr(), text.data(), text.size());
-  broadcast_tensor(bytes, what);
-  return std::string(reinterpret_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
-}
-
-void DistContext::broadcast_tensor(torch::Tensor& t, const std::string& what) {
-  if (!active() || t.numel() == 0) return;
-  auto flat = t.to(device_).contiguous().reshape({-1});
-  if (flat.scalar_type() == torch::kBool) flat = flat.to(torch::kUInt8);
-  OpInfo info{"broadcast", seq_++, step_.load(), what};
-  std::vector<at::Tensor> v{flat};
-  c10d::BroadcastOptions o;
-  o.rootRank = 0;
-  auto work = impl_->launch(info, [&] { return impl_->backend->broadcast(v, o); });
-  impl_->wait(work, info);
-  if (rank_ != 0) {
-    torch::NoGradGuard ng;
-    t.copy_(flat.view(t.sizes()));
-  }
-}
-
-std::vector<bool> DistContext::any_of(const std::vector<bool>& flags) {
-  if (!active()) return flags;
-  auto t = torch::zeros({static_cast<int64_t>(flags.size())}, torch::kInt32);
-  for (size_t i = 0; i < flags.size(); ++i) t[static_cast<int64_t>(i)] = flags[i] ? 1 : 0;
-  t = t.to(device_);
-  all_reduce_sum_async(t, "any")->wait();
-  t = t.cpu();
-  std::vector<bool> out;
-  for (int64_t i = 0; i < t.numel(); ++i) out.push_back(t[i].item<int32_t>() > 0);
   return out;
 }
 

@@ -37,28 +37,8 @@ GradSync::~GradSync() {
 }
 
 void GradSync::build_buckets(double bucket_mb) {
-  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);  // bytes
-  bucket_of_.assign(params_.size(), 0);
+  plan_reverse_buckets(params_, bucket_mb, buckets_, bucket_of_);
   ready_.assign(params_.size(), false);
-  int64_t bytes = 0;
-  for (size_t k = params_.size(); k-- > 0;) {  // reverse registration order
-    const auto& p = params_[k];
-    bool new_bucket = buckets_.empty() || bytes >= cap;
-    if (!new_bucket) {  // one dtype and device per bucket buffer
-      const auto& first = params_[buckets_.back().params.front()];
-      new_bucket = first.scalar_type() != p.scalar_type() || first.device() != p.device();
-    }
-    if (new_bucket) {
-      buckets_.emplace_back();
-      bytes = 0;
-    }
-    auto& b = buckets_.back();
-    b.params.push_back(k);
-    b.offsets.push_back(b.numel);
-    b.numel += p.numel();
-    bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    bucket_of_[k] = buckets_.size() - 1;
-  }
   uint64_t h = 1469598103934665603ull;
   h = layout_fnv1a(h, static_cast<int64_t>(buckets_.size()));
   for (auto& b : buckets_) {

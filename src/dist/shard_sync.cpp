@@ -51,28 +51,8 @@ ShardSync::~ShardSync() {
 }
 
 void ShardSync::build(double bucket_mb) {
-  const auto cap = static_cast<int64_t>(bucket_mb * 1024 * 1024);
-  bucket_of_.assign(params_.size(), 0);
+  plan_reverse_buckets(params_, bucket_mb, buckets_, bucket_of_);
   ready_.assign(params_.size(), false);
-  int64_t bytes = 0;
-  for (size_t k = params_.size(); k-- > 0;) {
-    const auto& p = params_[k];
-    bool fresh = buckets_.empty() || bytes >= cap;
-    if (!fresh) {
-      const auto& first = params_[buckets_.back().params.front()];
-      fresh = first.scalar_type() != p.scalar_type() || first.device() != p.device();
-    }
-    if (fresh) {
-      buckets_.emplace_back();
-      bytes = 0;
-    }
-    auto& b = buckets_.back();
-    b.params.push_back(k);
-    b.offsets.push_back(b.numel);
-    b.numel += p.numel();
-    bytes += p.numel() * static_cast<int64_t>(p.element_size());
-    bucket_of_[k] = buckets_.size() - 1;
-  }
 }
 
 // One bucket per unit with trainable parameters, the last unit first: backward finishes the units

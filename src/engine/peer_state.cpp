@@ -7,16 +7,18 @@ namespace trainer::engine {
 
 SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cfg, const std::string& hash,
                             const RunObjects& objs, const RunPosition& here, int64_t grad_accum, bool restore) {
-  io::CheckpointContent content;
+  std::vector<torch::Tensor> sent;  // rank 0: the tensors in the header's order
   nlohmann::json header;
   if (dist.rank() == 0) {
-    content = capture_checkpoint(cfg, objs, here);
+    const auto content = capture_checkpoint(cfg, objs, here);
     header["state"] = content.state;
     header["config_hash"] = hash;
     header["grad_accum"] = grad_accum;
     for (const auto& [group, tensors] : content.groups)
-      for (const auto& [name, t] : tensors)
+      for (const auto& [name, t] : tensors) {
         header["tensors"].push_back({group, name, static_cast<int>(t.scalar_type()), t.sizes().vec()});
+        sent.push_back(t.contiguous());
+      }
   }
   header = nlohmann::json::parse(dist.broadcast_text(header.dump(), "run state header"));
   if (header.at("config_hash") != hash)
@@ -25,16 +27,12 @@ SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cf
                           hash.substr(0, 12) + "): every rank must run the same config");
   io::CheckpointContent received;
   received.state = header.at("state");
-  std::map<std::string, size_t> next_in_group;
-  for (const auto& e : header.at("tensors")) {
+  for (size_t k = 0; k < header.at("tensors").size(); ++k) {
+    const auto& e = header.at("tensors").at(k);
     const auto group = e.at(0).get<std::string>(), name = e.at(1).get<std::string>();
-    torch::Tensor t;
-    if (dist.rank() == 0) {
-      t = content.groups.at(group).at(next_in_group[group]++).second.contiguous();
-    } else {
-      t = torch::empty(e.at(3).get<std::vector<int64_t>>(),
-                       torch::TensorOptions().dtype(static_cast<torch::ScalarType>(e.at(2).get<int>())));
-    }
+    auto t = dist.rank() == 0 ? sent[k]
+                              : torch::empty(e.at(3).get<std::vector<int64_t>>(),
+                                             torch::TensorOptions().dtype(static_cast<torch::ScalarType>(e.at(2).get<int>())));
     dist.broadcast_tensor(t, "run state " + group + "/" + name);
     if (restore) received.groups[group].push_back({name, t.cpu()});
   }

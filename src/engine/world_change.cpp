@@ -65,12 +65,12 @@ RegroupPlan regroup_survivors(dist::DistContext& dist, const config::TrainConfig
   const auto& g = plan.group;
   const int64_t global = global_batch;
   plan.grad_accum = accumulation_for(global, t.batch_size, g.world, t.grad_accum);
-  plan.global_batch_kept = t.batch_size * plan.grad_accum * g.world == global;
+  const bool kept = t.batch_size * plan.grad_accum * g.world == global;
   spdlog::warn("in-process recovery: {}; member {} (pid {}) continues as rank {} of {} (generation "
                "{}) at step {}, {} x {} accumulation x {} ranks = {} samples per step{}",
                g.lost.empty() ? "no member lost" : "lost member(s) " + ids_text(g.lost), dist.member_id(), ::getpid(), g.rank, g.world, g.generation, committed_steps + 1,
                t.batch_size, plan.grad_accum, g.world, t.batch_size * plan.grad_accum * g.world,
-               plan.global_batch_kept ? " (global batch kept)"
+               kept ? " (global batch kept)"
                                       : fmt::format(" (was {}: it does not divide by {} x {})", global, t.batch_size, g.world));
   return plan;
 }

@@ -31,7 +31,6 @@ int64_t steps_at_new_world_size(const config::TrainConfig& t, const RunPosition&
 struct RegroupPlan {
   dist::DistContext::Regrouped group;
   int64_t grad_accum = 1;
-  bool global_batch_kept = true;
   std::chrono::steady_clock::time_point failure_seen;
 };
 
