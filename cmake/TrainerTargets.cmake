@@ -30,11 +30,13 @@ if(TRAINER_PCH)
   target_precompile_headers(trainer_pch PRIVATE <torch/torch.h>)
 endif()
 
-# trainer_add_library(name folder): a static library of every .cpp in the folder. Files ending in
+# trainer_add_library(name folder): a static library of every .cpp in the folder and its sub-folders
+# (src/engine's rooms are one library: one set of unity batches, no link order between rooms; the
+# arrows test keeps their include order). Files ending in
 # _cuda.cpp build only against a CUDA LibTorch, files ending in _nocuda.cpp only against a CPU one:
 # the CUDA seam (src/device, src/dist) keeps #ifdefs out of the rest of the code.
 function(trainer_add_library name folder)
-  file(GLOB _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cpp)
+  file(GLOB_RECURSE _srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/${folder}/*.cpp)
   if(TRAINER_WITH_CUDA)
     list(FILTER _srcs EXCLUDE REGEX "_nocuda\\.cpp$")
   else()

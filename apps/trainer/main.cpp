@@ -9,12 +9,12 @@
 #include "config/load.hpp"
 #include "data/prepare_text.hpp"
 #include "dist/launcher.hpp"
-#include "engine/commands.hpp"
+#include "engine/commands/commands.hpp"
 #include "obs/report.hpp"
-#include "engine/eval_command.hpp"
-#include "engine/export.hpp"
-#include "engine/predict_command.hpp"
-#include "engine/stop_signal.hpp"
+#include "engine/commands/eval_command.hpp"
+#include "engine/commands/export.hpp"
+#include "engine/commands/predict_command.hpp"
+#include "engine/checkpoint/stop_signal.hpp"
 #include "models/builtin.hpp"
 
 namespace {

@@ -4,7 +4,7 @@
 
 #include "ckpt_test_util.hpp"
 #include "config/load.hpp"
-#include "engine/export.hpp"
+#include "engine/commands/export.hpp"
 #include "io/safetensors.hpp"
 #include "models/model.hpp"
 #include "test_util.hpp"

@@ -7,7 +7,7 @@
 #include <catch2/catch.hpp>
 #include <functional>
 
-#include "engine/stop_signal.hpp"
+#include "engine/checkpoint/stop_signal.hpp"
 
 using namespace trainer;
 

@@ -1,7 +1,7 @@
 // Optimizer and RNG state through named tensors: a restored optimizer continues bitwise like the original.
 #include <catch2/catch.hpp>
 
-#include "engine/train_state.hpp"
+#include "engine/optim/train_state.hpp"
 
 using namespace trainer;
 

@@ -2,9 +2,9 @@
 // batch of B, on the GPT model (the mean over the step's samples is the mean of micro-batch means).
 #include <catch2/catch.hpp>
 
-#include "engine/optim.hpp"
-#include "engine/train_step.hpp"
-#include "engine/trainer.hpp"
+#include "engine/optim/optim.hpp"
+#include "engine/step/train_step.hpp"
+#include "engine/loop/trainer.hpp"
 #include "models/model.hpp"
 
 using namespace trainer;

@@ -2,7 +2,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "engine/autotune.hpp"
+#include "engine/startup/autotune.hpp"
 #include "engine/memory_runs.hpp"
 #include "test_util.hpp"
 

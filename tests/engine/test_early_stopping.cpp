@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "engine/early_stopping.hpp"
+#include "engine/eval/early_stopping.hpp"
 
 using trainer::config::EarlyStoppingConfig;
 using trainer::engine::EarlyStopping;

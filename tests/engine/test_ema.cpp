@@ -5,7 +5,7 @@
 #include <string>
 
 #include "config/config.hpp"
-#include "engine/ema.hpp"
+#include "engine/step/ema.hpp"
 #include "io/safetensors.hpp"
 
 using namespace trainer;

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "engine/eval_metrics.hpp"
+#include "engine/eval/eval_metrics.hpp"
 
 using namespace trainer::engine;
 

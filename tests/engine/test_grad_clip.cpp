@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "engine/grad_clip.hpp"
+#include "engine/optim/grad_clip.hpp"
 
 using namespace trainer::engine;
 

@@ -8,10 +8,10 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "device/cuda_graph.hpp"
-#include "engine/graphed_step.hpp"
-#include "engine/grad_clip.hpp"
-#include "engine/optim.hpp"
-#include "engine/train_state.hpp"
+#include "engine/step/graphed_step.hpp"
+#include "engine/optim/grad_clip.hpp"
+#include "engine/optim/optim.hpp"
+#include "engine/optim/train_state.hpp"
 #include "skip.hpp"
 #include "test_util.hpp"
 

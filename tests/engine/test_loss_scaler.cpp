@@ -3,7 +3,7 @@
 
 #include <limits>
 
-#include "engine/loss_scaler.hpp"
+#include "engine/optim/loss_scaler.hpp"
 
 using namespace trainer::engine;
 

@@ -5,7 +5,7 @@
 
 #include <c10/core/CPUAllocator.h>
 
-#include "engine/memory_plan.hpp"
+#include "engine/startup/memory_plan.hpp"
 #include "models/model.hpp"
 #include "engine/memory_runs.hpp"
 #include "models/model_test_util.hpp"

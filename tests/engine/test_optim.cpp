@@ -1,8 +1,8 @@
 // Optimizer construction: decay groups, tied weights once, and the first update against hand values.
 #include <catch2/catch.hpp>
 
-#include "engine/optim.hpp"
-#include "engine/train_state.hpp"
+#include "engine/optim/optim.hpp"
+#include "engine/optim/train_state.hpp"
 
 #include <functional>
 

@@ -2,8 +2,8 @@
 // the learning rate each group steps with.
 #include <catch2/catch.hpp>
 
-#include "engine/optim.hpp"
-#include "engine/param_groups.hpp"
+#include "engine/optim/optim.hpp"
+#include "engine/optim/param_groups.hpp"
 #include "models/model.hpp"
 
 using namespace trainer;

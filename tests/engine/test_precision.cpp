@@ -2,7 +2,7 @@
 
 #include <ATen/autocast_mode.h>
 
-#include "engine/precision.hpp"
+#include "engine/optim/precision.hpp"
 
 using namespace trainer::engine;
 

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <map>
 
-#include "engine/batch_mix.hpp"
-#include "engine/precision.hpp"
-#include "engine/train_step.hpp"
+#include "engine/step/batch_mix.hpp"
+#include "engine/optim/precision.hpp"
+#include "engine/step/train_step.hpp"
 #include "io/safetensors.hpp"
 #include "test_util.hpp"
 

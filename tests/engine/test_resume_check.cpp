@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "engine/resume_check.hpp"
+#include "engine/checkpoint/resume_check.hpp"
 
 using trainer::engine::ResumeCheck;
 

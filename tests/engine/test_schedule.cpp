@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "engine/schedule.hpp"
+#include "engine/optim/schedule.hpp"
 
 using trainer::config::ScheduleConfig;
 using trainer::engine::LrSchedule;

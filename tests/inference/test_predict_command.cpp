@@ -8,7 +8,7 @@
 
 #include "../ckpt/ckpt_runs.hpp"
 #include "data/image_decode.hpp"
-#include "engine/generate.hpp"
+#include "engine/commands/generate.hpp"
 #include "inference_runs.hpp"
 #include "test_util.hpp"
 

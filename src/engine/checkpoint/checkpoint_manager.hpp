@@ -1,0 +1,98 @@
+// The checkpoint policy of a run, over engine/checkpointing (what a checkpoint holds) and
+// io::CheckpointStore (atomic, verified storage): which checkpoint a run resumes from, when a save
+// may fail and when it may not, `best`, rollback to the last good state, and SLURM requeue.
+//
+// Saves: rank 0 writes (parameters and optimizer state are replicated) and every rank learns the
+// outcome at the same step, so the ranks stop together. A periodic save that fails is tolerated up
+// to checkpoint.max_failures times in a row under on_error: warn; the final save and the save a
+// stop signal asked for are never optional. A save the policy cannot tolerate throws
+// CheckpointFailed (exit 74). Weights holding inf/NaN are never saved.
+//
+// Resume (--resume auto): the newest checkpoint that verifies and restores; a newer one that does not
+// is reported and skipped. When checkpoints exist but none can be used the run stops, listing each
+// one and why: starting over would bury them.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "config/config.hpp"
+#include "dist/dist_context.hpp"
+#include "dist/launch_env.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
+#include "io/checkpoint.hpp"
+
+namespace trainer::engine {
+
+// A save the policy does not allow to fail failed: the run ends with kExitCheckpointFailed.
+class CheckpointFailed : public std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+enum class SaveKind { Periodic, Final, Signal };
+
+struct Resumed {
+  std::filesystem::path from;
+  RunPosition pos;
+};
+
+class CheckpointManager {
+ public:
+  // `position(step)` gives the run's position at a save (loader state, clock).
+  CheckpointManager(const config::RunConfig& cfg, const dist::LaunchEnv& env, dist::DistContext* dist,
+                    const std::filesystem::path& run_root, RunObjects objs,
+                    std::function<RunPosition(int64_t)> position);
+
+  // --resume auto | never | PATH. Rank 0 opens the store first (it clears temporaries of dead saves).
+  // Every rank restores the same checkpoint (checked across ranks) into the run objects.
+  std::optional<Resumed> resume(const std::string& mode);
+
+  // Returns true when the checkpoint was written; false for a tolerated failure (warned).
+  bool save(int64_t step, SaveKind kind);
+
+  // checkpoint.save_best: the evaluation at `step` set a new best; its checkpoint becomes `best`.
+  void keep_best(int64_t step, bool saved_at_step);
+
+  // train.nonfinite: rollback. Restores the newest verified checkpoint older than `step` and returns
+  // its step; throws after train.max_nonfinite rollbacks to the same checkpoint.
+  int64_t roll_back(int64_t step);
+
+  // A stop signal: one checkpoint at this step boundary (every rank, then a barrier), requeue when
+  // asked, and the exit code 75 (a stop before the first step, `step == start_step`, has nothing new
+  // to save: the run resumes where it stands). A save that fails throws (exit 74) instead.
+  int stop_for_signal(int64_t step, int64_t start_step);
+
+  // checkpoint.requeue under SLURM: `scontrol requeue` this job (rank 0) before exiting 75.
+  void requeue_if_asked() const;
+
+  // After an in-process regroup: the strategy the saves ask for their shard layout; and, on the
+  // rank that became rank 0, the store it now writes (opening it clears the lost rank 0's
+  // unfinished saves).
+  void set_parallel(const DataParallel* parallel) { objs_.parallel = parallel; }
+  void become_writer();
+
+ private:
+  std::optional<Resumed> resume_newest();
+  std::string nonfinite_parameter() const;
+  // Sharded runs: every rank writes its optimizer shard next to the checkpoint folder, in parallel;
+  // returns rank 0's content with every rank's staged file to move in (undefined on other ranks),
+  // or the failure text (agreed: any rank's failure fails the save on all).
+  std::string stage_shards(int64_t step, std::map<std::string, std::filesystem::path>& staged);
+
+  const config::RunConfig& cfg_;
+  const dist::LaunchEnv& env_;
+  dist::DistContext* dist_;  // null or inactive for a single process
+  std::filesystem::path dir_;
+  RunObjects objs_;
+  std::function<RunPosition(int64_t)> position_;
+  std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
+  int64_t failed_in_row_ = 0;
+  int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;
+};
+
+}  // namespace trainer::engine

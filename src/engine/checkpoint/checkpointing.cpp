@@ -1,0 +1,133 @@
+#include "engine/checkpoint/checkpointing.hpp"
+
+#include <spdlog/spdlog.h>
+#include <torch/version.h>
+
+#include "config/load.hpp"
+#include "engine/parallel/sharded_checkpoint.hpp"
+#include "engine/optim/train_state.hpp"
+#include "io/safetensors.hpp"
+
+namespace trainer::engine {
+
+std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::filesystem::path& run_dir) {
+  return cfg.checkpoint.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(cfg.checkpoint.dir);
+}
+
+io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos) {
+  io::CheckpointContent c;
+  io::NamedTensors model_state;
+  for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
+  c.groups["model"] = std::move(model_state);
+  if (objs.parallel && objs.parallel->sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
+    c.state["optimizer_shards"] = objs.parallel->shard_layout(objs.model);
+  else
+    c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
+  c.groups["rng"] = rng_state_tensors(objs.device);
+  if (objs.ema) {
+    io::NamedTensors ema_state;
+    for (auto& [name, t] : io::named_state(objs.ema->model())) ema_state.emplace_back(name, t.detach().to(torch::kCPU));
+    c.groups["ema"] = std::move(ema_state);
+    c.state["ema"] = {{"decay", objs.ema->decay()}, {"every", objs.ema->config().every}};
+  }
+
+  auto& s = c.state;
+  s["step"] = pos.step;
+  s["loader"] = {{"epoch", pos.loader.epoch}, {"samples_consumed", pos.loader.samples_consumed}};
+  const auto scaler = objs.scaler.state();
+  s["loss_scaler"] = {{"scale", scaler.scale}, {"growth_tracker", scaler.growth_tracker}};
+  const auto& tr = objs.tracker;
+  s["best"] = {{"metric", tr.metric()},
+               {"value", tr.best() ? nlohmann::json(*tr.best()) : nlohmann::json(nullptr)},
+               {"step", tr.best_step()},
+               {"evals_without_improvement", tr.evals_without_improvement()}};
+  s["global_batch_size"] = cfg.train.global_batch_size;
+  s["world_size"] = pos.world_size;
+  s["time_s"] = pos.time_s;
+  s[io::kStateConfigYaml] = config::dump_yaml(cfg);
+  s[io::kStateConfigHash] = config::config_hash(cfg);
+  s["libtorch_version"] = TORCH_VERSION;
+  return c;
+}
+
+namespace {
+
+// The EMA weights of a checkpoint; one saved without them (EMA turned on for the resumed run) starts
+// the EMA from the restored weights, and says so.
+void restore_ema(const io::CheckpointContent& content, const std::filesystem::path& from, Ema& ema) {
+  auto it = content.groups.find("ema");
+  if (it == content.groups.end()) {
+    spdlog::warn("{}: no EMA weights in this checkpoint (saved without train.ema): the EMA starts from the "
+                 "restored weights",
+                 from.string());
+    ema.reset_from_live();
+    return;
+  }
+  io::SafetensorsFile f;
+  f.path = (from / "ema.safetensors").string();
+  f.tensors = it->second;
+  io::load_state_into(ema.model(), f, /*strict=*/true);
+}
+
+}  // namespace
+
+RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::filesystem::path& from,
+                               const config::RunConfig& cfg, const RunObjects& objs) {
+  auto group = [&](const std::string& name) -> const io::NamedTensors& {
+    auto it = content.groups.find(name);
+    if (it == content.groups.end())
+      throw io::CheckpointError(from.string() + ": no " + name + ".safetensors in this checkpoint");
+    return it->second;
+  };
+  const auto& s = content.state;
+  try {
+    // everything read first: a checkpoint that lacks a part fails before anything is loaded
+    for (const char* g : {"model", "rng"}) (void)group(g);
+    const auto optimizer = full_optimizer_state(content, from);  // assembled from the shards if sharded
+    RunPosition pos;
+    pos.step = s.at("step").get<int64_t>();
+    pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
+    pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
+    pos.world_size = s.value("world_size", int64_t{0});
+    pos.time_s = s.value("time_s", 0.0);
+    if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0)
+      throw io::CheckpointError((from / "state.json").string() + ": negative step or loader position");
+    if (auto folder_step = io::parse_step_dir_name(from.filename().string()); folder_step && *folder_step != pos.step)
+      throw io::CheckpointError((from / "state.json").string() + ": says step " + std::to_string(pos.step) +
+                                ", but the folder is " + from.filename().string());
+    LossScalerState sc;
+    sc.scale = s.at("loss_scaler").at("scale").get<double>();
+    sc.growth_tracker = s.at("loss_scaler").at("growth_tracker").get<int64_t>();
+    const auto& b = s.at("best");
+    std::optional<double> best;
+    if (!b.at("value").is_null()) best = b.at("value").get<double>();
+    const auto best_step = b.at("step").get<int64_t>();
+    const auto evals_without = b.at("evals_without_improvement").get<int64_t>();
+
+    io::SafetensorsFile weights;
+    weights.path = (from / "model.safetensors").string();
+    weights.tensors = group("model");
+    {
+      FullParams whole(objs.parallel, /*write=*/true);  // dist.sharding full: each rank keeps its slice
+      io::load_state_into(objs.model, weights, /*strict=*/true);
+    }
+    if (objs.parallel)
+      objs.parallel->load_optimizer(objs.optimizer, objs.model, optimizer);  // a sharded run takes its slices
+    else
+      load_optimizer_state(objs.optimizer, objs.model, optimizer);
+    restore_rng_state(group("rng"), objs.device);
+    if (objs.ema) restore_ema(content, from, *objs.ema);
+    objs.scaler.load_state(sc);
+    objs.tracker.restore(best, best_step, evals_without);
+    const std::string hash = s.value(io::kStateConfigHash, "");
+    if (hash != config::config_hash(cfg))
+      spdlog::warn("resuming from {} written with a different config (hash {} vs {}): the run continues with the "
+                   "current config",
+                   from.string(), hash.substr(0, 12), config::config_hash(cfg).substr(0, 12));
+    return pos;
+  } catch (const nlohmann::json::exception& e) {
+    throw io::CheckpointError((from / "state.json").string() + ": missing or malformed field: " + e.what());
+  }
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,56 @@
+// What a checkpoint of a training run holds, and the two directions: capture the live objects into
+// io::CheckpointContent, and restore them from one. The storage itself is io::CheckpointStore.
+//
+//   model.safetensors      io::named_state(model): torchvision / nanoGPT names (export reads it)
+//   optimizer.safetensors  per-parameter optimizer state (engine/train_state.hpp)
+//   rng.safetensors        CPU (and CUDA) generator states
+//   ema.safetensors        train.ema: the EMA weights, under the model's names (export --ema reads it)
+//   state.json             step, loader position, loss scaler, best metric, resolved config + hash
+#pragma once
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <string>
+
+#include "config/config.hpp"
+#include "data/loader.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "engine/eval/early_stopping.hpp"
+#include "engine/step/ema.hpp"
+#include "engine/optim/loss_scaler.hpp"
+#include "io/checkpoint.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+
+struct RunPosition {
+  int64_t step = 0;           // optimizer steps done
+  data::LoaderState loader;   // global position of the training loader after `step`
+  int64_t world_size = 1;     // ranks of the run that saved it (0: not recorded, an older checkpoint)
+  double time_s = 0;          // the run's training clock at `step`, over all attempts (0: not recorded)
+};
+
+struct RunObjects {
+  models::Model& model;
+  torch::optim::Optimizer& optimizer;
+  LossScaler& scaler;
+  EarlyStopping& tracker;
+  const torch::Device& device;
+  const DataParallel* parallel = nullptr;  // sharded: the optimizer state is this rank's shard
+  Ema* ema = nullptr;  // train.ema, when on
+};
+
+io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos);
+
+// Loads everything into `objs` and returns where the run stands. Throws io::CheckpointError /
+// std::runtime_error naming the checkpoint and what does not fit (another model, optimizer, a
+// state.json whose step is not its folder's). Every group and state field is checked to be there
+// before anything is loaded, so a checkpoint that lacks one leaves `objs` untouched.
+RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::filesystem::path& from,
+                               const config::RunConfig& cfg, const RunObjects& objs);
+
+// The checkpoint folder of a run: checkpoint.dir, or <run dir>/checkpoints.
+std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::filesystem::path& run_dir);
+
+}  // namespace trainer::engine

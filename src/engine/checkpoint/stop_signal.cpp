@@ -1,0 +1,87 @@
+#include "engine/checkpoint/stop_signal.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+namespace trainer::engine {
+namespace {
+
+// Lock-free atomics are async-signal-safe (a plain int would need volatile sig_atomic_t).
+std::atomic<int> g_signal{0};
+std::atomic<int> g_sigint_count{0};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+constexpr int kSignals[] = {SIGTERM, SIGUSR1, SIGINT, SIGHUP};
+constexpr int kCount = 4;
+struct sigaction g_previous[kCount];
+bool g_installed = false;
+
+// Only async-signal-safe calls in here: atomics, write(2), _exit(2).
+void on_stop_signal(int sig) {
+  if (sig == SIGINT && g_sigint_count.fetch_add(1) >= 1) {
+    constexpr char kMsg[] = "\ntrainer: second SIGINT, aborting without a checkpoint\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    ::_exit(128 + SIGINT);
+  }
+  int expected = 0;
+  if (g_signal.compare_exchange_strong(expected, sig)) {
+    // the signal's own name: a scheduler's SIGUSR1 or SIGTERM is no Ctrl-C to repeat
+    const char* msg = sig == SIGINT ? "\ntrainer: SIGINT received; saving a checkpoint at the next step boundary "
+                                      "(SIGINT again to abort at once)\n"
+                      : sig == SIGTERM ? "\ntrainer: SIGTERM received; saving a checkpoint at the next step boundary\n"
+                      : sig == SIGUSR1 ? "\ntrainer: SIGUSR1 received; saving a checkpoint at the next step boundary\n"
+                                       : "\ntrainer: SIGHUP received; saving a checkpoint at the next step boundary\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
+  }
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  if (g_installed) return;
+  struct sigaction sa;
+  std::memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // blocking reads resume; the flag is polled at the next step boundary
+  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
+  g_installed = true;
+  unblock_stop_signals();  // one that arrived while blocked (trainer launch's start-up) is delivered now
+}
+
+void unblock_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kSignals) sigaddset(&set, sig);
+  ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+void restore_stop_handlers() {
+  if (!g_installed) return;
+  for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
+  g_installed = false;
+}
+
+bool stop_requested() { return g_signal.load() != 0; }
+
+int stop_signal() { return g_signal.load(); }
+
+std::string stop_signal_name() {
+  switch (g_signal.load()) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case SIGINT: return "SIGINT";
+    case SIGHUP: return "SIGHUP";
+    default: return "";
+  }
+}
+
+void clear_stop_request() {
+  g_signal.store(0);
+  g_sigint_count.store(0);
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,23 @@
+// What the subcommands that take a config share (commands.cpp defines them).
+#pragma once
+
+#include <functional>
+
+#include "config/load.hpp"
+#include "dist/launch_env.hpp"
+#include "engine/commands/commands.hpp"
+
+namespace trainer::engine {
+
+// The diagnostics, one per line, and "N config errors; nothing was started", to stderr.
+void print_config_error(const config::ConfigError& e);
+
+// Load, override, validate and resolve: everything that can be known before building anything.
+// Throws config::ConfigError (exit 2) and dist::LaunchEnvError.
+config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env);
+
+// Runs a model-using command (eval, predict) and maps what it throws to an exit code: config and
+// launcher errors and bad arguments (std::invalid_argument) exit 2, anything else 1, each printed.
+int run_command(const std::function<int()>& body);
+
+}  // namespace trainer::engine

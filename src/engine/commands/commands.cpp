@@ -1,0 +1,387 @@
+#include "engine/commands/commands.hpp"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "config/exit_codes.hpp"
+#include "config/load.hpp"
+#include "config/schema.hpp"
+#include "data/dataset.hpp"
+#include "device/cuda_seam.hpp"
+#include "device/nvml.hpp"
+#include "device/device.hpp"
+#include "dist/dist_check.hpp"
+#include "dist/launch_env.hpp"
+#include "engine/checkpoint/checkpoint_manager.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
+#include "engine/commands/command_common.hpp"
+#include "engine/startup/memory_plan.hpp"
+#include "engine/optim/precision.hpp"
+#include "engine/loop/trainer.hpp"
+#include "io/checkpoint.hpp"
+#include "io/run_dir.hpp"
+#include "models/init_load.hpp"
+#include "models/model.hpp"
+#include "obs/logging.hpp"
+
+namespace trainer::engine {
+
+void print_config_error(const config::ConfigError& e) {
+  for (const auto& d : e.diagnostics()) std::cerr << d.str() << "\n";
+  std::cerr << e.diagnostics().size() << " config error" << (e.diagnostics().size() == 1 ? "" : "s")
+            << "; nothing was started\n";
+}
+
+int run_command(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const dist::LaunchEnvError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+// Load, override, validate and resolve: everything that can be known before building anything.
+config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env) {
+  std::vector<std::string> overrides = args.overrides;
+  if (!args.out_dir.empty()) overrides.push_back("run.out_dir=" + args.out_dir);
+  models::register_builtin_archs();  // config checks each family's keys and rules
+  config::ValidateOptions vo;
+  vo.world_size = env.world_size;
+  vo.cuda_available = device::cuda_available();
+  auto loaded = config::load_and_validate(args.config, overrides, vo);
+  dist::check_rendezvous(env, loaded.cfg.dist.store);  // before any folder is made: a usage error
+  dist::check_recovery_launcher(env, loaded.cfg.dist.recovery == config::Recovery::InProcess);
+  return loaded;
+}
+
+namespace {
+
+// An error that ends the run, into this rank's log file (the console has it from std::cerr).
+void log_to_rank_file(const std::string& what) {
+  for (auto& sink : spdlog::default_logger()->sinks())
+    if (std::dynamic_pointer_cast<spdlog::sinks::basic_file_sink_mt>(sink)) {
+      sink->log(spdlog::details::log_msg("trainer", spdlog::level::err, what));
+      sink->flush();
+    }
+}
+
+}  // namespace
+
+int cmd_config_keys() {
+  config::RunConfig cfg;
+  std::cout << "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& f : config::describe_fields(cfg)) {
+    std::string range;
+    if (f.type == config::FieldType::Int || f.type == config::FieldType::Float) {
+      std::ostringstream r;
+      r << " Range [" << f.min << ", " << f.max << "].";
+      range = r.str();
+    }
+    std::string applies = f.applies_to.empty() ? "" : " (" + config::applies_text(f) + " only)";
+    std::string type = config::type_name(f);
+    for (size_t p = type.find('|'); p != std::string::npos; p = type.find('|', p + 2)) type.replace(p, 1, "\\|");
+    std::cout << "| `" << f.key << "` | " << type << " | `" << config::default_text(f) << "` | "
+              << f.doc << applies << range << " |\n";
+  }
+  return kExitOk;
+}
+
+int cmd_env() {
+  std::cout << "trainer " << TRAINER_VERSION << "\n";
+  std::cout << "LibTorch " << TORCH_VERSION << " (built with CUDA: " << (device::built_with_cuda() ? "yes" : "no")
+            << ")\n";
+  auto devices = device::cuda_devices();
+  std::string cuda_rt = device::cuda_runtime_version();
+  std::cout << "CUDA available: " << (devices.empty() ? "no" : "yes") << (cuda_rt.empty() ? "" : ", runtime " + cuda_rt)
+            << "\n";
+  for (const auto& d : devices)
+    std::cout << "  cuda:" << d.index << " " << d.name << ", " << d.total_memory / (1 << 20) << " MiB, sm_" << d.major
+              << d.minor << ", " << d.multiprocessors << " SMs\n";
+  std::string cudnn = device::cudnn_version(), nccl = device::nccl_version();
+  std::cout << "cuDNN: " << (cudnn.empty() ? "not available" : cudnn) << "\n";
+  std::cout << "NCCL: " << (nccl.empty() ? "not available" : nccl) << "\n";
+  const std::string nvml = device::nvml_status();
+  std::cout << "NVML (GPU utilisation): " << (nvml.empty() ? "available" : nvml) << "\n";
+  std::cout << "Intra-op threads: " << at::get_num_threads() << " (hardware threads " << std::thread::hardware_concurrency()
+            << "), inter-op threads: " << at::get_num_interop_threads() << "\n";
+  std::cout << "CPU math: " << device::cpu_math_summary() << "\n";
+  try {
+    auto e = dist::detect_launch_env();
+    std::cout << "Launcher: " << e.launcher << " (rank " << e.rank << " of " << e.world_size << ", local rank "
+              << e.local_rank << " of " << e.local_world_size << ")";
+    if (!e.master_addr.empty()) std::cout << ", master " << e.master_addr << ":" << e.master_port;
+    std::cout << "\n";
+  } catch (const dist::LaunchEnvError& e) {
+    std::cout << "Launcher: invalid environment: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  return kExitOk;
+}
+
+namespace {
+
+std::string human_count(double n) {
+  const char* units[] = {"", "K", "M", "G", "T", "P", "E"};
+  int u = 0;
+  while (std::abs(n) >= 1000 && u < 6) {
+    n /= 1000;
+    ++u;
+  }
+  std::ostringstream s;
+  s << std::setprecision(n < 10 && u > 0 ? 3 : 4) << n << units[u];
+  return s.str();
+}
+
+// The shape of one sample as the model sees it, when the config alone tells it.
+std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
+  if (config::takes_tokens(c.model.arch)) return {c.model.block_size};
+  if (c.data.format == "synthetic") return {c.model.in_channels, c.data.synthetic.image_size, c.data.synthetic.image_size};
+  if (c.data.image_size > 0) return {c.model.in_channels, c.data.image_size, c.data.image_size};
+  return {};
+}
+
+// The memory table of `trainer check`: fixed parts counted, activations measured on `device` for
+// the model as configured and with model.activation_checkpointing flipped.
+void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const std::vector<int64_t>& shape,
+                  int64_t classes, double budget_gb) {
+  const auto device = device::select_device(c.train.device, env.local_rank);
+  const Precision precision = c.train.precision;
+  check_precision_supported(precision, device);
+  struct Column {
+    std::string title;
+    FixedMemory fixed;
+    ActivationProbe probe;
+  };
+  std::vector<Column> cols;
+  // as the run probes: up to 64, and with batch_size auto not beyond the samples per rank per step
+  const int64_t probe_cap =
+      c.train.batch_size == 0 ? std::min<int64_t>(64, c.train.global_batch_size / std::max<int64_t>(env.world_size, 1)) : 64;
+  for (bool ac : {false, true}) {
+    auto mc = c.model;
+    mc.init_from.clear();
+    mc.activation_checkpointing = ac;
+    torch::manual_seed(c.run.seed);
+    auto model = models::builtin_models().create(mc);
+    model->to(device);
+    const bool image = model->input_kind() == models::InputKind::Image;
+    if (c.model.channels_last && image) models::to_channels_last(*model);
+    const int64_t b1 = image ? 2 : 1;
+    cols.push_back({ac ? "activation checkpointing" : "no checkpointing", fixed_memory(*model, c.optim, env.world_size, c.dist.sharding),
+                    probe_activations(*model, shape, classes, precision, device, c.model.channels_last && image, b1,
+                                      2 * b1, /*max_b2=*/probe_cap)});
+  }
+  const auto mb = budget_gb > 0 ? memory_budget(budget_gb, "--memory-gb", device, env.local_world_size)
+                                : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
+                                                env.local_world_size);
+  const double budget = mb.bytes;
+  const std::string& budget_source = mb.source;
+  const int64_t b = c.train.batch_size;
+  std::cout << "memory per process (" << config::name_of(c.train.precision) << ", fp32 weights and optimizer state; the step measured on "
+            << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
+            << cols[0].probe.b2 << " without checkpointing, " << cols[1].probe.b1 << " and " << cols[1].probe.b2
+            << " with):\n";
+  auto row = [&](const std::string& name, auto value) {
+    std::cout << "  " << std::left << std::setw(34) << name;
+    for (const auto& col : cols) std::cout << std::right << std::setw(26) << value(col);
+    std::cout << "\n";
+  };
+  row("", [](const Column& col) { return col.title; });
+  const bool sharded = env.world_size > 1 && c.dist.sharding != config::Sharding::None;
+  const bool full = sharded && c.dist.sharding == config::Sharding::Full;
+  const std::string each = " (1/" + std::to_string(env.world_size) + " each)";
+  row(full ? "parameters" + each : "parameters",
+      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
+  if (full)
+    row("gathered units (first + 2 x largest)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gathered)); });
+  row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
+  row("optimizer state (" + config::name_of(c.optim.name) +
+          (sharded ? ", 1/" + std::to_string(env.world_size) + " each" : "") + ")",
+      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
+  row(sharded && c.dist.sharding != config::Sharding::Optimizer
+          ? (full ? "gradient shard (ZeRO-3)" : "gradient shard (ZeRO-2)")
+          : "DDP gradient buckets",
+      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
+  row("step constant (measured)", [](const Column& col) { return bytes_text(col.probe.intercept()); });
+  row("activations per sample (measured)", [](const Column& col) { return bytes_text(col.probe.per_sample()); });
+  if (b > 0)
+    row("total at micro-batch " + std::to_string(b),
+        [&](const Column& col) { return bytes_text(static_cast<double>(col.fixed.total()) + col.probe.at(b)); });
+  if (budget > 0) {
+    row("largest micro-batch in " + bytes_text(budget), [&](const Column& col) {
+      const double room = budget - static_cast<double>(col.fixed.total()) - col.probe.intercept();
+      const double per = col.probe.per_sample();
+      if (room < per) return std::string("none fits");
+      return per > 0 ? std::to_string(static_cast<int64_t>(room / per)) : std::string("any");
+    });
+    std::cout << "  (budget: " << budget_source << ")\n";
+    if (c.train.batch_size == 0) {
+      const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(env.world_size, 1);
+      const auto& col = cols[c.model.activation_checkpointing ? 1 : 0];
+      const int64_t pick = largest_fitting(col.fixed, col.probe, budget, micro_batch_candidates(per_rank));
+      if (pick > 0)
+        std::cout << "train.batch_size auto would pick micro-batch " << pick << " x " << per_rank / pick
+                  << " accumulation (divisors of " << per_rank << " samples per rank per step)"
+                  << (device.is_cuda() ? ", then confirm it by a real step" : "") << "\n";
+      else
+        std::cout << "train.batch_size auto: not even micro-batch 1 fits this budget\n";
+    }
+  }
+}
+
+}  // namespace
+
+int cmd_check(const CheckArgs& args) {
+  try {
+    auto env = dist::detect_launch_env();
+    auto loaded = load_checked(args, env);
+    const auto& c = loaded.cfg;
+    std::cout << "config " << args.config << ": ok (hash " << config::config_hash(c).substr(0, 12) << ")\n";
+    if (!loaded.bases.empty()) {
+      std::cout << "bases (applied in this order, then the file):";
+      for (const auto& b : loaded.bases) std::cout << " " << b;
+      std::cout << "\n";
+    }
+    std::cout << "run directory: " << io::run_dir_path(c).string() << "\n";
+
+    torch::manual_seed(c.run.seed);
+    auto model = models::builtin_models().create(c.model);
+    std::cout << "model: " << c.model.arch << ", " << model->num_parameters() << " parameters ("
+              << human_count(static_cast<double>(model->num_parameters())) << ")\n";
+    if (const auto& init = config::init_file(c.model); !init.empty()) {  // the file is read as a fresh run reads it
+      const auto r = models::load_init_weights(*model, c.model.init, init);
+      std::cout << "model.init: " << init << " (" << r.format << "): " << r.loaded.size() << " loaded, "
+                << r.skipped.size() << " skipped, " << r.renamed.size() << " renamed, " << r.reinitialised.size()
+                << " re-initialised, " << r.missing.size() << " missing, " << r.unexpected.size() << " unexpected\n";
+    }
+
+    std::vector<int64_t> shape = sample_shape_from_config(c);
+    int64_t train_size = -1;
+    if (!args.no_data) {
+      auto ds = data::create_datasets(c.data, c.model, c.run.seed);
+      std::cout << "train data: " << ds.train->describe() << "\n";
+      std::cout << "val data:   " << (ds.val ? ds.val->describe() : std::string("none")) << "\n";
+      shape = ds.train->sample_shape();
+      train_size = ds.train->size();
+    } else {
+      std::cout << "data: not opened (--no-data)\n";
+    }
+    if (!shape.empty()) {
+      double flops = model->train_flops_per_sample(shape);
+      std::cout << "training FLOPs per sample: " << human_count(flops) << "FLOP";
+      if (config::takes_tokens(c.model.arch)) std::cout << " (" << human_count(flops / shape[0]) << "FLOP per token)";
+      std::cout << "\n";
+    }
+
+    const int64_t global = c.train.global_batch_size;
+    if (c.train.batch_size == 0)
+      std::cout << "world size " << env.world_size << " (" << env.launcher << "), global batch " << global
+                << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << env.world_size
+                << " ranks\n";
+    else
+      std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
+                << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x "
+                << env.world_size << " ranks\n";
+    if (train_size >= 0) {
+      const int64_t steps_per_epoch = train_size / global;
+      std::cout << "steps per epoch: " << steps_per_epoch << " (" << train_size << " samples / " << global << ")\n";
+      if (steps_per_epoch == 0)
+        throw std::runtime_error("the training split (" + std::to_string(train_size) +
+                                 " samples) is smaller than one global batch (" + std::to_string(global) + ")");
+      const int64_t total = c.train.max_steps > 0
+                                ? c.train.max_steps
+                                : static_cast<int64_t>(std::ceil(c.train.epochs * static_cast<double>(steps_per_epoch)));
+      std::cout << "optimizer steps: " << total << (c.train.max_steps > 0 ? " (train.max_steps)" : " (train.epochs)")
+                << "\n";
+    }
+    if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
+      if (shape.empty())
+        throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
+      int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;
+      std::cout.flush();
+      print_memory(c, env, shape, classes, args.memory_gb);
+    }
+    // in a launched job: join the process group, print the rank table and the all-reduce bandwidth
+    if (env.world_size > 1 || env.launcher != "none") {
+      std::cout.flush();
+      dist::print_dist_check(env, c.dist, device::select_device(c.train.device, env.local_rank),
+                             config::config_hash(c), std::cout);
+    }
+    return kExitOk;
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const dist::LaunchEnvError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+int cmd_run(const RunArgs& args) {
+  bool logging = false;  // once the run's log is open, errors go there too (every rank keeps its own)
+  auto report = [&](const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (logging) log_to_rank_file(e.what());
+  };
+  try {
+    auto env = dist::detect_launch_env();
+    auto loaded = load_checked(args, env);
+    if (args.resume == "never" && !args.force) {
+      // refuse to start over a run that has checkpoints: its work would be mixed with a fresh start
+      const auto ckpts = checkpoint_dir(loaded.cfg, io::run_dir_path(loaded.cfg));
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator(ckpts, ec))
+        if (io::parse_step_dir_name(e.path().filename().string())) {
+          std::cerr << "error: " << ckpts.string() << " already holds checkpoints (" << e.path().filename().string()
+                    << ", ...); --resume never starts over only with --force, or use --resume auto\n";
+          return kExitUsage;
+        }
+    } else if (args.resume != "auto" && args.resume != "never" && !std::filesystem::exists(args.resume)) {
+      std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
+      return kExitUsage;
+    }
+    auto dir = io::prepare_run_dir(loaded.cfg, env.rank);
+    obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
+    logging = true;
+    spdlog::info("run directory {}", dir.root.string());
+    for (const auto& lock : {dir.lock, dir.checkpoint_lock})
+      if (lock && !lock->recovered_from().empty())
+        spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",
+                     lock->file().string(), lock->recovered_from());
+    ResumeOptions resume;
+    resume.mode = args.resume;
+    return run_training(loaded.cfg, env, dir, resume);
+  } catch (const CheckpointFailed& e) {
+    report(e);
+    return kExitCheckpointFailed;
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const dist::LaunchEnvError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    report(e);
+    return kExitFailure;
+  }
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,90 @@
+#include "engine/commands/eval_command.hpp"
+
+#include <chrono>
+#include <fstream>
+#include <iomanip>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "config/exit_codes.hpp"
+#include "config/load.hpp"
+#include "data/dataset.hpp"
+#include "dist/dist_context.hpp"
+#include "engine/commands/command_common.hpp"
+#include "engine/eval/evaluator.hpp"
+#include "engine/commands/inference.hpp"
+#include "io/checkpoint.hpp"
+#include "obs/logging.hpp"
+
+namespace trainer::engine {
+namespace {
+
+nlohmann::json eval_json(const EvalResult& r, const InferenceModel& m, double seconds) {
+  nlohmann::json j = {{"kind", "eval"}, {"step", m.step}, {"checkpoint", m.weights}, {"loss", r.loss},
+                      {"count", r.count}};
+  if (r.accuracy) j["accuracy"] = *r.accuracy;
+  if (r.top5) j["top5"] = *r.top5;
+  if (r.ppl) j["ppl"] = *r.ppl;
+  if (r.bpb) j["bpb"] = *r.bpb;
+  j["eval_s"] = seconds;
+  j["samples_per_s"] = seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0;
+  return j;
+}
+
+std::string eval_line(const EvalResult& r, const InferenceModel& m, double seconds, bool tokens) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(4) << "eval " << m.weights << (m.step >= 0 ? " (step " + std::to_string(m.step) + ")" : "")
+    << ": loss " << r.loss;
+  if (r.accuracy) s << ", accuracy " << std::setprecision(2) << 100 * *r.accuracy << " %";
+  if (r.top5) s << ", top-5 " << std::setprecision(2) << 100 * *r.top5 << " %";
+  if (r.bpb) s << ", " << std::setprecision(3) << *r.bpb << " bits per byte";
+  if (r.ppl) s << ", perplexity " << std::setprecision(2) << *r.ppl;
+  s << "; " << r.count << (tokens ? " tokens" : " samples") << " in " << std::setprecision(2) << seconds << " s ("
+    << std::setprecision(0) << (seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0) << "/s)";
+  return s.str();
+}
+
+int eval_run(const EvalArgs& args) {
+  const auto env = dist::detect_launch_env();
+  const auto loaded = load_checked(args, env);
+  obs::init_console_logging(loaded.cfg.log.level);
+  const InferenceModel m = load_inference_model(loaded.cfg, env, args.checkpoint);
+  const auto& c = m.cfg;
+  if (c.train.batch_size == 0)
+    throw std::invalid_argument(m.weights + " does not record the micro-batch train.batch_size auto chose; give it "
+                                "with --set train.batch_size=N");
+  auto dist = dist::DistContext::create(env, c.dist, m.device, config::config_hash(c));
+  auto datasets = data::create_datasets(c.data, c.model, c.run.seed);
+  if (!datasets.val)
+    throw std::invalid_argument("the config's data has no validation split to evaluate (data.val_path, or "
+                                "data.val_fraction for text)");
+  const bool tokens = datasets.val->kind() == data::SampleKind::Tokens;
+  Evaluator evaluator(datasets.val,
+                      EvalSetup{run_loader_options(c, env, m.device, /*train=*/false), m.precision, m.device, tokens,
+                                c.model.channels_last, c.train.eval_steps, config::bytes_per_token(c.data)},
+                      dist.get(), env.world_size);
+  const auto t0 = std::chrono::steady_clock::now();
+  const EvalResult r = evaluator.run(*m.model);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (r.count == 0) throw std::runtime_error("the validation split gave no samples to evaluate");
+  if (env.rank != 0) return kExitOk;
+  std::cout << eval_line(r, m, seconds, tokens) << "\n";
+  // the checkpoint's path need not be UTF-8, JSON must be: stray bytes become U+FFFD
+  const std::string record = eval_json(r, m, seconds).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (args.output.empty()) {
+    std::cout << record << "\n" << std::flush;
+  } else {
+    std::ofstream out(args.output, std::ios::trunc);
+    out << record << "\n";
+    out.close();
+    if (!out) throw std::runtime_error("--output " + args.output + ": cannot write the record");
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_eval(const EvalArgs& args) { return run_command([&] { return eval_run(args); }); }
+
+}  // namespace trainer::engine

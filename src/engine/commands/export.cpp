@@ -1,0 +1,130 @@
+#include "engine/commands/export.hpp"
+
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "config/exit_codes.hpp"
+#include "config/file_read.hpp"
+#include "config/load.hpp"
+#include "config/schema.hpp"
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+namespace fs = std::filesystem;
+namespace {
+
+torch::ScalarType parse_dtype(const std::string& dtype) {
+  if (dtype == "fp32") return torch::kFloat;
+  if (dtype == "bf16") return torch::kBFloat16;
+  if (dtype == "fp16") return torch::kHalf;
+  throw std::invalid_argument("--dtype: '" + dtype + "' is not one of fp32 | bf16 | fp16");
+}
+
+// The model.* keys that apply to this arch, as typed JSON: for GPT the nanoGPT GPTConfig fields
+// (vocab_size, block_size, n_layer, n_head, n_embd, dropout, bias) appear under their own names.
+nlohmann::json model_config_json(config::RunConfig& cfg) {
+  nlohmann::json j = nlohmann::json::object();
+  const std::string prefix = "model.";
+  for (const auto& f : config::describe_fields(cfg)) {
+    if (f.key.rfind(prefix, 0) != 0) continue;
+    if (!config::applies_to_arch(f, cfg.model.arch)) continue;
+    const std::string name = f.key.substr(prefix.size());
+    // a path on the training machine and how it was read: meaningless to the reader
+    if (name == "init_from" || name.rfind("init.", 0) == 0) continue;
+    std::visit(
+        [&](const auto& r) {
+          using R = std::decay_t<decltype(r)>;
+          if constexpr (std::is_same_v<R, config::EnumRef>) j[name] = f.choices.at(r.get());
+          else if constexpr (!std::is_same_v<R, std::vector<config::ParamGroupRule>*>) j[name] = *r;
+        },
+        f.ref);
+  }
+  return j;
+}
+
+std::string read_text(const fs::path& p) {  // regular files only: a FIFO would block
+  return RegularFile::open<io::CheckpointError>(p.string(), 1u << 30, "a checkpoint state document")
+      .read_all<io::CheckpointError>();
+}
+
+}  // namespace
+
+void export_checkpoint(const std::string& checkpoint, const std::string& out, const std::string& dtype_name, bool ema) {
+  const auto dtype = parse_dtype(dtype_name);
+  if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
+  const fs::path dir = io::resolve_checkpoint_path(checkpoint);
+  io::verify_checkpoint(dir);  // every checksum, before anything is deserialised
+
+  const fs::path state_path = dir / "state.json";
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(read_text(state_path));
+  } catch (const nlohmann::json::exception& e) {
+    throw io::CheckpointError(state_path.string() + ": invalid JSON: " + e.what());
+  }
+  if (!state.contains(io::kStateConfigYaml) || !state[io::kStateConfigYaml].is_string())
+    throw io::CheckpointError(state_path.string() + ": no '" + std::string(io::kStateConfigYaml) +
+                              "' (the resolved config): not written by `trainer run`?");
+  auto loaded = config::load_config_text(state[io::kStateConfigYaml].get<std::string>(), state_path.string());
+  config::RunConfig cfg = loaded.cfg;
+  cfg.model.init_from.clear();  // the weights come from the checkpoint
+
+  const fs::path weights_path = dir / (ema ? "ema.safetensors" : "model.safetensors");
+  if (!fs::exists(weights_path))
+    throw io::CheckpointError(weights_path.string() + (ema ? ": missing: this checkpoint holds no EMA weights (the run "
+                                                             "had train.ema.decay 0)"
+                                                           : ": missing (no model weights)"));
+  auto model = models::builtin_models().create(cfg.model);
+  io::load_state_into(*model, io::load_safetensors(weights_path.string()), /*strict=*/true);
+
+  std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  for (auto& [name, t] : io::named_state(*model))
+    tensors.emplace_back(name, t.is_floating_point() ? t.detach().to(torch::kCPU, dtype) : t.detach().cpu());
+  std::map<std::string, std::string> metadata = {
+      {"format", "pt"},  // what Hugging Face tooling expects of a PyTorch safetensors file
+      {"arch", cfg.model.arch},
+      {"layout", models::builtin_models().spec(cfg.model.arch).layout},  // whose names the tensors carry
+      {"model_config", model_config_json(cfg).dump()},
+      {"dtype", dtype_name},
+      {"weights", ema ? "ema" : "trained"},
+      {"step", std::to_string(state.value("step", int64_t{-1}))},
+      {"source_checkpoint", dir.string()},
+      {"config_hash", state.value(io::kStateConfigHash, std::string())},
+      {"trainer_version", TRAINER_VERSION},
+  };
+  const fs::path out_path(out);
+  if (out_path.has_parent_path()) fs::create_directories(out_path.parent_path());
+  io::save_safetensors(out, tensors, metadata);
+}
+
+int cmd_export(const std::string& checkpoint, const std::string& out, const std::string& dtype, bool ema) {
+  try {
+    parse_dtype(dtype);  // command-line mistakes are usage errors (2); everything after is a failure (1)
+    if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
+  } catch (const std::invalid_argument& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  try {
+    export_checkpoint(checkpoint, out, dtype, ema);
+    std::cout << "exported " << (ema ? "the EMA weights of " : "") << io::resolve_checkpoint_path(checkpoint).string()
+              << " -> " << out << " (" << dtype << ")\n";
+    return kExitOk;
+  } catch (const config::ConfigError& e) {
+    for (const auto& d : e.diagnostics()) std::cerr << d.str() << "\n";
+    std::cerr << "error: the checkpoint's config is not valid for this trainer\n";
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitFailure;
+  }
+}
+
+}  // namespace trainer::engine

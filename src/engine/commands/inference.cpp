@@ -1,0 +1,145 @@
+#include "engine/commands/inference.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "config/arch.hpp"
+#include "config/file_read.hpp"
+#include "config/load.hpp"
+#include "engine/startup/startup_planner.hpp"
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
+
+namespace trainer::engine {
+namespace {
+namespace fs = std::filesystem;
+
+// What the weights say about the run that made them.
+struct InferWeights {
+  io::SafetensorsFile file;
+  std::string arch;             // the model the weights are of
+  std::optional<config::Attention> attention;  // model.attention as that run resolved it, when recorded
+  int64_t batch_size = 0;       // train.batch_size as that run resolved it (0 when not recorded)
+  int64_t step = -1;
+};
+
+// A checkpoints folder's newest step-<N> that verifies; newer ones that do not are warned about.
+fs::path infer_newest_verified(const fs::path& dir) {
+  std::string rejected;
+  for (const auto& c : io::step_folders_newest_first(dir)) {
+    try {
+      io::verify_checkpoint(c.path);
+      if (!rejected.empty()) spdlog::warn("newer checkpoints skipped (they do not verify):{}", rejected);
+      return c.path;
+    } catch (const io::CheckpointError& e) {
+      rejected += std::string("\n  ") + e.what();
+    }
+  }
+  throw io::CheckpointError(dir.string() + ": no checkpoint that verifies" +
+                            (rejected.empty() ? std::string(" (no step-<N> folders)") : ":" + rejected));
+}
+
+InferWeights infer_from_checkpoint(const fs::path& step_dir) {
+  InferWeights w;
+  const fs::path state_path = step_dir / "state.json";
+  nlohmann::json state;
+  try {
+    state = nlohmann::json::parse(
+        RegularFile::open<io::CheckpointError>(state_path.string(), 1u << 30, "a checkpoint state document")
+            .read_all<io::CheckpointError>());
+    w.step = state.at("step").get<int64_t>();
+    const auto trained =
+        config::load_config_text(state.at(io::kStateConfigYaml).get<std::string>(), state_path.string()).cfg;
+    w.arch = trained.model.arch;
+    w.attention = trained.model.attention;
+    w.batch_size = trained.train.batch_size;
+  } catch (const nlohmann::json::exception& e) {
+    throw io::CheckpointError(state_path.string() + ": missing or malformed field: " + e.what());
+  } catch (const config::ConfigError& e) {
+    throw io::CheckpointError(state_path.string() + ": the run's config does not load here: " + e.what());
+  }
+  w.file = io::load_safetensors((step_dir / "model.safetensors").string());
+  return w;
+}
+
+InferWeights infer_from_export(const fs::path& file) {
+  InferWeights w;
+  w.file = io::load_safetensors(file.string());
+  const auto& meta = w.file.metadata;
+  auto arch_entry = meta.find("arch");
+  if (arch_entry == meta.end())
+    throw io::CheckpointError(file.string() + ": no 'arch' in its metadata: not written by `trainer export`?");
+  w.arch = arch_entry->second;
+  if (auto mc = meta.find("model_config"); mc != meta.end()) {
+    const auto j = nlohmann::json::parse(mc->second, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("attention") && j["attention"].is_string()) {
+      try {
+        w.attention = config::parse_enum<config::Attention>(j["attention"].get<std::string>(), "model.attention");
+      } catch (const std::invalid_argument&) {
+        // a value this trainer does not know: the config's own choice stands
+      }
+    }
+  }
+  if (auto s = meta.find("step"); s != meta.end()) {
+    try {
+      w.step = std::stoll(s->second);
+    } catch (const std::exception&) {
+      w.step = -1;  // only shown in messages
+    }
+  }
+  return w;
+}
+
+// The user's path -> the weights: a file is an export; a folder holding manifest.json is one
+// checkpoint; another folder is a checkpoints folder, or a run directory holding one.
+InferWeights infer_open(const std::string& path, std::string& shown) {
+  std::error_code ec;
+  const fs::path p(path);
+  if (!fs::exists(p, ec))
+    throw WeightsNotFound("--checkpoint " + path + ": no such checkpoint, checkpoints folder or .safetensors file");
+  if (!fs::is_directory(p, ec)) {
+    shown = path;
+    return infer_from_export(p);
+  }
+  fs::path step_dir = fs::canonical(p, ec);  // `latest` -> step-<N>
+  if (ec) step_dir = p;
+  // a step folder, complete or not (verify names what an incomplete one lacks)
+  if (fs::exists(p / "manifest.json", ec) || io::parse_step_dir_name(step_dir.filename().string())) {
+    io::verify_checkpoint(step_dir);  // every checksum, before anything is deserialised
+  } else {
+    step_dir = infer_newest_verified(fs::is_directory(p / "checkpoints", ec) ? p / "checkpoints" : p);
+  }
+  shown = step_dir.string();
+  return infer_from_checkpoint(step_dir);
+}
+
+}  // namespace
+
+InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::LaunchEnv& env, const std::string& path) {
+  InferenceModel m;
+  InferWeights w = infer_open(path, m.weights);
+  m.step = w.step;
+  // the same family, as the registry knows them (no family is named here: any two that differ)
+  if (config::find_arch(w.arch) != config::find_arch(cfg.model.arch))
+    throw io::CheckpointError(m.weights + ": holds a model.arch " + w.arch + " model; the config's model.arch is " +
+                              cfg.model.arch);
+  m.cfg = cfg;
+  if (m.cfg.model.attention == config::Attention::Auto && w.attention) m.cfg.model.attention = *w.attention;
+  if (m.cfg.train.batch_size == 0 && w.batch_size > 0) m.cfg.train.batch_size = w.batch_size;
+  m.cfg.model.init_from.clear();  // the weights come from `path`
+
+  const auto proc = configure_process(m.cfg, env);
+  m.device = proc.device;
+  m.precision = proc.precision;
+  m.model = models::builtin_models().create(m.cfg.model);
+  io::load_state_into(*m.model, w.file, /*strict=*/true);  // another shape or model: every name listed
+  m.model->to(m.device);
+  if (m.cfg.model.channels_last && m.model->input_kind() == models::InputKind::Image) models::to_channels_last(*m.model);
+  m.model->eval();
+  return m;
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,193 @@
+#include "engine/commands/predict_command.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "config/exit_codes.hpp"
+#include "config/file_read.hpp"
+#include "data/dataset.hpp"
+#include "data/image_inputs.hpp"
+#include "dist/launch_env.hpp"
+#include "engine/commands/command_common.hpp"
+#include "engine/eval/evaluator.hpp"
+#include "engine/commands/generate.hpp"
+#include "engine/commands/inference.hpp"
+#include "obs/logging.hpp"
+
+namespace trainer::engine {
+namespace {
+
+using PredictClock = std::chrono::steady_clock;
+
+double predict_seconds_since(PredictClock::time_point t0) {
+  return std::chrono::duration<double>(PredictClock::now() - t0).count();
+}
+
+std::string predict_read_file(const std::string& path, const char* what) {
+  try {
+    return RegularFile::open(path, 64u << 20, what).read_all();
+  } catch (const FileReadError& e) {
+    throw std::invalid_argument(e.what());
+  }
+}
+
+// --labels (one name per line), else the image folder's class folders, else the indices.
+std::vector<std::string> predict_class_names(const PredictArgs& a, const data::ImageInputSpec& spec, int64_t classes) {
+  std::vector<std::string> names;
+  if (!a.labels.empty()) {
+    std::istringstream in(predict_read_file(a.labels, "a labels file"));
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();
+      names.push_back(line);
+    }
+    while (!names.empty() && names.back().empty()) names.pop_back();  // a trailing blank line
+    if (static_cast<int64_t>(names.size()) != classes)
+      throw std::invalid_argument("--labels " + a.labels + ": " + std::to_string(names.size()) +
+                                  " names, but the model has " + std::to_string(classes) + " classes");
+    for (const auto& n : names)
+      if (config::first_invalid_utf8(n)) throw std::invalid_argument("--labels " + a.labels + ": not valid UTF-8");
+    return names;
+  }
+  if (static_cast<int64_t>(spec.classes.size()) == classes) return spec.classes;
+  for (int64_t i = 0; i < classes; ++i) names.push_back(std::to_string(i));
+  return names;
+}
+
+void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream& out) {
+  const auto& c = m.cfg;
+  if (a.has_prompt || !a.prompt_file.empty())
+    throw std::invalid_argument("--prompt / --prompt-file are for language models; model.arch " + c.model.arch +
+                                " takes images (--input)");
+  if (a.inputs.empty()) throw std::invalid_argument("--input: give image files or folders");
+  const auto files = data::expand_image_inputs(a.inputs);
+  const auto spec = data::image_input_spec(c.data, c.model, c.run.seed);
+  const int64_t classes = c.model.num_classes;
+  const auto names = predict_class_names(a, spec, classes);
+  if (a.top_k == 0) throw std::invalid_argument("--top-k: an image model lists at least 1 class");
+  const int64_t k = std::min<int64_t>(a.top_k < 0 ? 5 : a.top_k, classes);
+  spdlog::info("predicting {} images with {} ({}); inputs {}x{}x{} normalised as {}", files.size(), m.weights,
+               c.model.arch, spec.channels, spec.height, spec.width, spec.normalizer.describe());
+  torch::NoGradGuard no_grad;
+  const bool cl = c.model.channels_last;
+  const auto t0 = PredictClock::now();
+  for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(a.batch_size)) {
+    const size_t end = std::min(files.size(), begin + static_cast<size_t>(a.batch_size));
+    const std::vector<std::string> chunk(files.begin() + begin, files.begin() + end);
+    auto x = to_model_device(data::load_image_batch(chunk, spec), m.device, cl);
+    torch::Tensor logits;
+    {
+      AutocastScope autocast(m.precision, m.device);
+      logits = m.model->forward(x);
+    }
+    const auto probs = torch::softmax(logits.to(torch::kCPU, torch::kFloat), 1);
+    const auto [top_p, top_i] = probs.topk(k, 1);
+    for (size_t i = 0; i < chunk.size(); ++i) {
+      nlohmann::json j = {{"path", chunk[i]}, {"top", nlohmann::json::array()}};
+      for (int64_t r = 0; r < k; ++r) {
+        const int64_t idx = top_i[i][r].item<int64_t>();
+        j["top"].push_back({{"class", names[idx]}, {"index", idx}, {"prob", top_p[i][r].item<double>()}});
+      }
+      // a file name need not be UTF-8, JSON must be: stray bytes become U+FFFD instead of an exception
+      out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    }
+  }
+  out.flush();
+  const double s = predict_seconds_since(t0);
+  spdlog::info("{} images in {:.2f} s ({:.1f} images/s, batches of {})", files.size(), s,
+               s > 0 ? static_cast<double>(files.size()) / s : 0.0, a.batch_size);
+}
+
+// The prompt as token ids: its bytes for a byte-level model, else ids written as numbers.
+std::vector<int64_t> predict_prompt_tokens(const std::string& text, bool byte_level, int64_t vocab) {
+  std::vector<int64_t> ids;
+  if (byte_level) {
+    for (unsigned char ch : text) ids.push_back(ch);
+    if (ids.empty()) ids.push_back('\n');  // an empty prompt starts a new line
+    return ids;
+  }
+  std::string t = text;
+  for (char& ch : t)
+    if (ch == ',') ch = ' ';
+  std::istringstream in(t);
+  for (std::string word; in >> word;) {
+    size_t used = 0;
+    int64_t id = -1;
+    try {
+      id = std::stoll(word, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != word.size() || id < 0 || id >= vocab)
+      throw std::invalid_argument("the prompt of a token model is token ids in [0, " + std::to_string(vocab) +
+                                  ") separated by spaces or commas; got '" + config::printable(word) + "'");
+    ids.push_back(id);
+  }
+  if (ids.empty()) throw std::invalid_argument("the prompt has no token ids (a token model has no text encoding)");
+  return ids;
+}
+
+void predict_text(const PredictArgs& a, const InferenceModel& m, std::ostream& out) {
+  const auto& c = m.cfg;
+  if (!a.inputs.empty())
+    throw std::invalid_argument("--input is for image models; model.arch " + c.model.arch + " takes a --prompt");
+  if (a.has_prompt == !a.prompt_file.empty())
+    throw std::invalid_argument("give the prompt with exactly one of --prompt TEXT and --prompt-file FILE");
+  const std::string text = a.has_prompt ? a.prompt : predict_read_file(a.prompt_file, "a prompt file");
+  const bool byte_level = c.data.format == "text";  // the text reader's tokens are the file's bytes
+  const auto prompt = predict_prompt_tokens(text, byte_level, c.model.vocab_size);
+  SamplingOptions so;
+  so.max_new_tokens = a.max_new_tokens;
+  so.temperature = a.temperature;
+  so.top_k = std::max<int64_t>(a.top_k, 0);
+  so.seed = a.seed;
+  const auto t0 = PredictClock::now();
+  const auto tokens = generate_tokens(*m.model, prompt, c.model.block_size, so, m.device, m.precision);
+  const double s = predict_seconds_since(t0);
+  if (byte_level) {
+    out << bytes_to_text(tokens) << "\n";
+  } else {
+    for (size_t i = 0; i < tokens.size(); ++i) out << (i ? " " : "") << tokens[i];
+    out << "\n";
+  }
+  out.flush();
+  spdlog::info("{} new tokens in {:.2f} s ({:.1f} tokens/s; prompt {} tokens, context up to {}, seed {})",
+               so.max_new_tokens, s, s > 0 ? static_cast<double>(so.max_new_tokens) / s : 0.0, prompt.size(),
+               c.model.block_size, so.seed);
+}
+
+int predict_run(const PredictArgs& a) {
+  if (a.batch_size < 1) throw std::invalid_argument("--batch-size: must be at least 1");
+  if (a.max_new_tokens < 0) throw std::invalid_argument("--max-new-tokens: must be >= 0");
+  if (!(a.temperature >= 0) || !std::isfinite(a.temperature))
+    throw std::invalid_argument("--temperature: must be a finite number >= 0");
+  const auto env = dist::detect_launch_env();
+  const auto loaded = load_checked(a, env);
+  obs::init_console_logging(loaded.cfg.log.level);
+  if (env.rank != 0) {  // launched by mistake: one answer, not one per rank
+    spdlog::info("trainer predict runs on rank 0 only; rank {} has nothing to do", env.rank);
+    return kExitOk;
+  }
+  const InferenceModel m = load_inference_model(loaded.cfg, env, a.checkpoint);
+  std::ofstream file;
+  if (!a.output.empty()) {
+    file.open(a.output, std::ios::trunc);
+    if (!file) throw std::runtime_error("--output " + a.output + ": cannot open for writing");
+  }
+  std::ostream& out = a.output.empty() ? std::cout : file;
+  if (m.model->input_kind() == models::InputKind::Image) predict_images(a, m, out);
+  else predict_text(a, m, out);
+  if (!out) throw std::runtime_error("writing the results failed" + (a.output.empty() ? "" : ": " + a.output));
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_predict(const PredictArgs& args) { return run_command([&] { return predict_run(args); }); }
+
+}  // namespace trainer::engine

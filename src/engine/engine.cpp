@@ -1,1 +1,0 @@
-// Training engine (src/engine/): see docs/ARCHITECTURE.md.

@@ -1,0 +1,66 @@
+#include "engine/eval/evaluator.hpp"
+
+#include <cmath>
+
+namespace trainer::engine {
+
+data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist::LaunchEnv& env,
+                                       const torch::Device& device, bool train) {
+  data::LoaderOptions o;
+  o.batch_size = cfg.train.batch_size;
+  o.workers = cfg.data.workers;
+  o.prefetch = cfg.data.prefetch;
+  o.seed = cfg.run.seed;
+  o.rank = env.rank;
+  o.world_size = env.world_size;
+  o.train = train;
+  o.pin_memory = device.is_cuda();
+  o.device_index = device.is_cuda() ? device.index() : -1;  // copied to the GPU by the loader's threads
+  return o;
+}
+
+torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& device, bool channels_last_image) {
+  auto d = t.to(device, /*non_blocking=*/true);
+  if (channels_last_image) d = d.contiguous(at::MemoryFormat::ChannelsLast);
+  return d;
+}
+
+EvalResult Evaluator::run(models::Model& model) {
+  torch::NoGradGuard ng;
+  model.eval();
+  data::DataLoader loader(val_, setup_.loader);
+  EvalAccumulator acc(setup_.bytes_per_token);
+  const bool cl = setup_.channels_last && !setup_.tokens;
+  for (int64_t b = 0; setup_.max_batches == 0 || b < setup_.max_batches; ++b) {
+    auto batch = loader.next();
+    if (!batch) break;
+    auto input = to_model_device(batch->input, setup_.device, cl);
+    auto target = to_model_device(batch->target, setup_.device, false);
+    AutocastScope autocast(setup_.precision, setup_.device);
+    auto logits = model.forward(input);  // (B, C) or (B, T, V)
+    if (setup_.tokens) acc.add_tokens(logits, target);
+    else acc.add_classification(logits, target);
+  }
+  model.train();
+  return combine_ranks(acc.result());
+}
+
+// Each rank scored its own shard; the run's figures are count-weighted over all of them.
+EvalResult Evaluator::combine_ranks(EvalResult r) {
+  if (!dist_ || !dist_->active()) return r;
+  const double w = static_cast<double>(world_size_);
+  const double n = static_cast<double>(r.count);
+  const double count = dist_->all_reduce_mean(n) * w;
+  auto weighted = [&](double v) { return count > 0 ? dist_->all_reduce_mean(v * n) * w / count : 0.0; };
+  r.loss = weighted(r.loss);
+  if (r.accuracy) r.accuracy = weighted(*r.accuracy);
+  if (r.top5) r.top5 = weighted(*r.top5);
+  if (setup_.tokens) {
+    r.ppl = perplexity(r.loss);
+    if (setup_.bytes_per_token > 0) r.bpb = bits_per_byte(r.loss, setup_.bytes_per_token);
+  }
+  r.count = static_cast<int64_t>(std::llround(count));
+  return r;
+}
+
+}  // namespace trainer::engine

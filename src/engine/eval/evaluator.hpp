@@ -1,0 +1,55 @@
+// Evaluation of the validation split: every rank scores its own shard (the loader shards it), and
+// the run's figures are the count-weighted means over all ranks.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <memory>
+
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "dist/dist_context.hpp"
+#include "dist/launch_env.hpp"
+#include "engine/eval/eval_metrics.hpp"
+#include "engine/optim/precision.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+
+// The loader of a run's training (train = true) or validation split on this rank: the config's batch,
+// workers, prefetch and seed, this rank's shard, pinned batches copied by the loader on CUDA. One
+// function for the Trainer and `trainer eval`, so eval reads the very batches the run scored.
+data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist::LaunchEnv& env,
+                                       const torch::Device& device, bool train);
+
+// A batch tensor on the model's device: non-blocking (pinned batches copy asynchronously), and
+// channels-last for image inputs when the model runs channels-last.
+torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& device, bool channels_last_image);
+
+struct EvalSetup {
+  data::LoaderOptions loader;   // train = false
+  Precision precision = Precision::Fp32;
+  torch::Device device{torch::kCPU};
+  bool tokens = false;          // language model: token metrics, else classification
+  bool channels_last = false;   // model.channels_last (image inputs only)
+  int64_t max_batches = 0;      // train.eval_steps (0 = the whole split)
+  double bytes_per_token = 0;   // token models: bits per byte need it (0 = unknown: no bpb)
+};
+
+class Evaluator {
+ public:
+  Evaluator(std::shared_ptr<data::Dataset> val, EvalSetup setup, dist::DistContext* dist, int64_t world_size)
+      : val_(std::move(val)), setup_(std::move(setup)), dist_(dist), world_size_(world_size) {}
+
+  // The model in eval mode, no gradients, autocast as in training; the model is back in train mode after.
+  EvalResult run(models::Model& model);
+
+ private:
+  EvalResult combine_ranks(EvalResult r);
+  std::shared_ptr<data::Dataset> val_;
+  EvalSetup setup_;
+  dist::DistContext* dist_;
+  int64_t world_size_;
+};
+
+}  // namespace trainer::engine

@@ -1,0 +1,45 @@
+#include "engine/loop/peer_state.hpp"
+
+#include <nlohmann/json.hpp>
+
+
+namespace trainer::engine {
+
+SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cfg, const std::string& hash,
+                            const RunObjects& objs, const RunPosition& here, int64_t grad_accum, bool restore) {
+  std::vector<torch::Tensor> sent;  // rank 0: the tensors in the header's order
+  nlohmann::json header;
+  if (dist.rank() == 0) {
+    const auto content = capture_checkpoint(cfg, objs, here);
+    header["state"] = content.state;
+    header["config_hash"] = hash;
+    header["grad_accum"] = grad_accum;
+    for (const auto& [group, tensors] : content.groups)
+      for (const auto& [name, t] : tensors) {
+        header["tensors"].push_back({group, name, static_cast<int>(t.scalar_type()), t.sizes().vec()});
+        sent.push_back(t.contiguous());
+      }
+  }
+  header = nlohmann::json::parse(dist.broadcast_text(header.dump(), "run state header"));
+  if (header.at("config_hash") != hash)
+    throw dist::DistError("rank " + std::to_string(dist.rank()) + " joins a group that runs another config (hash " +
+                          header.at("config_hash").get<std::string>().substr(0, 12) + ", this rank's " +
+                          hash.substr(0, 12) + "): every rank must run the same config");
+  io::CheckpointContent received;
+  received.state = header.at("state");
+  for (size_t k = 0; k < header.at("tensors").size(); ++k) {
+    const auto& e = header.at("tensors").at(k);
+    const auto group = e.at(0).get<std::string>(), name = e.at(1).get<std::string>();
+    auto t = dist.rank() == 0 ? sent[k]
+                              : torch::empty(e.at(3).get<std::vector<int64_t>>(),
+                                             torch::TensorOptions().dtype(static_cast<torch::ScalarType>(e.at(2).get<int>())));
+    dist.broadcast_tensor(t, "run state " + group + "/" + name);
+    if (restore) received.groups[group].push_back({name, t.cpu()});
+  }
+  SharedState out;
+  out.grad_accum = header.at("grad_accum").get<int64_t>();
+  out.pos = restore ? restore_checkpoint(received, "rank 0 of the group", cfg, objs) : here;
+  return out;
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,32 @@
+#include "engine/optim/schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+namespace trainer::engine {
+
+LrSchedule::LrSchedule(const config::ScheduleConfig& cfg, double base_lr, int64_t total_steps)
+    : cfg_(cfg), base_lr_(base_lr), total_steps_(total_steps) {
+  if (cfg_.name == config::ScheduleKind::Step && cfg_.step_size <= 0) throw std::invalid_argument("schedule.step_size must be > 0");
+}
+
+double LrSchedule::lr_at(int64_t step) const {
+  const int64_t w = cfg_.warmup_steps;
+  if (step < w) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(w);
+  const double floor = base_lr_ * cfg_.min_lr_ratio;
+  const int64_t since = step - w;
+  using K = config::ScheduleKind;
+  if (cfg_.name == K::Constant) return base_lr_;
+  if (cfg_.name == K::Step) {
+    double lr = base_lr_ * std::pow(cfg_.gamma, static_cast<double>(since / cfg_.step_size));
+    return std::max(floor, lr);
+  }
+  const double p = std::clamp(static_cast<double>(since) / static_cast<double>(std::max<int64_t>(1, total_steps_ - w)),
+                              0.0, 1.0);
+  if (cfg_.name == K::Linear) return floor + (base_lr_ - floor) * (1.0 - p);
+  return floor + (base_lr_ - floor) * 0.5 * (1.0 + std::cos(std::numbers::pi * p));
+}
+
+}  // namespace trainer::engine

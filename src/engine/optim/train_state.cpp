@@ -1,0 +1,124 @@
+#include "engine/optim/train_state.hpp"
+
+#include <ATen/Context.h>
+
+#include <map>
+#include <set>
+
+namespace trainer::engine {
+namespace {
+
+// TensorImpl* -> the parameter's first name in named_parameters() order (tied tensors once).
+std::map<const void*, std::string> parameter_names(const torch::nn::Module& model) {
+  std::map<const void*, std::string> out;
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    out.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  return out;
+}
+
+std::string name_of(const std::map<const void*, std::string>& names, const torch::Tensor& p) {
+  auto it = names.find(p.unsafeGetTensorImpl());
+  if (it == names.end()) throw std::runtime_error("optimizer holds a parameter that is not part of the model");
+  return it->second;
+}
+
+bool is_sgd(const torch::optim::Optimizer& opt) { return dynamic_cast<const torch::optim::SGD*>(&opt) != nullptr; }
+bool is_adamw(const torch::optim::Optimizer& opt) { return dynamic_cast<const torch::optim::AdamW*>(&opt) != nullptr; }
+
+}  // namespace
+
+io::NamedTensors optimizer_state_tensors(const torch::optim::Optimizer& opt, const torch::nn::Module& model) {
+  if (!is_sgd(opt) && !is_adamw(opt)) throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
+  const auto names = parameter_names(model);
+  io::NamedTensors out;
+  auto put = [&](const std::string& name, const torch::Tensor& t) {
+    if (t.defined()) out.emplace_back(name, t.detach().cpu().clone());
+  };
+  for (const auto& group : opt.param_groups()) {
+    for (const auto& p : group.params()) {
+      auto it = opt.state().find(p.unsafeGetTensorImpl());
+      if (it == opt.state().end()) continue;  // no step taken for this parameter yet
+      const std::string name = name_of(names, p);
+      if (auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+        put(name + ".momentum_buffer", s->momentum_buffer());
+      } else if (auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
+        out.emplace_back(name + ".step", torch::tensor(a->step(), torch::kInt64));
+        put(name + ".exp_avg", a->exp_avg());
+        put(name + ".exp_avg_sq", a->exp_avg_sq());
+        put(name + ".max_exp_avg_sq", a->max_exp_avg_sq());
+      }
+    }
+  }
+  return out;
+}
+
+void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module& model, const io::NamedTensors& tensors) {
+  if (!is_sgd(opt) && !is_adamw(opt)) throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
+  const bool adamw = is_adamw(opt);
+  const auto names = parameter_names(model);
+  std::map<std::string, torch::Tensor> given(tensors.begin(), tensors.end());
+  std::set<std::string> used;
+  std::vector<std::string> problems;
+  auto take = [&](const std::string& key, const torch::Tensor& like) -> torch::Tensor {
+    auto it = given.find(key);
+    if (it == given.end()) return {};
+    used.insert(key);
+    if (it->second.sizes() != like.sizes()) {
+      problems.push_back(key + ": shape " + c10::str(it->second.sizes()) + ", parameter has " + c10::str(like.sizes()));
+      return {};
+    }
+    return it->second.to(like.device(), like.scalar_type()).clone();
+  };
+  opt.state().clear();
+  for (auto& group : opt.param_groups()) {
+    for (auto& p : group.params()) {
+      const std::string name = name_of(names, p);
+      if (!adamw) {
+        auto buf = take(name + ".momentum_buffer", p);
+        if (!buf.defined()) continue;  // SGD without momentum, or a parameter never stepped
+        auto s = std::make_unique<torch::optim::SGDParamState>();
+        s->momentum_buffer(buf);
+        opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
+        continue;
+      }
+      auto step_it = given.find(name + ".step");
+      if (step_it == given.end()) continue;  // never stepped
+      used.insert(name + ".step");
+      auto s = std::make_unique<torch::optim::AdamWParamState>();
+      s->step(step_it->second.item<int64_t>());
+      s->exp_avg(take(name + ".exp_avg", p));
+      s->exp_avg_sq(take(name + ".exp_avg_sq", p));
+      s->max_exp_avg_sq(take(name + ".max_exp_avg_sq", p));
+      if (!s->exp_avg().defined() || !s->exp_avg_sq().defined()) problems.push_back(name + ": incomplete AdamW state");
+      opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
+    }
+  }
+  for (const auto& [key, t] : given)
+    if (!used.count(key)) problems.push_back(key + ": no such parameter state in this optimizer");
+  if (!problems.empty()) {
+    std::string msg = "optimizer state does not match this model/optimizer:";
+    for (const auto& p : problems) msg += "\n  " + p;
+    throw std::runtime_error(msg);
+  }
+}
+
+io::NamedTensors rng_state_tensors(const torch::Device& device) {
+  io::NamedTensors out = {{"cpu", at::detail::getDefaultCPUGenerator().get_state()}};
+  // through the global context, not CUDA headers: the same code builds against a CPU-only LibTorch
+  if (device.is_cuda()) out.emplace_back("cuda", at::globalContext().defaultGenerator(device).get_state());
+  return out;
+}
+
+void restore_rng_state(const io::NamedTensors& tensors, const torch::Device& device) {
+  for (const auto& [name, t] : tensors) {
+    if (name == "cpu") {
+      auto gen = at::detail::getDefaultCPUGenerator();  // a handle on the shared generator
+      gen.set_state(t);
+    } else if (name == "cuda" && device.is_cuda()) {
+      auto gen = at::globalContext().defaultGenerator(device);
+      gen.set_state(t);
+    }
+  }
+}
+
+}  // namespace trainer::engine

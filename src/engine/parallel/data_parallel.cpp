@@ -1,0 +1,119 @@
+#include "engine/parallel/data_parallel.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <unordered_set>
+
+#include "dist/grad_sync.hpp"
+#include "engine/optim/grad_clip.hpp"
+#include "engine/optim/optim.hpp"
+#include "engine/parallel/sharded_parallel.hpp"
+#include "engine/optim/train_state.hpp"
+
+namespace trainer::engine {
+
+FullParams::~FullParams() {
+  if (!parallel_) return;
+  try {
+    parallel_->release_full_params(write_);
+  } catch (const std::exception& e) {
+    spdlog::error("releasing the gathered parameters failed: {}", e.what());
+  }
+}
+
+std::unique_ptr<torch::optim::Optimizer> DataParallel::make_optimizer(const config::OptimConfig& cfg,
+                                                                      const torch::nn::Module& model) {
+  return build_optimizer(cfg, model);
+}
+
+void DataParallel::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                                  const io::NamedTensors& full) const {
+  load_optimizer_state(opt, model, full);
+}
+
+torch::Tensor DataParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {
+  return engine::clip_grad_norm(step_params, max_norm);
+}
+
+namespace {
+int64_t unique_bytes(const std::vector<torch::Tensor>& ts, std::unordered_set<const void*>& seen) {
+  int64_t n = 0;
+  for (const auto& t : ts)
+    if (t.defined() && seen.insert(t.storage().data()).second) n += static_cast<int64_t>(t.storage().nbytes());
+  return n;
+}
+}  // namespace
+
+int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt) {
+  std::vector<torch::Tensor> ts;
+  for (const auto& [key, st] : opt.state()) {
+    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(st.get())) {
+      ts.push_back(a->exp_avg());
+      ts.push_back(a->exp_avg_sq());
+      ts.push_back(a->max_exp_avg_sq());
+    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(st.get())) {
+      ts.push_back(m->momentum_buffer());
+    }
+  }
+  std::unordered_set<const void*> seen;
+  return unique_bytes(ts, seen);
+}
+
+DataParallel::HeldBytes DataParallel::held_bytes(const std::vector<torch::Tensor>& params,
+                                                 const torch::optim::Optimizer& opt) const {
+  HeldBytes h;
+  std::unordered_set<const void*> seen;
+  h.params = unique_bytes(params, seen);
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : params) grads.push_back(p.grad());
+  h.grads = unique_bytes(grads, seen) + extra_grad_bytes();
+  h.optimizer = optimizer_state_bytes(opt);
+  return h;
+}
+
+namespace {
+
+class SingleProcess final : public DataParallel {
+ public:
+  std::string name() const override { return "single process"; }
+  void prepare(torch::nn::Module&, const std::vector<torch::Tensor>&) override {}
+  void before_backward(bool) override {}
+  void after_backward() override {}
+};
+
+// Every rank holds the whole model and optimizer state; gradients are averaged by GradSync.
+class Replicated final : public DataParallel {
+ public:
+  Replicated(dist::DistContext& dist, double bucket_mb) : dist_(dist), bucket_mb_(bucket_mb) {}
+  std::string name() const override { return "replicated (DDP)"; }
+  void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) override {
+    dist_.broadcast_module(model);
+    sync_ = std::make_unique<dist::GradSync>(dist_, params, bucket_mb_);
+  }
+  // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
+  void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
+  void after_backward() override { sync_->finish(); }  // waits for the buckets launched during backward
+  void commit(int64_t step) override { dist_.commit_step(step); }
+  int64_t extra_grad_bytes() const override {  // the bucket buffers the all-reduce runs on
+    int64_t n = 0;
+    if (sync_)
+      for (const auto& b : sync_->buckets()) n += b.flat.nbytes();
+    return n;
+  }
+
+ private:
+  dist::DistContext& dist_;
+  double bucket_mb_;
+  std::unique_ptr<dist::GradSync> sync_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
+  if (!dist.active()) return std::make_unique<SingleProcess>();
+  using config::Sharding;
+  if (cfg.sharding != Sharding::None) return make_sharded_parallel(dist, cfg);  // optimizer | gradients | full
+  return std::make_unique<Replicated>(dist, cfg.bucket_mb);
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,204 @@
+#include "engine/parallel/sharded_checkpoint.hpp"
+
+#include <map>
+#include <set>
+
+namespace trainer::engine {
+namespace {
+
+// The model's first name of each of the sync's parameters (tied tensors once), by index.
+std::vector<std::string> shard_param_names(const dist::ShardSync& sync, const torch::nn::Module& model) {
+  std::map<const void*, std::string> by_impl;
+  for (const auto& item : model.named_parameters(/*recurse=*/true))
+    by_impl.emplace(item.value().unsafeGetTensorImpl(), item.key());
+  std::vector<std::string> out;
+  for (const auto& p : sync.params()) {
+    auto it = by_impl.find(p.unsafeGetTensorImpl());
+    if (it == by_impl.end()) throw std::runtime_error("sharded optimizer: a parameter is not part of the model");
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+const char* const kShardFields[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"};
+
+// A parameter-shaped tensor as its elements in storage order (the order the pieces index).
+torch::Tensor storage_order(const torch::Tensor& t, const torch::Tensor& like) {
+  auto st = torch::empty_strided(like.sizes(), like.strides(), t.options());
+  st.copy_(t);
+  return st.as_strided({st.numel()}, {1}, 0);
+}
+
+}  // namespace
+
+std::string shard_group_name(int64_t rank, int64_t world) {
+  return "optimizer-shard-" + std::to_string(rank) + "-of-" + std::to_string(world);
+}
+
+io::NamedTensors shard_optimizer_tensors(const dist::ShardSync& sync, const torch::optim::Optimizer& opt,
+                                         const torch::nn::Module& model) {
+  const auto names = shard_param_names(sync, model);
+  io::NamedTensors out;
+  auto put = [&](const std::string& key, const torch::Tensor& t) {
+    if (t.defined()) out.emplace_back(key, t.detach().cpu().clone());
+  };
+  for (const auto& pc : sync.pieces()) {
+    auto it = opt.state().find(pc.value.unsafeGetTensorImpl());
+    if (it == opt.state().end()) continue;  // not stepped yet
+    const std::string& name = names[pc.param];
+    if (auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
+      out.emplace_back(name + ".step", torch::tensor(a->step(), torch::kInt64));
+      put(name + ".exp_avg", a->exp_avg());
+      put(name + ".exp_avg_sq", a->exp_avg_sq());
+      put(name + ".max_exp_avg_sq", a->max_exp_avg_sq());
+    } else if (auto* m = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
+      put(name + ".momentum_buffer", m->momentum_buffer());
+    } else {
+      throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
+    }
+  }
+  return out;
+}
+
+nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module& model) {
+  const auto names = shard_param_names(sync, model);
+  const int64_t world = sync.world();
+  nlohmann::json params = nlohmann::json::array();
+  std::vector<nlohmann::json> entries(sync.params().size());
+  for (const auto& b : sync.buckets()) {
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const auto& p = sync.params()[b.params[j]];
+      nlohmann::json pieces = nlohmann::json::array();
+      const int64_t off = b.offsets[j];
+      for (int64_t r = 0; r < world; ++r) {
+        const int64_t start = std::max(r * b.chunk, off), end = std::min((r + 1) * b.chunk, off + p.numel());
+        if (start < end) pieces.push_back({r, start - off, end - start});
+      }
+      entries[b.params[j]] = {{"name", names[b.params[j]]},
+                              {"shape", p.sizes().vec()},
+                              {"strides", p.strides().vec()},
+                              {"pieces", pieces}};
+    }
+  }
+  for (auto& e : entries) params.push_back(std::move(e));
+  nlohmann::json files = nlohmann::json::array();
+  for (int64_t r = 0; r < world; ++r) files.push_back(shard_group_name(r, world) + ".safetensors");
+  return {{"world_size", world}, {"files", files}, {"params", params}};
+}
+
+namespace {
+
+using ShardMaps = std::vector<std::map<std::string, torch::Tensor>>;  // per rank: its shard's tensors
+
+// One state field of one parameter assembled from every rank's piece into its global shape;
+// undefined when no shard keeps that field (SGD, no amsgrad, never stepped).
+torch::Tensor assemble_field(const nlohmann::json& entry, const std::string& field, const ShardMaps& shards,
+                             const std::filesystem::path& from) {
+  const auto name = entry.at("name").get<std::string>();
+  const auto shape = entry.at("shape").get<std::vector<int64_t>>();
+  int64_t numel = 1;
+  for (auto d : shape) numel *= d;
+  const auto world = static_cast<int64_t>(shards.size());
+  torch::Tensor flat;
+  size_t found = 0;
+  for (const auto& pc : entry.at("pieces")) {
+    const int64_t r = pc.at(0).get<int64_t>(), begin = pc.at(1).get<int64_t>(), len = pc.at(2).get<int64_t>();
+    if (r < 0 || r >= world) throw io::CheckpointError(from.string() + ": the shard layout names rank " + std::to_string(r));
+    const auto& shard = shards[static_cast<size_t>(r)];
+    auto t = shard.find(name + "." + field);
+    if (t == shard.end()) continue;
+    if (t->second.numel() != len || begin < 0 || begin + len > numel)
+      throw io::CheckpointError((from / (shard_group_name(r, world) + ".safetensors")).string() + ": " + name + "." +
+                                field + " has " + std::to_string(t->second.numel()) + " elements, the layout says " +
+                                std::to_string(len));
+    if (!flat.defined()) flat = torch::zeros({numel}, t->second.options());
+    flat.narrow(0, begin, len).copy_(t->second.reshape({-1}));
+    ++found;
+  }
+  if (found == 0) return {};
+  if (found != entry.at("pieces").size()) throw io::CheckpointError(from.string() + ": some shards lack " + name + "." + field);
+  return flat.as_strided(shape, entry.at("strides").get<std::vector<int64_t>>(), 0).contiguous();
+}
+
+}  // namespace
+
+io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, const std::filesystem::path& from) {
+  if (auto it = content.groups.find("optimizer"); it != content.groups.end()) return it->second;
+  if (!content.state.contains("optimizer_shards"))
+    throw io::CheckpointError(from.string() + ": no optimizer.safetensors in this checkpoint");
+  const auto& layout = content.state.at("optimizer_shards");
+  const int64_t world = layout.at("world_size").get<int64_t>();
+  if (world < 1 || world > (1 << 20)) throw io::CheckpointError((from / "state.json").string() + ": bad shard world size");
+  ShardMaps shards(static_cast<size_t>(world));
+  for (int64_t r = 0; r < world; ++r) {
+    auto g = content.groups.find(shard_group_name(r, world));
+    if (g == content.groups.end())
+      throw io::CheckpointError((from / (shard_group_name(r, world) + ".safetensors")).string() +
+                                ": shard missing from this checkpoint");
+    shards[static_cast<size_t>(r)] = std::map<std::string, torch::Tensor>(g->second.begin(), g->second.end());
+  }
+  io::NamedTensors out;
+  for (const auto& e : layout.at("params")) {
+    const auto name = e.at("name").get<std::string>();
+    for (const std::string field : kShardFields)
+      if (auto t = assemble_field(e, field, shards, from); t.defined()) out.emplace_back(name + "." + field, t);
+    for (const auto& pc : e.at("pieces")) {  // AdamW's step count, the same in every piece
+      const auto& shard = shards.at(pc.at(0).get<size_t>());
+      if (auto t = shard.find(name + ".step"); t != shard.end()) {
+        out.emplace_back(name + ".step", t->second.clone());
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                          const io::NamedTensors& full) {
+  const bool adamw = dynamic_cast<const torch::optim::AdamW*>(&opt) != nullptr;
+  if (!adamw && dynamic_cast<const torch::optim::SGD*>(&opt) == nullptr)
+    throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
+  const auto names = shard_param_names(sync, model);
+  std::map<std::string, torch::Tensor> given(full.begin(), full.end());
+  auto slice = [&](const dist::OwnedPiece& pc, const std::string& key) -> torch::Tensor {
+    auto it = given.find(key);
+    if (it == given.end()) return {};
+    const auto& p = sync.params()[pc.param];
+    if (it->second.sizes() != p.sizes())
+      throw std::runtime_error("optimizer state does not match this model: " + key + " has shape " +
+                               c10::str(it->second.sizes()) + ", the parameter " + c10::str(p.sizes()));
+    return storage_order(it->second.to(p.scalar_type()), p).narrow(0, pc.begin, pc.len).to(p.device()).clone();
+  };
+  std::set<std::string> known;
+  for (const auto& n : names)
+    for (const std::string f : {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"})
+      known.insert(n + "." + f);
+  for (const auto& [key, t] : given)
+    if (!known.count(key)) throw std::runtime_error("optimizer state does not match this model: " + key +
+                                                    ": no such parameter state in this optimizer");
+  opt.state().clear();
+  for (const auto& pc : sync.pieces()) {
+    const std::string& name = names[pc.param];
+    void* key = pc.value.unsafeGetTensorImpl();
+    if (!adamw) {
+      auto buf = slice(pc, name + ".momentum_buffer");
+      if (!buf.defined()) continue;
+      auto s = std::make_unique<torch::optim::SGDParamState>();
+      s->momentum_buffer(buf);
+      opt.state()[key] = std::move(s);
+      continue;
+    }
+    auto step = given.find(name + ".step");
+    if (step == given.end()) continue;  // never stepped
+    auto s = std::make_unique<torch::optim::AdamWParamState>();
+    s->step(step->second.item<int64_t>());
+    s->exp_avg(slice(pc, name + ".exp_avg"));
+    s->exp_avg_sq(slice(pc, name + ".exp_avg_sq"));
+    s->max_exp_avg_sq(slice(pc, name + ".max_exp_avg_sq"));
+    if (!s->exp_avg().defined() || !s->exp_avg_sq().defined())
+      throw std::runtime_error("optimizer state does not match this model: " + name + ": incomplete AdamW state");
+    opt.state()[key] = std::move(s);
+  }
+}
+
+}  // namespace trainer::engine

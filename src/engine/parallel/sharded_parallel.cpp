@@ -1,0 +1,174 @@
+#include "engine/parallel/sharded_parallel.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <unordered_map>
+
+#include "engine/optim/optim.hpp"
+#include "engine/parallel/sharded_checkpoint.hpp"
+
+namespace trainer::engine {
+
+namespace {
+
+// The model's gate into ShardSync's full mode.
+class ShardGate final : public models::UnitGate {
+ public:
+  explicit ShardGate(dist::ShardSync& sync) : sync_(sync) {}
+  void enter(size_t unit) override { sync_.unit_enter(unit); }
+  torch::Tensor leave(size_t unit, torch::Tensor y) override { return sync_.unit_leave(unit, std::move(y)); }
+
+ private:
+  dist::ShardSync& sync_;
+};
+
+// Each unit's trainable parameters, as indices into `params`, in the model's unit order.
+std::vector<std::vector<size_t>> unit_groups(const models::Model& model, const std::vector<torch::Tensor>& params) {
+  std::unordered_map<const c10::TensorImpl*, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].unsafeGetTensorImpl()] = i;
+  const auto units = model.units();
+  std::vector<std::vector<size_t>> groups(units.size());
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    auto it = index.find(item.value().unsafeGetTensorImpl());
+    if (it == index.end()) continue;  // frozen: stays replicated
+    const int64_t u = models::unit_of(units, item.key());
+    if (u < 0)
+      throw std::invalid_argument("dist.sharding full: parameter " + item.key() + " is in none of the model's units");
+    groups[static_cast<size_t>(u)].push_back(it->second);
+  }
+  return groups;
+}
+
+}  // namespace
+
+ShardedParallel::ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg) : dist_(dist), cfg_(cfg) {}
+
+ShardedParallel::~ShardedParallel() {
+  if (auto m = model_.lock())
+    if (auto* model = dynamic_cast<models::Model*>(m.get()); model && model->unit_gate() == gate_.get())
+      model->set_unit_gate(nullptr);
+}
+
+std::string ShardedParallel::name() const {
+  switch (cfg_.sharding) {
+    case config::Sharding::Optimizer: return "sharded optimizer state (ZeRO-1)";
+    case config::Sharding::Gradients: return "sharded gradients (ZeRO-2)";
+    default: return "fully sharded parameters, gradients and optimizer state (ZeRO-3)";
+  }
+}
+
+void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
+  dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
+  if (cfg_.sharding == config::Sharding::Full) {
+    auto* m = dynamic_cast<models::Model*>(&model);
+    if (!m || !m->gates_units())
+      throw std::invalid_argument("dist.sharding full: this model's forward does not gather its units (Model::enter_unit / "
+                                  "leave_unit); use dist.sharding: gradients");
+    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
+                                              unit_groups(*m, params));
+    gate_ = std::make_unique<ShardGate>(*sync_);
+    m->set_unit_gate(gate_.get());
+    model_ = m->weak_from_this();
+  } else {
+    const auto mode = cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce
+                                                                   : dist::ShardSync::Grads::ReduceScatter;
+    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+  }
+  pieces_ = sync_->piece_values();
+  int64_t owned = 0, padded = 0;
+  for (const auto& pc : sync_->pieces()) owned += pc.len;
+  for (const auto& b : sync_->buckets()) padded += b.padded;
+  spdlog::info("dist.sharding {}: {}; {} buckets, {} elements with padding, this rank steps {} of them",
+               config::name_of(cfg_.sharding),
+               name(), sync_->buckets().size(), padded, owned);
+}
+
+void ShardedParallel::before_backward(bool last_micro_batch) {
+  if (sync_->full() && peak_state_ == 0) {  // measured from the first step's first forward on
+    sync_->reset_peak();
+    peak_state_ = 1;
+  }
+  sync_->set_enabled(last_micro_batch);
+}
+
+// full: after the first step, what it gathered at most at one time (the check of "one unit at a time")
+void ShardedParallel::after_backward() {
+  sync_->finish();
+  if (peak_state_ != 1) return;
+  peak_state_ = 2;
+  int64_t largest = 0, all = 0;
+  for (const auto& b : sync_->buckets()) {
+    const int64_t bytes = b.padded * static_cast<int64_t>(b.flat_param.element_size());
+    largest = std::max(largest, bytes), all += bytes;
+  }
+  const auto peak = sync_->gather_peak();
+  spdlog::info("dist.sharding full: the first step gathered at most {} of {} units at once, {} bytes of the model's {} "
+               "(largest unit {} bytes)",
+               peak.units, sync_->buckets().size(), peak.bytes, all, largest);
+}
+
+// The whole model's groups (decay split, optim.groups, layer decay: engine/param_groups), each
+// applied to the pieces of its parameters that this rank steps; every rank keeps every group (some
+// empty), so the groups' learning rates and the checkpoint layout agree across ranks.
+std::unique_ptr<torch::optim::Optimizer> ShardedParallel::make_optimizer(const config::OptimConfig& cfg,
+                                                                         const torch::nn::Module& model) {
+  auto plans = plan_param_groups(cfg, model);
+  std::unordered_map<const c10::TensorImpl*, size_t> group_of;
+  for (size_t g = 0; g < plans.size(); ++g)
+    for (const auto& p : plans[g].params) group_of[p.unsafeGetTensorImpl()] = g;
+  for (auto& g : plans) g.params.clear(), g.names.clear();
+  for (const auto& pc : sync_->pieces()) {
+    auto it = group_of.find(sync_->params()[pc.param].unsafeGetTensorImpl());
+    if (it != group_of.end()) plans[it->second].params.push_back(pc.value);
+  }
+  return build_optimizer(cfg, plans);
+}
+
+torch::Tensor ShardedParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : step_params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  // sum of squares in float64 over this rank's slices, then over ranks: the norm of the whole gradient
+  auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(dist_.device()));
+  if (!grads.empty()) sq += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum();
+  dist_.all_reduce_sum_async(sq, "grad norm")->wait();
+  auto total = sq.sqrt().to(torch::kFloat32).reshape({});
+  if (max_norm > 0 && !grads.empty()) {
+    auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);  // torch's clip_grad_norm_ rule, on the device
+    at::_foreach_mul_(grads, coef.to(grads.front().dtype()));
+  }
+  return total;
+}
+
+void ShardedParallel::agree_flag(torch::Tensor& flag) { dist_.all_reduce_sum_async(flag, "found inf")->wait(); }
+
+DataParallel::HeldBytes ShardedParallel::held_bytes(const std::vector<torch::Tensor>&,
+                                                    const torch::optim::Optimizer& opt) const {
+  HeldBytes h;
+  h.params = sync_->param_bytes();
+  h.grads = sync_->grad_bytes();
+  h.optimizer = optimizer_state_bytes(opt);
+  return h;
+}
+
+std::string ShardedParallel::shard_group() const { return shard_group_name(dist_.rank(), dist_.world_size()); }
+
+io::NamedTensors ShardedParallel::shard_tensors(const torch::optim::Optimizer& opt,
+                                                const torch::nn::Module& model) const {
+  return shard_optimizer_tensors(*sync_, opt, model);
+}
+
+nlohmann::json ShardedParallel::shard_layout(const torch::nn::Module& model) const {
+  return engine::shard_layout(*sync_, model);
+}
+
+void ShardedParallel::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                                     const io::NamedTensors& full) const {
+  load_shard_optimizer(*sync_, opt, model, full);
+}
+
+std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
+  return std::make_unique<ShardedParallel>(dist, cfg);
+}
+
+}  // namespace trainer::engine

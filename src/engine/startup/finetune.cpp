@@ -1,0 +1,106 @@
+#include "engine/startup/finetune.hpp"
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <regex>
+
+#include "io/run_dir.hpp"
+
+namespace trainer::engine {
+namespace {
+
+nlohmann::json init_report_json(const models::InitReport& r) {
+  nlohmann::json renamed = nlohmann::json::array();
+  for (const auto& [from, to] : r.renamed) renamed.push_back({{"from", from}, {"to", to}});
+  return {{"path", r.path},          {"format", r.format},         {"loaded", r.loaded},
+          {"skipped", r.skipped},    {"renamed", renamed},         {"reinitialised", r.reinitialised},
+          {"missing", r.missing},    {"unexpected", r.unexpected}};
+}
+
+void log_init_report(const models::InitReport& r, bool strict) {
+  spdlog::info("model.init: {} ({}): {} tensors loaded, {} skipped, {} renamed, {} re-initialised, {} missing, "
+               "{} unexpected", r.path, r.format, r.loaded.size(), r.skipped.size(), r.renamed.size(),
+               r.reinitialised.size(), r.missing.size(), r.unexpected.size());
+  std::vector<std::string> renamed;
+  for (const auto& [from, to] : r.renamed) renamed.push_back(from + " -> " + to);
+  auto line = [](const char* what, const std::vector<std::string>& v) {
+    if (!v.empty()) spdlog::info("model.init: {} ({}): {}", what, v.size(), models::name_list(v));
+  };
+  line("loaded", r.loaded);
+  line("skipped", r.skipped);
+  line("renamed", renamed);
+  line("re-initialised (shape differs, the model's own initialisation kept)", r.reinitialised);
+  // without strict these are what the user accepted; still worth a warning, since a typo looks the same
+  if (!strict && !r.missing.empty())
+    spdlog::warn("model.init: missing ({}), left at the model's initialisation: {}", r.missing.size(),
+                 models::name_list(r.missing));
+  if (!strict && !r.unexpected.empty())
+    spdlog::warn("model.init: unexpected ({}), not loaded: {}", r.unexpected.size(), models::name_list(r.unexpected));
+}
+
+// The modules whose parameters are all frozen (at least one parameter): BatchNorm only.
+std::vector<std::shared_ptr<torch::nn::Module>> frozen_batch_norms(models::Model& model) {
+  std::vector<std::shared_ptr<torch::nn::Module>> out;
+  for (const auto& m : model.modules(/*include_self=*/false)) {
+    if (!m->as<torch::nn::BatchNorm1dImpl>() && !m->as<torch::nn::BatchNorm2dImpl>() &&
+        !m->as<torch::nn::BatchNorm3dImpl>())
+      continue;
+    const auto params = m->parameters(/*recurse=*/false);
+    bool all_frozen = !params.empty();
+    for (const auto& p : params) all_frozen = all_frozen && !p.requires_grad();
+    if (all_frozen) out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace
+
+void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, const std::filesystem::path& run_dir,
+                          bool primary) {
+  const std::string& path = config::init_file(cfg);
+  if (path.empty()) return;
+  const auto report = models::load_init_weights(model, cfg.init, path);
+  log_init_report(report, cfg.init.strict);
+  if (!cfg.init.skip.empty() && report.skipped.empty())
+    spdlog::warn("model.init.skip: no name of {} matches any of its regexes", path);
+  if (primary) io::write_file_atomic(run_dir / kInitReportFile, init_report_json(report).dump(2) + "\n");
+}
+
+models::ModelPtr build_run_model(const config::RunConfig& cfg) {
+  auto model = models::builtin_models().create(cfg.model);
+  apply_freeze(*model, cfg.train);
+  return model;
+}
+
+std::vector<std::string> apply_freeze(models::Model& model, const config::TrainConfig& cfg) {
+  std::vector<std::string> frozen;
+  if (cfg.freeze.empty()) return frozen;
+  std::vector<std::regex> res;
+  for (const auto& s : cfg.freeze) res.emplace_back(s, std::regex::ECMAScript);  // checked when the config loaded
+  std::vector<size_t> hits(res.size(), 0);
+  int64_t frozen_numel = 0, total_numel = 0;
+  for (auto& p : model.named_parameters(/*recurse=*/true)) {
+    total_numel += p.value().numel();
+    bool match = false;
+    for (size_t i = 0; i < res.size(); ++i)
+      if (std::regex_search(p.key(), res[i])) match = true, ++hits[i];
+    if (!match) continue;
+    p.value().set_requires_grad(false);
+    frozen.push_back(p.key());
+    frozen_numel += p.value().numel();
+  }
+  for (size_t i = 0; i < res.size(); ++i)
+    if (hits[i] == 0) spdlog::warn("train.freeze: '{}' matches no parameter name", cfg.freeze[i]);
+  spdlog::info("train.freeze: {} parameter tensors frozen ({} of {} values): {}", frozen.size(), frozen_numel,
+               total_numel, models::name_list(frozen));
+  if (cfg.freeze_bn) {
+    auto bns = frozen_batch_norms(model);
+    spdlog::info("train.freeze_bn: {} frozen BatchNorm modules stay in eval mode (running statistics unchanged)",
+                 bns.size());
+    model.keep_in_eval(std::move(bns));
+  }
+  return frozen;
+}
+
+}  // namespace trainer::engine

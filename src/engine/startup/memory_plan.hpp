@@ -1,0 +1,96 @@
+// Memory per device for one training step, and the automatic micro-batch (train.batch_size: auto).
+//
+//   held       parameters, optimizer state and DDP gradient buckets, which live across steps:
+//              counted from the model's tensors (exact bytes, fp32 master weights)
+//   step       measured: forward + backward at two small micro-batches on random inputs of the
+//              real sample shape, the peak bytes ATen allocates above the step's start (CPU: a
+//              counting allocator installed for the probe only; CUDA: the caching allocator's peak).
+//              Activations, their gradients, workspaces and the parameter gradients (allocated during
+//              backward, freed by zero_grad) all fall inside it; the two points give bytes per
+//              sample and a per-step constant
+//   total(b) = held + intercept + b x per_sample
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "engine/optim/precision.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+
+struct FixedMemory {
+  int64_t parameters = 0, gradients = 0, optimizer = 0, ddp_buckets = 0;
+  int64_t gathered = 0;  // dist.sharding full: the units' parameters gathered whole at a time
+  // what lives across steps; the gradients are part of the measured step (see above)
+  int64_t total() const { return parameters + optimizer + ddp_buckets + gathered; }
+};
+
+// From the model's unique trainable parameters: gradients as large as the parameters, AdamW two
+// state tensors per parameter, SGD one momentum buffer (none without momentum), and with
+// world_size > 1 the flat all-reduce buckets (one copy of the gradients).
+// dist.sharding optimizer | gradients: optimizer state / N; gradients also the buckets / N.
+// full: parameters / N too, plus the units gathered whole at one time: the first (GPT's tied
+// embeddings) and twice the largest of the others (running + prefetched).
+FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
+                         config::Sharding sharding = config::Sharding::None);
+
+// Bytes of the trainable parameters of each of the model's units (Model::units()), in their order.
+std::vector<int64_t> unit_param_bytes(const models::Model& model);
+
+struct ActivationProbe {
+  int64_t b1 = 0, b2 = 0;   // micro-batches measured
+  double peak1 = 0, peak2 = 0;  // bytes above the step's start at b1, b2 (parameter gradients included)
+  std::string how;          // "CPU counting allocator" | "CUDA caching allocator"
+  double per_sample() const { return b2 > b1 ? std::max(0.0, (peak2 - peak1) / static_cast<double>(b2 - b1)) : 0.0; }
+  double intercept() const { return std::max(0.0, peak1 - per_sample() * static_cast<double>(b1)); }
+  double at(int64_t b) const { return intercept() + per_sample() * static_cast<double>(b); }
+};
+
+// Forward + backward of `model` in train mode at micro-batches b1 < b2 under `precision` (autocast)
+// on `device`, on random inputs: images (C, H, W) with classes = model output width, or tokens (T)
+// below `vocab_or_classes`. Gradients are cleared before and after; BatchNorm running statistics and
+// the global RNG move, so probe a separate model instance, not the one being trained.
+// The step's peak is the larger of a batch-independent spike (parameter gradients, cast weights)
+// and the batch-dependent activations, and small micro-batches fit large ones poorly; so both
+// micro-batches double, up to `max_b2`, while a probe step takes under half a second and, whatever
+// it costs, while the second point adds less than a quarter to the first (the spike still hides
+// the activations).
+ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,
+                                  int64_t vocab_or_classes, Precision precision, const torch::Device& device,
+                                  bool channels_last, int64_t b1, int64_t b2, int64_t max_b2 = 0);
+
+// The divisors of `per_rank` (samples per rank per optimizer step), largest first: the micro-batches
+// that keep the global batch exact with a whole number of accumulation steps.
+std::vector<int64_t> micro_batch_candidates(int64_t per_rank);
+
+// The largest candidate whose estimate fixed + probe.at(b) stays within `budget_bytes`; 0 if none.
+int64_t largest_fitting(const FixedMemory& fixed, const ActivationProbe& probe, double budget_bytes,
+                        const std::vector<int64_t>& candidates);
+
+// CUDA: from the estimate down, the first candidate for which `fits(b)` (a real step; false on out
+// of memory) holds; 0 if none. Candidates above `start` are not tried.
+int64_t search_fitting(const std::vector<int64_t>& candidates, int64_t start, const std::function<bool(int64_t)>& fits);
+
+struct MemoryBudget {
+  double bytes = 0;    // 0: unknown
+  std::string source;  // for messages: where the figure comes from
+};
+// `configured_gb` (x 1e9) when > 0, named `configured_what`; else CUDA: 90 % of the device's memory,
+// CPU: 80 % of the host's available memory divided by the local ranks.
+MemoryBudget memory_budget(double configured_gb, const std::string& configured_what, const torch::Device& device,
+                           int64_t local_world_size);
+
+// MemAvailable of /proc/meminfo in bytes; nullopt where it cannot be read.
+std::optional<double> available_host_memory();
+
+// "1.23 GiB" style.
+std::string bytes_text(double bytes);
+
+}  // namespace trainer::engine

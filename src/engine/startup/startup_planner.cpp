@@ -1,0 +1,219 @@
+#include "engine/startup/startup_planner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+
+#include "device/cuda_seam.hpp"
+#include "device/device.hpp"
+#include "engine/startup/autotune.hpp"
+#include "engine/startup/memory_plan.hpp"
+#include "engine/optim/train_state.hpp"
+#include "io/run_dir.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+
+// model.attention auto (engine/autotune.hpp): rank 0 decides, every rank takes its choice, and the
+// run directory keeps it (autotune.json) so that a resumed run computes with the same kernels.
+
+// <run dir>/autotune.json as an object ({} when there is none yet).
+nlohmann::json StartupPlanner::read_autotune() const {
+  const auto file = autotune_file();
+  if (!std::filesystem::exists(file)) return nlohmann::json::object();
+  std::ifstream in(file);
+  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) throw std::runtime_error(file.string() + ": not a JSON object; delete it to measure again");
+  return j;
+}
+
+// Rank 0 merges `entries` into autotune.json (atomically).
+void StartupPlanner::write_autotune(const nlohmann::json& entries) const {
+  if (env_.rank != 0) return;
+  auto j = read_autotune();
+  j.update(entries);
+  io::write_file_atomic(autotune_file(), j.dump(2) + "\n");
+}
+
+// Rank 0's decisions reach the other ranks through collectives, never through the file, so ranks
+// that do not share the run directory still agree.
+bool StartupPlanner::rank0_says(bool flag) { return dist_ && dist_->active() ? dist_->any(env_.rank == 0 && flag) : flag; }
+
+void StartupPlanner::resolve_attention() {
+  const auto file = autotune_file();
+  bool kept = false, math = false;
+  if (env_.rank == 0) {
+    const auto saved = read_autotune();
+    if (saved.contains("model.attention")) {
+      const auto& a = saved["model.attention"];
+      if (!a.is_string() || (a != "sdpa" && a != "math"))
+        throw std::runtime_error(file.string() + ": \"model.attention\" is not sdpa or math; delete the file to measure again");
+      kept = true;
+      math = a == "math";
+    }
+  }
+  kept = rank0_says(kept);
+  AttentionChoice c;
+  if (!kept && env_.rank == 0) {
+    const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
+    c = choose_attention(cfg_.model, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
+    restore_rng_state(rng, device_);
+    math = c.attention == config::Attention::Math;
+  }
+  if (env_.rank != 0) c.reason = "rank 0's measurement";
+  math = rank0_says(math);
+  cfg_.model.attention = math ? config::Attention::Math : config::Attention::Sdpa;
+  const std::string& chosen = config::name_of(cfg_.model.attention);
+  if (kept) {
+    spdlog::info("model.attention auto: {} (kept from {})", chosen, file.string());
+    return;
+  }
+  write_autotune({{"model.attention", chosen}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
+                  {"math_ms", c.math_ms}});
+  spdlog::info("model.attention auto: {} ({})", chosen, c.reason);
+}
+
+// The smallest of the ranks' `mine` (each one of `candidates`, or 0), on every rank: walking the
+// candidates from the largest, the first that no rank is below. One rank alone: `mine`.
+int64_t StartupPlanner::agree_on_smallest(const std::vector<int64_t>& candidates, int64_t mine) {
+  if (!dist_ || !dist_->active()) return mine;
+  for (int64_t c : candidates)
+    if (!dist_->any(c > mine)) return c;
+  return 0;
+}
+
+// train.batch_size auto: the largest divisor of the per-rank batch that fits this process's memory
+// (see memory_plan.hpp), the same on every rank (the smallest choice wins); grad_accum follows, so
+// train.global_batch_size is kept. The probe runs on a separate model and restores the generators.
+void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
+  const int64_t per_rank = cfg_.train.global_batch_size / env_.world_size;
+  const auto candidates = micro_batch_candidates(per_rank);
+  // a resumed run keeps its micro-batch (BatchNorm statistics depend on it, and the resume check
+  // compares losses) unless the world size, the global batch or the budget changed
+  const nlohmann::json key = {{"world_size", env_.world_size},
+                              {"global_batch_size", cfg_.train.global_batch_size},
+                              {"memory_budget_gb", cfg_.train.memory_budget_gb}};
+  int64_t kept_b = 0;
+  if (env_.rank == 0) {
+    const auto saved = read_autotune();
+    if (saved.contains("train.batch_size") && saved["train.batch_size"].is_object()) {
+      auto entry = saved["train.batch_size"];
+      const int64_t b = entry.value("micro_batch", int64_t{0});
+      entry.erase("micro_batch");
+      if (entry == key && b > 0 && per_rank % b == 0) kept_b = b;
+    }
+  }
+  if (rank0_says(kept_b > 0)) {
+    // rank 0's kept micro-batch reaches every rank as the minimum over ranks of
+    // (rank 0: kept, others: the whole per-rank batch)
+    const int64_t b = agree_on_smallest(candidates, env_.rank == 0 ? kept_b : per_rank);
+    cfg_.train.batch_size = b;
+    cfg_.train.grad_accum = per_rank / b;
+    spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {} (kept "
+                 "from {})",
+                 b, cfg_.train.grad_accum, env_.world_size, cfg_.train.global_batch_size, autotune_file().string());
+    return;
+  }
+  const auto rng = rng_state_tensors(device_);
+  auto probe_cfg = cfg_.model;
+  probe_cfg.init_from.clear();  // the probe measures sizes; its weights do not matter
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
+  auto probe_model = registry.create(probe_cfg);
+  probe_model->to(device_);
+  const bool image = probe_model->input_kind() == models::InputKind::Image;
+  if (cfg_.model.channels_last && image) models::to_channels_last(*probe_model);
+  const auto fixed = fixed_memory(*probe_model, cfg_.optim, env_.world_size, cfg_.dist.sharding);
+  const int64_t b1 = image ? 2 : 1;
+  const auto probe = probe_activations(*probe_model, train_set.sample_shape(), train_set.num_classes(),
+                                       precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,
+                                       /*max_b2=*/std::min<int64_t>(64, per_rank));
+  const auto mb = memory_budget(cfg_.train.memory_budget_gb, "train.memory_budget_gb", device_, env_.local_world_size);
+  const double budget = mb.bytes;
+  const std::string& budget_source = mb.source;
+  if (budget <= 0)
+    throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
+  int64_t chosen = largest_fitting(fixed, probe, budget, candidates);
+  if (device_.is_cuda() && chosen > 0) {
+    // the estimate is a start: a real step at that size must run; out of memory steps down
+    chosen = search_fitting(candidates, chosen, [&](int64_t b) {
+      bool ok = true;
+      try {
+        auto reserve = torch::empty({fixed.optimizer + fixed.ddp_buckets}, torch::TensorOptions().dtype(torch::kUInt8).device(device_));
+        (void)probe_activations(*probe_model, train_set.sample_shape(), train_set.num_classes(), precision_,
+                                device_, cfg_.model.channels_last && image, b, b);
+      } catch (const c10::OutOfMemoryError&) {
+        ok = false;
+      }
+      if (!ok) spdlog::info("train.batch_size auto: micro-batch {} ran out of GPU memory; trying a smaller one", b);
+      for (auto& p : probe_model->parameters()) p.mutable_grad() = torch::Tensor();
+      device::cuda_empty_cache();
+      return ok;
+    });
+  }
+  probe_model.reset();
+  restore_rng_state(rng, device_);
+  chosen = agree_on_smallest(candidates, chosen);  // the largest micro-batch that fits on every rank
+  if (chosen == 0)
+    throw std::runtime_error(fmt::format(
+        "train.batch_size auto: not even a micro-batch of 1 fits {} ({}): {} held across steps (parameters {}, "
+        "optimizer {}, buckets {}{}) + a step of {} + {} per sample (measured by the {}); set "
+        "model.activation_checkpointing, use bf16, or give more memory",
+        bytes_text(budget), budget_source, bytes_text(static_cast<double>(fixed.total())), bytes_text(fixed.parameters),
+        bytes_text(fixed.optimizer), bytes_text(fixed.ddp_buckets),
+        fixed.gathered > 0 ? ", gathered units " + bytes_text(fixed.gathered) : std::string(),
+        bytes_text(probe.intercept()), bytes_text(probe.per_sample()), probe.how));
+  cfg_.train.batch_size = chosen;
+  cfg_.train.grad_accum = per_rank / chosen;
+  auto entry = key;
+  entry["micro_batch"] = chosen;
+  write_autotune({{"train.batch_size", entry}});
+  spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {}; estimated "
+               "{} of a {} budget ({}): {} held + a step of {} + {} per sample x {} (measured by the {} "
+               "at micro-batches {} and {})",
+               chosen, cfg_.train.grad_accum, env_.world_size, cfg_.train.global_batch_size,
+               bytes_text(static_cast<double>(fixed.total()) + probe.at(chosen)), bytes_text(budget), budget_source,
+               bytes_text(static_cast<double>(fixed.total())), bytes_text(probe.intercept()),
+               bytes_text(probe.per_sample()), chosen, probe.how, probe.b1, probe.b2);
+}
+
+void StartupPlanner::release_startup_memory() {
+  if (const int64_t freed = device::release_free_host_memory(); freed > 0)
+    spdlog::debug("host memory: start-up left {} free in malloc's heaps; handed back to the kernel",
+                  bytes_text(static_cast<double>(freed)));
+}
+
+ProcessSetup configure_process(const config::RunConfig& cfg, const dist::LaunchEnv& env) {
+  if (cfg.train.reuse_host_memory) {
+    const auto line = device::keep_host_memory_for_reuse();
+    if (!line.empty()) spdlog::debug("{}", line);
+  }
+  at::set_num_threads(static_cast<int>(device::default_threads(cfg.train.threads, env.local_world_size)));
+  torch::manual_seed(static_cast<uint64_t>(cfg.run.seed));
+  if (cfg.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
+  const auto device = device::select_device(cfg.train.device, env.local_rank);
+  const Precision precision = cfg.train.precision;
+  check_precision_supported(precision, device);
+  if (precision == Precision::Bf16 && device.is_cpu() && !cpu_has_native_bf16())
+    spdlog::warn("precision bf16 on a CPU without avx512_bf16/amx_bf16: bf16 matmuls are emulated and likely "
+                 "slower than fp32");
+  if (device.is_cuda() && cfg.run.deterministic && !std::getenv("CUBLAS_WORKSPACE_CONFIG")) {
+    // deterministic cuBLAS needs a fixed workspace configuration, read when the first handle is
+    // made; without it ATen refuses every CUDA matmul of a deterministic run
+    ::setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
+    spdlog::info("run.deterministic on CUDA: CUBLAS_WORKSPACE_CONFIG=:4096:8 (cuBLAS's deterministic workspace)");
+  }
+  if (device.is_cuda()) {
+    at::globalContext().setAllowTF32CuBLAS(cfg.train.tf32);
+    at::globalContext().setAllowTF32CuDNN(cfg.train.tf32);
+    at::globalContext().setBenchmarkCuDNN(!cfg.run.deterministic);
+  }
+  return {device, precision};
+}
+
+}  // namespace trainer::engine

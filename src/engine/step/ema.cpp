@@ -1,0 +1,71 @@
+#include "engine/step/ema.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <stdexcept>
+
+namespace trainer::engine {
+namespace {
+
+// Parameters then buffers, each registered tensor once (named_parameters dedupes a tied weight).
+std::vector<torch::Tensor> ema_tensors(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (auto& p : m.named_parameters(/*recurse=*/true)) out.push_back(p.value());
+  for (auto& b : m.named_buffers(/*recurse=*/true)) out.push_back(b.value());
+  return out;
+}
+
+}  // namespace
+
+Ema::Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow, const DataParallel* parallel)
+    : cfg_(cfg), live_(live), shadow_(std::move(shadow)), parallel_(parallel) {
+  if (!(cfg_.decay > 0 && cfg_.decay < 1) || cfg_.every < 1)
+    throw std::invalid_argument("train.ema: decay must be in (0, 1) and every >= 1");
+  auto live_t = ema_tensors(live_), shadow_t = ema_tensors(*shadow_);
+  if (live_t.size() != shadow_t.size())
+    throw std::invalid_argument("train.ema: the shadow model does not have the model's parameters");
+  for (size_t i = 0; i < live_t.size(); ++i) {
+    if (!live_t[i].sizes().equals(shadow_t[i].sizes()) || live_t[i].scalar_type() != shadow_t[i].scalar_type())
+      throw std::invalid_argument("train.ema: the shadow model's tensors differ from the model's");
+    shadow_t[i].requires_grad_(false);  // never trained: its tensors only follow the live ones
+    auto& s = live_t[i].is_floating_point() ? shadow_float_ : shadow_other_;
+    auto& l = live_t[i].is_floating_point() ? live_float_ : live_other_;
+    s.push_back(shadow_t[i]);
+    l.push_back(live_t[i]);
+  }
+  reset_from_live();
+}
+
+void Ema::reset_from_live() {
+  FullParams whole(parallel_, /*write=*/false);  // dist.sharding full: the live weights, whole
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < shadow_float_.size(); ++i) shadow_float_[i].copy_(live_float_[i]);
+  for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
+}
+
+void Ema::after_step(int64_t steps_done) {
+  if (steps_done % cfg_.every != 0) return;
+  FullParams whole(parallel_, /*write=*/false);  // dist.sharding full: a collective, on every rank alike
+  torch::NoGradGuard ng;
+  // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them
+  torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - cfg_.decay);
+  for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
+}
+
+std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
+                              const DataParallel* parallel) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
+  config::ModelConfig mc = cfg.model;
+  mc.init_from.clear();
+  auto shadow = models::builtin_models().create(mc);
+  gen.set_state(saved);
+  shadow->to(device);
+  if (cfg.model.channels_last && shadow->input_kind() == models::InputKind::Image) models::to_channels_last(*shadow);
+  shadow->eval();  // it is only ever evaluated
+  spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
+               cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");
+  return std::make_unique<Ema>(cfg.train.ema, live, std::move(shadow), parallel);
+}
+
+}  // namespace trainer::engine

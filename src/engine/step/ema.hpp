@@ -1,0 +1,58 @@
+// train.ema: an exponential moving average of the model's weights, kept in a second model of the
+// same architecture (the "shadow"), so that it can be evaluated, checkpointed and exported like the
+// model itself.
+//
+//   shadow = decay * shadow + (1 - decay) * weights      every train.ema.every optimizer steps
+//
+// No warm-up of the decay (as timm's ModelEmaV2): the shadow starts as a copy of the initial (or
+// init_from) weights and the decay is constant. Buffers: floating ones (BatchNorm running mean and
+// variance) are averaged like the parameters (timm ModelEmaV2, torchvision's reference with
+// use_buffers=True); integer ones (num_batches_tracked) are copied.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+
+class Ema {
+ public:
+  // `shadow`: a model built from the same config as `live`, on the same device and memory format.
+  // It starts as a copy of `live`. `parallel` (may be null): the run's strategy, which under
+  // dist.sharding full gathers the live weights whenever the EMA reads them (FullParams).
+  Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow,
+      const DataParallel* parallel = nullptr);
+
+  // After the optimizer step that made `steps_done` steps: an update when steps_done % every == 0.
+  void after_step(int64_t steps_done);
+  // The shadow becomes a copy of the live weights again (a resumed checkpoint without EMA weights).
+  void reset_from_live();
+
+  models::Model& model() { return *shadow_; }
+  double decay() const { return cfg_.decay; }
+  const config::EmaConfig& config() const { return cfg_; }
+
+ private:
+  config::EmaConfig cfg_;
+  models::Model& live_;
+  models::ModelPtr shadow_;
+  const DataParallel* parallel_;
+  // unique parameters and buffers (a tied tensor once), pairwise: shadow[i] follows live[i]
+  std::vector<torch::Tensor> shadow_float_, live_float_, shadow_other_, live_other_;
+};
+
+// The EMA of a run (train.ema.decay > 0): a shadow built through the model registry from cfg.model
+// (without init_from: it copies the live weights), moved to `device`, channels-last like the model.
+// Building it leaves torch's CPU generator as it was, so the run trains the same with and without EMA.
+std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
+                              const DataParallel* parallel = nullptr);
+
+}  // namespace trainer::engine

@@ -1,0 +1,239 @@
+#include "engine/step/step_runner.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+#include <stdexcept>
+#include <tuple>
+
+#include "engine/eval/evaluator.hpp"
+#include "engine/optim/grad_clip.hpp"
+#include "engine/optim/optim.hpp"
+#include "engine/step/train_step.hpp"
+#include "obs/profiler.hpp"
+
+namespace trainer::engine {
+namespace {
+
+// TRAINER_INJECT_NONFINITE_GRAD=7,8: fault injection for tests and drills. The gradients of those
+// optimizer steps (1-based, as logged) are made NaN on every rank after the gradient sync, once per
+// listing: a step redone after a rollback is clean unless it is listed again ("7,7").
+std::multiset<int64_t> injected_nonfinite_steps() {
+  std::multiset<int64_t> out;
+  const char* v = std::getenv("TRAINER_INJECT_NONFINITE_GRAD");
+  if (!v) return out;
+  std::stringstream ss(v);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    size_t used = 0;
+    int64_t step = -1;
+    try {
+      step = std::stoll(item, &used);
+    } catch (const std::exception&) {
+    }
+    if (used != item.size() || step < 1)
+      throw std::invalid_argument("TRAINER_INJECT_NONFINITE_GRAD: '" + item + "' is not a step number (1, 2, ...)");
+    out.insert(step);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string number_text(double v) {
+  if (std::isnan(v)) return "nan";
+  return fmt::format("{:.6g}", v);
+}
+
+
+StepRunner::StepRunner(StepParts parts, StepSettings settings)
+    : parts_(std::move(parts)), set_(std::move(settings)), inject_nonfinite_(injected_nonfinite_steps()) {
+  if (BatchMixer::wanted(set_.mixup, set_.cutmix)) {
+    mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.rank);
+    spdlog::info("data.mixup/cutmix: mixup alpha {}, cutmix alpha {}, prob {}, switch_prob {} (one lambda per "
+                 "micro-batch, soft targets)",
+                 set_.mixup.alpha, set_.cutmix.alpha, set_.mixup.prob, set_.mixup.switch_prob);
+  }
+  if (set_.label_smoothing > 0)
+    spdlog::info("train.label_smoothing {}: the training loss is smoothed, evaluation is not", set_.label_smoothing);
+  if (!inject_nonfinite_.empty())
+    spdlog::warn("TRAINER_INJECT_NONFINITE_GRAD: the gradients of {} step(s) will be made NaN (fault injection)",
+                 inject_nonfinite_.size());
+}
+
+torch::Tensor StepRunner::to_device(const torch::Tensor& t, bool image_input) const {
+  return to_model_device(t, set_.device, image_input && set_.channels_last);
+}
+
+// train.cuda_graphs (engine/graphed_step.hpp): a GraphedStep when the settings allow one, else the
+// reason in the log and eager steps.
+void StepRunner::enable_graphs(GraphConditions c) {
+  c.fault_injection = !inject_nonfinite_.empty();
+  c.uniform_lr = uniform_learning_rate(parts_.optimizer);
+  if (const auto why = graph_blocker(c); !why.empty()) {
+    spdlog::warn("train.cuda_graphs: not used, every step runs eagerly: {}", why);
+    return;
+  }
+  graph_ = std::make_unique<GraphedStep>(
+      parts_.optimizer, parts_.params, set_.device,
+      [this](const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+        return graph_body(inputs, targets);
+      });
+  spdlog::info("train.cuda_graphs: after {} eager warm-up steps the step is captured into a CUDA graph and replayed",
+               kGraphWarmupSteps);
+}
+
+
+// One optimizer step: grad_accum micro-batches forward/backward, gradient sync, unscale, clip,
+// step, scale update, zero_grad. No host synchronisation unless fp16 (the scaler's skip
+// decision), `need_norm`, or train.nonfinite skip|rollback (the per-step finiteness check).
+StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) {
+  parts_.model.train();
+  const int64_t accum = set_.grad_accum;
+  const bool check_finite = set_.nonfinite != config::NonFinite::Abort;
+  std::vector<data::Batch> taken;  // batches a graphed step took from the loader but left to this eager one
+  if (graph_ && steps_in_process_++ >= kGraphWarmupSteps)
+    if (auto out = graphed_train_step(step, need_norm, times, taken)) return *out;
+  torch::Tensor step_loss;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    auto t0 = Clock::now();
+    std::optional<data::Batch> batch;
+    if (micro < static_cast<int64_t>(taken.size())) {
+      batch = std::move(taken[static_cast<size_t>(micro)]);
+    } else {
+      RECORD_USER_SCOPE("trainer::next_batch");
+      batch = parts_.loader.next();
+    }
+    if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
+    times.data_ms += ms_since(t0);
+
+    auto t1 = Clock::now();
+    auto input = to_device(batch->input, !set_.tokens);
+    auto target = to_device(batch->target, false);
+    if (mixer_)  // on the device, after the copy: the loader's batches stay per-sample
+      std::tie(input, target) = mixer_->apply(input, target, mixer_->choose(step, micro, input.size(-2), input.size(-1)));
+    // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
+    parts_.parallel.before_backward(micro == accum - 1);
+    RECORD_USER_SCOPE("trainer::forward_backward");
+    auto l = forward_backward(parts_.model, input, target, accum, set_.precision, set_.device, parts_.scaler,
+                              set_.label_smoothing);
+    step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step
+    times.compute_ms += ms_since(t1);
+  }
+
+  auto t2 = Clock::now();
+  parts_.parallel.after_backward();  // every rank holds the averaged gradients from here
+  parts_.parallel.commit(step);      // dist.recovery in_process: all ranks synced, or none steps
+  times.comm_ms += ms_since(t2);
+  if (need_norm) times.held = parts_.parallel.held_bytes(parts_.params, parts_.optimizer);  // gradients exist now
+  if (auto it = inject_nonfinite_.find(step + 1); it != inject_nonfinite_.end()) {
+    inject_nonfinite_.erase(it);
+    torch::NoGradGuard ng;
+    for (auto& p : parts_.parallel.step_params(parts_.params))
+      if (p.grad().defined()) p.grad().fill_(std::numeric_limits<float>::quiet_NaN());
+  }
+
+  auto t3 = Clock::now();
+  RECORD_USER_SCOPE("trainer::optimizer");
+  auto applied = apply_gradients(parts_.optimizer, parts_.scaler, parts_.parallel.step_params(parts_.params),
+                                 set_.grad_clip, parts_.lr_at(step), need_norm, check_finite, &parts_.parallel);
+  parts_.parallel.after_step();  // sharded: every rank's updated slice to every rank
+  if (times.held) times.held->optimizer = optimizer_state_bytes(parts_.optimizer);  // the first step creates it
+  if (!applied.stepped) ++skipped_steps_;
+  times.optim_ms += ms_since(t3);
+  ++times.steps;
+  if (applied.nonfinite) {
+    // the gradients agree over ranks after the sync; the loss is this rank's own
+    const double local = step_loss.item<double>();
+    if (!std::isfinite(local))
+      spdlog::warn("rank {}: non-finite loss ({}) at step {}", set_.rank, number_text(local), step + 1);
+    return {applied.grad_norm, true};
+  }
+  // a skipped step's loss stays out of the logged average
+  loss_sum_ = loss_sum_.defined() ? loss_sum_ + step_loss : step_loss;
+  loss_count_ += accum;
+  return {applied.grad_norm, false};
+}
+
+// The captured step's work (GraphedStep's StepBody): what train_step and apply_gradients do for a
+// run that graph_blocker() accepts (no scaler, no sync, no finiteness check), with the gradient
+// norm always computed and no zero_grad.
+StepTensors StepRunner::graph_body(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets) {
+  const auto accum = static_cast<int64_t>(inputs.size());
+  torch::Tensor loss;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    auto l = forward_backward(parts_.model, inputs[i], targets[i], accum, set_.precision, set_.device, parts_.scaler,
+                              set_.label_smoothing);  // a constant of the loss: captured like the rest
+    loss = loss.defined() ? loss + l : l;
+  }
+  auto norm = clip_grad_norm(parts_.params, set_.grad_clip);
+  parts_.optimizer.step();
+  return {loss, norm};
+}
+
+// A step through the graph: the first one after the warm-up captures it, later ones replay it.
+// nullopt: the caller runs this step eagerly on the batches left in `taken` (the capture failed,
+// and graphs are off for the rest of the run; or the batches' shapes differ from the captured ones).
+std::optional<StepOutcome> StepRunner::graphed_train_step(int64_t step, bool need_norm, IntervalTimes& times,
+                                              std::vector<data::Batch>& taken) {
+  const int64_t accum = set_.grad_accum;
+  auto t0 = Clock::now();
+  {
+    RECORD_USER_SCOPE("trainer::next_batch");
+    for (int64_t micro = 0; micro < accum; ++micro) {
+      auto batch = parts_.loader.next();
+      if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
+      taken.push_back(std::move(*batch));
+    }
+  }
+  times.data_ms += ms_since(t0);
+
+  auto t1 = Clock::now();
+  const double lr = parts_.lr_at(step);
+  set_learning_rate(parts_.optimizer, lr);  // the host's copy (checkpoints save it); the graph reads a device tensor
+  std::optional<StepTensors> out;
+  {
+    RECORD_USER_SCOPE("trainer::graph_step");
+    std::vector<torch::Tensor> inputs, targets;
+    const bool capture = !graph_->captured();
+    for (const auto& b : taken) {
+      inputs.push_back(capture ? to_device(b.input, !set_.tokens) : b.input);  // a capture's become the static inputs
+      targets.push_back(capture ? to_device(b.target, false) : b.target);
+    }
+    if (capture) {
+      out = graph_->capture_and_run(std::move(inputs), std::move(targets), lr);
+      if (!out) {
+        spdlog::warn("train.cuda_graphs: capturing step {} failed, so the run goes on without graphs: {}", step + 1,
+                     graph_->failure());
+        graph_.reset();
+        return std::nullopt;
+      }
+      spdlog::info("train.cuda_graphs: step {} captured after {} eager warm-up steps; the following steps replay it",
+                   step + 1, kGraphWarmupSteps);
+    } else {
+      out = graph_->replay(inputs, targets, lr);
+      if (!out) {
+        if (!warned_graph_shape_)
+          spdlog::warn("train.cuda_graphs: step {} has batches of another shape than the captured step; such "
+                       "steps run eagerly",
+                       step + 1);
+        warned_graph_shape_ = true;
+        graph_->before_eager_step(lr);
+        return std::nullopt;
+      }
+    }
+  }
+  taken.clear();
+  times.compute_ms += ms_since(t1);  // the host's time to launch the graph (docs/METRICS.md)
+  ++times.steps;
+  loss_sum_ = loss_sum_.defined() ? loss_sum_ + out->loss : out->loss;
+  loss_count_ += accum;
+  return StepOutcome{need_norm || set_.grad_clip > 0 ? out->grad_norm : torch::Tensor(), false};
+}
+
+
+}  // namespace trainer::engine
