@@ -38,7 +38,6 @@ class TokenDataset : public Dataset {
   std::vector<int64_t> target_shape() const override { return {block_}; }
   bool fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const override;
   torch::Tensor finish(const torch::Tensor& raw, bool pin) const override;
-  int64_t num_tokens() const { return total_tokens_; }
 
  private:
   std::string format_;

@@ -38,7 +38,6 @@ class GradSync {   // bucketed all-reduce launched from gradient hooks, overlapp
 
   // Introspection for tests and logs.
   const std::vector<GradBucket>& buckets() const { return buckets_; }
-  uint64_t layout_hash() const { return layout_hash_; }
   int64_t buckets_launched_in_backward() const { return launched_in_backward_; }  // of the last step
 
   // Called by the post-accumulate-grad hook of parameter `index` (public for the hook only).

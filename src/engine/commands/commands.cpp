@@ -174,7 +174,6 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
       c.train.batch_size == 0 ? std::min<int64_t>(64, c.train.global_batch_size / std::max<int64_t>(env.world_size, 1)) : 64;
   for (bool ac : {false, true}) {
     auto mc = c.model;
-    mc.init_from.clear();
     mc.activation_checkpointing = ac;
     torch::manual_seed(c.run.seed);
     auto model = models::builtin_models().create(mc);

@@ -74,7 +74,6 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
                               "' (the resolved config): not written by `trainer run`?");
   auto loaded = config::load_config_text(state[io::kStateConfigYaml].get<std::string>(), state_path.string());
   config::RunConfig cfg = loaded.cfg;
-  cfg.model.init_from.clear();  // the weights come from the checkpoint
 
   const fs::path weights_path = dir / (ema ? "ema.safetensors" : "model.safetensors");
   if (!fs::exists(weights_path))

@@ -129,7 +129,6 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   m.cfg = cfg;
   if (m.cfg.model.attention == config::Attention::Auto && w.attention) m.cfg.model.attention = *w.attention;
   if (m.cfg.train.batch_size == 0 && w.batch_size > 0) m.cfg.train.batch_size = w.batch_size;
-  m.cfg.model.init_from.clear();  // the weights come from `path`
 
   const auto proc = configure_process(m.cfg, env);
   m.device = proc.device;

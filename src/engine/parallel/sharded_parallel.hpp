@@ -52,8 +52,6 @@ class ShardedParallel final : public DataParallel {
   void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                       const io::NamedTensors& full) const override;
 
-  const dist::ShardSync& sync() const { return *sync_; }
-
  private:
   dist::DistContext& dist_;
   config::DistConfig cfg_;

@@ -120,11 +120,9 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
     return;
   }
   const auto rng = rng_state_tensors(device_);
-  auto probe_cfg = cfg_.model;
-  probe_cfg.init_from.clear();  // the probe measures sizes; its weights do not matter
   models::ModelRegistry registry;
   models::register_builtin_models(registry);
-  auto probe_model = registry.create(probe_cfg);
+  auto probe_model = registry.create(cfg_.model);
   probe_model->to(device_);
   const bool image = probe_model->input_kind() == models::InputKind::Image;
   if (cfg_.model.channels_last && image) models::to_channels_last(*probe_model);

@@ -56,9 +56,7 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
                               const DataParallel* parallel) {
   auto gen = at::detail::getDefaultCPUGenerator();
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
-  config::ModelConfig mc = cfg.model;
-  mc.init_from.clear();
-  auto shadow = models::builtin_models().create(mc);
+  auto shadow = models::builtin_models().create(cfg.model);
   gen.set_state(saved);
   shadow->to(device);
   if (cfg.model.channels_last && shadow->input_kind() == models::InputKind::Image) models::to_channels_last(*shadow);

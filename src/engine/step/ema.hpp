@@ -5,7 +5,7 @@
 //   shadow = decay * shadow + (1 - decay) * weights      every train.ema.every optimizer steps
 //
 // No warm-up of the decay (as timm's ModelEmaV2): the shadow starts as a copy of the initial (or
-// init_from) weights and the decay is constant. Buffers: floating ones (BatchNorm running mean and
+// model.init) weights and the decay is constant. Buffers: floating ones (BatchNorm running mean and
 // variance) are averaged like the parameters (timm ModelEmaV2, torchvision's reference with
 // use_buffers=True); integer ones (num_batches_tracked) are copied.
 #pragma once
@@ -50,7 +50,8 @@ class Ema {
 };
 
 // The EMA of a run (train.ema.decay > 0): a shadow built through the model registry from cfg.model
-// (without init_from: it copies the live weights), moved to `device`, channels-last like the model.
+// (which never loads model.init: the shadow copies the live weights), moved to `device`, channels-last
+// like the model.
 // Building it leaves torch's CPU generator as it was, so the run trains the same with and without EMA.
 std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
                               const DataParallel* parallel = nullptr);
