@@ -191,7 +191,16 @@ ModelSpec gpt_spec() {
       err("model.vocab_size", "byte-level text needs vocab_size >= 256");
   };
   s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); };
-  s.measure_attention = true;
+  s.attention_probe = [](const config::ModelConfig& c) {
+    AttentionProbe p;
+    p.heads = c.n_head;
+    p.seq = c.block_size;
+    p.head_size = c.n_embd / c.n_head;
+    p.run = [](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool math) {
+      return causal_attention(q, k, v, math, 0.0, /*training=*/true);
+    };
+    return p;
+  };
   s.layout = "nanoGPT (model.GPT)";
   return s;
 }

@@ -11,7 +11,7 @@ namespace trainer::models {
 // Causal attention over q, k, v (B, nh, T, hs) -> (B, nh, T, hs): `math` = explicit masked softmax
 // (two matmuls), else scaled_dot_product_attention (fused kernels). Dropout p on the weights when
 // training. The same result up to rounding; the speed differs by device and dtype (see
-// model.attention auto in engine/autotune.hpp).
+// model.attention auto in engine/startup/autotune.hpp, through gpt_spec's attention_probe).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool math,
                                double dropout, bool training);
 

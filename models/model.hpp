@@ -83,6 +83,15 @@ class Model : public torch::nn::Module {
 };
 using ModelPtr = std::shared_ptr<Model>;
 
+// model.attention auto: what engine/startup/autotune times at start-up, as the family's own attention
+// at the run's shapes, so the engine needs no family's header or keys.
+struct AttentionProbe {
+  int64_t heads = 0, seq = 0, head_size = 0;  // one attention call: q, k, v are (B, heads, seq, head_size)
+  // the family's attention over q, k, v in training mode without dropout: math = the explicit masked
+  // softmax, else its fused kernel (scaled_dot_product_attention)
+  std::function<torch::Tensor(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool math)> run;
+};
+
 // Everything about one model family, in one place. Each family defines its spec next to its model
 // (gpt_spec() in gpt.cpp, ...) and register_builtin_models adds it with one line; nothing outside
 // models/ names a family. `rules` is what config needs before any model exists (input kind, the
@@ -90,9 +99,9 @@ using ModelPtr = std::shared_ptr<Model>;
 struct ModelSpec {
   config::ArchRules rules;
   std::function<ModelPtr(const config::ModelConfig&)> build;  // the caller seeds torch first
-  // model.attention auto: true = timed at start-up on the run's shapes (engine/autotune);
-  // false = the model's own fixed rule (or it has no attention choice)
-  bool measure_attention = false;
+  // model.attention auto: set = both kernels timed at start-up on this probe of the run's config
+  // (engine/startup/autotune); empty = the model's own fixed rule (or it has no attention choice)
+  std::function<AttentionProbe(const config::ModelConfig&)> attention_probe;
   std::string layout;  // whose parameter names the weights use: "torchvision ResNet", "nanoGPT", ...
   // Training loss: cross-entropy over the last dimension of the logits against int64 targets, for
   // every family so far (classes for images, the vocabulary per position for tokens).

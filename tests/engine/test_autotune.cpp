@@ -9,14 +9,36 @@
 using namespace trainer;
 using namespace trainer::engine;
 
+namespace {
+// The GPT family's probe: the engine takes the attention's shape and kernel from the ModelSpec.
+models::AttentionProbe gpt_probe(const config::ModelConfig& m) {
+  return models::builtin_models().spec("gpt").attention_probe(m);
+}
+}  // namespace
+
+TEST_CASE("attention auto: GPT's probe is one attention call of its config", "[unit]") {
+  config::ModelConfig m;
+  m.n_head = 4;
+  m.n_embd = 64;
+  m.block_size = 24;
+  const auto p = gpt_probe(m);
+  CHECK(p.heads == 4);
+  CHECK(p.seq == 24);
+  CHECK(p.head_size == 16);
+  auto q = torch::randn({2, 4, 24, 16}), k = torch::randn({2, 4, 24, 16}), v = torch::randn({2, 4, 24, 16});
+  const auto fused = p.run(q, k, v, false), math = p.run(q, k, v, true);
+  CHECK(fused.sizes() == q.sizes());
+  CHECK(torch::allclose(fused, math, 1e-4, 1e-5));  // the same attention, two kernels
+}
+
 TEST_CASE("attention auto: sdpa without timing for fp32, deterministic runs and non-CPU devices", "[unit]") {
   config::ModelConfig m;
   m.arch = "gpt";
   const torch::Device cpu(torch::kCPU);
-  auto fp32 = choose_attention(m, 8, Precision::Fp32, cpu, false);
+  auto fp32 = choose_attention(gpt_probe(m), 8, Precision::Fp32, cpu, false);
   CHECK(fp32.attention == config::Attention::Sdpa);
   CHECK(fp32.sdpa_ms == 0);
-  auto det = choose_attention(m, 8, Precision::Bf16, cpu, true);
+  auto det = choose_attention(gpt_probe(m), 8, Precision::Bf16, cpu, true);
   CHECK(det.attention == config::Attention::Sdpa);
   CHECK(det.reason == "run.deterministic: not timed");
 }
@@ -27,7 +49,7 @@ TEST_CASE("attention auto on a CPU under bf16 times both paths and takes math on
   m.n_head = 2;
   m.n_embd = 32;
   m.block_size = 32;
-  auto c = choose_attention(m, 4, Precision::Bf16, torch::Device(torch::kCPU), false);
+  auto c = choose_attention(gpt_probe(m), 4, Precision::Bf16, torch::Device(torch::kCPU), false);
   INFO(c.reason);
   CHECK(c.sdpa_ms > 0);
   CHECK(c.math_ms > 0);

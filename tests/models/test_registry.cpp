@@ -70,8 +70,8 @@ TEST_CASE("every ModelSpec's rules are what config knows of the family, and its 
   CHECK(config::find_arch("vit")->fixed_image_size);
   CHECK_FALSE(config::find_arch("resnet")->fixed_image_size);
   CHECK(config::find_arch("mlp") == nullptr);
-  CHECK(registry.spec("gpt").measure_attention);
-  CHECK_FALSE(registry.spec("vit").measure_attention);
+  CHECK(static_cast<bool>(registry.spec("gpt").attention_probe));
+  CHECK_FALSE(static_cast<bool>(registry.spec("vit").attention_probe));
 }
 
 // The units are what activation checkpointing wraps and what parameter sharding gathers one at a

@@ -78,7 +78,7 @@ class Trainer {
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
-    if (spec_->measure_attention && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
+    if (spec_->attention_probe && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
     model_ = build_run_model(cfg_);  // seeded above: every rank draws the same weights; train.freeze applied
     model_->to(device_);
     if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);

@@ -6,23 +6,21 @@
 #include <chrono>
 #include <vector>
 
-#include "models/gpt.hpp"
-
 namespace trainer::engine {
 
-std::pair<double, double> time_attention(int64_t batch, int64_t heads, int64_t block, int64_t head_size,
-                                         Precision precision, const torch::Device& device, int reps) {
+std::pair<double, double> time_attention(const models::AttentionProbe& probe, int64_t batch, Precision precision,
+                                         const torch::Device& device, int reps) {
   const auto dtype = precision == Precision::Bf16 ? torch::kBFloat16
                      : precision == Precision::Fp16 ? torch::kHalf
                                                     : torch::kFloat32;
   auto opts = torch::TensorOptions().dtype(dtype).device(device);
-  auto make = [&] { return torch::randn({batch, heads, block, head_size}, opts).requires_grad_(true); };
+  auto make = [&] { return torch::randn({batch, probe.heads, probe.seq, probe.head_size}, opts).requires_grad_(true); };
   auto q = make(), k = make(), v = make();
   auto once = [&](bool math) {
     const auto t0 = std::chrono::steady_clock::now();
     {
       AutocastScope autocast(precision, device);
-      auto y = models::causal_attention(q, k, v, math, 0.0, /*training=*/true);
+      auto y = probe.run(q, k, v, math);
       y.backward(torch::ones_like(y));
     }
     if (device.is_cuda()) torch::cuda::synchronize();
@@ -42,7 +40,7 @@ std::pair<double, double> time_attention(int64_t batch, int64_t heads, int64_t b
   return {median(sdpa), median(math)};
 }
 
-AttentionChoice choose_attention(const config::ModelConfig& m, int64_t batch, Precision precision,
+AttentionChoice choose_attention(const models::AttentionProbe& probe, int64_t batch, Precision precision,
                                  const torch::Device& device, bool deterministic) {
   AttentionChoice c;
   c.attention = config::Attention::Sdpa;
@@ -59,11 +57,11 @@ AttentionChoice choose_attention(const config::ModelConfig& m, int64_t batch, Pr
     return c;
   }
   const int64_t b = std::clamp<int64_t>(batch, 1, 16);
-  const int64_t hs = m.n_embd / m.n_head;
-  std::tie(c.sdpa_ms, c.math_ms) = time_attention(b, m.n_head, m.block_size, hs, precision, device);
+  std::tie(c.sdpa_ms, c.math_ms) = time_attention(probe, b, precision, device);
   if (c.math_ms < 0.8 * c.sdpa_ms) c.attention = config::Attention::Math;
   c.reason = fmt::format("timed forward + backward at ({}, {}, {}, {}) {} on {}: sdpa {:.2f} ms, math {:.2f} ms", b,
-                         m.n_head, m.block_size, hs, precision_name(precision), device.str(), c.sdpa_ms, c.math_ms);
+                         probe.heads, probe.seq, probe.head_size, precision_name(precision), device.str(), c.sdpa_ms,
+                         c.math_ms);
   return c;
 }
 

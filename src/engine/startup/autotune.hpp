@@ -16,6 +16,7 @@
 
 #include "config/config.hpp"
 #include "engine/optim/precision.hpp"
+#include "models/model.hpp"
 
 namespace trainer::engine {
 
@@ -25,13 +26,14 @@ struct AttentionChoice {
   double sdpa_ms = 0, math_ms = 0;  // measured forward + backward times (0 = not timed)
 };
 
-// Decides model.attention auto for `m` at micro-batch `batch` (0 = unknown: 1).
-AttentionChoice choose_attention(const config::ModelConfig& m, int64_t batch, Precision precision,
+// Decides model.attention auto for the family's `probe` of the run's config (ModelSpec::attention_probe)
+// at micro-batch `batch` (0 = unknown: 1).
+AttentionChoice choose_attention(const models::AttentionProbe& probe, int64_t batch, Precision precision,
                                  const torch::Device& device, bool deterministic);
 
-// Times forward + backward of causal_attention (median of `reps` after one warm-up) on random
-// (B, nh, T, hs) inputs in the autocast dtype; returns {sdpa_ms, math_ms}.
-std::pair<double, double> time_attention(int64_t batch, int64_t heads, int64_t block, int64_t head_size,
-                                         Precision precision, const torch::Device& device, int reps = 3);
+// Times forward + backward of the probe's attention, both kernels (median of `reps` after one
+// warm-up), on random (batch, heads, seq, head_size) inputs in the autocast dtype; returns {sdpa_ms, math_ms}.
+std::pair<double, double> time_attention(const models::AttentionProbe& probe, int64_t batch, Precision precision,
+                                         const torch::Device& device, int reps = 3);
 
 }  // namespace trainer::engine

@@ -61,7 +61,8 @@ void StartupPlanner::resolve_attention() {
   AttentionChoice c;
   if (!kept && env_.rank == 0) {
     const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
-    c = choose_attention(cfg_.model, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
+    const auto probe = models::builtin_models().spec(cfg_.model.arch).attention_probe(cfg_.model);
+    c = choose_attention(probe, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
     restore_rng_state(rng, device_);
     math = c.attention == config::Attention::Math;
   }

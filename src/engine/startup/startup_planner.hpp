@@ -34,7 +34,8 @@ class StartupPlanner {
                  Precision precision, std::filesystem::path run_root)
       : cfg_(cfg), env_(env), dist_(dist), device_(device), precision_(precision), root_(std::move(run_root)) {}
 
-  // model.attention auto -> "sdpa" | "math" (kept from autotune.json, or timed by rank 0).
+  // model.attention auto -> "sdpa" | "math" (kept from autotune.json, or timed by rank 0 through the
+  // family's ModelSpec::attention_probe, which the caller checked is set).
   void resolve_attention();
 
   // train.batch_size auto: the largest divisor of the per-rank batch that fits this process's memory,
