@@ -187,7 +187,7 @@ ModelSpec gpt_spec() {
   s.rules.eval_metrics = {"loss", "ppl", "bpb"};
   s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
     gpt_key_rules(c.model, err);
-    if (c.data.format == "text" && c.model.vocab_size < 256)
+    if (c.data.format == config::DataFormat::Text && c.model.vocab_size < 256)
       err("model.vocab_size", "byte-level text needs vocab_size >= 256");
   };
   s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); };

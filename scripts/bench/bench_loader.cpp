@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
   resnet.num_classes = 10;
   if (fs::exists("/usr/share/datasets/fashion-mnist")) {
     config::DataConfig d;
-    d.format = "idx";
+    d.format = config::DataFormat::Idx;
     d.path = "/usr/share/datasets/fashion-mnist";
     d.augment.crop_padding = 2;
     d.augment.hflip = true;
@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
   gpt.arch = "gpt";
   gpt.block_size = 256;
   config::DataConfig t;
-  t.format = "tokens";
+  t.format = config::DataFormat::Tokens;
   t.path = (work / "shards").string();
   report("token shards, block 256, B=64", data::create_datasets(t, gpt, 0).train, 64, 400, max_workers);
 
@@ -104,7 +104,7 @@ int main(int argc, char** argv) {
   rgb.in_channels = 3;
   rgb.num_classes = 8;
   config::DataConfig j;
-  j.format = "image_folder";
+  j.format = config::DataFormat::ImageFolder;
   j.path = jpg.string();
   j.image_size = 56;
   j.augment.hflip = true;

@@ -96,7 +96,7 @@ struct AugmentConfig {
 };
 
 struct NormalizeConfig {
-  std::string mode = "mean_std";  // mean_std | minmax | none
+  NormalizeMode mode = NormalizeMode::MeanStd;  // mean_std | minmax | none
   std::vector<double> mean;       // per channel; empty = computed from the training split
   std::vector<double> std;
   bool operator==(const NormalizeConfig&) const = default;
@@ -123,7 +123,7 @@ struct CutmixConfig {
 };
 
 struct DataConfig {
-  std::string format = "idx";  // idx | cifar | image_folder | text | tokens | synthetic
+  DataFormat format = DataFormat::Idx;  // idx | cifar | image_folder | text | tokens | synthetic
   std::string path;            // file, folder or glob, relative to the config file's folder
   std::string val_path;        // separate validation data ("" = split or the format's own test files)
   double val_fraction = 0.1;   // text: contiguous tail used for validation when val_path is empty
@@ -165,7 +165,7 @@ struct TrainConfig {
   double epochs = 0.0;
   Precision precision = Precision::Fp32;  // fp32 | bf16 | fp16 (CUDA only)
   bool tf32 = true;                // CUDA: TF32 tensor cores for fp32 matmuls and convolutions
-  std::string device = "auto";     // auto | cpu | cuda
+  DeviceKind device = DeviceKind::Auto;  // auto | cpu | cuda
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
   double memory_budget_gb = 0.0;   // batch_size auto: bytes per process (0 = 80 % host / 90 % GPU)
   bool reuse_host_memory = true;   // glibc malloc keeps freed blocks (see device::keep_host_memory_for_reuse)
@@ -209,7 +209,7 @@ struct ScheduleConfig {
 };
 
 struct DistConfig {
-  std::string backend = "auto";  // auto | gloo | nccl
+  Backend backend = Backend::Auto;  // auto | gloo | nccl
   double timeout_s = 300.0;
   double bucket_mb = 25.0;
   Sharding sharding = Sharding::None;  // none | optimizer | gradients | full (dist.sharding)

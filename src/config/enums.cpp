@@ -38,5 +38,21 @@ template <> const std::vector<std::string>& choices_of<Recovery>() {
   static const std::vector<std::string> n = {"restart", "in_process"};
   return n;
 }
+template <> const std::vector<std::string>& choices_of<DataFormat>() {
+  static const std::vector<std::string> n = {"idx", "cifar", "image_folder", "text", "tokens", "synthetic"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<NormalizeMode>() {
+  static const std::vector<std::string> n = {"mean_std", "minmax", "none"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<DeviceKind>() {
+  static const std::vector<std::string> n = {"auto", "cpu", "cuda"};
+  return n;
+}
+template <> const std::vector<std::string>& choices_of<Backend>() {
+  static const std::vector<std::string> n = {"auto", "gloo", "nccl"};
+  return n;
+}
 
 }  // namespace trainer::config

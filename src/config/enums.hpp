@@ -18,6 +18,10 @@ enum class Attention { Auto, Sdpa, Math };           // model.attention
 enum class StopMode { Auto, Min, Max };              // train.early_stopping.mode
 enum class Sharding { None, Optimizer, Gradients, Full };  // dist.sharding
 enum class Recovery { Restart, InProcess };          // dist.recovery
+enum class DataFormat { Idx, Cifar, ImageFolder, Text, Tokens, Synthetic };  // data.format
+enum class NormalizeMode { MeanStd, Minmax, None };  // data.normalize.mode
+enum class DeviceKind { Auto, Cpu, Cuda };           // train.device
+enum class Backend { Auto, Gloo, Nccl };             // dist.backend
 
 // The YAML names of an enum's values, index = the value. Specialised for each enum above.
 template <class E>
@@ -31,6 +35,17 @@ template <> const std::vector<std::string>& choices_of<Attention>();
 template <> const std::vector<std::string>& choices_of<StopMode>();
 template <> const std::vector<std::string>& choices_of<Sharding>();
 template <> const std::vector<std::string>& choices_of<Recovery>();
+template <> const std::vector<std::string>& choices_of<DataFormat>();
+template <> const std::vector<std::string>& choices_of<NormalizeMode>();
+template <> const std::vector<std::string>& choices_of<DeviceKind>();
+template <> const std::vector<std::string>& choices_of<Backend>();
+
+// What a data.format gives: images (idx, cifar, image_folder), tokens (text, tokens); synthetic
+// gives either, as the model asks.
+inline bool gives_images(DataFormat f) {
+  return f == DataFormat::Idx || f == DataFormat::Cifar || f == DataFormat::ImageFolder;
+}
+inline bool gives_tokens(DataFormat f) { return f == DataFormat::Text || f == DataFormat::Tokens; }
 
 // "bf16" for Precision::Bf16: for logs, records and files.
 template <class E>

@@ -166,7 +166,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
 
   k.prefix = "data";
   auto& d = c.data;
-  k.c("format", d.format, {"idx", "cifar", "image_folder", "text", "tokens", "synthetic"}, "Dataset reader.");
+  k.e("format", d.format, "Dataset reader.");
   k.p("path", d.path, "Training data: file, folder or glob (relative to the config file's folder).");
   k.p("val_path", d.val_path, "Validation data (\"\" = the format's test files or a split of path).");
   k.f("val_fraction", d.val_fraction, 0, 0.9, "text: fraction of the file (its tail) used for validation.");
@@ -204,7 +204,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "CutMix: lambda ~ Beta(alpha, alpha) per batch, a box of area 1 - lambda pasted from x.flip(0); the targets mix "
       "with the box's true area (0 = off; image models only).");
   k.prefix = "data.normalize";
-  k.c("mode", d.normalize.mode, {"mean_std", "minmax", "none"}, "Input normalisation.");
+  k.e("mode", d.normalize.mode, "Input normalisation.");
   k.l("mean", d.normalize.mean, "Per-channel mean for mean_std ([] = computed from the training split).");
   k.l("std", d.normalize.std, "Per-channel std for mean_std ([] = computed from the training split).");
   k.prefix = "data.synthetic";
@@ -224,7 +224,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
   k.e("precision", t.precision, "Compute precision (fp16 needs CUDA; weights stay fp32).");
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
-  k.c("device", t.device, {"auto", "cpu", "cuda"}, "Where to train (auto: CUDA when available).");
+  k.e("device", t.device, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
   k.b("reuse_host_memory", t.reuse_host_memory,
       "Keep freed host memory for reuse (malloc mmap threshold 32 MiB, no trimming) instead of re-faulting it every step.");
@@ -291,7 +291,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("gamma", s.gamma, 0, 1, "step: factor applied at each decay.");
 
   k.prefix = "dist";
-  k.c("backend", c.dist.backend, {"auto", "gloo", "nccl"}, "Collective backend (auto: NCCL on CUDA, else Gloo).");
+  k.e("backend", c.dist.backend, "Collective backend (auto: NCCL on CUDA, else Gloo).");
   k.f("timeout_s", c.dist.timeout_s, 1, 86400, "Seconds before a collective counts as hung.");
   k.f("bucket_mb", c.dist.bucket_mb, 0.001, 4096, "Gradient all-reduce bucket size in MiB.");
   k.e("sharding", c.dist.sharding,

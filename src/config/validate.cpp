@@ -9,9 +9,6 @@
 namespace trainer::config {
 namespace {
 
-bool is_image_format(const std::string& f) { return f == "idx" || f == "cifar" || f == "image_folder"; }
-bool is_token_format(const std::string& f) { return f == "text" || f == "tokens"; }
-
 // run.name becomes one folder under run.out_dir: anything that could name another place ("..",
 // "a/b", "/abs", "", ".") or that a file system refuses is a config error, not a surprise later.
 std::string run_name_problem(const std::string& n) {
@@ -36,9 +33,9 @@ void check_fixed_image_size(const LoadedConfig& loaded, const ErrFn& err) {
   std::string key, what, hint;
   if (c.data.image_size > 0) {
     got = c.data.image_size, key = "data.image_size", what = "data.image_size resizes to ";
-  } else if (c.data.format == "synthetic") {
+  } else if (c.data.format == DataFormat::Synthetic) {
     got = c.data.synthetic.image_size, key = "data.synthetic.image_size", what = "data.synthetic.image_size makes ";
-  } else if (c.data.format == "cifar") {
+  } else if (c.data.format == DataFormat::Cifar) {
     got = 32, key = "data.format", what = "data.format 'cifar' gives ";
     hint = " (set data.image_size: " + std::to_string(want) + " to resize)";
   } else {
@@ -105,14 +102,15 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   validate_init(loaded, err);
 
   // model vs data
-  if (token_arch && is_image_format(c.data.format))
-    err("data.format", "'" + c.data.format + "' gives images, but model.arch '" + c.model.arch +
+  if (token_arch && gives_images(c.data.format))
+    err("data.format", "'" + name_of(c.data.format) + "' gives images, but model.arch '" + c.model.arch +
                            "' takes tokens (use text, tokens or synthetic)");
-  if (image_arch && is_token_format(c.data.format))
-    err("data.format", "'" + c.data.format + "' gives tokens, but model.arch '" + c.model.arch +
+  if (image_arch && gives_tokens(c.data.format))
+    err("data.format", "'" + name_of(c.data.format) + "' gives tokens, but model.arch '" + c.model.arch +
                            "' takes images (use idx, cifar, image_folder or synthetic)");
   if (arch && arch->fixed_image_size) check_fixed_image_size(loaded, err);
-  if (c.data.format != "synthetic" && c.data.path.empty()) err("data.path", "required for data.format '" + c.data.format + "'");
+  if (c.data.format != DataFormat::Synthetic && c.data.path.empty())
+    err("data.path", "required for data.format '" + name_of(c.data.format) + "'");
   const auto& nm = c.data.normalize;
   if (nm.mean.size() != nm.std.size())
     err("data.normalize.std", "has " + std::to_string(nm.std.size()) + " values but data.normalize.mean has " +
@@ -149,8 +147,8 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
                                   std::to_string(t.batch_size) + " x " + std::to_string(opts.world_size) + ") = " +
                                   std::to_string(t.global_batch_size / per_accum) + " micro-batches");
   }
-  const bool on_cuda = t.device == "cuda" || (t.device == "auto" && opts.cuda_available);
-  if (t.device == "cuda" && !opts.cuda_available) err("train.device", "'cuda' asked for, but no CUDA device is available");
+  const bool on_cuda = t.device == DeviceKind::Cuda || (t.device == DeviceKind::Auto && opts.cuda_available);
+  if (t.device == DeviceKind::Cuda && !opts.cuda_available) err("train.device", "'cuda' asked for, but no CUDA device is available");
   if (t.precision == Precision::Fp16 && !on_cuda)
     err("train.precision", "fp16 needs CUDA (dynamic loss scaling on GPU); on CPU use bf16 or fp32");
   const std::string em = t.early_stopping.metric;
@@ -170,11 +168,11 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");
 
   // dist
-  if (c.dist.backend == "nccl" && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
+  if (c.dist.backend == Backend::Nccl && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");
   if (c.dist.recovery == Recovery::InProcess) {
     if (c.dist.sharding != Sharding::None)
       err("dist.recovery", "in_process works with dist.sharding: none only (a dead rank's shard of the state would be lost)");
-    if (c.dist.backend == "nccl" || (c.dist.backend == "auto" && on_cuda))
+    if (c.dist.backend == Backend::Nccl || (c.dist.backend == Backend::Auto && on_cuda))
       err("dist.recovery", "in_process needs Gloo: a NCCL communicator whose peer died cannot be rebuilt in the same "
                            "process without ncclCommAbort; use restart on GPUs");
     if (!c.dist.store.empty())

@@ -75,10 +75,10 @@ void check_bits_per_byte(const LoadedConfig& loaded, bool token_arch, const Reci
   const RunConfig& c = loaded.cfg;
   if (loaded.is_set("data.bytes_per_token") && !token_arch)
     err("data.bytes_per_token", "applies to token data, but model.arch '" + c.model.arch + "' takes images");
-  if (c.data.format == "text" && c.data.bytes_per_token != 0 && c.data.bytes_per_token != 1)
+  if (c.data.format == DataFormat::Text && c.data.bytes_per_token != 0 && c.data.bytes_per_token != 1)
     err("data.bytes_per_token", "data.format text is byte-level (one token is one byte): leave it at 0 or set 1");
-  if (token_arch && c.train.early_stopping.metric == "bpb" && c.data.format != "text" && c.data.bytes_per_token == 0)
-    err("train.early_stopping.metric", "'bpb' needs data.bytes_per_token for data.format '" + c.data.format +
+  if (token_arch && c.train.early_stopping.metric == "bpb" && c.data.format != DataFormat::Text && c.data.bytes_per_token == 0)
+    err("train.early_stopping.metric", "'bpb' needs data.bytes_per_token for data.format '" + name_of(c.data.format) +
                                            "' (bits per byte are only defined for byte-level text); watch ppl or loss");
 }
 
@@ -90,7 +90,7 @@ void check_ema(const LoadedConfig& loaded, const RecipeErr& err) {
 
 }  // namespace
 
-double bytes_per_token(const DataConfig& data) { return data.format == "text" ? 1.0 : data.bytes_per_token; }
+double bytes_per_token(const DataConfig& data) { return data.format == DataFormat::Text ? 1.0 : data.bytes_per_token; }
 
 void validate_recipes(const LoadedConfig& loaded, const RecipeErr& err) {
   const bool token_arch = takes_tokens(loaded.cfg.model.arch);

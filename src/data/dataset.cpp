@@ -37,7 +37,6 @@ class LimitedDataset : public Dataset {
   int64_t limit_;
 };
 
-bool is_token_format(const std::string& f) { return f == "text" || f == "tokens"; }
 
 // Per-channel values from the config: one per channel, or one for all.
 std::vector<double> per_channel(const std::vector<double>& v, int64_t channels, const char* key) {
@@ -51,7 +50,7 @@ void setup_normalizer(const config::NormalizeConfig& cfg, const DatasetPair& pai
   if (!train) return;
   const int64_t c = train->sample_shape()[0];
   Normalizer n;
-  if (cfg.mode == "mean_std") {
+  if (cfg.mode == config::NormalizeMode::MeanStd) {
     if (!cfg.mean.empty() && !cfg.std.empty()) {
       n = Normalizer("mean_std", c, per_channel(cfg.mean, c, "mean"), per_channel(cfg.std, c, "std"));
     } else {
@@ -59,12 +58,33 @@ void setup_normalizer(const config::NormalizeConfig& cfg, const DatasetPair& pai
       n = Normalizer("mean_std", c, cfg.mean.empty() ? s.mean : per_channel(cfg.mean, c, "mean"),
                      cfg.std.empty() ? s.std : per_channel(cfg.std, c, "std"));
     }
-  } else if (cfg.mode == "minmax") {
+  } else if (cfg.mode == config::NormalizeMode::Minmax) {
     ChannelStats s = train->compute_stats(train->stats_samples());
     n = Normalizer("minmax", c, s.min, s.max);
   }
   train->set_normalizer(n);
   if (auto* val = dynamic_cast<ImageDataset*>(pair.val.get())) val->set_normalizer(n);  // the training statistics
+}
+
+// The reader of data.format (readers.hpp).
+DatasetPair open_reader(const config::DataConfig& data, const config::ModelConfig& model, const ImageOptions& io,
+                        bool lm, int64_t seed) {
+  using F = config::DataFormat;
+  switch (data.format) {
+    case F::Idx: return open_idx(data, io, model.num_classes);
+    case F::Cifar: return open_cifar(data, io);
+    case F::ImageFolder:
+      if (model.in_channels != 1 && model.in_channels != 3)
+        throw DataError(fmt::format("{}: image_folder decodes to 1 (grey) or 3 (RGB) channels, model.in_channels is {}",
+                                    data.path, model.in_channels));
+      return open_image_folder(data, io, model.in_channels);
+    case F::Text: return open_text(data, model.block_size);
+    case F::Tokens: return open_tokens(data, model.block_size, model.vocab_size);
+    case F::Synthetic:
+      return lm ? open_synthetic_tokens(data, model.block_size, model.vocab_size, seed)
+                : open_synthetic_images(data, io, model.in_channels, model.num_classes);
+  }
+  throw DataError("unknown data.format (idx | cifar | image_folder | text | tokens | synthetic)");  // a bad cast
 }
 
 void check_against_model(const DatasetPair& pair, const config::DataConfig& data, const config::ModelConfig& model) {
@@ -125,33 +145,19 @@ DatasetPair create_datasets(const config::DataConfig& data, const config::ModelC
   const config::ArchRules* arch = config::find_arch(model.arch);
   if (!arch) throw DataError(fmt::format("model.arch '{}' is not a registered model family", model.arch));
   const bool lm = arch->input == config::ArchInput::Tokens;
-  if (lm && !is_token_format(data.format) && data.format != "synthetic")
+  const std::string& format = config::name_of(data.format);
+  if (lm && config::gives_images(data.format))
     throw DataError(fmt::format("{}: data.format {} gives images but model.arch {} takes tokens", data.path,
-                                data.format, model.arch));
-  if (!lm && is_token_format(data.format))
+                                format, model.arch));
+  if (!lm && config::gives_tokens(data.format))
     throw DataError(fmt::format("{}: data.format {} gives tokens but model.arch {} takes images", data.path,
-                                data.format, model.arch));
+                                format, model.arch));
   ImageOptions io;
   io.size = data.image_size;
   io.augment = data.augment;
   io.seed = seed;
   io.skip_bad = data.on_bad_sample == "skip";
-  DatasetPair pair;
-  if (data.format == "idx") pair = open_idx(data, io, model.num_classes);
-  else if (data.format == "cifar") pair = open_cifar(data, io);
-  else if (data.format == "image_folder") {
-    if (model.in_channels != 1 && model.in_channels != 3)
-      throw DataError(fmt::format("{}: image_folder decodes to 1 (grey) or 3 (RGB) channels, model.in_channels is {}",
-                                  data.path, model.in_channels));
-    pair = open_image_folder(data, io, model.in_channels);
-  } else if (data.format == "text") pair = open_text(data, model.block_size);
-  else if (data.format == "tokens") pair = open_tokens(data, model.block_size, model.vocab_size);
-  else if (data.format == "synthetic") {
-    pair = lm ? open_synthetic_tokens(data, model.block_size, model.vocab_size, seed)
-              : open_synthetic_images(data, io, model.in_channels, model.num_classes);
-  } else {
-    throw DataError("unknown data.format '" + data.format + "' (idx | cifar | image_folder | text | tokens | synthetic)");
-  }
+  DatasetPair pair = open_reader(data, model, io, lm, seed);
   check_against_model(pair, data, model);
   setup_normalizer(data.normalize, pair);
   if (auto* img = dynamic_cast<ImageDataset*>(pair.train.get()))

@@ -23,11 +23,11 @@ namespace trainer::device {
 bool cuda_available() { return torch::cuda::is_available(); }
 int cuda_device_count() { return cuda_available() ? static_cast<int>(torch::cuda::device_count()) : 0; }
 
-torch::Device select_device(const std::string& want, int64_t local_rank) {
-  if (want == "cpu") return torch::Device(torch::kCPU);
+torch::Device select_device(config::DeviceKind want, int64_t local_rank) {
+  if (want == config::DeviceKind::Cpu) return torch::Device(torch::kCPU);
   const int n = cuda_device_count();
   if (n == 0) {
-    if (want == "cuda") throw std::runtime_error("train.device is 'cuda' but no CUDA device is available");
+    if (want == config::DeviceKind::Cuda) throw std::runtime_error("train.device is 'cuda' but no CUDA device is available");
     return torch::Device(torch::kCPU);
   }
   if (local_rank >= n)

@@ -5,14 +5,16 @@
 
 #include <string>
 
+#include "config/enums.hpp"
+
 namespace trainer::device {
 
 bool cuda_available();
 int cuda_device_count();
 
-// "auto" | "cpu" | "cuda": auto picks CUDA device `local_rank` when CUDA is available.
-// Throws std::runtime_error when "cuda" is asked for and none exists.
-torch::Device select_device(const std::string& want, int64_t local_rank);
+// train.device: auto picks CUDA device `local_rank` when CUDA is available.
+// Throws std::runtime_error when cuda is asked for and none exists.
+torch::Device select_device(config::DeviceKind want, int64_t local_rank);
 
 // Intra-op threads for this process: `configured` when > 0, else hardware cores / local ranks.
 int64_t default_threads(int64_t configured, int64_t local_world_size);

@@ -176,17 +176,15 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
                     " here): it hosts the store that outlives every rank and keeps the survivors running when a "
                     "rank dies, where torchrun's agent, mpirun and srun stop every rank; use dist.recovery: restart");
 
-  std::string backend = cfg.backend;
-  if (backend == "auto") backend = device.is_cuda() ? "nccl" : "gloo";
-  if (backend == "nccl" && !device.is_cuda())
+  const bool nccl = cfg.backend == config::Backend::Nccl || (cfg.backend == config::Backend::Auto && device.is_cuda());
+  if (nccl && !device.is_cuda())
     throw DistError("dist.backend nccl needs a CUDA device (run.device is " + device.str() + "); use gloo on CPU");
-  if (backend != "nccl" && backend != "gloo")
-    throw DistError("dist.backend '" + cfg.backend + "': expected auto, gloo or nccl");
+  const std::string backend = nccl ? "nccl" : "gloo";  // the process group's name, in logs and dist checks
 
   auto timeout = Millis(static_cast<int64_t>(cfg.timeout_s * 1000));
   ctx->net_ = choose_interface(env, cfg.interface, [](const char* k) { return std::getenv(k); });
   // NCCL picks its own socket interface unless told; dist.interface tells it the same one
-  if (backend == "nccl" && !cfg.interface.empty()) ::setenv("NCCL_SOCKET_IFNAME", cfg.interface.c_str(), 0);
+  if (nccl && !cfg.interface.empty()) ::setenv("NCCL_SOCKET_IFNAME", cfg.interface.c_str(), 0);
   auto store = make_store(env, cfg, timeout);
   if (env.join_incarnation > 0) {  // a replacement: a world of one until join() (dist_regroup.cpp)
     if (cfg.recovery != config::Recovery::InProcess)
@@ -206,7 +204,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   // our own keys and the process group's never collide, nor do those of a torchrun restart
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store);
   try {
-    ctx->impl_->backend = backend == "nccl"
+    ctx->impl_->backend = nccl
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),
                                                   static_cast<int>(env.world_size), timeout,
                                                   static_cast<int>(device.index() < 0 ? env.local_rank : device.index()))

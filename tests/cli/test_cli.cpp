@@ -85,7 +85,7 @@ TEST_CASE("check succeeds on every config in configs/", "[e2e]") {
     auto loaded = trainer::config::load_config(e.path().string());
     const auto& d = loaded.cfg.data;
     // GPU-scale configs point at data this machine does not have: check validates them and builds the model
-    bool have_data = d.format == "synthetic" || fs::exists(d.path) ||
+    bool have_data = d.format == trainer::config::DataFormat::Synthetic || fs::exists(d.path) ||
                      (d.path.find('*') != std::string::npos && fs::exists(fs::path(d.path).parent_path()));
     auto r = run_trainer("check " + e.path().string() + (have_data ? "" : " --no-data"));
     INFO(e.path().string() << "\n" << r.output);

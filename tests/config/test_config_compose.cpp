@@ -51,7 +51,7 @@ TEST_CASE("base: maps merge deeply, the later file's scalars and lists win, --se
   CHECK(l.cfg.data.augment.crop_padding == 4);   // the child's
   CHECK(l.cfg.data.normalize.mean == std::vector<double>{0.4});  // a list is replaced, not merged
   CHECK(l.cfg.data.normalize.std == std::vector<double>{0.25});
-  CHECK(l.cfg.data.normalize.mode == "mean_std");  // a scalar of the base's normalize map
+  CHECK(l.cfg.data.normalize.mode == NormalizeMode::MeanStd);  // a scalar of the base's normalize map
   CHECK(l.cfg.optim.lr == 0.25);
   CHECK(l.cfg.optim.momentum == 0.7);  // --set last
   CHECK(l.cfg.train.max_steps == 10);

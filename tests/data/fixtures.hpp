@@ -20,9 +20,9 @@ namespace trainer::test {
 // reader tests look at exactly what the file holds).
 inline config::DataConfig plain_data_cfg(const std::string& format, const std::filesystem::path& path) {
   config::DataConfig d;
-  d.format = format;
+  d.format = config::parse_enum<config::DataFormat>(format, "data.format");
   d.path = path.string();
-  d.normalize.mode = "none";
+  d.normalize.mode = config::NormalizeMode::None;
   d.val_fraction = 0;
   return d;
 }

@@ -13,9 +13,9 @@ namespace {
 
 config::DataConfig cfg(const std::string& format, const fs::path& path) {
   config::DataConfig d;
-  d.format = format;
+  d.format = config::parse_enum<config::DataFormat>(format, "data.format");
   d.path = path.string();
-  d.normalize.mode = "none";
+  d.normalize.mode = config::NormalizeMode::None;
   return d;
 }
 

@@ -14,11 +14,11 @@ namespace {
 // An image folder dataset with a validation split and statistics computed from the training split.
 config::DataConfig inputs_folder_cfg(const fs::path& dir, int64_t image_size) {
   config::DataConfig d;
-  d.format = "image_folder";
+  d.format = config::DataFormat::ImageFolder;
   d.path = (dir / "train").string();
   d.val_path = (dir / "val").string();
   d.image_size = image_size;
-  d.normalize.mode = "mean_std";  // mean and std left to be computed
+  d.normalize.mode = config::NormalizeMode::MeanStd;  // mean and std left to be computed
   return d;
 }
 

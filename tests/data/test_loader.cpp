@@ -158,7 +158,7 @@ TEST_CASE("loader: restore() replays exactly the batches that followed, across e
 
 TEST_CASE("loader: augmented image batches are the same with 0, 1 or 4 workers and with 1 or 2 ranks", "[unit]") {
   config::DataConfig d;
-  d.format = "synthetic";
+  d.format = config::DataFormat::Synthetic;
   d.synthetic.num_samples = 96;
   d.synthetic.image_size = 12;
   d.augment.crop_padding = 2;
@@ -189,7 +189,7 @@ TEST_CASE("loader: augmented image batches are the same with 0, 1 or 4 workers a
 TEST_CASE("loader: RandomResizedCrop and colour jitter batches are the same with 0 or 3 workers and 1 or 2 ranks",
           "[unit]") {
   config::DataConfig d;
-  d.format = "synthetic";
+  d.format = config::DataFormat::Synthetic;
   d.synthetic.num_samples = 64;
   d.synthetic.image_size = 16;
   d.augment.random_resized_crop = true;
@@ -262,7 +262,7 @@ TEST_CASE("loader: evaluation batches, the short last batch, and limit_samples",
                     "index dataset: 10 samples, fewer than one global batch of 6 x 2 rank(s)");
 
   config::DataConfig d;
-  d.format = "synthetic";
+  d.format = config::DataFormat::Synthetic;
   d.synthetic.num_samples = 100;
   d.limit_samples = 30;
   config::ModelConfig m;

@@ -15,9 +15,9 @@ namespace {
 
 config::DataConfig data_cfg(const std::string& format, const fs::path& path) {
   config::DataConfig d;
-  d.format = format;
+  d.format = config::parse_enum<config::DataFormat>(format, "data.format");
   d.path = path.string();
-  d.normalize.mode = "none";  // inputs are pixel / 255: compared with the written bytes
+  d.normalize.mode = config::NormalizeMode::None;  // inputs are pixel / 255: compared with the written bytes
   return d;
 }
 
@@ -218,7 +218,7 @@ TEST_CASE("prepare-text writes llm.c shards that read back as the text's bytes",
 
 TEST_CASE("synthetic: deterministic from the seed, learnable structure", "[unit]") {
   config::DataConfig d;
-  d.format = "synthetic";
+  d.format = config::DataFormat::Synthetic;
   d.synthetic.num_samples = 64;
   d.synthetic.image_size = 8;
   auto a = create_datasets(d, resnet(3, 4), 7), b = create_datasets(d, resnet(3, 4), 7),
@@ -237,7 +237,7 @@ TEST_CASE("normalize: given mean/std, minmax and computed statistics", "[unit]")
   auto dir = scratch_dir("data_norm");
   write_idx(dir, "train", cycle_labels(10, 10), 4, 4, false);
   auto cfg = data_cfg("idx", dir);
-  cfg.normalize.mode = "mean_std";
+  cfg.normalize.mode = config::NormalizeMode::MeanStd;
   cfg.normalize.mean = {0.5};
   cfg.normalize.std = {0.25};
   auto pair = create_datasets(cfg, resnet(1, 10), 0);
@@ -250,7 +250,7 @@ TEST_CASE("normalize: given mean/std, minmax and computed statistics", "[unit]")
   auto x = torch::stack(all);
   CHECK(x.mean().item<double>() == Approx(0.0).margin(1e-5));
   CHECK(x.std(/*unbiased=*/false).item<double>() == Approx(1.0).epsilon(1e-4));
-  cfg.normalize.mode = "minmax";
+  cfg.normalize.mode = config::NormalizeMode::Minmax;
   auto mm = create_datasets(cfg, resnet(1, 10), 0);
   std::vector<torch::Tensor> m;
   for (int i = 0; i < 10; ++i) m.push_back(mm.train->get(i, 0, false).input);

@@ -64,16 +64,16 @@ void CheckpointManager::become_writer() {
         dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
 }
 
-std::optional<Resumed> CheckpointManager::resume(const std::string& mode) {
+std::optional<Resumed> CheckpointManager::resume(const ResumeOptions& how) {
   if (env_.rank == 0)
     store_ = std::make_unique<io::CheckpointStore>(
         dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
   if (dist_) dist_->barrier();  // the store cleaned stale temporary folders before anyone scans
   std::optional<Resumed> r;
-  if (mode == "auto") {
+  if (how.mode == ResumeMode::Auto) {
     r = resume_newest();
-  } else if (mode != "never") {
-    const auto from = io::resolve_checkpoint_path(mode);
+  } else if (how.mode == ResumeMode::Path) {
+    const auto from = io::resolve_checkpoint_path(how.path);
     r = Resumed{from, restore_checkpoint(io::load_checkpoint(from), from, cfg_, objs_)};
   }
   if (dist_ && dist_->active()) {

@@ -25,6 +25,7 @@
 #include "dist/dist_context.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
+#include "engine/checkpoint/resume_options.hpp"
 #include "io/checkpoint.hpp"
 
 namespace trainer::engine {
@@ -48,9 +49,9 @@ class CheckpointManager {
                     const std::filesystem::path& run_root, RunObjects objs,
                     std::function<RunPosition(int64_t)> position);
 
-  // --resume auto | never | PATH. Rank 0 opens the store first (it clears temporaries of dead saves).
+  // --resume auto | never | PATH (resume_options.hpp). Rank 0 opens the store first (it clears temporaries of dead saves).
   // Every rank restores the same checkpoint (checked across ranks) into the run objects.
-  std::optional<Resumed> resume(const std::string& mode);
+  std::optional<Resumed> resume(const ResumeOptions& how);
 
   // Returns true when the checkpoint was written; false for a tolerated failure (warned).
   bool save(int64_t step, SaveKind kind);

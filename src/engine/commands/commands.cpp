@@ -151,7 +151,7 @@ std::string human_count(double n) {
 // The shape of one sample as the model sees it, when the config alone tells it.
 std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
   if (config::takes_tokens(c.model.arch)) return {c.model.block_size};
-  if (c.data.format == "synthetic") return {c.model.in_channels, c.data.synthetic.image_size, c.data.synthetic.image_size};
+  if (c.data.format == config::DataFormat::Synthetic) return {c.model.in_channels, c.data.synthetic.image_size, c.data.synthetic.image_size};
   if (c.data.image_size > 0) return {c.model.in_channels, c.data.image_size, c.data.image_size};
   return {};
 }
@@ -343,7 +343,8 @@ int cmd_run(const RunArgs& args) {
   try {
     auto env = dist::detect_launch_env();
     auto loaded = load_checked(args, env);
-    if (args.resume == "never" && !args.force) {
+    const ResumeOptions resume = parse_resume(args.resume);
+    if (resume.mode == ResumeMode::Never && !args.force) {
       // refuse to start over a run that has checkpoints: its work would be mixed with a fresh start
       const auto ckpts = checkpoint_dir(loaded.cfg, io::run_dir_path(loaded.cfg));
       std::error_code ec;
@@ -353,7 +354,7 @@ int cmd_run(const RunArgs& args) {
                     << ", ...); --resume never starts over only with --force, or use --resume auto\n";
           return kExitUsage;
         }
-    } else if (args.resume != "auto" && args.resume != "never" && !std::filesystem::exists(args.resume)) {
+    } else if (resume.mode == ResumeMode::Path && !std::filesystem::exists(resume.path)) {
       std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
       return kExitUsage;
     }
@@ -365,8 +366,6 @@ int cmd_run(const RunArgs& args) {
       if (lock && !lock->recovered_from().empty())
         spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",
                      lock->file().string(), lock->recovered_from());
-    ResumeOptions resume;
-    resume.mode = args.resume;
     return run_training(loaded.cfg, env, dir, resume);
   } catch (const CheckpointFailed& e) {
     report(e);

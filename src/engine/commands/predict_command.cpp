@@ -139,7 +139,7 @@ void predict_text(const PredictArgs& a, const InferenceModel& m, std::ostream& o
   if (a.has_prompt == !a.prompt_file.empty())
     throw std::invalid_argument("give the prompt with exactly one of --prompt TEXT and --prompt-file FILE");
   const std::string text = a.has_prompt ? a.prompt : predict_read_file(a.prompt_file, "a prompt file");
-  const bool byte_level = c.data.format == "text";  // the text reader's tokens are the file's bytes
+  const bool byte_level = c.data.format == config::DataFormat::Text;  // the text reader's tokens are the file's bytes
   const auto prompt = predict_prompt_tokens(text, byte_level, c.model.vocab_size);
   SamplingOptions so;
   so.max_new_tokens = a.max_new_tokens;

@@ -264,7 +264,7 @@ class Trainer {
     const auto history = obs::read_history(dir_.metrics_file());
     attempt_.attempt = history.attempts + 1;
     previous_wall_s_ = history.wall_s;
-    const auto resumed = ckpt_->resume(resume_.mode);
+    const auto resumed = ckpt_->resume(resume_);
     if (!resumed) {
       {
         FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes

@@ -7,6 +7,7 @@
 
 #include "config/config.hpp"
 #include "dist/launch_env.hpp"
+#include "engine/checkpoint/resume_options.hpp"
 #include "io/run_dir.hpp"
 
 namespace trainer::engine {
@@ -14,12 +15,6 @@ namespace trainer::engine {
 // Optimizer steps of the run: train.max_steps, or ceil(epochs x batches_per_epoch / grad_accum)
 // (at least 1) when the run is sized in epochs. batches_per_epoch is per rank.
 int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch);
-
-struct ResumeOptions {
-  // auto: the newest checkpoint that verifies and restores, a fresh start when there is none (an
-  // error when checkpoints exist but none can be used); never; or a checkpoint path
-  std::string mode = "auto";
-};
 
 // Trains; returns the process exit code. Throws on errors (data, model, numerics) with a message
 // that names what went wrong; cmd_run prints it.
