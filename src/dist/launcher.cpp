@@ -185,88 +185,97 @@ class RankStore {
   std::unique_ptr<StoreHost> host_;
 };
 
-// Starts this node's ranks of one attempt and waits for all of them: the first failing rank's exit
-// code (the others are terminated), else 0. `stopped` is set when a stop signal was forwarded.
-int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args, int port, int attempt,
-              bool& stopped, RankStore& store, int& replacements) {
-  const bool block_until_handled = child_args.front() == "run";
-  std::vector<std::string> argv_store;
-  argv_store.push_back(o.exe);
-  for (const auto& a : child_args) argv_store.push_back(a);
-  auto argv = c_strings(argv_store);
+// The child side of a spawn, between fork and exec: never returns.
+[[noreturn]] void become_rank(std::vector<char*>& argv, std::vector<char*>& envp, int out_fd, int err_fd,
+                              pid_t launcher, bool block_until_handled) {
+  // no orphans: the rank dies with the launcher, even if the launcher is SIGKILLed
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(kExitFailure);
+  ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only; it forwards exactly once
+  for (int sig : kForwarded) ::signal(sig, SIG_DFL);
+  ::signal(SIGCHLD, SIG_DFL);
+  // `trainer run` ranks: the stop signals stay blocked across exec until the rank's handlers are
+  // in place (its main() unblocks them), so one forwarded during start-up is neither lost nor
+  // fatal. Any other command starts with nothing blocked.
+  sigset_t mask;
+  sigemptyset(&mask);
+  if (block_until_handled)
+    for (int sig : kForwarded) sigaddset(&mask, sig);
+  ::sigprocmask(SIG_SETMASK, &mask, nullptr);
+  ::dup2(out_fd, 1);
+  ::dup2(err_fd, 2);
+  ::execve(argv[0], argv.data(), envp.data());
+  const char msg[] = "launch: execve failed\n";
+  (void)!::write(2, msg, sizeof(msg) - 1);
+  ::_exit(127);
+}
 
-  const pid_t me = ::getpid();
-  std::vector<Child> children(static_cast<size_t>(o.nprocs));
-  std::vector<Stream> streams;
+// One attempt of this node's ranks: starts them, prefixes their output lines, forwards stop
+// signals, and applies the policy as each one ends: under dist.recovery in_process a lost rank is
+// marked dead (and replaced while --max-restarts allows), otherwise the first failure terminates
+// the others, SIGKILL after the grace period.
+class RankGroup {
+ public:
+  RankGroup(const LaunchOptions& o, const std::vector<std::string>& child_args, int port, int attempt,
+            RankStore& store, int& replacements)
+      : o_(o), port_(port), attempt_(attempt), store_(store), replacements_(replacements),
+        block_until_handled_(child_args.front() == "run"), launcher_(::getpid()),
+        children_(static_cast<size_t>(o.nprocs)), joins_(children_.size(), o.join ? 1 : 0) {
+    argv_.push_back(o.exe);
+    for (const auto& a : child_args) argv_.push_back(a);
+    for (int r = 0; r < o.nprocs; ++r) spawn(r, o.join ? 1 : 0);
+  }
+
+  // Until every rank ended and its output is read: the first failing rank's exit code, else 0.
+  int wait() {
+    while (any_running() || any_open()) {
+      pump_output_and_signals();
+      reap();
+      if (terminating_ && !killed_ && Clock::now() >= kill_at_ && any_running()) {
+        write_all(2, "launch: ranks still running after the grace period; sending SIGKILL\n");
+        signal_all(SIGKILL);
+        killed_ = true;
+      }
+      if (!any_running()) close_streams();
+    }
+    // every rank of this node lost (in process) and none finished: that is this node's failure
+    if (result_ == 0 && succeeded_ == 0 && lost_code_ != 0) result_ = lost_code_;
+    return result_;
+  }
+
+  bool stopped() const { return stopped_; }  // a stop signal was forwarded: the user ends the job
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
   // local rank r's process; `join` > 0: the join-th replacement of a rank lost in process
-  auto spawn = [&](int r, int join) {
-    auto env_store = child_environment(o, r, port, attempt);
+  void spawn(int r, int join) {
+    auto env_store = child_environment(o_, r, port_, attempt_);
     if (join > 0) env_store.push_back("TRAINER_JOIN=" + std::to_string(join));
     auto envp = c_strings(env_store);
+    auto argv = c_strings(argv_);
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
       throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
     pid_t pid = ::fork();
     if (pid < 0) throw std::runtime_error("launch: fork(): " + std::string(std::strerror(errno)));
-    if (pid == 0) {
-      // no orphans: the rank dies with the launcher, even if the launcher is SIGKILLed
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != me) ::_exit(kExitFailure);
-      ::setpgid(0, 0);  // a terminal's Ctrl-C reaches the launcher only; it forwards exactly once
-      for (int sig : kForwarded) ::signal(sig, SIG_DFL);
-      ::signal(SIGCHLD, SIG_DFL);
-      // `trainer run` ranks: the stop signals stay blocked across exec until the rank's handlers are
-      // in place (its main() unblocks them), so one forwarded during start-up is neither lost nor
-      // fatal. Any other command starts with nothing blocked.
-      sigset_t mask;
-      sigemptyset(&mask);
-      if (block_until_handled)
-        for (int sig : kForwarded) sigaddset(&mask, sig);
-      ::sigprocmask(SIG_SETMASK, &mask, nullptr);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
-      ::execve(argv[0], argv.data(), envp.data());
-      const char msg[] = "launch: execve failed\n";
-      (void)!::write(2, msg, sizeof(msg) - 1);
-      ::_exit(127);
-    }
+    if (pid == 0) become_rank(argv, envp, out[1], err[1], launcher_, block_until_handled_);
     ::close(out[1]);
     ::close(err[1]);
-    children[static_cast<size_t>(r)] = {pid, true, 0};
-    std::string prefix = "[rank" + std::to_string(o.node_rank * o.nprocs + r) + "] ";
+    children_[static_cast<size_t>(r)] = {pid, true, 0};
+    std::string prefix = "[rank" + std::to_string(o_.node_rank * o_.nprocs + r) + "] ";
     for (int fd : {out[0], err[0]}) {
       ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
-      streams.push_back({fd, fd == out[0] ? 1 : 2, prefix, ""});
+      streams_.push_back({fd, fd == out[0] ? 1 : 2, prefix, ""});
     }
-  };
-  for (int r = 0; r < o.nprocs; ++r) spawn(r, o.join ? 1 : 0);
+  }
 
-  using Clock = std::chrono::steady_clock;
-  int result = 0;
-  int succeeded = 0, lost_code = 0;  // ranks that ended with 0; the first code of a rank lost in process
-  std::vector<int> joins(children.size(), o.join ? 1 : 0);  // joining processes started per local rank
-  bool terminating = false;
-  bool killed = false;
-  Clock::time_point kill_at;
-  auto signal_all = [&](int sig) {
-    for (auto& c : children)
-      if (c.running) ::kill(c.pid, sig);
-  };
-  auto any_running = [&] {
-    for (auto& c : children)
-      if (c.running) return true;
-    return false;
-  };
-  auto any_open = [&] {
-    for (auto& s : streams)
-      if (s.fd >= 0) return true;
-    return false;
-  };
-
-  while (any_running() || any_open()) {
+  // One poll over the signal self-pipe and the ranks' pipes (200 ms at most): forwards the stop
+  // signals received, writes the complete lines the ranks wrote.
+  void pump_output_and_signals() {
     std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
     std::vector<Stream*> owners{nullptr};
-    for (auto& s : streams)
+    for (auto& s : streams_)
       if (s.fd >= 0) {
         fds.push_back({s.fd, POLLIN, 0});
         owners.push_back(&s);
@@ -279,76 +288,105 @@ int run_group(const LaunchOptions& o, const std::vector<std::string>& child_args
         for (ssize_t i = 0; i < n; ++i)
           if (sigs[i] != SIGCHLD) {
             signal_all(sigs[i]);
-            stopped = true;  // the user stops the job: no restart
+            stopped_ = true;  // the user stops the job: no restart
           }
     }
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) owners[i]->pump();
+  }
 
+  // The ranks that ended since the last look, each through the policy.
+  void reap() {
     int status;
     pid_t pid;
-    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0) {
-      for (size_t r = 0; r < children.size(); ++r) {
-        auto& c = children[r];
-        if (c.pid != pid) continue;
-        c.running = false;
-        c.code = exit_code_of(status);
-        const int rank = o.node_rank * o.nprocs + static_cast<int>(r);
-        if (c.code == 0) ++succeeded;
-        // dist.recovery in_process: the survivors regroup without this rank (the mark tells them
-        // at once); the group's result is then theirs
-        if (c.code != 0 && c.code != kExitSavedAfterSignal && !terminating && store.in_process(attempt)) {
-          store.mark_dead(attempt, rank);
-          write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(c.code) +
-                           "; dist.recovery in_process: the other ranks go on without it\n");
-          if (lost_code == 0) lost_code = c.code;
-          // --max-restarts under in_process: a replacement joins the running group
-          if (replacements < o.max_restarts) {
-            ++replacements;
-            write_all(2, "launch: starting a replacement for rank " + std::to_string(rank) + " (" +
-                             std::to_string(replacements) + " of " + std::to_string(o.max_restarts) +
-                             "); it joins the running group\n");
-            spawn(static_cast<int>(r), ++joins[r]);
-          }
-          continue;
+    while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0)
+      for (size_t r = 0; r < children_.size(); ++r)
+        if (children_[r].pid == pid) {
+          children_[r].running = false;
+          children_[r].code = exit_code_of(status);
+          rank_ended(r, children_[r].code);
         }
-        // 75 = saved a checkpoint after a (forwarded) signal: the other ranks got it too, let them finish
-        if (c.code != 0 && result == 0) {
-          result = c.code;
-          if (c.code != kExitSavedAfterSignal && !terminating) {
-            std::string msg = "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(c.code) +
-                              "; terminating the other ranks\n";
-            write_all(2, msg);
-            terminating = true;
-            kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o.grace_s * 1000));
-            signal_all(SIGTERM);
-          }
-        }
+  }
+
+  void rank_ended(size_t r, int code) {
+    const int rank = o_.node_rank * o_.nprocs + static_cast<int>(r);
+    if (code == 0) ++succeeded_;
+    // dist.recovery in_process: the survivors regroup without this rank (the mark tells them at
+    // once); the group's result is then theirs
+    if (code != 0 && code != kExitSavedAfterSignal && !terminating_ && store_.in_process(attempt_)) {
+      lost_in_process(r, rank, code);
+      return;
+    }
+    // 75 = saved a checkpoint after a (forwarded) signal: the other ranks got it too, let them finish
+    if (code != 0 && result_ == 0) {
+      result_ = code;
+      if (code != kExitSavedAfterSignal && !terminating_) {
+        write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(code) +
+                         "; terminating the other ranks\n");
+        terminating_ = true;
+        kill_at_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
+        signal_all(SIGTERM);
       }
-    }
-    if (terminating && !killed && Clock::now() >= kill_at && any_running()) {
-      write_all(2, "launch: ranks still running after the grace period; sending SIGKILL\n");
-      signal_all(SIGKILL);
-      killed = true;
-    }
-    // a grandchild holding a pipe open must not keep the launcher alive once every rank is gone
-    if (!any_running()) {
-      for (auto& s : streams)
-        if (s.fd >= 0) {
-          ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
-          if (s.pump()) {
-            if (!s.pending.empty()) write_all(s.out_fd, s.prefix + s.pending + "\n");
-            ::close(s.fd);
-            s.fd = -1;
-          }
-        }
     }
   }
 
-  // every rank of this node lost (in process) and none finished: that is this node's failure
-  if (result == 0 && succeeded == 0 && lost_code != 0) result = lost_code;
-  return result;
-}
+  void lost_in_process(size_t r, int rank, int code) {
+    store_.mark_dead(attempt_, rank);
+    write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(code) +
+                     "; dist.recovery in_process: the other ranks go on without it\n");
+    if (lost_code_ == 0) lost_code_ = code;
+    // --max-restarts under in_process: a replacement joins the running group
+    if (replacements_ < o_.max_restarts) {
+      ++replacements_;
+      write_all(2, "launch: starting a replacement for rank " + std::to_string(rank) + " (" +
+                       std::to_string(replacements_) + " of " + std::to_string(o_.max_restarts) +
+                       "); it joins the running group\n");
+      spawn(static_cast<int>(r), ++joins_[r]);
+    }
+  }
+
+  // a grandchild holding a pipe open must not keep the launcher alive once every rank is gone
+  void close_streams() {
+    for (auto& s : streams_)
+      if (s.fd >= 0) {
+        ::fcntl(s.fd, F_SETFL, ::fcntl(s.fd, F_GETFL) | O_NONBLOCK);
+        if (s.pump()) {
+          if (!s.pending.empty()) write_all(s.out_fd, s.prefix + s.pending + "\n");
+          ::close(s.fd);
+          s.fd = -1;
+        }
+      }
+  }
+
+  void signal_all(int sig) {
+    for (auto& c : children_)
+      if (c.running) ::kill(c.pid, sig);
+  }
+  bool any_running() const {
+    for (const auto& c : children_)
+      if (c.running) return true;
+    return false;
+  }
+  bool any_open() const {
+    for (const auto& s : streams_)
+      if (s.fd >= 0) return true;
+    return false;
+  }
+
+  const LaunchOptions& o_;
+  const int port_, attempt_;
+  RankStore& store_;
+  int& replacements_;  // of the whole launch: --max-restarts counts them under in_process
+  const bool block_until_handled_;
+  const pid_t launcher_;
+  std::vector<std::string> argv_;  // the trainer and the command the ranks run
+  std::vector<Child> children_;    // per local rank, its current process
+  std::vector<int> joins_;         // joining processes started per local rank
+  std::vector<Stream> streams_;
+  int result_ = 0, succeeded_ = 0, lost_code_ = 0;  // lost_code_: the first code of a rank lost in process
+  bool stopped_ = false, terminating_ = false, killed_ = false;
+  Clock::time_point kill_at_;
+};
 
 }  // namespace
 
@@ -384,9 +422,10 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   int result = 0;
   int replacements = 0;  // under dist.recovery in_process, --max-restarts counts replacement ranks
   for (int attempt = 0;; ++attempt) {
-    bool stopped = false;
-    result = run_group(o, child_args, port, attempt, stopped, store, replacements);
-    if (result == 0 || result == kExitSavedAfterSignal || stopped || attempt + replacements >= o.max_restarts) break;
+    RankGroup group(o, child_args, port, attempt, store, replacements);
+    result = group.wait();
+    if (result == 0 || result == kExitSavedAfterSignal || group.stopped() || attempt + replacements >= o.max_restarts)
+      break;
     write_all(2, "launch: restarting the group (restart " + std::to_string(attempt + 1) + " of " +
                      std::to_string(o.max_restarts) + ") after exit code " + std::to_string(result) + "\n");
   }
