@@ -2,8 +2,10 @@
 // io::CheckpointStore (atomic, verified storage): which checkpoint a run resumes from, when a save
 // may fail and when it may not, `best`, rollback to the last good state, and SLURM requeue.
 //
-// Saves: rank 0 writes (parameters and optimizer state are replicated) and every rank learns the
-// outcome at the same step, so the ranks stop together. A periodic save that fails is tolerated up
+// Saves: rank 0 writes the checkpoint (the whole model, gathered first under dist.sharding full;
+// a replicated run's optimizer state); under dist.sharding every rank first stages its optimizer
+// shard (stage_shards), which rank 0's save moves in. Every rank learns the outcome at the same
+// step, so the ranks stop together. A periodic save that fails is tolerated up
 // to checkpoint.max_failures times in a row under on_error: warn; the final save and the save a
 // stop signal asked for are never optional. A save the policy cannot tolerate throws
 // CheckpointFailed (exit 74). Weights holding inf/NaN are never saved.

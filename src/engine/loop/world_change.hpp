@@ -20,8 +20,9 @@ namespace trainer::engine {
 // `batch`; `current` when it does not divide (the global batch then changes).
 int64_t accumulation_for(int64_t global_batch, int64_t batch, int64_t world, int64_t current);
 
-// A checkpoint saved by another number of ranks (`pos.world_size`) resumed on `world`: parameters and
-// optimizer state are replicated, so they load as they are; the data position is global, so the
+// A checkpoint saved by another number of ranks (`pos.world_size`) resumed on `world`: parameters are
+// whole in every checkpoint and optimizer shards are assembled into whole tensors on load
+// (parallel/sharded_checkpoint.hpp), so both load at any world size; the data position is global, so the
 // loader continues at the same sample; every rank takes the saved generator state. Logs what changes
 // and returns the run's total steps: recounted when the run is sized in epochs (it ends after the same
 // number of samples), else `total_steps`.
