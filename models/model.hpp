@@ -34,7 +34,7 @@ struct ModelUnit {
 // or a prefix equal to it), -1 when none does.
 int64_t unit_of(const std::vector<ModelUnit>& units, const std::string& name);
 
-// dist.sharding full (engine/sharded_parallel.hpp): each unit's parameters are gathered from the ranks
+// dist.sharding full (engine/parallel/sharded_parallel.hpp): each unit's parameters are gathered from the ranks
 // just before the unit runs and freed after it. The model calls enter(i) before it first uses unit i's
 // parameters in a forward and leave(i, y) after it last used them, y being the tensor the rest of the
 // forward reads from unit i (leave may attach a gradient hook to it: the re-gather for backward).

@@ -60,7 +60,7 @@ struct ModelConfig {
   int64_t n_embd = 384;
   double dropout = 0.0;
   bool bias = true;
-  Attention attention = Attention::Auto;  // auto | sdpa | math (explicit masked softmax); auto: engine/autotune.hpp
+  Attention attention = Attention::Auto;  // auto | sdpa | math (explicit masked softmax); auto: engine/startup/autotune.hpp
   // vit (torchvision VisionTransformer's names; the defaults are vit_b_16's); dropout is shared with gpt,
   // in_channels and num_classes with resnet
   int64_t image_size = 224;  // the position embedding fixes it: images must be image_size x image_size
@@ -109,7 +109,7 @@ struct SyntheticConfig {
   bool operator==(const SyntheticConfig&) const = default;
 };
 
-// Mixup / CutMix of training batches (engine/batch_mix.hpp), timm's Mixup: one lambda per batch.
+// Mixup / CutMix of training batches (engine/step/batch_mix.hpp), timm's Mixup: one lambda per batch.
 struct MixupConfig {
   double alpha = 0.0;        // mixup: lambda ~ Beta(alpha, alpha) (0 = off)
   double prob = 1.0;         // probability that a batch is mixed at all (mixup or cutmix)
@@ -149,7 +149,7 @@ struct EarlyStoppingConfig {
   bool operator==(const EarlyStoppingConfig&) const = default;
 };
 
-// Exponential moving average of the weights (engine/ema.hpp).
+// Exponential moving average of the weights (engine/step/ema.hpp).
 struct EmaConfig {
   double decay = 0.0;   // shadow = decay * shadow + (1 - decay) * weights (0 = off)
   int64_t every = 1;    // optimizer steps between updates
@@ -169,7 +169,7 @@ struct TrainConfig {
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)
   double memory_budget_gb = 0.0;   // batch_size auto: bytes per process (0 = 80 % host / 90 % GPU)
   bool reuse_host_memory = true;   // glibc malloc keeps freed blocks (see device::keep_host_memory_for_reuse)
-  bool cuda_graphs = false;        // CUDA: capture the whole step once after warm-up, replay it (engine/graphed_step.hpp)
+  bool cuda_graphs = false;        // CUDA: capture the whole step once after warm-up, replay it (engine/step/graphed_step.hpp)
   double grad_clip = 0.0;          // max global grad norm (0 = off)
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)

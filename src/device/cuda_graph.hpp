@@ -1,4 +1,4 @@
-// CUDA graphs behind the seam (train.cuda_graphs, engine/graphed_step.hpp): a captured graph of the
+// CUDA graphs behind the seam (train.cuda_graphs, engine/step/graphed_step.hpp): a captured graph of the
 // work one callable enqueues, and a scope that runs work on a side stream (capture needs a stream
 // other than the default one). A CPU-only LibTorch links the stubs of cuda_graph_nocuda.cpp, whose
 // capture() throws.

@@ -1,6 +1,6 @@
 // Counts the bytes of CPU tensor storage while installed: it wraps the CPU allocator and tracks the
 // live total and its high-water mark. Used by the memory probe of train.batch_size auto and
-// `trainer check --memory` (engine/memory_plan) and by the model tests.
+// `trainer check --memory` (engine/startup/memory_plan) and by the model tests.
 #pragma once
 
 #include <c10/core/Allocator.h>

@@ -54,7 +54,7 @@ struct CheckpointContent {
 std::filesystem::path staged_shard_path(const std::filesystem::path& dir, int64_t step, const std::string& group,
                                         int64_t pid = -1);
 
-// State-document keys shared with export (engine/export.cpp): the resolved config as YAML text.
+// State-document keys shared with export (engine/commands/export.cpp): the resolved config as YAML text.
 inline constexpr const char* kStateConfigYaml = "config_yaml";
 inline constexpr const char* kStateConfigHash = "config_hash";
 

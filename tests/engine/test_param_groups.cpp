@@ -1,4 +1,4 @@
-// Parameter groups (engine/param_groups.hpp): optim.groups, optim.layer_decay, frozen parameters, and
+// Parameter groups (engine/optim/param_groups.hpp): optim.groups, optim.layer_decay, frozen parameters, and
 // the learning rate each group steps with.
 #include <catch2/catch.hpp>
 

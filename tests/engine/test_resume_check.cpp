@@ -1,4 +1,4 @@
-// ResumeCheck (engine/resume_check.hpp): which recomputed records are compared, and what drift stops.
+// ResumeCheck (engine/checkpoint/resume_check.hpp): which recomputed records are compared, and what drift stops.
 #include <catch2/catch.hpp>
 
 #include <map>

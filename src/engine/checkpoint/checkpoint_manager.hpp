@@ -1,4 +1,4 @@
-// The checkpoint policy of a run, over engine/checkpointing (what a checkpoint holds) and
+// The checkpoint policy of a run, over engine/checkpoint/checkpointing (what a checkpoint holds) and
 // io::CheckpointStore (atomic, verified storage): which checkpoint a run resumes from, when a save
 // may fail and when it may not, `best`, rollback to the last good state, and SLURM requeue.
 //

@@ -2,7 +2,7 @@
 // io::CheckpointContent, and restore them from one. The storage itself is io::CheckpointStore.
 //
 //   model.safetensors      io::named_state(model): torchvision / nanoGPT names (export reads it)
-//   optimizer.safetensors  per-parameter optimizer state (engine/train_state.hpp)
+//   optimizer.safetensors  per-parameter optimizer state (engine/optim/train_state.hpp)
 //   rng.safetensors        CPU (and CUDA) generator states
 //   ema.safetensors        train.ema: the EMA weights, under the model's names (export --ema reads it)
 //   state.json             step, loader position, loss scaler, best metric, resolved config + hash

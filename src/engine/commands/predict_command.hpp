@@ -1,7 +1,7 @@
 // `trainer predict CONFIG --checkpoint PATH ...`: the trained model applied to new inputs.
 //   image models: --input FILE|FOLDER... -> one JSON line per image, {"path", "top": [{"class",
 //     "index", "prob"}, ...]}, decoded and normalised as the run's validation images were, batched;
-//   GPT: --prompt TEXT or --prompt-file FILE -> the continuation, sampled (engine/generate.hpp):
+//   GPT: --prompt TEXT or --prompt-file FILE -> the continuation, sampled (engine/commands/generate.hpp):
 //     text for a byte-level model (data.format text), token ids otherwise.
 #pragma once
 

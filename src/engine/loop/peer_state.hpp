@@ -1,6 +1,6 @@
 // Rank 0's run state to every rank, over the process group instead of a file: what a replacement
 // rank needs to join a running group (dist.recovery in_process, growing back). The state is what a
-// checkpoint holds (engine/checkpointing.hpp: weights, optimizer state, loss scale, generators, EMA,
+// checkpoint holds (engine/checkpoint/checkpointing.hpp: weights, optimizer state, loss scale, generators, EMA,
 // early-stopping record, loader position), captured and restored by the same code as a checkpoint,
 // so a joined rank continues exactly as a resumed one would.
 #pragma once

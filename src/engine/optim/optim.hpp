@@ -28,7 +28,7 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
 // Every unique trainable parameter of `model`, in named_parameters() order.
 std::vector<torch::Tensor> unique_parameters(const torch::nn::Module& model);
 
-// The groups of plan_param_groups (engine/param_groups.hpp): group 0 decays (cfg.weight_decay),
+// The groups of plan_param_groups (engine/optim/param_groups.hpp): group 0 decays (cfg.weight_decay),
 // group 1 (if non-empty) has weight_decay 0, then the groups of optim.groups / optim.layer_decay.
 // cfg.fused: the step runs ATen's fused multi-tensor kernels (FusedAdamW / FusedSGD below), else
 // LibTorch's per-parameter loop. Throws std::invalid_argument for an unknown optimizer name.
@@ -54,7 +54,7 @@ class ScaledOptimizer : public Base, public LrScales {
   using Base::Base;
 };
 
-// What train.cuda_graphs (engine/graphed_step.hpp) needs from an optimizer whose step() it captures:
+// What train.cuda_graphs (engine/step/graphed_step.hpp) needs from an optimizer whose step() it captures:
 // a learning rate read from device memory (a captured float would be frozen into the graph), the
 // host-side bookkeeping of a step whose kernels ran as a replay, and whether the last step() ran
 // only fused kernels (a host loop cannot be replayed). FusedAdamW and FusedSGD implement it.

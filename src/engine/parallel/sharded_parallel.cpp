@@ -107,7 +107,7 @@ void ShardedParallel::after_backward() {
                peak.units, sync_->buckets().size(), peak.bytes, all, largest);
 }
 
-// The whole model's groups (decay split, optim.groups, layer decay: engine/param_groups), each
+// The whole model's groups (decay split, optim.groups, layer decay: engine/optim/param_groups), each
 // applied to the pieces of its parameters that this rank steps; every rank keeps every group (some
 // empty), so the groups' learning rates and the checkpoint layout agree across ranks.
 std::unique_ptr<torch::optim::Optimizer> ShardedParallel::make_optimizer(const config::OptimConfig& cfg,

@@ -19,7 +19,7 @@
 
 namespace trainer::engine {
 
-// model.attention auto (engine/autotune.hpp): rank 0 decides, every rank takes its choice, and the
+// model.attention auto (engine/startup/autotune.hpp): rank 0 decides, every rank takes its choice, and the
 // run directory keeps it (autotune.json) so that a resumed run computes with the same kernels.
 
 // <run dir>/autotune.json as an object ({} when there is none yet).

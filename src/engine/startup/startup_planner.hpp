@@ -1,6 +1,6 @@
 // Start-up decisions a run measures on its machine and keeps for its whole life (resumes included)
-// in <run dir>/autotune.json: model.attention auto (engine/autotune.hpp) and train.batch_size auto
-// (engine/memory_plan.hpp). Rank 0 decides and every rank takes its choice through collectives,
+// in <run dir>/autotune.json: model.attention auto (engine/startup/autotune.hpp) and train.batch_size auto
+// (engine/startup/memory_plan.hpp). Rank 0 decides and every rank takes its choice through collectives,
 // never through the file, so ranks that do not share the run directory still agree.
 #pragma once
 

@@ -69,7 +69,7 @@ torch::Tensor StepRunner::to_device(const torch::Tensor& t, bool image_input) co
   return to_model_device(t, set_.device, image_input && set_.channels_last);
 }
 
-// train.cuda_graphs (engine/graphed_step.hpp): a GraphedStep when the settings allow one, else the
+// train.cuda_graphs (engine/step/graphed_step.hpp): a GraphedStep when the settings allow one, else the
 // reason in the log and eager steps.
 void StepRunner::enable_graphs(GraphConditions c) {
   c.fault_injection = !inject_nonfinite_.empty();

@@ -13,7 +13,7 @@
 namespace trainer::engine {
 
 // Mean cross-entropy: logits (B, C) vs targets (B), or logits (B, T, V) vs targets (B, T), or logits
-// (B, C) vs soft targets (B, C) of class probabilities (mixup/cutmix, engine/batch_mix.hpp).
+// (B, C) vs soft targets (B, C) of class probabilities (mixup/cutmix, engine/step/batch_mix.hpp).
 // label_smoothing v: the target distribution becomes (1 - v) target + v / C, as torch's
 // cross_entropy(label_smoothing=v) (which is this call); 0 is today's plain cross-entropy. Under
 // autocast the op runs in fp32 (autocast's fp32 list, CPU and CUDA).
