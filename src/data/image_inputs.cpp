@@ -39,7 +39,7 @@ ImageInputSpec image_input_spec(const config::DataConfig& data, const config::Mo
   d.limit_samples = 0;  // the statistics were computed before the limit applied; the reader is wanted bare
   DatasetPair pair = create_datasets(d, model, seed);
   const auto* train = dynamic_cast<const ImageDataset*>(pair.train.get());
-  if (!train) throw DataError(fmt::format("{}: data.format {} does not give images", data.path, data.format));
+  if (!train) throw DataError(fmt::format("{}: data.format {} does not give images", data.path, config::name_of(data.format)));
   ImageInputSpec spec;
   const auto shape = train->sample_shape();
   spec.channels = shape[0];
