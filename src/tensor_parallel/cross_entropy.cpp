@@ -21,7 +21,7 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     auto opts = z.options();
     // 1. the max, for a stable exp (a constant of the loss: no gradient through it)
     auto m = shard.real() > 0 ? std::get<0>(z.max(1)) : torch::full({n}, -std::numeric_limits<double>::infinity(), opts);
-    comm->all_reduce(m, ReduceOp::Max);
+    if (comm->size() > 1) comm->all_reduce(m, ReduceOp::Max);
     auto e = torch::exp(z - m.unsqueeze(1));
     // 2. sum of exp, the target's logit (held by one rank), the sum of the real logits: one all-reduce
     const auto ignored = target == ignore_index;
@@ -32,7 +32,7 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     packed[0] = e.sum(1);
     if (shard.real() > 0) packed[1] = z.gather(1, safe_t.unsqueeze(1)).squeeze(1).masked_fill(~mine, 0.0);
     packed[2] = z.sum(1);
-    comm->all_reduce(packed, ReduceOp::Sum);
+    if (comm->size() > 1) comm->all_reduce(packed, ReduceOp::Sum);
     const auto lse = torch::log(packed[0]) + m;
     auto loss = lse - (1.0 - eps) * packed[1] - (eps / static_cast<double>(shard.vocab)) * packed[2];
     loss = loss.masked_fill(ignored, 0.0);
@@ -90,6 +90,7 @@ torch::Tensor mean_over_targets(const torch::Tensor& losses, const torch::Tensor
 
 torch::Tensor gather_vocab_logits(const torch::Tensor& local_logits, const VocabShard& shard, Communicator& comm) {
   torch::NoGradGuard no_grad;
+  if (comm.size() == 1) return local_logits.narrow(-1, 0, shard.vocab);
   auto all = comm.all_gather(local_logits.contiguous(), -1);
   return all.narrow(-1, 0, shard.vocab);
 }

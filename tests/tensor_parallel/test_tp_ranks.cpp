@@ -125,6 +125,7 @@ TEST_CASE("tp worker", "[.worker]") {
   dist::GroupCommunicator comm(mesh->group(MeshDim::TP));
   auto results = run_all(comm);
   facts["tp_seconds"] = torch::tensor({comm.seconds()}, torch::kFloat64);
+  facts["tp_collectives"] = torch::tensor({static_cast<int64_t>(mesh->group(MeshDim::TP).collectives())});
   const std::filesystem::path dir = std::getenv("TRAINER_TEST_DIR");
   save_results(results, facts, dir / ("rank" + std::to_string(ctx->rank()) + ".pt"));
 }
@@ -134,6 +135,7 @@ TEST_CASE("every tensor-parallel op, layer and block at T=2 equals one process (
   auto files = run_world(2, 2, "tp2");
   check_mesh_facts(files, 2);
   CHECK(compare_with_reference(files, 2) > 60);
+  for (auto& f : files) CHECK(f.extra("tp_collectives").item<int64_t>() > 50);
 }
 
 TEST_CASE("every tensor-parallel op, layer and block at T=4 (vocabulary 50257 padded) equals one process",
@@ -147,4 +149,14 @@ TEST_CASE("a 2-D mesh dp 2 x tp 2: its groups' collectives, and both tp groups e
   auto files = run_world(4, 2, "dp2tp2");
   check_mesh_facts(files, 2);
   CHECK(compare_with_reference(files, 2) > 120);  // each of the two tp groups
+}
+
+TEST_CASE("a mesh of T=1 over 2 ranks builds no subgroup and its layers are plain torch on each rank", "[dist][tp][slow]") {
+  auto files = run_world(2, 1, "tp1");
+  check_mesh_facts(files, 1);
+  CHECK(compare_with_reference(files, 1) > 120);  // each rank is its own tp group
+  for (auto& f : files) {
+    CHECK(f.extra("tp_collectives").item<int64_t>() == 0);  // no tp collective ran
+    CHECK(f.extra("tp_seconds").item<double>() == 0.0);     // nor was one even called
+  }
 }

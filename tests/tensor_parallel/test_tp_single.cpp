@@ -97,3 +97,19 @@ TEST_CASE("a single process's mesh builds no group and runs no collective", "[un
   }
   CHECK_THROWS_WITH(dist::DeviceMesh::create(*ctx, 2), Contains("tensor parallel size 2 does not divide the world of 1 ranks"));
 }
+
+TEST_CASE("vocab-parallel cross entropy on bf16 logits computes in fp32 and returns a bf16 gradient", "[unit][tp]") {
+  auto gen = at::detail::createCPUGenerator(7);
+  auto z = (torch::randn({6, 40}, gen) * 4).to(torch::kBFloat16).requires_grad_(true);
+  auto target = torch::randint(40, {6}, gen, torch::kInt64);
+  const auto shard = tpl::vocab_shard(40, 0, 1);
+  auto loss = tpl::mean_over_targets(tpl::vocab_parallel_cross_entropy(z, target, shard, tpl::solo(), 0.1), target);
+  loss.backward();
+  auto zf = z.detach().to(torch::kFloat).requires_grad_(true);
+  auto ref = F::cross_entropy(zf, target, F::CrossEntropyFuncOptions().label_smoothing(0.1));
+  ref.backward();
+  CHECK(loss.scalar_type() == torch::kBFloat16);
+  CHECK(z.grad().scalar_type() == torch::kBFloat16);
+  CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-2 * ref.item<double>());  // bf16 rounding of the result
+  CHECK(rel_err(z.grad().to(torch::kFloat), zf.grad()) < 1e-2);
+}
