@@ -1,6 +1,7 @@
 // The tensor-parallel Communicator (tensor_parallel/communicator.hpp) over a mesh's tp group: what the
 // engine hands a model built with T > 1. It also keeps the time spent in its collectives, for the
-// step records' TP share.
+// step records' TP share: the host's time (on NCCL a wait orders streams and returns, so the figure
+// needs a device sync at the step's end to be the collectives' own).
 #pragma once
 
 #include <cstdint>
