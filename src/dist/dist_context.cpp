@@ -221,6 +221,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   ctx->impl_->store = store;
   ctx->impl_->backend_name = backend;
   ctx->impl_->net = ctx->net_;
+  ctx->impl_->key_ns = key_namespace(env, cfg);
   if (cfg.recovery == config::Recovery::InProcess) ctx->start_recovery(env, key_namespace(env, cfg) + "recovery/");
   ctx->read_kill_injection();
   ctx->impl_->start_watchdog();

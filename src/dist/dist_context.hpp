@@ -39,6 +39,8 @@ class AsyncOp {
 // it then prints the same message a DistError would carry and ends the process with exit code 1.
 inline constexpr double kWatchdogMarginS = 15.0;
 
+class Group;  // dist/group.hpp
+
 class DistContext {  // one per process; inactive (all no-ops) when world_size == 1
  public:
   // Rendezvous, process group, then the config-hash agreement (DistError on a mismatch, on every
@@ -83,6 +85,12 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   std::shared_ptr<AsyncOp> reduce_scatter_sum_async(torch::Tensor out, torch::Tensor in, const std::string& what);
   // `out` (world_size() chunks of `in`'s size) becomes every rank's `in`, in rank order.
   std::shared_ptr<AsyncOp> all_gather_into_async(torch::Tensor out, torch::Tensor in, const std::string& what);
+
+  // A process group of the world ranks `ranks` (ascending, this rank among them) for a mesh
+  // dimension (dist/group.cpp). Every rank of `ranks` must ask for it with the same ranks and name.
+  // One rank: no backend, every collective returns its input. All ranks of the world: the world's
+  // own backend. Otherwise a new c10d subgroup of the world's backend kind.
+  std::unique_ptr<Group> new_group(const std::vector<int64_t>& ranks, const std::string& name);
 
   // --- dist.recovery in_process (dist_regroup.cpp) ---------------------------------------------
   // Members are named by the RANK the launcher gave them at start; rank() and world_size() change

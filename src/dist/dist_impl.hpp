@@ -70,6 +70,7 @@ struct DistContext::Impl {
   std::atomic<bool> failed{false};
   double timeout_s = 300.0;
   RecoveryState rec;  // dist.recovery in_process: membership generations (dist_regroup.cpp)
+  std::string key_ns;  // this attempt's store prefix (subgroups meet under <key_ns>group/...)
   // TRAINER_INJECT_KILL (fault injection for tests and drills): this process SIGKILLs itself just
   // before launching collective #seq, or right after its commit vote of step vote_step (1-based),
   // of the job's first generation. "-1": not asked.
@@ -197,5 +198,9 @@ struct DistContext::Impl {
   }
 };
 
+
+// Defined in dist_context.cpp: a Gloo process group of `world` ranks meeting in `store`.
+c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
+                                                    int64_t world, const NetChoice& net, std::chrono::milliseconds timeout);
 
 }  // namespace trainer::dist

@@ -14,10 +14,6 @@
 
 namespace trainer::dist {
 
-// Declared in dist_impl.hpp's users: defined in dist_context.cpp.
-c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,
-                                                    int64_t world, const NetChoice& net, std::chrono::milliseconds timeout);
-
 namespace {
 
 using SteadyClock = std::chrono::steady_clock;

@@ -1,0 +1,115 @@
+// Tensor parallel in one process: the T = 1 path is plain torch, the shard rules, the mesh layout.
+#include <catch2/catch.hpp>
+
+#include "dist/device_mesh.hpp"
+#include "dist/dist_context.hpp"
+#include "tp_results.hpp"
+
+using namespace trainer;
+using namespace trainer::test::tp;
+using Catch::Matchers::Contains;
+using dist::MeshDim;
+
+TEST_CASE("at T=1 every tensor-parallel op, layer and block equals plain torch", "[unit][tp]") {
+  const auto got = run_all(tpl::solo());
+  const auto ref = reference(1);
+  REQUIRE(got.size() == ref.size());
+  for (const auto& [name, want] : ref) {
+    INFO(name);
+    REQUIRE(got.count(name) == 1);
+    const auto& r = got.at(name);
+    // at T = 1 every shard is the whole tensor
+    REQUIRE(r.value.sizes() == torch::IntArrayRef(r.spec.replicated() ? want.value.sizes() : r.spec.global_shape));
+    CHECK(rel_err(r.value, want.value) < 1e-12);
+  }
+}
+
+TEST_CASE("at T=1 the region operators are the identity with no autograd node", "[unit][tp]") {
+  auto x = torch::randn({2, 4, 6}, torch::kFloat64).requires_grad_(true);
+  auto& c = tpl::solo();
+  for (const auto& y : {tpl::copy_to_region(x, c), tpl::reduce_from_region(x, c), tpl::scatter_to_region(x, c),
+                        tpl::gather_from_region(x, c), tpl::scatter_to_sequence(x, c, 1),
+                        tpl::gather_from_sequence(x, c, 1), tpl::reduce_scatter_to_sequence(x, c, 1)})
+    CHECK(y.is_same(x));
+}
+
+TEST_CASE("shard rules: head-group rows of a fused qkv, the vocabulary padding, exact slices", "[unit][tp]") {
+  using R = std::vector<tpl::Range>;
+  CHECK(tpl::qkv_head_ranges(16, 4, 0, 2) == R{{0, 8}, {16, 24}, {32, 40}});
+  CHECK(tpl::qkv_head_ranges(16, 4, 1, 2) == R{{8, 16}, {24, 32}, {40, 48}});
+  CHECK(tpl::qkv_head_ranges(12, 6, 2, 3) == R{{8, 12}, {20, 24}, {32, 36}});
+  CHECK_THROWS_WITH(tpl::qkv_head_ranges(16, 6, 0, 4), Contains("n_head 6 does not divide by 4 ranks"));
+
+  CHECK(tpl::padded_vocab(50257, 1) == 50257);
+  CHECK(tpl::padded_vocab(50257, 2) == 50258);
+  CHECK(tpl::padded_vocab(50257, 4) == 50260);
+  CHECK(tpl::padded_vocab(50304, 8) == 50304);
+  const auto last = tpl::vocab_shard(50257, 3, 4);
+  CHECK(last.start == 37695);
+  CHECK(last.end == 50260);
+  CHECK(last.real() == 12562);
+  CHECK(tpl::vocab_shard(50257, 0, 4).real() == 12565);
+  CHECK(tpl::vocab_shard(5, 3, 4).real() == 0);  // a rank of padding only
+
+  auto w = torch::randn({48, 16}, torch::kFloat64);
+  auto part = tpl::take_ranges(w, 0, tpl::qkv_head_ranges(16, 4, 1, 2));
+  CHECK(torch::equal(part, torch::cat({w.slice(0, 8, 16), w.slice(0, 24, 32), w.slice(0, 40, 48)})));
+}
+
+TEST_CASE("vocab-parallel cross entropy checks its inputs", "[unit][tp]") {
+  const auto shard = tpl::vocab_shard(10, 0, 1);
+  auto z = torch::randn({3, 9});
+  CHECK_THROWS_WITH(tpl::vocab_parallel_cross_entropy(z, torch::zeros({3}, torch::kInt64), shard, tpl::solo()),
+                    Contains("logits have 9 columns, this rank's vocabulary rows are 10"));
+  auto ok = torch::randn({3, 10});
+  CHECK_THROWS_WITH(tpl::vocab_parallel_cross_entropy(ok, torch::zeros({3}, torch::kInt64), shard, tpl::solo(), 1.5),
+                    Contains("label_smoothing must be in [0, 1]"));
+}
+
+TEST_CASE("mesh layout: tp ranks consecutive, groups per dimension", "[unit][tp]") {
+  const dist::MeshLayout l(8, 2);
+  CHECK(l.size(MeshDim::DP) == 4);
+  CHECK(l.size(MeshDim::TP) == 2);
+  CHECK(l.coord(5) == dist::MeshCoord{2, 1});
+  CHECK(l.rank_of({3, 0}) == 6);
+  CHECK(l.group_ranks(MeshDim::TP, 5) == std::vector<int64_t>{4, 5});
+  CHECK(l.group_ranks(MeshDim::DP, 5) == std::vector<int64_t>{1, 3, 5, 7});
+  CHECK(dist::MeshLayout(4, 4).group_ranks(MeshDim::DP, 2) == std::vector<int64_t>{2});
+  CHECK(dist::MeshLayout(4, 2).describe() ==
+        "dp 2 x tp 2: rank 0 (dp 0, tp 0), rank 1 (dp 0, tp 1), rank 2 (dp 1, tp 0), rank 3 (dp 1, tp 1)");
+  CHECK_THROWS_WITH(dist::MeshLayout(6, 4), Contains("tensor parallel size 4 does not divide the world of 6 ranks"));
+}
+
+TEST_CASE("a single process's mesh builds no group and runs no collective", "[unit][tp]") {
+  config::DistConfig cfg;
+  auto ctx = dist::DistContext::create(dist::LaunchEnv{}, cfg, torch::Device(torch::kCPU), "h");
+  auto mesh = dist::DeviceMesh::create(*ctx, 1);
+  CHECK(mesh->subgroups_built() == 0);
+  for (auto d : {MeshDim::DP, MeshDim::TP}) {
+    auto& g = mesh->group(d);
+    CHECK_FALSE(g.active());
+    auto t = torch::ones({3});
+    g.all_reduce(t, dist::Reduce::Sum, "x");
+    CHECK(torch::equal(t, torch::ones({3})));
+    CHECK(g.all_gather(t, 0, "x").is_same(t));
+    CHECK(g.reduce_scatter(t, 0, "x").is_same(t));
+    CHECK(g.collectives() == 0);
+  }
+  CHECK_THROWS_WITH(dist::DeviceMesh::create(*ctx, 2), Contains("tensor parallel size 2 does not divide the world of 1 ranks"));
+}
+
+TEST_CASE("vocab-parallel cross entropy on bf16 logits computes in fp32 and returns a bf16 gradient", "[unit][tp]") {
+  auto gen = at::detail::createCPUGenerator(7);
+  auto z = (torch::randn({6, 40}, gen) * 4).to(torch::kBFloat16).requires_grad_(true);
+  auto target = torch::randint(40, {6}, gen, torch::kInt64);
+  const auto shard = tpl::vocab_shard(40, 0, 1);
+  auto loss = tpl::mean_over_targets(tpl::vocab_parallel_cross_entropy(z, target, shard, tpl::solo(), 0.1), target);
+  loss.backward();
+  auto zf = z.detach().to(torch::kFloat).requires_grad_(true);
+  auto ref = F::cross_entropy(zf, target, F::CrossEntropyFuncOptions().label_smoothing(0.1));
+  ref.backward();
+  CHECK(loss.scalar_type() == torch::kBFloat16);
+  CHECK(z.grad().scalar_type() == torch::kBFloat16);
+  CHECK(std::abs(loss.item<double>() - ref.item<double>()) < 1e-2 * ref.item<double>());  // bf16 rounding of the result
+  CHECK(rel_err(z.grad().to(torch::kFloat), zf.grad()) < 1e-2);
+}
