@@ -7,6 +7,7 @@
 #include "dist/grad_sync.hpp"
 #include "engine/grad_clip.hpp"
 #include "engine/optim.hpp"
+#include "engine/optim_state.hpp"
 #include "engine/sharded_parallel.hpp"
 #include "engine/train_state.hpp"
 
@@ -46,15 +47,8 @@ int64_t unique_bytes(const std::vector<torch::Tensor>& ts, std::unordered_set<co
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt) {
   std::vector<torch::Tensor> ts;
-  for (const auto& [key, st] : opt.state()) {
-    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(st.get())) {
-      ts.push_back(a->exp_avg());
-      ts.push_back(a->exp_avg_sq());
-      ts.push_back(a->max_exp_avg_sq());
-    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(st.get())) {
-      ts.push_back(m->momentum_buffer());
-    }
-  }
+  for (const auto& [key, st] : opt.state())
+    visit_state_tensors(*st, [&](const char*, const torch::Tensor& t) { ts.push_back(t); });
   std::unordered_set<const void*> seen;
   return unique_bytes(ts, seen);
 }

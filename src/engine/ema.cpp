@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "engine/finetune.hpp"
+
 namespace trainer::engine {
 namespace {
 
@@ -58,10 +60,8 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
   config::ModelConfig mc = cfg.model;
   mc.init_from.clear();
-  auto shadow = models::builtin_models().create(mc);
+  auto shadow = build_model_on(mc, device);
   gen.set_state(saved);
-  shadow->to(device);
-  if (cfg.model.channels_last && shadow->input_kind() == models::InputKind::Image) models::to_channels_last(*shadow);
   shadow->eval();  // it is only ever evaluated
   spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
                cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");

@@ -79,9 +79,7 @@ class Trainer {
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
     if (spec_->measure_attention && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
-    model_ = build_run_model(cfg_);  // seeded above: every rank draws the same weights; train.freeze applied
-    model_->to(device_);
-    if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);
+    model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
