@@ -78,6 +78,7 @@ class Trainer final : public WorldParts {
     model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
 
@@ -106,7 +107,7 @@ class Trainer final : public WorldParts {
 
     planner.release_startup_memory();
     log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
-                           train_loader_->batches_per_epoch()});
+                           train_loader_->batches_per_epoch(), &memory});
   }
 
   data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
