@@ -122,10 +122,11 @@ std::string CheckpointManager::nonfinite_parameter() const {
 
 std::string CheckpointManager::stage_shards(int64_t step, std::map<std::string, std::filesystem::path>& staged) {
   std::string what;
-  const auto group = objs_.parallel->shard_group();
+  const auto& part = checkpoint_part(objs_);
+  const auto group = part.shard_group();
   const auto mine = io::staged_shard_path(dir_, step, group);
   try {
-    io::save_safetensors(mine.string(), objs_.parallel->shard_tensors(objs_.optimizer, objs_.model),
+    io::save_safetensors(mine.string(), part.shard_tensors(objs_.optimizer, objs_.model),
                          {{"checkpoint_group", group}, {"step", std::to_string(step)}});
   } catch (const std::exception& e) {
     what = "rank " + std::to_string(env_.rank) + " could not write its shard " + mine.string() + ": " + e.what();
@@ -147,7 +148,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
   int failure = 0;  // 1: the save failed, 2: non-finite weights
   std::string what;
   std::map<std::string, std::filesystem::path> staged;  // sharded: every rank's shard file
-  const bool sharded = objs_.parallel && objs_.parallel->sharded_state() && dist_ && dist_->active();
+  const bool sharded = checkpoint_part(objs_).sharded_state() && dist_ && dist_->active();
   if (sharded) what = stage_shards(step, staged);
   if (!what.empty()) {
     failure = 1;
@@ -180,7 +181,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
   }
   if (sharded && failure != 0) {  // a staged shard not moved into a checkpoint is garbage
     std::error_code ec;
-    std::filesystem::remove(io::staged_shard_path(dir_, step, objs_.parallel->shard_group()), ec);
+    std::filesystem::remove(io::staged_shard_path(dir_, step, checkpoint_part(objs_).shard_group()), ec);
   }
   if (failure == 2) throw std::runtime_error(what);
   if (failure == 0) {

@@ -19,8 +19,8 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   io::NamedTensors model_state;
   for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
   c.groups["model"] = std::move(model_state);
-  if (objs.parallel && objs.parallel->sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
-    c.state["optimizer_shards"] = objs.parallel->shard_layout(objs.model);
+  if (const auto& part = checkpoint_part(objs); part.sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
+    c.state["optimizer_shards"] = part.shard_layout(objs.model);
   else
     c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
   c.groups["rng"] = rng_state_tensors(objs.device);
@@ -111,10 +111,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
       FullParams whole(objs.parallel, /*write=*/true);  // dist.sharding full: each rank keeps its slice
       io::load_state_into(objs.model, weights, /*strict=*/true);
     }
-    if (objs.parallel)
-      objs.parallel->load_optimizer(objs.optimizer, objs.model, optimizer);  // a sharded run takes its slices
-    else
-      load_optimizer_state(objs.optimizer, objs.model, optimizer);
+    checkpoint_part(objs).load_optimizer(objs.optimizer, objs.model, optimizer);  // a sharded run takes its slices
     restore_rng_state(group("rng"), objs.device);
     if (objs.ema) restore_ema(content, from, *objs.ema);
     objs.scaler.load_state(sc);

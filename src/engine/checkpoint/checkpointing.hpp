@@ -41,6 +41,11 @@ struct RunObjects {
   Ema* ema = nullptr;  // train.ema, when on
 };
 
+// How `objs`' optimizer state is checkpointed: its strategy's part, the replicated layout without one.
+inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
+  return objs.parallel ? objs.parallel->checkpoint_part() : replicated_checkpoint_part();
+}
+
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos);
 
 // Loads everything into `objs` and returns where the run stands. Throws io::CheckpointError /

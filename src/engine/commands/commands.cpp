@@ -21,6 +21,8 @@
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "engine/startup/finetune.hpp"
 #include "engine/startup/memory_plan.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/loop/trainer.hpp"
@@ -156,40 +158,66 @@ std::vector<int64_t> sample_shape_from_config(const config::RunConfig& c) {
   return {};
 }
 
-// The memory table of `trainer check`: fixed parts counted, activations measured on `device` for
-// the model as configured and with model.activation_checkpointing flipped.
+// One column of `trainer check`'s memory table: the strategy's plan and the step measured.
+struct MemoryColumn {
+  std::string title;
+  MemoryPlan plan;
+  ActivationProbe probe;
+};
+
+// The model as configured, with model.activation_checkpointing `ac`: its plan under the run's
+// strategy, its step measured as the run probes (up to 64, and with batch_size auto not beyond the
+// samples per rank per step).
+MemoryColumn probe_column(const config::RunConfig& c, int64_t world_size, const torch::Device& device,
+                          const std::vector<int64_t>& shape, int64_t classes, bool ac) {
+  const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(world_size, 1);
+  const int64_t probe_cap = c.train.batch_size == 0 ? std::min<int64_t>(64, per_rank) : 64;
+  auto mc = c.model;
+  mc.activation_checkpointing = ac;
+  torch::manual_seed(c.run.seed);
+  auto model = build_model_on(mc, device);
+  const bool image = model->input_kind() == models::InputKind::Image;
+  const int64_t b1 = image ? 2 : 1;
+  return {ac ? "activation checkpointing" : "no checkpointing",
+          strategy_memory_plan(c.dist, world_size, *model, c.optim),
+          probe_activations(*model, shape, classes, c.train.precision, device, c.model.channels_last && image, b1,
+                            2 * b1, /*max_b2=*/probe_cap)};
+}
+
+// "the largest micro-batch in the budget" of one column: a count, "any" or "none fits".
+std::string largest_in_budget(const MemoryColumn& col, double budget) {
+  const double room = budget - static_cast<double>(col.plan.fixed.total()) - col.probe.intercept();
+  const double per = col.probe.per_sample();
+  if (room < per) return "none fits";
+  if (per <= 0) return "any";
+  return std::to_string(static_cast<int64_t>(room / per));
+}
+
+// What train.batch_size auto would pick in `budget` for the configured column.
+void print_auto_pick(const config::RunConfig& c, int64_t world_size, const torch::Device& device,
+                     const MemoryColumn& col, double budget) {
+  const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(world_size, 1);
+  const int64_t pick = largest_fitting(col.plan.fixed, col.probe, budget, micro_batch_candidates(per_rank));
+  if (pick == 0) {
+    std::cout << "train.batch_size auto: not even micro-batch 1 fits this budget\n";
+    return;
+  }
+  std::cout << "train.batch_size auto would pick micro-batch " << pick << " x " << per_rank / pick
+            << " accumulation (divisors of " << per_rank << " samples per rank per step)"
+            << (device.is_cuda() ? ", then confirm it by a real step" : "") << "\n";
+}
+
+// The memory table of `trainer check`: the strategy's plan (its rows, as it names them), the step
+// measured on `device` for the model as configured and with model.activation_checkpointing flipped.
 void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const std::vector<int64_t>& shape,
                   int64_t classes, double budget_gb) {
   const auto device = device::select_device(c.train.device, env.local_rank);
-  const Precision precision = c.train.precision;
-  check_precision_supported(precision, device);
-  struct Column {
-    std::string title;
-    FixedMemory fixed;
-    ActivationProbe probe;
-  };
-  std::vector<Column> cols;
-  // as the run probes: up to 64, and with batch_size auto not beyond the samples per rank per step
-  const int64_t probe_cap =
-      c.train.batch_size == 0 ? std::min<int64_t>(64, c.train.global_batch_size / std::max<int64_t>(env.world_size, 1)) : 64;
-  for (bool ac : {false, true}) {
-    auto mc = c.model;
-    mc.activation_checkpointing = ac;
-    torch::manual_seed(c.run.seed);
-    auto model = models::builtin_models().create(mc);
-    model->to(device);
-    const bool image = model->input_kind() == models::InputKind::Image;
-    if (c.model.channels_last && image) models::to_channels_last(*model);
-    const int64_t b1 = image ? 2 : 1;
-    cols.push_back({ac ? "activation checkpointing" : "no checkpointing", fixed_memory(*model, c.optim, env.world_size, c.dist.sharding),
-                    probe_activations(*model, shape, classes, precision, device, c.model.channels_last && image, b1,
-                                      2 * b1, /*max_b2=*/probe_cap)});
-  }
+  check_precision_supported(c.train.precision, device);
+  const std::vector<MemoryColumn> cols = {probe_column(c, env.world_size, device, shape, classes, false),
+                                          probe_column(c, env.world_size, device, shape, classes, true)};
   const auto mb = budget_gb > 0 ? memory_budget(budget_gb, "--memory-gb", device, env.local_world_size)
                                 : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
                                                 env.local_world_size);
-  const double budget = mb.bytes;
-  const std::string& budget_source = mb.source;
   const int64_t b = c.train.batch_size;
   std::cout << "memory per process (" << config::name_of(c.train.precision) << ", fp32 weights and optimizer state; the step measured on "
             << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
@@ -200,47 +228,23 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     for (const auto& col : cols) std::cout << std::right << std::setw(26) << value(col);
     std::cout << "\n";
   };
-  row("", [](const Column& col) { return col.title; });
-  const bool sharded = env.world_size > 1 && c.dist.sharding != config::Sharding::None;
-  const bool full = sharded && c.dist.sharding == config::Sharding::Full;
-  const std::string each = " (1/" + std::to_string(env.world_size) + " each)";
-  row(full ? "parameters" + each : "parameters",
-      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.parameters)); });
-  if (full)
-    row("gathered units (first + 2 x largest)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gathered)); });
-  row("gradients (inside the step)", [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.gradients)); });
-  row("optimizer state (" + config::name_of(c.optim.name) +
-          (sharded ? ", 1/" + std::to_string(env.world_size) + " each" : "") + ")",
-      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.optimizer)); });
-  row(sharded && c.dist.sharding != config::Sharding::Optimizer
-          ? (full ? "gradient shard (ZeRO-3)" : "gradient shard (ZeRO-2)")
-          : "DDP gradient buckets",
-      [](const Column& col) { return bytes_text(static_cast<double>(col.fixed.ddp_buckets)); });
-  row("step constant (measured)", [](const Column& col) { return bytes_text(col.probe.intercept()); });
-  row("activations per sample (measured)", [](const Column& col) { return bytes_text(col.probe.per_sample()); });
+  auto bytes = [](double v) { return bytes_text(v); };
+  row("", [](const MemoryColumn& col) { return col.title; });
+  for (size_t i = 0; i < cols[0].plan.rows.size(); ++i)  // the same strategy in both columns: the same rows
+    row(cols[0].plan.rows[i].label,
+        [&](const MemoryColumn& col) { return bytes(static_cast<double>(col.plan.rows[i].bytes)); });
+  row("step constant (measured)", [&](const MemoryColumn& col) { return bytes(col.probe.intercept()); });
+  row("activations per sample (measured)", [&](const MemoryColumn& col) { return bytes(col.probe.per_sample()); });
   if (b > 0)
-    row("total at micro-batch " + std::to_string(b),
-        [&](const Column& col) { return bytes_text(static_cast<double>(col.fixed.total()) + col.probe.at(b)); });
-  if (budget > 0) {
-    row("largest micro-batch in " + bytes_text(budget), [&](const Column& col) {
-      const double room = budget - static_cast<double>(col.fixed.total()) - col.probe.intercept();
-      const double per = col.probe.per_sample();
-      if (room < per) return std::string("none fits");
-      return per > 0 ? std::to_string(static_cast<int64_t>(room / per)) : std::string("any");
+    row("total at micro-batch " + std::to_string(b), [&](const MemoryColumn& col) {
+      return bytes(static_cast<double>(col.plan.fixed.total()) + col.probe.at(b));
     });
-    std::cout << "  (budget: " << budget_source << ")\n";
-    if (c.train.batch_size == 0) {
-      const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(env.world_size, 1);
-      const auto& col = cols[c.model.activation_checkpointing ? 1 : 0];
-      const int64_t pick = largest_fitting(col.fixed, col.probe, budget, micro_batch_candidates(per_rank));
-      if (pick > 0)
-        std::cout << "train.batch_size auto would pick micro-batch " << pick << " x " << per_rank / pick
-                  << " accumulation (divisors of " << per_rank << " samples per rank per step)"
-                  << (device.is_cuda() ? ", then confirm it by a real step" : "") << "\n";
-      else
-        std::cout << "train.batch_size auto: not even micro-batch 1 fits this budget\n";
-    }
-  }
+  if (mb.bytes <= 0) return;
+  row("largest micro-batch in " + bytes_text(mb.bytes),
+      [&](const MemoryColumn& col) { return largest_in_budget(col, mb.bytes); });
+  std::cout << "  (budget: " << mb.source << ")\n";
+  if (c.train.batch_size == 0)
+    print_auto_pick(c, env.world_size, device, cols[c.model.activation_checkpointing ? 1 : 0], mb.bytes);
 }
 
 }  // namespace

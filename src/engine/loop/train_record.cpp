@@ -97,6 +97,12 @@ void log_run_start(const RunStart& r) {
                "({} per micro-batch x {} accumulation x {} ranks), {} batches per epoch per rank",
                r.device.str(), config::name_of(r.t.precision), at::get_num_threads(), world, r.total_steps,
                r.t.batch_size * r.t.grad_accum * world, r.t.batch_size, r.t.grad_accum, world, r.batches_per_epoch);
+  if (!r.memory) return;
+  std::string rows;
+  for (const auto& row : r.memory->rows)
+    rows += fmt::format("{}{} {}", rows.empty() ? "" : ", ", row.label, bytes_text(static_cast<double>(row.bytes)));
+  spdlog::debug("memory plan of the strategy: {}; {} held across steps", rows,
+                bytes_text(static_cast<double>(r.memory->fixed.total())));
 }
 
 void add_best(obs::EvalRecord& rec, const EarlyStopping& tracker) {

@@ -15,6 +15,7 @@
 #include "io/run_dir.hpp"
 #include "obs/run_log.hpp"
 #include "engine/eval/early_stopping.hpp"
+#include "engine/startup/memory_plan.hpp"
 #include "engine/eval/eval_metrics.hpp"
 #include "engine/step/step_runner.hpp"
 #include "obs/records.hpp"
@@ -62,6 +63,7 @@ struct RunStart {
   const torch::Device& device;
   const config::TrainConfig& t;
   int64_t total_steps, batches_per_epoch;
+  const MemoryPlan* memory = nullptr;  // the strategy's plan (DataParallel::memory_plan), logged at debug
 };
 void log_run_start(const RunStart& r);
 

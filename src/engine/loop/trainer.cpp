@@ -1,7 +1,6 @@
 #include "engine/loop/trainer.hpp"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -24,10 +23,8 @@
 #include "engine/eval/evaluator.hpp"
 #include "engine/startup/finetune.hpp"
 #include "engine/step/graphed_step.hpp"
-#include "engine/loop/world_change.hpp"
 #include "engine/optim/loss_scaler.hpp"
 #include "engine/loop/nonfinite_policy.hpp"
-#include "engine/loop/peer_state.hpp"
 #include "engine/optim/optim.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/checkpoint/resume_check.hpp"
@@ -36,6 +33,7 @@
 #include "engine/step/step_runner.hpp"
 #include "engine/loop/train_record.hpp"
 #include "engine/startup/startup_planner.hpp"
+#include "engine/loop/world_recovery.hpp"
 #include "obs/profiler.hpp"
 #include "models/model.hpp"
 #include "obs/history.hpp"
@@ -44,10 +42,7 @@
 namespace trainer::engine {
 namespace {
 
-// A multi-rank run agrees on a pending stop signal at least this often (and on every log step).
-constexpr int64_t kStopCheckEvery = 10;
-
-class Trainer {
+class Trainer final : public WorldParts {
  public:
   Trainer(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, const ResumeOptions& resume)
       : cfg_(cfg), env_(env), dir_(dir), resume_(resume) {}
@@ -73,17 +68,17 @@ class Trainer {
     device_ = proc.device;
     precision_ = proc.precision;
     // a single process is a world of one: the same calls, all no-ops
-    dist_ = dist::DistContext::create(env_, cfg_.dist, device_, config_hash_ = config::config_hash(cfg_));
+    const std::string hash = config::config_hash(cfg_);  // of the config as loaded (a regroup changes grad_accum)
+    dist_ = dist::DistContext::create(env_, cfg_.dist, device_, hash);
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
     if (spec_->attention_probe && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
-    model_ = build_run_model(cfg_);  // seeded above: every rank draws the same weights; train.freeze applied
-    model_->to(device_);
-    if (cfg_.model.channels_last && model_->input_kind() == models::InputKind::Image) models::to_channels_last(*model_);
+    model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
     params_ = unique_parameters(*model_);
     parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
 
@@ -95,7 +90,7 @@ class Trainer {
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     if (val_set_) evaluator_ = make_evaluator();
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
-    samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
+    recovery_ = std::make_unique<WorldRecovery>(*dist_, cfg_, hash, *this);  // once the micro-batch is chosen
 
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
@@ -112,7 +107,7 @@ class Trainer {
 
     planner.release_startup_memory();
     log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
-                           train_loader_->batches_per_epoch()});
+                           train_loader_->batches_per_epoch(), &memory});
   }
 
   data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
@@ -132,47 +127,20 @@ class Trainer {
                      cfg_.model.num_classes, cfg_.run.seed});
   }
 
-  // --- the world size changes: dist.recovery in_process (engine/world_change.hpp) ---------------
-  // A collective failed. `step_done`: the step in flight passed its commit vote (every rank stepped),
-  // else it is abandoned (its partial gradients dropped, the loader back where the step began).
-  void regroup(const std::string& why, int64_t step, bool step_done) {
-    regroup_ = regroup_survivors(*dist_, cfg_.train, samples_per_step_, step, why);
-    rebuild_world(step, regroup_->grad_accum, step_done ? train_loader_->state() : loader_at_step_start_);
-    if (regroup_->group.old_rank != 0 && env_.rank == 0) {  // rank 0 was lost: this rank writes now
-      log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
-      log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
-      ckpt_->become_writer();
-    }
-  }
-  // Every rank agreed at this step boundary to admit the replacements that wait (stop_agreed).
-  void grow(int64_t step) {
-    grow_pending_ = false;
-    const auto g = dist_->grow();
-    const int64_t accum = accumulation_for(samples_per_step_, cfg_.train.batch_size, g.world, cfg_.train.grad_accum);
-    const auto shared = share_run_state(*dist_, cfg_, config_hash_, objects(), position(step), accum, false);
-    rebuild_world(step, shared.grad_accum, train_loader_->state());
-    log_grown(g, dist_->member_id(), step, cfg_.train, /*joined=*/false);
-  }
+  // --- the world size changes: dist.recovery in_process (engine/world_recovery.hpp) -------------
   // A replacement rank (TRAINER_JOIN, from `trainer launch`): joins the running group and takes
   // rank 0's state from the process group, not from a checkpoint.
   bool join_running_group() {
     make_checkpoint_manager();
-    const auto joined = dist_->join([] { return stop_requested(); });
-    if (!joined) return log_not_joined(), false;
-    const auto shared = share_run_state(*dist_, cfg_, config_hash_, objects(), {}, 0, /*restore=*/true);
-    start_step_ = samples_from_step_ = shared.pos.step;
-    clock_offset_s_ = shared.pos.time_s;
-    rebuild_world(start_step_, shared.grad_accum, shared.pos.loader);
-    log_grown(*joined, dist_->member_id(), start_step_, cfg_.train, /*joined=*/true);
-    return joined_ = true;
+    const auto joined = recovery_->join();
+    if (!joined) return false;
+    start_step_ = joined->step;
+    clock_offset_s_ = joined->time_s;
+    return true;
   }
-  // What depends on the world size, rebuilt for the current group: the strategy (whose prepare also
-  // checks that every rank holds the same weights), the loader at the same global position
-  // re-sharded, the evaluator, the step runner (keeping the interval's loss).
-  void rebuild_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos) {
+  // WorldParts: what depends on the world size, rebuilt for the current group.
+  void rebuild_world(int64_t grad_accum, const data::LoaderState& pos) override {
     auto interval = steps_->interval();
-    samples_before_ += (step - samples_from_step_) * samples_per_step_;
-    samples_from_step_ = step;
     env_.rank = dist_->rank();
     env_.world_size = dist_->world_size();
     cfg_.train.grad_accum = grad_accum;
@@ -183,12 +151,19 @@ class Trainer {
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     train_loader_->restore(pos);
     if (val_set_) evaluator_ = make_evaluator();
-    samples_per_step_ = cfg_.train.batch_size * cfg_.train.grad_accum * env_.world_size;
     steps_ = make_step_runner();
     steps_->take_over(interval);
     ckpt_->set_parallel(parallel_.get());
   }
-  int64_t samples_at(int64_t step) const { return samples_before_ + (step - samples_from_step_) * samples_per_step_; }
+  data::LoaderState loader_state() const override { return train_loader_->state(); }
+  // A collective failed in the step at `step` or after it: the survivors go on (a new rank 0 takes
+  // over the records rank 0 wrote, TensorBoard, the summary and the checkpoint store).
+  void recover(const std::string& why, int64_t step) {
+    if (!recovery_->recover(why, step)) return;
+    log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
+    log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
+    ckpt_->become_writer();
+  }
 
   // --- evaluation (engine/evaluator.hpp) -----------------------------------------------------------
   // Evaluates, records, and returns true when early stopping asks the run to end.
@@ -220,23 +195,25 @@ class Trainer {
     return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
   }
 
-  void record_train(int64_t step, const torch::Tensor& norm, IntervalTimes& times) {
+  void record_train(int64_t step, const torch::Tensor& norm) {
+    IntervalTimes& times = loop_.times;
     if (steps_->loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
       times = IntervalTimes{};
       return;
     }
     const double local_loss =
         steps_->loss_sum().item<double>() / static_cast<double>(steps_->loss_count());  // the log step's host sync
-    obs::TrainRecord r{.step = step, .epoch = epochs_done(), .time_s = clock_s(), .samples = samples_at(step),
-                       .loss = dist_->all_reduce_mean(local_loss), .lr = schedule_->lr_at(step - 1)};
-    r.world_size = last_step_world_;  // a record redone after a regroup: the world that ran the step
+    obs::TrainRecord r{.step = step, .epoch = epochs_done(), .time_s = clock_s(),
+                       .samples = recovery_->samples_at(step), .loss = dist_->all_reduce_mean(local_loss),
+                       .lr = schedule_->lr_at(step - 1)};
+    r.world_size = recovery_->last_step_world();  // a record redone after a regroup: the world that ran the step
     if (!std::isfinite(r.loss) && !scaler_->enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
     resume_check_.compare(step, r.loss);
     r.grad_norm = norm.item<double>();
     if (scaler_->enabled()) r.loss_scale = scaler_->state().scale;
     r.skipped_steps = steps_->skipped_steps();
     add_measurements(r, times,
-                     MeasureSetup{samples_per_step_, tokens_ ? train_set_->sample_shape().at(0) : 0, flops_per_sample_,
+                     MeasureSetup{recovery_->samples_per_step(), tokens_ ? train_set_->sample_shape().at(0) : 0, flops_per_sample_,
                                   peak_tflops_, env_.world_size, device_});
     log_->train(r);
     steps_->reset_loss();
@@ -244,7 +221,7 @@ class Trainer {
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
-  RunObjects objects() {
+  RunObjects objects() override {
     return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_, parallel_.get(), ema_.get()};
   }
 
@@ -254,7 +231,7 @@ class Trainer {
 
   // --resume auto|never|PATH: every rank restores the same checkpoint; the resume check then compares
   // the losses of the steps the interrupted run logged after it, and those steps are not logged twice.
-  RunPosition position(int64_t step) const { return {step, train_loader_->state(), env_.world_size, clock_s()}; }
+  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), env_.world_size, clock_s()}; }
   void make_checkpoint_manager() {
     ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(),
                                                 [this](int64_t step) { return position(step); });
@@ -302,31 +279,18 @@ class Trainer {
   }
 
   // --- the loop ----------------------------------------------------------------------------------
-  // Signals only set a flag; every rank acts on it at the same step boundary. With several ranks
-  // agreeing costs a collective and a host sync, so they agree only on log steps and every
-  // kStopCheckEvery steps (the same steps on every rank), never on each step of the hot path.
-  // The same all-reduce tells whether rank 0 proposed to admit waiting replacements (grow_pending_).
-  bool stop_agreed(int64_t step, bool log_step) {
-    const bool check = log_step || step % kStopCheckEvery == 0;
-    if (!dist_->active()) {  // one process: every step, for free (a regrouped one still admits replacements)
-      grow_pending_ = check && !step_is_final(step) && dist_->propose_growth();
-      return stop_requested();
-    }
-    if (!check) return false;
-    const auto flags = dist_->any_of({stop_requested(), !step_is_final(step) && dist_->propose_growth()});
-    grow_pending_ = flags[1];
-    return flags[0];
-  }
+  // Signals only set a flag; every rank acts on it at the same step boundary (WorldRecovery::agree_stop).
+  bool stop_agreed(int64_t step, bool log_step) { return recovery_->agree_stop(step, log_step, step_is_final(step)); }
 
   // Periodic checkpoint and evaluation after `step`; returns true when early stopping ends the run.
-  bool checkpoint_and_evaluate(int64_t step, bool& evaluated) {
-    evaluated = false;
+  bool checkpoint_and_evaluate(int64_t step) {
+    loop_.evaluated_last = false;
     if (step >= total_steps_) return false;  // the end of the run saves and evaluates once, below
     bool saved = false;
     if (cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0)
       saved = ckpt_->save(step, SaveKind::Periodic);
     if (cfg_.train.eval_every <= 0 || step % cfg_.train.eval_every != 0) return false;
-    evaluated = true;
+    loop_.evaluated_last = true;
     const bool stop_early = evaluate_and_record(step);
     ckpt_->keep_best(step, saved);
     if (stop_early)
@@ -337,45 +301,39 @@ class Trainer {
   }
 
   enum class Next { Go, Signal, EarlyStop };
-  // One step and what follows it: the non-finite policy, the record, the stop check, checkpoint and
-  // evaluation. `progress_` says how far it got (for a regroup after a failure).
-  Next step_and_after(int64_t& step, IntervalTimes& times, obs::StepProfiler& profiler, bool& evaluated_last) {
-    if (pending_record_) record_train(step, last_norm_, times);  // the record a failure interrupted
-    pending_record_ = false;
+  // One step (loop_.step advances) and what follows it: the non-finite policy, the record, the stop
+  // check, checkpoint and evaluation, an agreed growth. The recovery component hears how far it got.
+  Next step_and_after() {
+    int64_t& step = loop_.step;
+    if (recovery_->record_pending()) record_train(step, recovery_->last_grad_norm());  // a failure interrupted it
+    recovery_->begin_step(train_loader_->state());
     dist_->set_step(step);
     const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
-    if (dist_->recovery()) loader_at_step_start_ = train_loader_->state();
-    profiler.before_step(step);
-    auto outcome = steps_->run(step, log_step, times);
-    profiler.after_step(step);
+    loop_.profiler->before_step(step);
+    const auto outcome = steps_->run(step, log_step, loop_.times);
+    loop_.profiler->after_step(step);
     ++step;
-    progress_ = {true, !log_step};
-    last_step_world_ = env_.world_size;
-    if (regroup_) log_first_step_after_regroup(*regroup_, step), regroup_.reset();
-    if (nonfinite_.after_step(outcome.nonfinite, step, *steps_, *ckpt_, times)) return Next::Go;  // rolled back
-    if (ema_ && !outcome.nonfinite) ema_->after_step(step);                 // a skipped step changed no weight
+    recovery_->step_ran(step, log_step, outcome.grad_norm);
+    if (nonfinite_.after_step(outcome.nonfinite, step, *steps_, *ckpt_, loop_.times)) return Next::Go;  // rolled back
+    if (ema_ && !outcome.nonfinite) ema_->after_step(step);  // a skipped step changed no weight
     log_->step_done(step);
-    last_norm_ = outcome.grad_norm;
-    if (log_step) record_train(step, outcome.grad_norm, times);
-    progress_.recorded = true;
+    if (log_step) record_train(step, outcome.grad_norm);
+    recovery_->recorded();
     if (stop_agreed(step, log_step)) return Next::Signal;
-    const bool early = checkpoint_and_evaluate(step, evaluated_last);
-    if (grow_pending_ && !early) grow(step);  // last: a joiner's first collective is the next step's
+    const bool early = checkpoint_and_evaluate(step);
+    if (recovery_->grow_due() && !early) recovery_->grow(step);  // last: a joiner's first collective is the next step's
     return early ? Next::EarlyStop : Next::Go;
   }
 
-  // dist.recovery in_process: a collective that fails in `body` regroups the survivors, and the loop
-  // goes on from `step` (as `body` left it: the step in flight counts once committed).
-  template <class Body>
-  Next with_recovery(const int64_t& step, Body&& body) {
-    progress_ = {false, true};
+  // dist.recovery in_process: a collective that fails in step_and_after regroups the survivors, and
+  // the loop goes on from loop_.step (as it was left: the step in flight counts once committed).
+  Next step_with_recovery() {
+    recovery_->reset_progress();
     try {
-      return body();
+      return step_and_after();
     } catch (const dist::DistError& e) {
       if (!dist_->recovery()) throw;
-      const auto p = progress_;
-      regroup(e.what(), step, p.step_done);
-      pending_record_ = pending_record_ || !p.recorded;
+      recover(e.what(), loop_.step);
       return Next::Go;
     }
   }
@@ -388,33 +346,32 @@ class Trainer {
       return kExitOk;
     }
     // (a replacement joined the others mid-run: they are past this check)
-    if (!joined_ && stop_agreed(start_step_, /*log_step=*/true))
+    if (!recovery_->joined() && stop_agreed(start_step_, /*log_step=*/true))
       return ckpt_->stop_for_signal(start_step_, start_step_);
-    IntervalTimes times;
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
-    int64_t step = start_step_;
-    bool evaluated_last = false;
-    obs::StepProfiler profiler(cfg_.profile.start_step, cfg_.profile.steps, dir_.root / "profile", env_.rank,
-                               device_.is_cuda(), cfg_.profile.record_shapes);
+    loop_.step = start_step_;
+    loop_.profiler = std::make_unique<obs::StepProfiler>(cfg_.profile.start_step, cfg_.profile.steps,
+                                                         dir_.root / "profile", env_.rank, device_.is_cuda(),
+                                                         cfg_.profile.record_shapes);
     // a graph is captured on a stream other than the default one: with train.cuda_graphs every step,
     // evaluation and checkpoint of the loop runs on that one stream, in order
     std::optional<device::CudaSideStream> graph_stream;
     if (steps_->graphed()) graph_stream.emplace(device_.index());
-    while (step < total_steps_) {
-      const Next next = with_recovery(step, [&] { return step_and_after(step, times, profiler, evaluated_last); });
-      if (next == Next::Signal) return ckpt_->stop_for_signal(step, start_step_);
+    while (loop_.step < total_steps_) {
+      const Next next = step_with_recovery();
+      if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
       if (next == Next::EarlyStop) {
         stop_reason = "early_stopping";
         break;
       }
     }
-    return finish(step, stop_reason, evaluated_last);
+    return finish(loop_.step, stop_reason);
   }
 
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
   // (never optional: CheckpointFailed), the summary.
-  int finish(int64_t step, const std::string& stop_reason, bool evaluated_last) {
-    if (!evaluated_last) evaluate_and_record(step);
+  int finish(int64_t step, const std::string& stop_reason) {
+    if (!loop_.evaluated_last) evaluate_and_record(step);
     if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
     dist_->barrier();
     dist_->mark_finished();
@@ -426,7 +383,7 @@ class Trainer {
 
   void write_summary(int64_t step, const std::string& stop_reason) {
     const double attempt_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
-    obs::SummaryRecord s{step, epochs_done(), samples_at(step), previous_wall_s_ + attempt_s, attempt_.attempt,
+    obs::SummaryRecord s{step, epochs_done(), recovery_->samples_at(step), previous_wall_s_ + attempt_s, attempt_.attempt,
                          attempt_s, stop_reason, tracker_->metric(), tracker_->best(), std::nullopt,
                          model_->num_parameters(), env_.world_size, device_.str(), config::name_of(cfg_.train.precision)};
     if (tracker_->best()) s.best_step = tracker_->best_step();
@@ -435,7 +392,6 @@ class Trainer {
   }
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
-  std::string config_hash_;  // of the config as loaded (a regroup changes cfg_.train.grad_accum)
   dist::LaunchEnv env_;  // a copy: an in-process regroup renumbers the ranks
   const io::RunDir& dir_;
   ResumeOptions resume_;
@@ -451,7 +407,7 @@ class Trainer {
   std::shared_ptr<data::Dataset> train_set_, val_set_;
   bool tokens_ = false;
   std::unique_ptr<data::DataLoader> train_loader_;
-  int64_t total_steps_ = 0, samples_per_step_ = 0;
+  int64_t total_steps_ = 0;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
@@ -467,17 +423,13 @@ class Trainer {
   double previous_wall_s_ = 0;               // wall seconds of the earlier attempts (metrics.jsonl)
   ResumeCheck resume_check_;  // checkpoint.verify_tolerance: the interrupted run's logged losses
   bool warned_no_val_ = false;
-  std::optional<RegroupPlan> regroup_;    // the last in-process regroup, until its first step is done
-  data::LoaderState loader_at_step_start_;  // where an abandoned step's micro-batches began
-  torch::Tensor last_norm_;                 // the last step's gradient norm (a record redone after a regroup)
-  bool pending_record_ = false;             // a failure interrupted the record of the last step
-  bool grow_pending_ = false;               // the ranks agreed to admit replacements at this boundary
-  bool joined_ = false;                     // this process is a replacement that joined mid-run
+  std::unique_ptr<WorldRecovery> recovery_;  // dist.recovery in_process: what changes with the world
   struct {
-    bool step_done = false, recorded = true;
-  } progress_;                              // how far the step in flight got
-  int64_t last_step_world_ = 1;             // the ranks that ran the last step
-  int64_t samples_before_ = 0, samples_from_step_ = 0;  // samples of the steps before the last regroup
+    int64_t step = 0;
+    IntervalTimes times;          // of the interval since the last record
+    bool evaluated_last = false;  // the last step was followed by an evaluation
+    std::unique_ptr<obs::StepProfiler> profiler;
+  } loop_;                        // where the loop stands
   Clock::time_point run_start_;
 };
 

@@ -3,7 +3,10 @@
 #include <ATen/Context.h>
 
 #include <map>
+#include <optional>
 #include <set>
+
+#include "engine/optim/optim_state.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -22,39 +25,28 @@ std::string name_of(const std::map<const void*, std::string>& names, const torch
   return it->second;
 }
 
-bool is_sgd(const torch::optim::Optimizer& opt) { return dynamic_cast<const torch::optim::SGD*>(&opt) != nullptr; }
-bool is_adamw(const torch::optim::Optimizer& opt) { return dynamic_cast<const torch::optim::AdamW*>(&opt) != nullptr; }
-
 }  // namespace
 
 io::NamedTensors optimizer_state_tensors(const torch::optim::Optimizer& opt, const torch::nn::Module& model) {
-  if (!is_sgd(opt) && !is_adamw(opt)) throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
+  (void)optim_state_kind(opt);  // SGD or AdamW, else a clear error
   const auto names = parameter_names(model);
   io::NamedTensors out;
-  auto put = [&](const std::string& name, const torch::Tensor& t) {
-    if (t.defined()) out.emplace_back(name, t.detach().cpu().clone());
-  };
   for (const auto& group : opt.param_groups()) {
     for (const auto& p : group.params()) {
       auto it = opt.state().find(p.unsafeGetTensorImpl());
       if (it == opt.state().end()) continue;  // no step taken for this parameter yet
       const std::string name = name_of(names, p);
-      if (auto* s = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
-        put(name + ".momentum_buffer", s->momentum_buffer());
-      } else if (auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
-        out.emplace_back(name + ".step", torch::tensor(a->step(), torch::kInt64));
-        put(name + ".exp_avg", a->exp_avg());
-        put(name + ".exp_avg_sq", a->exp_avg_sq());
-        put(name + ".max_exp_avg_sq", a->max_exp_avg_sq());
-      }
+      if (const auto step = state_step(*it->second)) out.emplace_back(name + ".step", torch::tensor(*step, torch::kInt64));
+      visit_state_tensors(*it->second, [&](const char* field, const torch::Tensor& t) {
+        if (t.defined()) out.emplace_back(name + "." + field, t.detach().cpu().clone());
+      });
     }
   }
   return out;
 }
 
 void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module& model, const io::NamedTensors& tensors) {
-  if (!is_sgd(opt) && !is_adamw(opt)) throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
-  const bool adamw = is_adamw(opt);
+  const auto kind = optim_state_kind(opt);
   const auto names = parameter_names(model);
   std::map<std::string, torch::Tensor> given(tensors.begin(), tensors.end());
   std::set<std::string> used;
@@ -73,23 +65,14 @@ void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module&
   for (auto& group : opt.param_groups()) {
     for (auto& p : group.params()) {
       const std::string name = name_of(names, p);
-      if (!adamw) {
-        auto buf = take(name + ".momentum_buffer", p);
-        if (!buf.defined()) continue;  // SGD without momentum, or a parameter never stepped
-        auto s = std::make_unique<torch::optim::SGDParamState>();
-        s->momentum_buffer(buf);
-        opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
-        continue;
+      std::optional<int64_t> step;
+      if (auto it = given.find(name + ".step"); kind == OptimStateKind::Adamw && it != given.end()) {
+        used.insert(it->first);
+        step = it->second.item<int64_t>();
       }
-      auto step_it = given.find(name + ".step");
-      if (step_it == given.end()) continue;  // never stepped
-      used.insert(name + ".step");
-      auto s = std::make_unique<torch::optim::AdamWParamState>();
-      s->step(step_it->second.item<int64_t>());
-      s->exp_avg(take(name + ".exp_avg", p));
-      s->exp_avg_sq(take(name + ".exp_avg_sq", p));
-      s->max_exp_avg_sq(take(name + ".max_exp_avg_sq", p));
-      if (!s->exp_avg().defined() || !s->exp_avg_sq().defined()) problems.push_back(name + ": incomplete AdamW state");
+      auto s = make_param_state(kind, step, [&](const char* field) { return take(name + "." + field, p); });
+      if (!s) continue;  // never stepped (or SGD without momentum)
+      if (!state_complete(*s)) problems.push_back(name + ": incomplete AdamW state");
       opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
     }
   }

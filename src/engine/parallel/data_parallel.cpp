@@ -7,6 +7,7 @@
 #include "dist/grad_sync.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optim.hpp"
+#include "engine/optim/optim_state.hpp"
 #include "engine/parallel/sharded_parallel.hpp"
 #include "engine/optim/train_state.hpp"
 
@@ -26,9 +27,14 @@ std::unique_ptr<torch::optim::Optimizer> DataParallel::make_optimizer(const conf
   return build_optimizer(cfg, model);
 }
 
-void DataParallel::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
-                                  const io::NamedTensors& full) const {
+void CheckpointPart::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                                    const io::NamedTensors& full) const {
   load_optimizer_state(opt, model, full);
+}
+
+const CheckpointPart& replicated_checkpoint_part() {
+  static const CheckpointPart part;
+  return part;
 }
 
 torch::Tensor DataParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {
@@ -46,15 +52,8 @@ int64_t unique_bytes(const std::vector<torch::Tensor>& ts, std::unordered_set<co
 
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt) {
   std::vector<torch::Tensor> ts;
-  for (const auto& [key, st] : opt.state()) {
-    if (const auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(st.get())) {
-      ts.push_back(a->exp_avg());
-      ts.push_back(a->exp_avg_sq());
-      ts.push_back(a->max_exp_avg_sq());
-    } else if (const auto* m = dynamic_cast<const torch::optim::SGDParamState*>(st.get())) {
-      ts.push_back(m->momentum_buffer());
-    }
-  }
+  for (const auto& [key, st] : opt.state())
+    visit_state_tensors(*st, [&](const char*, const torch::Tensor& t) { ts.push_back(t); });
   std::unordered_set<const void*> seen;
   return unique_bytes(ts, seen);
 }
@@ -73,9 +72,25 @@ DataParallel::HeldBytes DataParallel::held_bytes(const std::vector<torch::Tensor
 
 namespace {
 
+// Every rank holds everything; with several ranks the gradient buckets too (one copy of the gradients).
+MemoryPlan replicated_memory_plan(const models::Model& model, const config::OptimConfig& optim, int64_t world) {
+  MemoryPlan plan;
+  auto& m = plan.fixed;
+  m = counted_memory(model, optim);
+  if (world > 1) m.ddp_buckets = m.gradients;
+  plan.rows = {{"parameters", m.parameters},
+               {"gradients (inside the step)", m.gradients},
+               {"optimizer state (" + config::name_of(optim.name) + ")", m.optimizer},
+               {"DDP gradient buckets", m.ddp_buckets}};
+  return plan;
+}
+
 class SingleProcess final : public DataParallel {
  public:
   std::string name() const override { return "single process"; }
+  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
+    return replicated_memory_plan(model, optim, 1);
+  }
   void prepare(torch::nn::Module&, const std::vector<torch::Tensor>&) override {}
   void before_backward(bool) override {}
   void after_backward() override {}
@@ -94,6 +109,9 @@ class Replicated final : public DataParallel {
   void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
   void after_backward() override { sync_->finish(); }  // waits for the buckets launched during backward
   void commit(int64_t step) override { dist_.commit_step(step); }
+  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
+    return replicated_memory_plan(model, optim, dist_.world_size());
+  }
   int64_t extra_grad_bytes() const override {  // the bucket buffers the all-reduce runs on
     int64_t n = 0;
     if (sync_)
@@ -114,6 +132,13 @@ std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const 
   using config::Sharding;
   if (cfg.sharding != Sharding::None) return make_sharded_parallel(dist, cfg);  // optimizer | gradients | full
   return std::make_unique<Replicated>(dist, cfg.bucket_mb);
+}
+
+MemoryPlan strategy_memory_plan(const config::DistConfig& cfg, int64_t world_size, const models::Model& model,
+                                const config::OptimConfig& optim) {
+  if (world_size > 1 && cfg.sharding != config::Sharding::None)
+    return ShardedParallel::plan_memory(cfg.sharding, world_size, model, optim);
+  return replicated_memory_plan(model, optim, world_size);  // a single process shards nothing
 }
 
 }  // namespace trainer::engine

@@ -17,9 +17,30 @@
 
 #include "config/config.hpp"
 #include "dist/dist_context.hpp"
+#include "engine/startup/memory_plan.hpp"
 #include "io/checkpoint.hpp"
+#include "models/model.hpp"
 
 namespace trainer::engine {
+
+// The strategy's part of a checkpoint (engine/checkpointing.cpp, checkpoint_manager.cpp ask for it):
+// how the optimizer state is written and read back. This class is the replicated layout: rank 0
+// writes the whole optimizer state (optimizer.safetensors). A sharded strategy's
+// (engine/sharded_checkpoint.hpp): every rank writes its own shard file (shard_group(),
+// shard_tensors()) in parallel, rank 0 records shard_layout() in state.json.
+class CheckpointPart {
+ public:
+  virtual ~CheckpointPart() = default;
+  virtual bool sharded_state() const { return false; }
+  virtual std::string shard_group() const { return ""; }
+  virtual io::NamedTensors shard_tensors(const torch::optim::Optimizer&, const torch::nn::Module&) const { return {}; }
+  virtual nlohmann::json shard_layout(const torch::nn::Module&) const { return nullptr; }
+  // Loads optimizer state given in the replicated layout (whole tensors per parameter name).
+  virtual void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                              const io::NamedTensors& full) const;
+};
+// The replicated layout's (stateless) part: a world of one, DDP, and checkpoint code without a strategy.
+const CheckpointPart& replicated_checkpoint_part();
 
 class DataParallel {
  public:
@@ -68,16 +89,10 @@ class DataParallel {
   };
   virtual HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const;
 
-  // Checkpoints (engine/checkpointing.cpp, checkpoint_manager.cpp). Replicated: rank 0 writes the
-  // whole optimizer state (optimizer.safetensors). Sharded: every rank writes its own shard file
-  // (shard_group(), shard_tensors()) in parallel, rank 0 records shard_layout() in state.json.
-  virtual bool sharded_state() const { return false; }
-  virtual std::string shard_group() const { return ""; }
-  virtual io::NamedTensors shard_tensors(const torch::optim::Optimizer&, const torch::nn::Module&) const { return {}; }
-  virtual nlohmann::json shard_layout(const torch::nn::Module&) const { return nullptr; }
-  // Loads optimizer state given in the replicated layout (whole tensors per parameter name).
-  virtual void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
-                              const io::NamedTensors& full) const;
+  // What this strategy holds per rank (memory_plan.hpp): strategy_memory_plan for its config and world.
+  virtual MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const = 0;
+  // How this rank's optimizer state goes into a checkpoint and back (CheckpointPart below).
+  virtual const CheckpointPart& checkpoint_part() const { return replicated_checkpoint_part(); }
 
  protected:
   virtual int64_t extra_grad_bytes() const { return 0; }  // gradient buffers the strategy keeps
@@ -103,5 +118,10 @@ int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt);
 
 // A world of one when `dist` is inactive, else the strategy dist.* asks for (replicated DDP).
 std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg);
+
+// The memory plan of the strategy make_data_parallel builds for `cfg` on `world_size` ranks, without
+// building it (no process group): `trainer check --memory` and train.batch_size auto read it.
+MemoryPlan strategy_memory_plan(const config::DistConfig& cfg, int64_t world_size, const models::Model& model,
+                                const config::OptimConfig& optim);
 
 }  // namespace trainer::engine

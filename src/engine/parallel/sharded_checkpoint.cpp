@@ -1,7 +1,10 @@
 #include "engine/parallel/sharded_checkpoint.hpp"
 
 #include <map>
+#include <optional>
 #include <set>
+
+#include "engine/optim/optim_state.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -20,8 +23,6 @@ std::vector<std::string> shard_param_names(const dist::ShardSync& sync, const to
   return out;
 }
 
-const char* const kShardFields[] = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"};
-
 // A parameter-shaped tensor as its elements in storage order (the order the pieces index).
 torch::Tensor storage_order(const torch::Tensor& t, const torch::Tensor& like) {
   auto st = torch::empty_strided(like.sizes(), like.strides(), t.options());
@@ -39,23 +40,15 @@ io::NamedTensors shard_optimizer_tensors(const dist::ShardSync& sync, const torc
                                          const torch::nn::Module& model) {
   const auto names = shard_param_names(sync, model);
   io::NamedTensors out;
-  auto put = [&](const std::string& key, const torch::Tensor& t) {
-    if (t.defined()) out.emplace_back(key, t.detach().cpu().clone());
-  };
   for (const auto& pc : sync.pieces()) {
     auto it = opt.state().find(pc.value.unsafeGetTensorImpl());
     if (it == opt.state().end()) continue;  // not stepped yet
     const std::string& name = names[pc.param];
-    if (auto* a = dynamic_cast<const torch::optim::AdamWParamState*>(it->second.get())) {
-      out.emplace_back(name + ".step", torch::tensor(a->step(), torch::kInt64));
-      put(name + ".exp_avg", a->exp_avg());
-      put(name + ".exp_avg_sq", a->exp_avg_sq());
-      put(name + ".max_exp_avg_sq", a->max_exp_avg_sq());
-    } else if (auto* m = dynamic_cast<const torch::optim::SGDParamState*>(it->second.get())) {
-      put(name + ".momentum_buffer", m->momentum_buffer());
-    } else {
-      throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
-    }
+    if (const auto step = state_step(*it->second)) out.emplace_back(name + ".step", torch::tensor(*step, torch::kInt64));
+    const bool known = visit_state_tensors(*it->second, [&](const char* field, const torch::Tensor& t) {
+      if (t.defined()) out.emplace_back(name + "." + field, t.detach().cpu().clone());
+    });
+    if (!known) throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
   }
   return out;
 }
@@ -140,8 +133,9 @@ io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, cons
   io::NamedTensors out;
   for (const auto& e : layout.at("params")) {
     const auto name = e.at("name").get<std::string>();
-    for (const std::string field : kShardFields)
-      if (auto t = assemble_field(e, field, shards, from); t.defined()) out.emplace_back(name + "." + field, t);
+    for (const std::string field : all_optim_state_names())
+      if (field != "step")
+        if (auto t = assemble_field(e, field, shards, from); t.defined()) out.emplace_back(name + "." + field, t);
     for (const auto& pc : e.at("pieces")) {  // AdamW's step count, the same in every piece
       const auto& shard = shards.at(pc.at(0).get<size_t>());
       if (auto t = shard.find(name + ".step"); t != shard.end()) {
@@ -155,9 +149,7 @@ io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, cons
 
 void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& opt, const torch::nn::Module& model,
                           const io::NamedTensors& full) {
-  const bool adamw = dynamic_cast<const torch::optim::AdamW*>(&opt) != nullptr;
-  if (!adamw && dynamic_cast<const torch::optim::SGD*>(&opt) == nullptr)
-    throw std::invalid_argument("optimizer state: only SGD and AdamW are supported");
+  const auto kind = optim_state_kind(opt);
   const auto names = shard_param_names(sync, model);
   std::map<std::string, torch::Tensor> given(full.begin(), full.end());
   auto slice = [&](const dist::OwnedPiece& pc, const std::string& key) -> torch::Tensor {
@@ -171,33 +163,21 @@ void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& 
   };
   std::set<std::string> known;
   for (const auto& n : names)
-    for (const std::string f : {"step", "exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer"})
-      known.insert(n + "." + f);
+    for (const std::string f : all_optim_state_names()) known.insert(n + "." + f);
   for (const auto& [key, t] : given)
     if (!known.count(key)) throw std::runtime_error("optimizer state does not match this model: " + key +
                                                     ": no such parameter state in this optimizer");
   opt.state().clear();
   for (const auto& pc : sync.pieces()) {
     const std::string& name = names[pc.param];
-    void* key = pc.value.unsafeGetTensorImpl();
-    if (!adamw) {
-      auto buf = slice(pc, name + ".momentum_buffer");
-      if (!buf.defined()) continue;
-      auto s = std::make_unique<torch::optim::SGDParamState>();
-      s->momentum_buffer(buf);
-      opt.state()[key] = std::move(s);
-      continue;
-    }
-    auto step = given.find(name + ".step");
-    if (step == given.end()) continue;  // never stepped
-    auto s = std::make_unique<torch::optim::AdamWParamState>();
-    s->step(step->second.item<int64_t>());
-    s->exp_avg(slice(pc, name + ".exp_avg"));
-    s->exp_avg_sq(slice(pc, name + ".exp_avg_sq"));
-    s->max_exp_avg_sq(slice(pc, name + ".max_exp_avg_sq"));
-    if (!s->exp_avg().defined() || !s->exp_avg_sq().defined())
+    std::optional<int64_t> step;
+    if (auto it = given.find(name + ".step"); kind == OptimStateKind::Adamw && it != given.end())
+      step = it->second.item<int64_t>();
+    auto s = make_param_state(kind, step, [&](const char* field) { return slice(pc, name + "." + field); });
+    if (!s) continue;  // never stepped (or SGD without momentum)
+    if (!state_complete(*s))
       throw std::runtime_error("optimizer state does not match this model: " + name + ": incomplete AdamW state");
-    opt.state()[key] = std::move(s);
+    opt.state()[pc.value.unsafeGetTensorImpl()] = std::move(s);
   }
 }
 

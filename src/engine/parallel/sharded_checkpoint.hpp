@@ -19,6 +19,7 @@
 #include <string>
 
 #include "dist/shard_sync.hpp"
+#include "engine/parallel/data_parallel.hpp"
 #include "io/checkpoint.hpp"
 
 namespace trainer::engine {
@@ -39,5 +40,28 @@ io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, cons
 // Replaces the optimizer's state (keyed by the pieces) by this rank's slices of `full`.
 void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& opt, const torch::nn::Module& model,
                           const io::NamedTensors& full);
+
+// A sharded strategy's part of a checkpoint (DataParallel::checkpoint_part): the functions above over
+// its sync, for rank `rank` of `world`.
+class ShardedCheckpoint final : public CheckpointPart {
+ public:
+  ShardedCheckpoint(const dist::ShardSync& sync, int64_t rank, int64_t world) : sync_(sync), rank_(rank), world_(world) {}
+  bool sharded_state() const override { return true; }
+  std::string shard_group() const override { return shard_group_name(rank_, world_); }
+  io::NamedTensors shard_tensors(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
+    return shard_optimizer_tensors(sync_, opt, model);
+  }
+  nlohmann::json shard_layout(const torch::nn::Module& model) const override {
+    return engine::shard_layout(sync_, model);
+  }
+  void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                      const io::NamedTensors& full) const override {
+    load_shard_optimizer(sync_, opt, model, full);
+  }
+
+ private:
+  const dist::ShardSync& sync_;
+  int64_t rank_, world_;
+};
 
 }  // namespace trainer::engine

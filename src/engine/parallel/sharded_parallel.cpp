@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <stdexcept>
 #include <unordered_map>
 
+#include "engine/startup/memory_plan.hpp"
 #include "engine/optim/optim.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
 
@@ -75,6 +78,7 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
     sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
   }
   pieces_ = sync_->piece_values();
+  checkpoint_ = std::make_unique<ShardedCheckpoint>(*sync_, dist_.rank(), dist_.world_size());
   int64_t owned = 0, padded = 0;
   for (const auto& pc : sync_->pieces()) owned += pc.len;
   for (const auto& b : sync_->buckets()) padded += b.padded;
@@ -151,20 +155,42 @@ DataParallel::HeldBytes ShardedParallel::held_bytes(const std::vector<torch::Ten
   return h;
 }
 
-std::string ShardedParallel::shard_group() const { return shard_group_name(dist_.rank(), dist_.world_size()); }
-
-io::NamedTensors ShardedParallel::shard_tensors(const torch::optim::Optimizer& opt,
-                                                const torch::nn::Module& model) const {
-  return shard_optimizer_tensors(*sync_, opt, model);
+const CheckpointPart& ShardedParallel::checkpoint_part() const {
+  if (!checkpoint_) throw std::logic_error("ShardedParallel::checkpoint_part before prepare");
+  return *checkpoint_;
 }
 
-nlohmann::json ShardedParallel::shard_layout(const torch::nn::Module& model) const {
-  return engine::shard_layout(*sync_, model);
-}
-
-void ShardedParallel::load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
-                                     const io::NamedTensors& full) const {
-  load_shard_optimizer(*sync_, opt, model, full);
+MemoryPlan ShardedParallel::plan_memory(config::Sharding sharding, int64_t world, const models::Model& model,
+                                        const config::OptimConfig& optim) {
+  MemoryPlan plan;
+  auto& m = plan.fixed;
+  m = counted_memory(model, optim);
+  // each rank keeps optimizer state for its 1/N (rounded up: the padding of the last chunk)
+  auto share = [&](int64_t bytes) { return (bytes + world - 1) / world; };
+  m.optimizer = share(m.optimizer);
+  m.ddp_buckets = sharding == config::Sharding::Optimizer ? m.gradients : share(m.gradients);
+  const bool full = sharding == config::Sharding::Full;
+  if (full) {
+    // the parameters' slice, and whole: the first unit (GPT's embeddings, tied to lm_head, stay
+    // gathered from the first forward to the end of backward) plus two of the others (the one running
+    // and the prefetched one); a unit's gradients exist whole only until its reduce-scatter, so the
+    // step holds the largest unit's
+    m.parameters = share(m.parameters);
+    const auto units = unit_param_bytes(model);
+    const int64_t others = units.size() > 1 ? *std::max_element(units.begin() + 1, units.end()) : 0;
+    m.gathered = (units.empty() ? 0 : units.front()) + 2 * others;
+    m.gradients = units.empty() ? 0 : *std::max_element(units.begin(), units.end());
+  }
+  const std::string each = "1/" + std::to_string(world) + " each";
+  plan.rows.push_back({full ? "parameters (" + each + ")" : "parameters", m.parameters});
+  if (full) plan.rows.push_back({"gathered units (first + 2 x largest)", m.gathered});
+  plan.rows.push_back({"gradients (inside the step)", m.gradients});
+  plan.rows.push_back({"optimizer state (" + config::name_of(optim.name) + ", " + each + ")", m.optimizer});
+  const char* buckets = sharding == config::Sharding::Optimizer   ? "DDP gradient buckets"
+                        : sharding == config::Sharding::Gradients ? "gradient shard (ZeRO-2)"
+                                                                  : "gradient shard (ZeRO-3)";
+  plan.rows.push_back({buckets, m.ddp_buckets});
+  return plan;
 }
 
 std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {

@@ -45,18 +45,23 @@ class ShardedParallel final : public DataParallel {
   void release_full_params(bool written) const override { sync_->release_all(written); }
   HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const override;
 
-  bool sharded_state() const override { return true; }
-  std::string shard_group() const override;
-  io::NamedTensors shard_tensors(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override;
-  nlohmann::json shard_layout(const torch::nn::Module& model) const override;
-  void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
-                      const io::NamedTensors& full) const override;
+  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
+    return plan_memory(cfg_.sharding, dist_.world_size(), model, optim);
+  }
+  const CheckpointPart& checkpoint_part() const override;  // the shard files (sharded_checkpoint.hpp)
+
+  // What `sharding` holds per rank on `world` (> 1) ranks (memory_plan.hpp's FixedMemory): the
+  // optimizer state's 1/N; ZeRO-2 and 3 only their gradient slice across steps (ZeRO-1 the full
+  // all-reduce buckets); ZeRO-3 the parameters' 1/N plus the units gathered whole at one time.
+  static MemoryPlan plan_memory(config::Sharding sharding, int64_t world, const models::Model& model,
+                                const config::OptimConfig& optim);
 
  private:
   dist::DistContext& dist_;
   config::DistConfig cfg_;
   std::unique_ptr<dist::ShardSync> sync_;
   std::vector<torch::Tensor> pieces_;  // what the optimizer steps: views into the owned chunks
+  std::unique_ptr<CheckpointPart> checkpoint_;  // made with the sync, in prepare
   std::unique_ptr<models::UnitGate> gate_;  // full: what the model's forward calls
   std::weak_ptr<torch::nn::Module> model_;  // full: the model the gate is set on
   int peak_state_ = 0;  // full: 0 before the first step, 1 during it, 2 once its gather peak is logged

@@ -8,6 +8,7 @@
 
 #include "device/cuda_seam.hpp"
 #include "device/host_alloc_probe.hpp"
+#include "engine/parallel/data_parallel.hpp"
 #include "engine/optim/loss_scaler.hpp"
 #include "engine/optim/optim.hpp"
 #include "engine/step/train_step.hpp"
@@ -19,32 +20,20 @@ int64_t tensor_bytes(const torch::Tensor& t) { return t.numel() * static_cast<in
 
 }  // namespace
 
-FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
-                         config::Sharding sharding) {
+FixedMemory counted_memory(const models::Model& model, const config::OptimConfig& optim) {
   FixedMemory m;
   for (const auto& p : unique_parameters(model)) m.parameters += tensor_bytes(p);
   m.gradients = m.parameters;
   if (optim.name == config::OptimizerKind::Adamw) m.optimizer = 2 * m.parameters;
   else if (optim.momentum != 0) m.optimizer = m.parameters;
-  if (world_size > 1) m.ddp_buckets = m.gradients;
-  if (world_size > 1 && sharding != config::Sharding::None) {
-    // each rank keeps optimizer state for its 1/N (rounded up: the padding of the last chunk)
-    auto share = [&](int64_t bytes) { return (bytes + world_size - 1) / world_size; };
-    m.optimizer = share(m.optimizer);
-    // ZeRO-2 and 3 keep only their gradient slice across steps (ZeRO-1 the full all-reduce buckets)
-    if (sharding != config::Sharding::Optimizer) m.ddp_buckets = share(m.gradients);
-    if (sharding == config::Sharding::Full) {
-      // ZeRO-3: the parameters' slice, and whole: the first unit (GPT's embeddings, tied to lm_head,
-      // stay gathered from the first forward to the end of backward) plus two of the others (the one
-      // running and the prefetched one); a unit's gradients exist whole only until its reduce-scatter
-      m.parameters = share(m.parameters);
-      const auto units = unit_param_bytes(model);
-      const int64_t others = units.size() > 1 ? *std::max_element(units.begin() + 1, units.end()) : 0;
-      m.gathered = (units.empty() ? 0 : units.front()) + 2 * others;
-      m.gradients = units.empty() ? 0 : *std::max_element(units.begin(), units.end());
-    }
-  }
   return m;
+}
+
+FixedMemory fixed_memory(const models::Model& model, const config::OptimConfig& optim, int64_t world_size,
+                         config::Sharding sharding) {
+  config::DistConfig d;
+  d.sharding = sharding;
+  return strategy_memory_plan(d, world_size, model, optim).fixed;
 }
 
 std::vector<int64_t> unit_param_bytes(const models::Model& model) {

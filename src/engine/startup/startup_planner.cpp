@@ -12,6 +12,8 @@
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "engine/startup/autotune.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "engine/startup/finetune.hpp"
 #include "engine/startup/memory_plan.hpp"
 #include "engine/optim/train_state.hpp"
 #include "io/run_dir.hpp"
@@ -121,13 +123,9 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
     return;
   }
   const auto rng = rng_state_tensors(device_);
-  models::ModelRegistry registry;
-  models::register_builtin_models(registry);
-  auto probe_model = registry.create(cfg_.model);
-  probe_model->to(device_);
+  auto probe_model = build_model_on(cfg_.model, device_);  // it measures sizes; its weights do not matter
   const bool image = probe_model->input_kind() == models::InputKind::Image;
-  if (cfg_.model.channels_last && image) models::to_channels_last(*probe_model);
-  const auto fixed = fixed_memory(*probe_model, cfg_.optim, env_.world_size, cfg_.dist.sharding);
+  const auto fixed = strategy_memory_plan(cfg_.dist, env_.world_size, *probe_model, cfg_.optim).fixed;
   const int64_t b1 = image ? 2 : 1;
   const auto probe = probe_activations(*probe_model, train_set.sample_shape(), train_set.num_classes(),
                                        precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,

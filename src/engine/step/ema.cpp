@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "engine/startup/finetune.hpp"
+
 namespace trainer::engine {
 namespace {
 
@@ -56,10 +58,8 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
                               const DataParallel* parallel) {
   auto gen = at::detail::getDefaultCPUGenerator();
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
-  auto shadow = models::builtin_models().create(cfg.model);
+  auto shadow = build_model_on(cfg.model, device);
   gen.set_state(saved);
-  shadow->to(device);
-  if (cfg.model.channels_last && shadow->input_kind() == models::InputKind::Image) models::to_channels_last(*shadow);
   shadow->eval();  // it is only ever evaluated
   spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
                cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");

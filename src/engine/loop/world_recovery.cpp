@@ -1,0 +1,99 @@
+#include "engine/loop/world_recovery.hpp"
+
+#include "engine/loop/peer_state.hpp"
+#include "engine/checkpoint/stop_signal.hpp"
+
+namespace trainer::engine {
+namespace {
+
+// A multi-rank run agrees on a pending stop signal at least this often (and on every log step).
+constexpr int64_t kStopCheckEvery = 10;
+
+}  // namespace
+
+AfterFailure after_failure(const StepProgress& p, const data::LoaderState& now, const data::LoaderState& at_step_start,
+                           bool record_pending) {
+  // a committed step counts (every rank stepped): the loader stays where it is; an abandoned one
+  // drops its partial gradients and its micro-batches are drawn again
+  return {p.step_done ? now : at_step_start, record_pending || !p.recorded};
+}
+
+WorldRecovery::WorldRecovery(dist::DistContext& dist, const config::RunConfig& cfg, std::string config_hash,
+                             WorldParts& parts)
+    : dist_(dist),
+      cfg_(cfg),
+      config_hash_(std::move(config_hash)),
+      parts_(parts),
+      train_(cfg.train),
+      samples_(cfg.train.batch_size * cfg.train.grad_accum * dist.world_size()),
+      last_step_world_(dist.world_size()) {}
+
+void WorldRecovery::begin_step(const data::LoaderState& loader) {
+  record_pending_ = false;
+  if (dist_.recovery()) loader_at_step_start_ = loader;
+}
+
+void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm) {
+  progress_ = {true, !log_step};
+  last_step_world_ = dist_.world_size();
+  last_norm_ = grad_norm;
+  if (regroup_) {  // the first step at the new world size: how long recovery took
+    log_first_step_after_regroup(*regroup_, steps_done);
+    regroup_.reset();
+  }
+}
+
+bool WorldRecovery::agree_stop(int64_t step, bool log_step, bool final_step) {
+  const bool check = log_step || step % kStopCheckEvery == 0;
+  if (!dist_.active()) {  // one process: every step, for free (a regrouped one still admits replacements)
+    grow_due_ = check && !final_step && dist_.propose_growth();
+    return stop_requested();
+  }
+  if (!check) return false;
+  const auto flags = dist_.any_of({stop_requested(), !final_step && dist_.propose_growth()});
+  grow_due_ = flags[1];
+  return flags[0];
+}
+
+void WorldRecovery::grow(int64_t step) {
+  grow_due_ = false;
+  const auto g = dist_.grow();
+  const int64_t accum = accumulation_for(samples_.per_step(), train_.batch_size, g.world, train_.grad_accum);
+  const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), parts_.position(step), accum, false);
+  change_world(step, shared.grad_accum, parts_.loader_state());
+  log_grown(g, dist_.member_id(), step, train_, /*joined=*/false);
+}
+
+bool WorldRecovery::recover(const std::string& why, int64_t step) {
+  const StepProgress p = progress_;
+  auto plan = regroup_survivors(dist_, train_, samples_.per_step(), step, why);
+  const auto next = after_failure(p, parts_.loader_state(), loader_at_step_start_, record_pending_);
+  change_world(step, plan.grad_accum, next.loader);
+  record_pending_ = next.redo_record;
+  const bool writer = takes_over_writing(plan.group);
+  regroup_ = std::move(plan);
+  return writer;
+}
+
+std::optional<WorldRecovery::Joined> WorldRecovery::join() {
+  const auto joined = dist_.join([] { return stop_requested(); });
+  if (!joined) {
+    log_not_joined();
+    return std::nullopt;
+  }
+  const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), {}, 0, /*restore=*/true);
+  samples_.start_at(shared.pos.step);
+  change_world(shared.pos.step, shared.grad_accum, shared.pos.loader);
+  log_grown(*joined, dist_.member_id(), shared.pos.step, train_, /*joined=*/true);
+  joined_ = true;
+  return Joined{shared.pos.step, shared.pos.time_s};
+}
+
+// The samples so far are counted at the world that ran them; then the trainer rebuilds.
+void WorldRecovery::change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos) {
+  train_.grad_accum = grad_accum;
+  samples_.change(step, train_.batch_size * grad_accum * dist_.world_size());
+  parts_.rebuild_world(grad_accum, pos);
+}
+
+}  // namespace trainer::engine

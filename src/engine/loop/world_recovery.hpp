@@ -1,0 +1,145 @@
+// dist.recovery in_process, beside the strategy (as torchtitan keeps its fault-tolerance manager
+// apart from the training loop): the state that changes with the world and the decisions a changed
+// world asks for. The Trainer keeps the loop and the wiring: it tells this component where a step
+// stands (begin_step, step_ran, recorded), hands it a DistError, and rebuilds what it is asked to
+// through WorldParts. What is decided here:
+//   a failure   the survivors regroup (engine/world_change.hpp); the step in flight counts once it
+//               passed its commit vote, else the loader goes back to where it began; a record the
+//               failure interrupted is written again; the first rank 0 after rank 0's loss writes
+//   growth      at an agreed step boundary the waiting replacements are admitted (rank 0's state
+//               goes to them over the process group: engine/peer_state.hpp)
+//   joining     a replacement takes rank 0's state and the loop goes on at its step
+//   counting    the samples of the steps before each change (records and summary count them at
+//               the world that ran them)
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "config/config.hpp"
+#include "data/loader.hpp"
+#include "dist/dist_context.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
+#include "engine/loop/world_change.hpp"
+
+namespace trainer::engine {
+
+// What the trainer rebuilds and provides when the world changes (its wiring).
+class WorldParts {
+ public:
+  virtual ~WorldParts() = default;
+  // The world-size parts for the current group: the strategy (its prepare checks every rank holds
+  // the same weights), the loader at `pos` re-sharded, the evaluator, the step runner (the interval's
+  // loss kept), with `grad_accum` micro-batches per step.
+  virtual void rebuild_world(int64_t grad_accum, const data::LoaderState& pos) = 0;
+  virtual data::LoaderState loader_state() const = 0;
+  virtual RunObjects objects() = 0;
+  virtual RunPosition position(int64_t step) const = 0;
+};
+
+// The samples a run has consumed, counted at the world size of each stretch of steps.
+class SampleCount {
+ public:
+  explicit SampleCount(int64_t per_step = 0) : per_step_(per_step) {}
+  int64_t per_step() const { return per_step_; }
+  int64_t at(int64_t step) const { return before_ + (step - from_step_) * per_step_; }
+  // From `step` on, `per_step` samples per step (the steps before keep theirs).
+  void change(int64_t step, int64_t per_step) {
+    before_ = at(step);
+    from_step_ = step;
+    per_step_ = per_step;
+  }
+  // A joiner: the run's samples are counted from `step` (its earlier ones are not this process's)
+  void start_at(int64_t step) { from_step_ = step; }
+
+ private:
+  int64_t per_step_ = 0, before_ = 0, from_step_ = 0;
+};
+
+// How far the step in flight got when a collective failed.
+struct StepProgress {
+  bool step_done = false;  // it passed its commit vote: every rank stepped
+  bool recorded = true;    // its record (if it was a log step) is written
+};
+
+// What a failure leaves: where the loader goes on from, whether the last record is written again.
+struct AfterFailure {
+  data::LoaderState loader;
+  bool redo_record = false;
+};
+AfterFailure after_failure(const StepProgress& p, const data::LoaderState& now, const data::LoaderState& at_step_start,
+                           bool record_pending);
+
+// After a regroup: this rank writes the run's records and checkpoints now (rank 0 was lost).
+inline bool takes_over_writing(const dist::DistContext::Regrouped& g) { return g.old_rank != 0 && g.rank == 0; }
+
+class WorldRecovery {
+ public:
+  // `train`: the run's settings (batch_size, grad_accum as chosen at start-up); `config_hash`: of the
+  // config as loaded (a joiner's must be rank 0's).
+  WorldRecovery(dist::DistContext& dist, const config::RunConfig& cfg, std::string config_hash, WorldParts& parts);
+
+  // --- the step in flight ------------------------------------------------------------------------
+  // The record a failure interrupted is to be written before the next step (with last_grad_norm(),
+  // at last_step_world()); it stays due until begin_step.
+  bool record_pending() const { return record_pending_; }
+  // Before a step: the loader position its micro-batches start at.
+  void begin_step(const data::LoaderState& loader);
+  // The step ran on every rank and `steps_done` are done; `log_step`: its record is still to come.
+  void step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm);
+  void recorded() { progress_.recorded = true; }
+  void reset_progress() { progress_ = {}; }
+
+  // --- the step boundary -------------------------------------------------------------------------
+  // Whether the ranks agree to stop for a signal after `step`; the same agreement says whether rank 0
+  // proposed to admit waiting replacements (grow_due). With several ranks agreeing costs a collective
+  // and a host sync: only on log steps and every kStopCheckEvery steps (the same steps on every rank).
+  bool agree_stop(int64_t step, bool log_step, bool final_step);
+  bool grow_due() const { return grow_due_; }
+  // Every rank at the boundary after `step` admits the replacements (grow_due).
+  void grow(int64_t step);
+
+  // --- failures and joining ----------------------------------------------------------------------
+  // A collective failed at `step` (committed steps): regroups the survivors and rebuilds the world.
+  // Returns true when this rank takes over writing the run's records and checkpoints (rank 0 was
+  // lost). Throws std::runtime_error when the run cannot go on in process.
+  bool recover(const std::string& why, int64_t step);
+  // A replacement rank: joins the running group and takes rank 0's state; nullopt when the run ended
+  // first. Returns the step and the training clock the run goes on at.
+  struct Joined {
+    int64_t step = 0;
+    double time_s = 0;
+  };
+  std::optional<Joined> join();
+  bool joined() const { return joined_; }  // this process is a replacement that joined mid-run
+
+  // --- what the records read ---------------------------------------------------------------------
+  int64_t samples_per_step() const { return samples_.per_step(); }
+  int64_t samples_at(int64_t step) const { return samples_.at(step); }
+  int64_t last_step_world() const { return last_step_world_; }  // the ranks that ran the last step
+  const torch::Tensor& last_grad_norm() const { return last_norm_; }
+  int64_t grad_accum() const { return train_.grad_accum; }
+
+ private:
+  void change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos);
+
+  dist::DistContext& dist_;
+  const config::RunConfig& cfg_;  // the run's (for the state a joiner receives)
+  std::string config_hash_;
+  WorldParts& parts_;
+  config::TrainConfig train_;  // batch_size, grad_accum at the current world size
+  SampleCount samples_;
+  std::optional<RegroupPlan> regroup_;      // the last in-process regroup, until its first step is done
+  data::LoaderState loader_at_step_start_;  // where an abandoned step's micro-batches began
+  torch::Tensor last_norm_;                 // the last step's gradient norm (a record redone after a regroup)
+  StepProgress progress_;                   // how far the step in flight got
+  bool record_pending_ = false;             // a failure interrupted the record of the last step
+  bool grow_due_ = false;                   // the ranks agreed to admit replacements at this boundary
+  bool joined_ = false;
+  int64_t last_step_world_ = 1;
+};
+
+}  // namespace trainer::engine
