@@ -137,4 +137,10 @@ void register_builtin_models(ModelRegistry& registry);
 // The built-in families, built once.
 const ModelRegistry& builtin_models();
 
+// `cfg`'s model from the built-in registry (the caller seeds torch first: the model's own
+// initialisation draws from it), moved to `device`, and channels-last when model.channels_last asks
+// for it and the model takes images. Every user of a model builds it here: the run, the EMA's
+// shadow, inference, `trainer check`'s memory probe, train.batch_size auto's probe.
+ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device);
+
 }  // namespace trainer::models

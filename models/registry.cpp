@@ -107,4 +107,11 @@ const ModelRegistry& builtin_models() {
   return registry;
 }
 
+ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device) {
+  auto model = builtin_models().create(cfg);
+  model->to(device);
+  if (cfg.channels_last && model->input_kind() == InputKind::Image) to_channels_last(*model);
+  return model;
+}
+
 }  // namespace trainer::models

@@ -22,7 +22,6 @@
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
 #include "engine/parallel/data_parallel.hpp"
-#include "engine/startup/finetune.hpp"
 #include "engine/startup/memory_plan.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/loop/trainer.hpp"
@@ -175,7 +174,7 @@ MemoryColumn probe_column(const config::RunConfig& c, int64_t world_size, const 
   auto mc = c.model;
   mc.activation_checkpointing = ac;
   torch::manual_seed(c.run.seed);
-  auto model = build_model_on(mc, device);
+  auto model = models::build_model_on(mc, device);
   const bool image = model->input_kind() == models::InputKind::Image;
   const int64_t b1 = image ? 2 : 1;
   return {ac ? "activation checkpointing" : "no checkpointing",

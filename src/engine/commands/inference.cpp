@@ -9,7 +9,6 @@
 #include "config/arch.hpp"
 #include "config/file_read.hpp"
 #include "config/load.hpp"
-#include "engine/startup/finetune.hpp"
 #include "engine/startup/startup_planner.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
@@ -134,7 +133,7 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   const auto proc = configure_process(m.cfg, env);
   m.device = proc.device;
   m.precision = proc.precision;
-  m.model = build_model_on(m.cfg.model, m.device);
+  m.model = models::build_model_on(m.cfg.model, m.device);
   io::load_state_into(*m.model, w.file, /*strict=*/true);  // another shape or model: every name listed
   m.model->eval();
   return m;

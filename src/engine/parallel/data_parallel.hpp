@@ -17,7 +17,7 @@
 
 #include "config/config.hpp"
 #include "dist/dist_context.hpp"
-#include "engine/startup/memory_plan.hpp"
+#include "engine/parallel/memory_figures.hpp"
 #include "io/checkpoint.hpp"
 #include "models/model.hpp"
 

@@ -6,7 +6,7 @@
 #include <stdexcept>
 #include <unordered_map>
 
-#include "engine/startup/memory_plan.hpp"
+#include "engine/parallel/memory_figures.hpp"
 #include "engine/optim/optim.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
 

@@ -67,15 +67,8 @@ void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, 
   if (primary) io::write_file_atomic(run_dir / kInitReportFile, init_report_json(report).dump(2) + "\n");
 }
 
-models::ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device) {
-  auto model = models::builtin_models().create(cfg);
-  model->to(device);
-  if (cfg.channels_last && model->input_kind() == models::InputKind::Image) models::to_channels_last(*model);
-  return model;
-}
-
 models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Device& device) {
-  auto model = build_model_on(cfg.model, device);
+  auto model = models::build_model_on(cfg.model, device);
   apply_freeze(*model, cfg.train);
   return model;
 }

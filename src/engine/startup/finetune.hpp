@@ -22,13 +22,7 @@ inline constexpr const char* kInitReportFile = "init_report.json";
 void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, const std::filesystem::path& run_dir,
                           bool primary);
 
-// `cfg`'s model from the registry (the caller seeds torch first: the model's own initialisation
-// draws from it), moved to `device`, and channels-last when model.channels_last asks for it and the
-// model takes images. Every user of a model builds it here: the run, the EMA's shadow, inference,
-// `trainer check`'s memory probe, train.batch_size auto's probe.
-models::ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device);
-
-// The run's model: build_model_on, then train.freeze applied.
+// The run's model: models::build_model_on, then train.freeze applied.
 models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Device& device);
 
 // train.freeze: every parameter whose name matches a regex gets requires_grad(false), before the

@@ -13,7 +13,6 @@
 #include "device/device.hpp"
 #include "engine/startup/autotune.hpp"
 #include "engine/parallel/data_parallel.hpp"
-#include "engine/startup/finetune.hpp"
 #include "engine/startup/memory_plan.hpp"
 #include "engine/optim/train_state.hpp"
 #include "io/run_dir.hpp"
@@ -123,7 +122,7 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
     return;
   }
   const auto rng = rng_state_tensors(device_);
-  auto probe_model = build_model_on(cfg_.model, device_);  // it measures sizes; its weights do not matter
+  auto probe_model = models::build_model_on(cfg_.model, device_);  // it measures sizes; its weights do not matter
   const bool image = probe_model->input_kind() == models::InputKind::Image;
   const auto fixed = strategy_memory_plan(cfg_.dist, env_.world_size, *probe_model, cfg_.optim).fixed;
   const int64_t b1 = image ? 2 : 1;

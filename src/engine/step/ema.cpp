@@ -4,7 +4,6 @@
 
 #include <stdexcept>
 
-#include "engine/startup/finetune.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -58,7 +57,7 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
                               const DataParallel* parallel) {
   auto gen = at::detail::getDefaultCPUGenerator();
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
-  auto shadow = build_model_on(cfg.model, device);
+  auto shadow = models::build_model_on(cfg.model, device);
   gen.set_state(saved);
   shadow->eval();  // it is only ever evaluated
   spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
