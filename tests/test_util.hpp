@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 namespace trainer::test {
 
@@ -65,6 +68,46 @@ inline CommandResult run_shell(const std::string& cmd) {
 // Runs `trainer ARGS` through the shell (after `env`: variables or a wrapper like `timeout 5`).
 inline CommandResult run_trainer(const std::string& args, const std::string& env = "") {
   return run_shell(env + (env.empty() ? "" : " ") + std::string("\"") + TRAINER_BIN + "\" " + args);
+}
+
+// Every deadline of a test (a wait for a file, a record, a log line or a process; a `timeout`
+// wrapped around a command) is generous for this project's 2-core host at load 8, the CPU-hog mode
+// of `scripts/test.sh --stress` included. TRAINER_TEST_TIMEOUT_SCALE (a positive number, default 1)
+// multiplies them all for a slower machine (an emulator, a debug or sanitizer build); test.sh
+// scales ctest's per-test limit by the same factor. Deadlines only: no test waits a fixed time.
+inline double timeout_scale() {
+  static const double scale = [] {
+    const char* s = std::getenv("TRAINER_TEST_TIMEOUT_SCALE");
+    if (!s || !*s) return 1.0;
+    char* end = nullptr;
+    const double v = std::strtod(s, &end);
+    if (*end != '\0' || !(v > 0)) {
+      std::fprintf(stderr, "TRAINER_TEST_TIMEOUT_SCALE=%s is not a positive number\n", s);
+      std::exit(2);
+    }
+    return v;
+  }();
+  return scale;
+}
+
+// `seconds` of deadline, scaled (see timeout_scale).
+inline double scaled(double seconds) { return seconds * timeout_scale(); }
+
+// Polls `done` every 50 ms for up to `seconds` (scaled); true once it holds. The one way a test
+// waits for something (a file, a record, a log line, a process gone).
+inline bool wait_for(const std::function<bool()>& done, double seconds = 180) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(scaled(seconds));
+  while (std::chrono::steady_clock::now() < end) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+// `timeout -s SIG Ns` for run_trainer's `env`, N scaled: a limit on a command that must end by
+// itself (a hang is the failure), never a way to stop one at a chosen moment.
+inline std::string timeout_prefix(double seconds, const std::string& sig = "TERM") {
+  return "timeout -s " + sig + " " + std::to_string(scaled(seconds)) + "s";
 }
 
 inline std::string source_path(const std::string& rel) { return std::string(TRAINER_SOURCE_DIR) + "/" + rel; }

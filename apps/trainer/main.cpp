@@ -44,7 +44,8 @@ bool unknown_command(const CLI::App& app, int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // first: a stop signal from here on is a graceful stop for `run` (exit 75), whatever start-up is doing
+  // first: a stop signal from here on is a graceful stop for `run` (exit 75), whatever start-up is
+  // doing; before here the front (apps/trainer/front.cpp) kept it blocked since the first instruction
   trainer::engine::install_stop_handlers();
   // a reader that went away (`trainer run | tee` after a closed terminal) must not kill a run that
   // is saving its checkpoint: writes fail with EPIPE instead
@@ -167,9 +168,13 @@ int main(int argc, char** argv) {
     return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;
   }
   if (!*run) {
-    // other commands take the signals' default actions, including one that arrived during parsing
+    // other commands take the signals' default actions, including one that arrived during start-up;
+    // `launch` keeps them blocked (pending) until its forwarding handlers exist, which unblock them
     trainer::engine::restore_stop_handlers();
-    trainer::engine::unblock_stop_signals();
+    if (*launch)
+      trainer::engine::block_stop_signals();
+    else
+      trainer::engine::unblock_stop_signals();
     if (const int sig = trainer::engine::stop_signal()) ::raise(sig);
   }
   if (*run) return trainer::engine::cmd_run(run_args);

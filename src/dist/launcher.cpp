@@ -416,6 +416,12 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   sa.sa_flags = SA_RESTART;
   for (int i = 0; i < kNumForwarded; ++i) ::sigaction(kForwarded[i], &sa, &old[i]);
   ::sigaction(SIGCHLD, &sa, &old[kNumForwarded]);
+  // main() keeps the stop signals blocked up to here: one that came during start-up reaches the
+  // pipe now and is forwarded to the ranks as soon as they exist
+  sigset_t forwarded;
+  sigemptyset(&forwarded);
+  for (int sig : kForwarded) sigaddset(&forwarded, sig);
+  ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
 
   // --max-restarts: a failed group starts again (its `trainer run` ranks resume from the newest
   // complete checkpoint); not after a stop signal, a clean end or a signal's checkpoint (75)

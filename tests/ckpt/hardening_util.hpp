@@ -1,8 +1,10 @@
-// Shared by the hardening tests: a run started in the background, waiting for files, re-signing a
+// Shared by the hardening tests: a run started in the background (by a shell, or by fork and exec to
+// signal it at a chosen moment), waiting for files and processes, re-signing a
 // checkpoint's manifest after a test edited it (so that only the edit, not a checksum, is wrong).
 #pragma once
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -11,23 +13,15 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "config/sha256.hpp"
 #include "test_util.hpp"
 
 namespace trainer::test {
-
-// Polls `done` every 50 ms for up to `seconds`; true once it holds.
-inline bool wait_for(const std::function<bool()>& done, double seconds = 60) {
-  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-  while (std::chrono::steady_clock::now() < end) {
-    if (done()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return done();
-}
 
 // `trainer ARGS` in the background; its output goes to `log`, and "rc=<exit code>" to `rc_file` when
 // it ends.
@@ -39,9 +33,61 @@ inline void start_trainer(const std::string& args, const std::filesystem::path& 
 }
 
 // The exit code written by start_trainer's command, waiting for it (-1 on time-out).
-inline int wait_rc(const std::filesystem::path& rc_file, double seconds = 120) {
+inline int wait_rc(const std::filesystem::path& rc_file, double seconds = 300) {
   if (!wait_for([&] { return read_file(rc_file).find('\n') != std::string::npos; }, seconds)) return -1;
   return std::stoi(read_file(rc_file).substr(3));
+}
+
+// `trainer ARGS` by a plain fork and exec, as a shell or a scheduler starts it (nothing blocked,
+// default handlers); its output goes to `log`. Returns the pid.
+inline pid_t spawn_trainer(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  std::vector<std::string> store{TRAINER_BIN};
+  store.insert(store.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : store) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    FILE* f = std::fopen(log.c_str(), "w");
+    ::dup2(fileno(f), 1);
+    ::dup2(fileno(f), 2);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) ::signal(sig, SIG_DFL);
+    ::execv(TRAINER_BIN, argv.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Whether `pid` has started running the trainer: its front blocked the stop signals (the first
+// thing it does), or the real program (libexec/trainer) is running.
+inline bool trainer_started(pid_t pid) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink(proc + "/exe", ec).string();
+  if (exe.size() > 16 && exe.compare(exe.size() - 16, 16, "/libexec/trainer") == 0) return true;
+  if (ec || std::filesystem::path(exe).filename() != "trainer") return false;  // not exec'd yet
+  std::istringstream status(read_file(proc + "/status"));
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("SigBlk:", 0) == 0) {
+      const unsigned long long blocked = std::stoull(line.substr(7), nullptr, 16);
+      const unsigned long long stop = 1ull << (SIGTERM - 1) | 1ull << (SIGINT - 1) | 1ull << (SIGUSR1 - 1) | 1ull << (SIGHUP - 1);
+      return (blocked & stop) == stop;
+    }
+  return false;
+}
+
+// Waits for `pid` to end (SIGKILL past `seconds`, scaled); its exit code, 128 + signal if killed.
+inline int wait_pid(pid_t pid, double seconds = 300) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(scaled(seconds));
+  for (;;) {
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (std::chrono::steady_clock::now() > end) ::kill(pid, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 // The pid a run's lock file names ("pid 123 on host ..."), or 0.

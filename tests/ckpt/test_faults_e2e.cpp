@@ -14,6 +14,7 @@
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "ckpt_runs.hpp"
+#include "hardening_util.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -51,16 +52,35 @@ TEST_CASE("kill -9 ten times at random moments: every resume works and the final
   // times at random moments of start-up, training, checkpointing and resuming
   const std::string ckpt = "checkpoint: {every_steps: 2, keep_last: 3}\n";
   write_file(dir / "victim.yaml", tiny_config("victim", 1000000000, ckpt));
+  // The moments follow this host's speed: the first run is killed once it saved a checkpoint, and
+  // the time that took (start-up, training, a save) is the span the next kills are drawn from; the
+  // last one waits for its resume, so at least one kill lands after a resume.
+  const auto victim_ckpts = dir / "runs/victim/checkpoints";
   std::mt19937 rng(20261130);
-  std::uniform_int_distribution<int> kill_after_ms(400, 3500);
+  double span_ms = 0;
   int resumes = 0;
   for (int attempt = 0; attempt < 10; ++attempt) {
-    const int ms = kill_after_ms(rng);
-    auto r = run_trainer("run " + (dir / "victim.yaml").string(),
-                         "timeout -s KILL " + std::to_string(ms / 1000.0) + "s");
-    INFO("attempt " << attempt << ", killed after " << ms << " ms:\n" << r.output);
-    REQUIRE(r.exit_code == 137);  // killed: never a failed start or resume
-    if (r.output.find("resumed from ") != std::string::npos) ++resumes;
+    const auto log = dir / ("attempt" + std::to_string(attempt) + ".log");
+    const auto t0 = std::chrono::steady_clock::now();
+    const pid_t pid = trainer::test::spawn_trainer({"run", (dir / "victim.yaml").string()}, log);
+    int ms = 0;
+    if (attempt == 0) {
+      REQUIRE(trainer::test::wait_for([&] { return fs::exists(victim_ckpts / "latest/manifest.json"); }));
+      span_ms = 1.5 * std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    } else if (attempt == 9) {
+      REQUIRE(trainer::test::wait_for([&] { return contains(trainer::test::read_file(log), "resumed from "); }));
+      ms = std::uniform_int_distribution<int>(0, 500)(rng);
+    } else {
+      ms = std::uniform_int_distribution<int>(0, static_cast<int>(span_ms))(rng);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // the moment of the kill, not a wait
+    ::kill(pid, SIGKILL);
+    const int rc = trainer::test::wait_pid(pid);
+    const auto output = trainer::test::read_file(log);
+    const char* after = attempt == 0 ? "the first checkpoint" : attempt == 9 ? "its resume" : "its start";
+    INFO("attempt " << attempt << ", killed " << ms << " ms after " << after << ":\n" << output);
+    REQUIRE(rc == 137);  // killed: never a failed start or resume
+    if (contains(output, "resumed from ")) ++resumes;
   }
   const auto victim = dir / "runs/victim/checkpoints";
   auto scan = trainer::io::CheckpointStore(victim).find_newest_complete();
@@ -71,7 +91,7 @@ TEST_CASE("kill -9 ten times at random moments: every resume works and the final
   REQUIRE(last.exit_code == 0);
   WARN("10 x kill -9 (" << resumes << " of them after a resume); the last run resumed at step " << scan.newest->step
                          << " and stopped at " << end);
-  CHECK(resumes >= 1);  // most kills land after a resume (7 of 10 here; fewer on a slow host)
+  CHECK(resumes >= 1);  // the last kill waited for its resume
 
   write_file(dir / "ref.yaml", tiny_config("ref", end, ckpt));
   auto ref = run_trainer("run " + (dir / "ref.yaml").string());
@@ -250,14 +270,29 @@ TEST_CASE("SIGTERM during checkpoint saves: the save completes, one more is writ
              "optim: {name: adamw, lr: 0.001}\n"
              "checkpoint: {every_steps: 1, keep_last: 2}\n"
              "log: {progress: off}\n");
-  // five SIGTERMs 20 ms apart, 8 s in (well after start-up, which installs the handlers)
-  auto r = trainer::test::run_shell("\"" + std::string(TRAINER_BIN) + "\" run " + (dir / "c.yaml").string() +
-                                    " & p=$!; sleep 8; for i in 1 2 3 4 5; do kill -TERM $p; sleep 0.02; done; wait $p");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 75);
-  CHECK(contains(r.output, "SIGTERM received: saving a checkpoint at step "));
-  CHECK_FALSE(contains(r.output, "failed"));
+  // five SIGTERMs 20 ms apart (the moments: some land in a save) once two checkpoints are complete
   const auto ck = dir / "runs/c/checkpoints";
+  auto complete = [&] {
+    int n = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(ck, ec), end; !ec && it != end; it.increment(ec))
+      n += it->path().filename().string().rfind("step-", 0) == 0 && fs::exists(it->path() / "manifest.json");
+    return n;
+  };
+  trainer::test::start_trainer("run " + (dir / "c.yaml").string(), dir / "a.log", dir / "a.rc");
+  REQUIRE(trainer::test::wait_for([&] { return complete() >= 2; }));
+  const pid_t pid = trainer::test::lock_holder(dir / "runs/c/.lock");
+  REQUIRE(pid > 0);
+  for (int i = 0; i < 5; ++i) {
+    ::kill(pid, SIGTERM);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const int rc = trainer::test::wait_rc(dir / "a.rc");
+  const auto output = trainer::test::read_file(dir / "a.log");
+  INFO(output);
+  REQUIRE(rc == 75);
+  CHECK(contains(output, "SIGTERM received: saving a checkpoint at step "));
+  CHECK_FALSE(contains(output, "failed"));
   int verified = 0;
   for (const auto& e : fs::directory_iterator(ck)) {
     const auto name = e.path().filename().string();

@@ -8,6 +8,7 @@
 
 #include "io/safetensors.hpp"
 #include "ckpt_runs.hpp"
+#include "hardening_util.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
@@ -86,10 +87,15 @@ TEST_CASE("a resumed run that is already complete trains nothing", "[e2e]") {
 TEST_CASE("SIGTERM saves a checkpoint, exits 75, and the same command continues the run", "[e2e]") {
   auto dir = trainer::test::scratch_dir("resume_sigterm");
   trainer::test::write_file(dir / "long.yaml", tiny_config("long", 1000000));
-  auto r = run_trainer("run " + (dir / "long.yaml").string(), "timeout --preserve-status -s TERM 10");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 75);
-  REQUIRE(r.output.find("SIGTERM received: saving a checkpoint at step ") != std::string::npos);
+  // SIGTERM once it trains (a record in metrics.jsonl), to the pid its lock names
+  const auto metrics = dir / "runs" / "long" / "metrics.jsonl";
+  trainer::test::start_trainer("run " + (dir / "long.yaml").string(), dir / "a.log", dir / "a.rc");
+  REQUIRE(trainer::test::wait_for([&] { return !trainer::test::records(metrics, "train").empty(); }));
+  REQUIRE(::kill(trainer::test::lock_holder(dir / "runs" / "long" / ".lock"), SIGTERM) == 0);
+  const int rc = trainer::test::wait_rc(dir / "a.rc");
+  INFO(trainer::test::read_file(dir / "a.log"));
+  REQUIRE(rc == 75);
+  REQUIRE(trainer::test::read_file(dir / "a.log").find("SIGTERM received: saving a checkpoint at step ") != std::string::npos);
   auto losses = train_losses(dir / "runs" / "long" / "metrics.jsonl");
   REQUIRE_FALSE(losses.empty());
   const int64_t saved = losses.rbegin()->first;  // log_every 1: the last logged step is where it stopped

@@ -1,11 +1,12 @@
 // Hostile files given to the binary (issue 18, items 6 and 8a): a FIFO or device as the config, a
-// data file, init_from or a checkpoint manifest exits at once with the file named (under `timeout
-// 10`, so a regression fails instead of hanging); out-of-range token ids are caught by `trainer check`.
+// data file, init_from or a checkpoint manifest exits at once with the file named (under `timeout`,
+// so a regression fails instead of hanging); out-of-range token ids are caught by `trainer check`.
 #include <catch2/catch.hpp>
 
 #include "data/prepare_text.hpp"
 #include "hostile_util.hpp"
 #include "test_util.hpp"
+#include "skip.hpp"
 
 using namespace trainer::test;
 namespace fs = std::filesystem;
@@ -36,16 +37,15 @@ void write_good_shard(const fs::path& p) {
 TEST_CASE("cli: a FIFO or a device as the config file exits 2 at once naming it", "[e2e]") {
   auto dir = scratch_dir("cli_fifo_config");
   if (!make_fifo(dir / "exp.yaml")) {
-    WARN("skipped: cannot create a FIFO here");
-    return;
+    TRAINER_SKIP("cannot create a FIFO here");
   }
   for (const char* cmd : {"check", "run"}) {
-    auto r = run_trainer(std::string(cmd) + " " + (dir / "exp.yaml").string(), "timeout 10");
+    auto r = run_trainer(std::string(cmd) + " " + (dir / "exp.yaml").string(), timeout_prefix(60));
     INFO(r.output);
     CHECK(r.exit_code == 2);
     CHECK(r.output.find((dir / "exp.yaml").string() + ": is a FIFO (named pipe)" + kRefused) != std::string::npos);
   }
-  auto r = run_trainer("check /dev/zero", "timeout 10");
+  auto r = run_trainer("check /dev/zero", timeout_prefix(60));
   INFO(r.output);
   CHECK(r.exit_code == 2);
   CHECK(r.output.find(std::string("/dev/zero: is a character device") + kRefused) != std::string::npos);
@@ -54,11 +54,10 @@ TEST_CASE("cli: a FIFO or a device as the config file exits 2 at once naming it"
 TEST_CASE("cli: a FIFO as a data file or init_from exits 1 at once naming it", "[e2e]") {
   auto dir = scratch_dir("cli_fifo_data");
   if (!make_fifo(dir / "fifo.bin")) {
-    WARN("skipped: cannot create a FIFO here");
-    return;
+    TRAINER_SKIP("cannot create a FIFO here");
   }
   write_file(dir / "data.yaml", tokens_config(dir / "fifo.bin"));
-  auto r = run_trainer("check " + (dir / "data.yaml").string(), "timeout 10");
+  auto r = run_trainer("check " + (dir / "data.yaml").string(), timeout_prefix(60));
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(r.output.find((dir / "fifo.bin").string() + ": is a FIFO (named pipe)" + kRefused) != std::string::npos);
@@ -69,7 +68,7 @@ TEST_CASE("cli: a FIFO as a data file or init_from exits 1 at once naming it", "
   for (const char* cmd : {"check", "run"}) {
     auto ri = run_trainer(std::string(cmd) + " " + (dir / "init.yaml").string() + " --out-dir " +
                               (dir / "runs").string(),
-                          "timeout 10");
+                          timeout_prefix(60));
     INFO(ri.output);
     CHECK(ri.exit_code == 1);
     CHECK(ri.output.find((dir / "init.safetensors").string() + ": is a FIFO (named pipe)" + kRefused) !=
@@ -82,16 +81,15 @@ TEST_CASE("cli: export of a checkpoint whose manifest is a FIFO or /dev/zero exi
   const fs::path step = dir / "ckpts" / "step-1", manifest = step / "manifest.json";
   fs::create_directories(step);
   if (!make_fifo(manifest)) {
-    WARN("skipped: cannot create a FIFO here");
-    return;
+    TRAINER_SKIP("cannot create a FIFO here");
   }
-  auto r = run_trainer("export " + step.string() + " --out " + (dir / "out.safetensors").string(), "timeout 10");
+  auto r = run_trainer("export " + step.string() + " --out " + (dir / "out.safetensors").string(), timeout_prefix(60));
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(r.output.find(manifest.string() + ": is a FIFO (named pipe)" + kRefused) != std::string::npos);
   fs::remove(manifest);
   fs::create_symlink("/dev/zero", manifest);
-  r = run_trainer("export " + step.string() + " --out " + (dir / "out.safetensors").string(), "timeout 10");
+  r = run_trainer("export " + step.string() + " --out " + (dir / "out.safetensors").string(), timeout_prefix(60));
   INFO(r.output);
   CHECK(r.exit_code == 1);
   CHECK(r.output.find(manifest.string() + ": is a character device" + kRefused) != std::string::npos);
@@ -105,7 +103,7 @@ TEST_CASE("cli: check catches a token id beyond model.vocab_size, naming the fil
   write_file(dir / "exp.yaml", tokens_config(dir / "train.bin"));
   for (const char* cmd : {"check", "run"}) {
     auto r = run_trainer(std::string(cmd) + " " + (dir / "exp.yaml").string() + " --out-dir " + (dir / "runs").string(),
-                         "timeout 60");
+                         timeout_prefix(180));
     INFO(r.output);
     CHECK(r.exit_code == 1);
     CHECK(r.output.find((dir / "train.bin").string() +

@@ -6,6 +6,7 @@
 #include "data/image_dataset.hpp"
 #include "data/loader.hpp"
 #include "fixtures.hpp"
+#include "skip.hpp"
 
 using namespace trainer;
 using namespace trainer::test;
@@ -73,8 +74,7 @@ TEST_CASE("idx: real Fashion-MNIST has 60000/10000 images of 1x28x28, 6000 per c
           "[unit]") {
   const std::string root = "/usr/share/datasets/fashion-mnist";
   if (!fs::exists(root)) {
-    WARN("dataset-fashion-mnist not installed: skipped");
-    return;
+    TRAINER_SKIP("dataset-fashion-mnist is not installed at " << root);
   }
   auto cfg = data_cfg("idx", root);
   auto pair = create_datasets(cfg, resnet(1, 10), 0);

@@ -17,8 +17,7 @@ TEST_CASE("NVML bus ids are domain:bus:device.0 in upper-case hex", "[unit]") {
 
 TEST_CASE("without a usable GPU there is no utilisation figure, and NVML's absence is explained", "[unit]") {
   if (torch::cuda::is_available()) {
-    WARN("skipped: this machine has a GPU (see the [gpu] case)");
-    return;
+    TRAINER_SKIP("this machine has a GPU (see the [gpu] case)");
   }
   CHECK(cuda_pci_bus_id(0).empty());
   CHECK_FALSE(gpu_utilization_percent(0).has_value());

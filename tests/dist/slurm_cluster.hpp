@@ -52,7 +52,7 @@ class SlurmCluster {
   }
   ~SlurmCluster() {
     run("scancel --full --user=root >/dev/null 2>&1");
-    for (int i = 0; i < 100 && !run("squeue -h").output.empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    wait_for([&] { return run("squeue -h").output.empty(); }, 60);
     for (const char* d : {"slurmd", "slurmctld", "munged"}) run("kill $(cat " + (dir_ / (std::string(d) + ".pid")).string() + ") 2>/dev/null");
   }
   SlurmCluster(const SlurmCluster&) = delete;
@@ -98,10 +98,8 @@ class SlurmCluster {
       why = "slurmctld/slurmd did not start: " + read_file(dir_ / "log/slurmctld.log") + read_file(dir_ / "log/slurmd.log");
       return false;
     }
-    for (int i = 0; i < 150; ++i) {  // the node registers within a few seconds
-      if (run("sinfo -h -o %t").output.rfind("idle", 0) == 0) return true;
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
+    // the node registers within a few seconds (more at load 8)
+    if (wait_for([&] { return run("sinfo -h -o %t").output.rfind("idle", 0) == 0; }, 120)) return true;
     why = "the node did not become idle: " + run("sinfo").output + read_file(dir_ / "log/slurmctld.log");
     return false;
   }

@@ -53,8 +53,10 @@ inline Proc spawn_self(const std::string& test_name, const std::map<std::string,
   return p;
 }
 
-// Waits for `p` up to `limit_s`; kills it with SIGKILL past that (exit_code then 128 + 9).
+// Waits for `p` up to `limit_s` (scaled: test_util.hpp); kills it with SIGKILL past that (exit_code
+// then 128 + 9).
 inline void wait_proc(Proc& p, double limit_s) {
+  limit_s = scaled(limit_s);
   using Clock = std::chrono::steady_clock;
   for (;;) {
     int status = 0;
@@ -71,7 +73,7 @@ inline void wait_proc(Proc& p, double limit_s) {
 
 // `world` ranks of one worker test on loopback, as torchrun would start them.
 inline std::vector<Proc> run_ranks(const std::string& test_name, int world, const std::string& dir_name,
-                                   double limit_s = 120, std::map<std::string, std::string> extra = {}) {
+                                   double limit_s = 300, std::map<std::string, std::string> extra = {}) {
   auto dir = scratch_dir(dir_name);
   int port = dist::free_local_port();
   std::vector<Proc> procs;

@@ -15,6 +15,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// dist.timeout_s of these runs: a rank left waiting in a collective would take this long to fail
+constexpr double kAgreementTimeoutS = 600;
+
 struct Launched {
   test::CommandResult result;
   double seconds = 0;
@@ -28,6 +31,7 @@ Launched launch_into_full_disk(const fs::path& dir, const std::string& on_error)
   Launched l;
   l.result = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" launch -n 2 -- run " + cfg +
                              " --set checkpoint.every_steps=2 --set checkpoint.on_error=" + on_error +
+                             " --set dist.timeout_s=" + std::to_string(test::scaled(kAgreementTimeoutS)) +
                              " --set checkpoint.dir=" + (dir / "small/checkpoints").string() + " --out-dir " +
                              (dir / "runs").string());
   l.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -50,7 +54,7 @@ TEST_CASE("checkpoint.on_error abort: rank 0's failed save stops both ranks at t
   CHECK(l.result.exit_code == 74);  // a save the policy does not tolerate failed
   CHECK(contains(l.result.output, "No space left on device"));  // rank 0: the path and the errno
   CHECK(contains(l.result.output, "rank 0 could not save the checkpoint at step 2 (its log says why)"));  // rank 1
-  CHECK(l.seconds < 40);  // both stopped at once, not after dist.timeout_s (60 s) in a collective
+  CHECK(l.seconds < test::scaled(kAgreementTimeoutS) / 2);  // both stopped at once, not after dist.timeout_s
 }
 
 TEST_CASE("checkpoint.on_error warn: both ranks train on after rank 0's failed saves, the failed final save exits 74",

@@ -56,8 +56,9 @@ TEST_CASE("a dist.store file left by a crashed job does not break the next job",
     const std::string base = "env OMP_NUM_THREADS=1 WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
                              std::to_string(dist::free_local_port());
     auto rank_cmd = [&](int r) {
-      return base + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " timeout 120 \"" TRAINER_BIN
-             "\" run " + cfg + " --set train.max_steps=3 --set dist.store=file://" + store.string() + " --out-dir " +
+      return base + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) + " " + test::timeout_prefix(300) +
+             " \"" TRAINER_BIN "\" run " + cfg + " --set train.max_steps=3 --set dist.store=file://" + store.string() +
+             " --out-dir " +
              (dir / ("out" + std::to_string(late))).string();
     };
     auto r = test::run_shell(rank_cmd(1 - late) + " & first=$!; sleep 3; " + rank_cmd(late) +
@@ -80,7 +81,7 @@ TEST_CASE("a stale dist.store file of a job started the same way is detected and
   crash_a_job(dir, store, port);
   auto cfg = test::write_tiny_gpt_config(dir).string();
   // the same rendezvous port: nothing tells this job from the crashed one but the sign-ins
-  auto r = test::run_shell("timeout 120 \"" TRAINER_BIN "\" launch -n 2 --master-port " + std::to_string(port) +
+  auto r = test::run_shell(test::timeout_prefix(300) + " \"" TRAINER_BIN "\" launch -n 2 --master-port " + std::to_string(port) +
                            " -- run " + cfg + " --set dist.store=file://" + store.string() + " --out-dir " +
                            (dir / "out").string());
   INFO(r.output);

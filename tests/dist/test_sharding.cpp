@@ -5,6 +5,12 @@
 // dist.sharding full's own tests (memory, checkpoints, export): test_sharding_full.cpp.
 #include <catch2/catch.hpp>
 
+#include <iterator>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "ckpt/hardening_util.hpp"
 #include "dist/shard_runs.hpp"
 #include "skip.hpp"
 
@@ -234,16 +240,40 @@ TEST_CASE("sharding: kill -9 of a 2-rank sharded run (gradients, full) saving ev
   const std::string args = "launch -n 2 -- run " + cfg +
                            " --set train.max_steps=100000 --set checkpoint.every_steps=1 --set checkpoint.keep_last=2"
                            " --set dist.sharding=" + mode + " --out-dir " + (dir / "out").string();
-  const double kill_after_s[] = {2.5, 3.1, 3.7, 4.3};
-  for (double s : kill_after_s) {
-    auto r = test::run_shell("timeout -s KILL " + std::to_string(s) + "s \"" + std::string(TRAINER_BIN) + "\" " + args);
-    INFO("killed after " << s << " s:\n" << r.output);
-    REQUIRE(r.exit_code == 137);  // killed: never a failed start or resume
+  // the newest step with a manifest (0 while there is none, or no checkpoints folder yet)
+  const auto ckpts = dir / "out/tiny/checkpoints";
+  auto newest_with_manifest = [&] {
+    int64_t step = 0;
+    std::error_code ec;
+    for (fs::directory_iterator it(ckpts, ec), end; !ec && it != end; it.increment(ec)) {
+      const auto name = it->path().filename().string();
+      if (name.rfind("step-", 0) == 0 && fs::exists(it->path() / "manifest.json"))
+        step = std::max<int64_t>(step, std::stoll(name.substr(5)));
+    }
+    return step;
+  };
+  // four kills, each once that attempt has saved a checkpoint of its own (the first one: the folder
+  // exists), then at a random moment of the next 0.8 s: most land in a save
+  std::mt19937 rng(4242);
+  std::uniform_int_distribution<int> moment_ms(0, 800);
+  std::istringstream words(args);  // no quoting in args: scratch paths have no spaces
+  const std::vector<std::string> argv{std::istream_iterator<std::string>(words), {}};
+  for (int kill = 0; kill < 4; ++kill) {
+    const int64_t before = newest_with_manifest();
+    const auto log = dir / ("kill" + std::to_string(kill) + ".log");
+    const pid_t pid = test::spawn_trainer(argv, log);
+    const bool saved = test::wait_for([&] { return newest_with_manifest() > before; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(moment_ms(rng)));  // the moment, not a wait
+    ::kill(pid, SIGKILL);
+    const int rc = test::wait_pid(pid);
+    INFO("kill " << kill << ":\n" << test::read_file(log));
+    REQUIRE(saved);
+    REQUIRE(rc == 137);  // killed: never a failed start or resume
   }
   // every folder with a manifest holds both shards; the next run resumes from a verified one
   int complete = 0;
   int64_t newest = 0;
-  for (const auto& e : fs::directory_iterator(dir / "out/tiny/checkpoints")) {
+  for (const auto& e : fs::directory_iterator(ckpts)) {
     const auto name = e.path().filename().string();
     if (name.rfind("step-", 0) != 0 || !fs::exists(e.path() / "manifest.json")) continue;
     ++complete;

@@ -97,14 +97,22 @@ data:
   normalize: {mode: mean_std}
 train: {batch_size: 64, max_steps: 100, log_every: 20, eval_steps: 8, device: cpu, threads: 1}
 optim: {name: sgd, lr: 0.1, momentum: 0.9}
+schedule: {name: cosine, warmup_steps: 10}
 log: {progress: off}
 )");
+  // The learning rate decays to 0 at the last step. At a constant lr 0.1 with momentum the weights
+  // still move fast at step 100 and BatchNorm's running statistics (the last ~10 batches) lag them:
+  // evaluated every 20 steps, one run's val accuracy went 0.50, 0.35, 0.69, 0.38, so float rounding
+  // (AVX2 instead of AVX-512 kernels) picked any point of that swing, while the train losses of both
+  // stayed within 0.04. Annealed, the end is settled: 0.67 with AVX-512, 0.66 with AVX2 kernels
+  // (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) on one machine.
   const double first = m.train.front().at("loss"), last = m.train.back().at("loss");
-  const double acc = m.eval.back().at("accuracy");
-  INFO("loss " << first << " -> " << last << ", val accuracy " << acc);
+  const double acc = m.eval.back().at("accuracy"), val_loss = m.eval.back().at("loss");
+  INFO("loss " << first << " -> " << last << ", val loss " << val_loss << ", val accuracy " << acc);
   CHECK(first > 1.5);  // ~ln 10 = 2.30 at the start
   CHECK(last < first - 0.6);
-  CHECK(acc > 0.45);  // 10 classes: chance is 0.10 (0.61 here after 100 steps)
+  CHECK(val_loss < std::log(10.0) / 2);  // half a uniform guess's loss
+  CHECK(acc > 0.5);  // 10 classes: chance is 0.10
   CHECK(m.eval.back().at("count") == 8 * 64);  // eval_steps batches of the 10,000 test images
 }
 

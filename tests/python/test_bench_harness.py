@@ -96,7 +96,9 @@ def test_configs_accepted_by_trainer():
         cfg = os.path.join(TMP, w["name"] + ".yaml")
         with open(cfg, "w") as f:
             f.write(trainer_side.to_yaml(trainer_side.trainer_config(w, os.path.join(TMP, "runs"))) + "\n")
-        p = subprocess.run([TRAINER, "check", cfg], capture_output=True, text=True, timeout=120)
+        # a limit on a command that must end by itself; TRAINER_TEST_TIMEOUT_SCALE as in tests/test_util.hpp
+        limit = 300 * float(os.environ.get("TRAINER_TEST_TIMEOUT_SCALE", "1"))
+        p = subprocess.run([TRAINER, "check", cfg], capture_output=True, text=True, timeout=limit)
         assert p.returncode == 0, f"{w['name']}: trainer check failed:\n{p.stdout}\n{p.stderr}"
 
 

@@ -49,7 +49,7 @@ void install_stop_handlers() {
   sa.sa_flags = SA_RESTART;  // blocking reads resume; the flag is polled at the next step boundary
   for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &g_previous[i]);
   g_installed = true;
-  unblock_stop_signals();  // one that arrived while blocked (trainer launch's start-up) is delivered now
+  unblock_stop_signals();  // one that arrived while blocked (the front's or trainer launch's start-up) is delivered now
 }
 
 void unblock_stop_signals() {
@@ -57,6 +57,13 @@ void unblock_stop_signals() {
   sigemptyset(&set);
   for (int sig : kSignals) sigaddset(&set, sig);
   ::sigprocmask(SIG_UNBLOCK, &set, nullptr);
+}
+
+void block_stop_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kSignals) sigaddset(&set, sig);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
 void restore_stop_handlers() {

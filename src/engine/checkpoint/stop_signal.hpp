@@ -1,6 +1,7 @@
 // Graceful stop on SIGTERM / SIGUSR1 / SIGINT / SIGHUP (preemption, scancel, Ctrl-C, a closed
-// terminal). `trainer` installs them first thing in main(), before LibTorch does any work, so a stop
-// signal at any moment of start-up is handled like one during training. The handlers only set an
+// terminal). `trainer` installs them first thing in main(); before that, from the first instruction of
+// the program, its front (apps/trainer/front.cpp) keeps them blocked, so a stop signal at any moment
+// of start-up, the dynamic loader's included, is handled like one during training. The handlers only set an
 // atomic flag (async-signal-safe); the training loop polls stop_requested() at step boundaries, agrees
 // with the other ranks, saves one checkpoint and exits with kExitSavedAfterSignal. A second SIGINT
 // means "now": the process exits at once with 130 (128 + SIGINT), without saving.
@@ -16,6 +17,8 @@ void install_stop_handlers();
 // Unblocks the four signals (trainer launch starts its ranks with them blocked until their handlers
 // are in place; a command without handlers unblocks them and takes the default action).
 void unblock_stop_signals();
+// Blocks them again (`trainer launch`: kept pending until its forwarding handlers are in place).
+void block_stop_signals();
 // Puts the previous handlers back (tests; the end of a run inside a longer-lived process).
 void restore_stop_handlers();
 
