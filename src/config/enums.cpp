@@ -38,5 +38,9 @@ template <> const std::vector<std::string>& choices_of<Recovery>() {
   static const std::vector<std::string> n = {"restart", "in_process"};
   return n;
 }
+template <> const std::vector<std::string>& choices_of<OnChange>() {
+  static const std::vector<std::string> n = {"error", "reload"};
+  return n;
+}
 
 }  // namespace trainer::config

@@ -18,6 +18,7 @@ enum class Attention { Auto, Sdpa, Math };           // model.attention
 enum class StopMode { Auto, Min, Max };              // train.early_stopping.mode
 enum class Sharding { None, Optimizer, Gradients, Full };  // dist.sharding
 enum class Recovery { Restart, InProcess };          // dist.recovery
+enum class OnChange { Error, Reload };               // data.on_change
 
 // The YAML names of an enum's values, index = the value. Specialised for each enum above.
 template <class E>
@@ -31,6 +32,7 @@ template <> const std::vector<std::string>& choices_of<Attention>();
 template <> const std::vector<std::string>& choices_of<StopMode>();
 template <> const std::vector<std::string>& choices_of<Sharding>();
 template <> const std::vector<std::string>& choices_of<Recovery>();
+template <> const std::vector<std::string>& choices_of<OnChange>();
 
 // "bf16" for Precision::Bf16: for logs, records and files.
 template <class E>
