@@ -18,6 +18,7 @@
 #include "device/device.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/checkpoint_manager.hpp"
+#include "engine/data_change.hpp"
 #include "engine/data_parallel.hpp"
 #include "engine/early_stopping.hpp"
 #include "engine/ema.hpp"
@@ -187,6 +188,7 @@ class Trainer {
     steps_ = make_step_runner();
     steps_->take_over(interval);
     ckpt_->set_parallel(parallel_.get());
+    if (ema_) ema_->set_parallel(parallel_.get());  // it held the strategy destroyed above
   }
   int64_t samples_at(int64_t step) const { return samples_before_ + (step - samples_from_step_) * samples_per_step_; }
 
@@ -344,7 +346,7 @@ class Trainer {
     pending_record_ = false;
     dist_->set_step(step);
     const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
-    if (dist_->recovery()) loader_at_step_start_ = train_loader_->state();
+    loader_at_step_start_ = train_loader_->state();  // a regroup or a data change redoes the step from here
     profiler.before_step(step);
     auto outcome = steps_->run(step, log_step, times);
     profiler.after_step(step);
@@ -400,15 +402,20 @@ class Trainer {
     // evaluation and checkpoint of the loop runs on that one stream, in order
     std::optional<device::CudaSideStream> graph_stream;
     if (steps_->graphed()) graph_stream.emplace(device_.index());
-    while (step < total_steps_) {
-      const Next next = with_recovery(step, [&] { return step_and_after(step, times, profiler, evaluated_last); });
-      if (next == Next::Signal) return ckpt_->stop_for_signal(step, start_step_);
-      if (next == Next::EarlyStop) {
-        stop_reason = "early_stopping";
-        break;
+    for (Next next = Next::Go;; next = Next::Go) {
+      try {
+        if (stop_reason == "early_stopping" || step_is_final(step)) return finish(step, stop_reason, evaluated_last);
+        next = with_recovery(step, [&] { return step_and_after(step, times, profiler, evaluated_last); });
+      } catch (const data::DataChanged& e) {  // data.on_change (engine/data_change.hpp): redo the step
+        const auto pos = progress_.step_done ? train_loader_->state() : loader_at_step_start_;
+        auto fresh = reopen_changed_data(cfg_, e, *train_set_, pos, step, dist_->active());
+        if (!fresh) return train_loader_->restore(pos), ckpt_->stop_for_data_change(step, start_step_, e.what());
+        std::tie(train_set_, val_set_) = std::tie(fresh->data.train, fresh->data.val);
+        rebuild_world(step, cfg_.train.grad_accum, fresh->resume_at);
       }
+      if (next == Next::Signal) return ckpt_->stop_for_signal(step, start_step_);
+      if (next == Next::EarlyStop) stop_reason = "early_stopping";
     }
-    return finish(step, stop_reason, evaluated_last);
   }
 
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
@@ -482,12 +489,6 @@ class Trainer {
 };
 
 }  // namespace
-
-int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch) {
-  if (t.max_steps > 0) return t.max_steps;
-  const double micro = t.epochs * static_cast<double>(batches_per_epoch);
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(micro / static_cast<double>(t.grad_accum) - 1e-9)));
-}
 
 int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
                  const ResumeOptions& resume) {
