@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
@@ -28,7 +29,9 @@ struct Guard {
   const void* lo;
   const void* hi;
 };
-thread_local Guard* t_guard = nullptr;
+// volatile, and signal fences around the guarded call: the compiler sees no reader of these stores
+// (the handler is invisible to it) and would drop or move them otherwise
+thread_local Guard* volatile t_guard = nullptr;
 struct sigaction g_previous_sigbus;
 
 void on_sigbus(int sig, siginfo_t* info, void* context) {
@@ -107,7 +110,9 @@ bool guarded_run(void (*fn)(void*), void* ctx, const void* lo, const void* hi) {
     return false;
   }
   t_guard = &g;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   fn(ctx);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = outer;
   return true;
 }

@@ -4,6 +4,7 @@
 // The same through `trainer run`: tests/data_change/test_data_change_runs.cpp.
 #include <catch2/catch.hpp>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fcntl.h>
