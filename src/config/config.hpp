@@ -131,6 +131,7 @@ struct DataConfig {
   int64_t workers = 2;
   int64_t prefetch = 4;        // batches buffered ahead of the step
   std::string on_bad_sample = "error";  // error | skip
+  OnChange on_change = OnChange::Error;  // a data file changed under the run: checkpoint + exit 65, or reopen it
   int64_t limit_samples = 0;   // use only the first N training samples (0 = all); for smoke tests
   double bytes_per_token = 0;  // tokens: mean bytes of text per token, for bits per byte (0 = unknown: no bpb)
   AugmentConfig augment;

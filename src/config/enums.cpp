@@ -54,5 +54,9 @@ template <> const std::vector<std::string>& choices_of<Backend>() {
   static const std::vector<std::string> n = {"auto", "gloo", "nccl"};
   return n;
 }
+template <> const std::vector<std::string>& choices_of<OnChange>() {
+  static const std::vector<std::string> n = {"error", "reload"};
+  return n;
+}
 
 }  // namespace trainer::config

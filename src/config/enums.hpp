@@ -22,6 +22,7 @@ enum class DataFormat { Idx, Cifar, ImageFolder, Text, Tokens, Synthetic };  // 
 enum class NormalizeMode { MeanStd, Minmax, None };  // data.normalize.mode
 enum class DeviceKind { Auto, Cpu, Cuda };           // train.device
 enum class Backend { Auto, Gloo, Nccl };             // dist.backend
+enum class OnChange { Error, Reload };               // data.on_change
 
 // The YAML names of an enum's values, index = the value. Specialised for each enum above.
 template <class E>
@@ -39,6 +40,7 @@ template <> const std::vector<std::string>& choices_of<DataFormat>();
 template <> const std::vector<std::string>& choices_of<NormalizeMode>();
 template <> const std::vector<std::string>& choices_of<DeviceKind>();
 template <> const std::vector<std::string>& choices_of<Backend>();
+template <> const std::vector<std::string>& choices_of<OnChange>();
 
 // What a data.format gives: images (idx, cifar, image_folder), tokens (text, tokens); synthetic
 // gives either, as the model asks.

@@ -57,7 +57,9 @@ ImageBlock read_files(const std::vector<std::string>& files, bool hundred) {
   b.channels = 3;
   b.height = b.width = 32;
   for (const auto& path : files) {
-    std::vector<uint8_t> bytes = read_file_bytes(path);
+    FileStamp stamp;
+    std::vector<uint8_t> bytes = read_file_bytes(path, UINT64_MAX, "", &stamp);
+    b.files.emplace_back(path, stamp);
     if (bytes.empty() || bytes.size() % record != 0)
       throw DataError(fmt::format("{}: {} bytes is not a whole number of {}-byte CIFAR-{} records (truncated or "
                                   "not a CIFAR binary file)",

@@ -31,6 +31,7 @@ class LimitedDataset : public Dataset {
     return inner_->fill(index, epoch, augment, input, target);
   }
   torch::Tensor finish(const torch::Tensor& raw, bool pin) const override { return inner_->finish(raw, pin); }
+  void check_unchanged() const override { inner_->check_unchanged(); }
 
  private:
   std::shared_ptr<Dataset> inner_;

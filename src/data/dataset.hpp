@@ -20,6 +20,19 @@ class DataError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A data file changed while the run was using it (data/file_watch.hpp): truncated, deleted,
+// replaced or modified. The run saves a checkpoint and exits kExitDataChanged, or with
+// data.on_change: reload reopens its data.
+class DataChanged : public DataError {
+ public:
+  DataChanged(std::string file, const std::string& what)
+      : DataError(file + ": the data file changed while the run was using it: " + what), file_(std::move(file)) {}
+  const std::string& file() const { return file_; }
+
+ private:
+  std::string file_;
+};
+
 enum class SampleKind { Image, Tokens };
 
 struct Example {
@@ -51,6 +64,9 @@ class Dataset {
   // Turns a raw collated input (B, ...) into the model input: images become normalised float.
   // `pin` asks for the result in pinned host memory (only honoured when CUDA is available).
   virtual torch::Tensor finish(const torch::Tensor& raw, bool pin) const = 0;
+  // Throws DataChanged when a file the dataset holds changed since it was opened (the loader asks
+  // at each epoch boundary). Datasets that hold no file (synthetic) never throw.
+  virtual void check_unchanged() const {}
   // Samples skipped so far because they were bad (on_bad_sample=skip).
   int64_t skipped() const { return skipped_.load(); }
 

@@ -70,8 +70,10 @@ uint64_t physical_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : UINT64_MAX;
 }
 
-std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes, const std::string& why) {
+std::vector<uint8_t> read_file_bytes(const std::string& path, uint64_t max_bytes, const std::string& why,
+                                     FileStamp* stamp) {
   const RegularFile f = RegularFile::open<DataError>(path);
+  if (stamp) *stamp = stamp_fd(f.fd());
   const uint64_t ram = physical_memory_bytes();
   std::string cap_why = why;
   if (ram < max_bytes) max_bytes = ram, cap_why = "this machine's physical memory";
@@ -113,6 +115,7 @@ std::vector<uint8_t> read_file_prefix(const std::string& path, uint64_t n) {
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   const RegularFile f = RegularFile::open<DataError>(path);  // never a FIFO, device or folder
   size_ = static_cast<int64_t>(f.size());
+  stamp_ = stamp_fd(f.fd());
   if (size_ > 0) {
     void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, f.fd(), 0);
     if (p == MAP_FAILED) throw DataError(fmt::format("{}: cannot map: {}", path, std::strerror(errno)));
@@ -120,9 +123,15 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
   }
 }  // the mapping keeps the file alive after the descriptor closes
 
-MappedFile::MappedFile(MappedFile&& o) noexcept : path_(std::move(o.path_)), data_(o.data_), size_(o.size_) {
+MappedFile::MappedFile(MappedFile&& o) noexcept
+    : path_(std::move(o.path_)), stamp_(o.stamp_), data_(o.data_), size_(o.size_) {
   o.data_ = nullptr;
   o.size_ = 0;
+}
+
+void MappedFile::throw_faulted() const {
+  std::string what = change();
+  throw DataChanged(path_, what.empty() ? "a read of its memory map failed (the file was truncated, then restored?)" : what);
 }
 
 MappedFile::~MappedFile() {

@@ -87,9 +87,12 @@ IdxHeader parse_header(const std::string& path, int ndims) {
 }
 
 // The whole file, exactly as large as its header says.
-std::vector<uint8_t> read_checked(const std::string& path, const IdxHeader& h) {
+std::vector<uint8_t> read_checked(const std::string& path, const IdxHeader& h, ImageBlock& block) {
+  FileStamp stamp;
   std::vector<uint8_t> b = read_file_bytes(
-      path, h.file_bytes, fmt::format("the IDX header promises {} bytes for {}", h.file_bytes, fmt::join(h.dims, "x")));
+      path, h.file_bytes, fmt::format("the IDX header promises {} bytes for {}", h.file_bytes, fmt::join(h.dims, "x")),
+      &stamp);
+  block.files.emplace_back(path, stamp);
   if (b.size() < h.file_bytes)
     throw DataError(fmt::format("{}: truncated: {} bytes of data, the header promises {}", path, b.size(), h.file_bytes));
   return b;
@@ -99,8 +102,8 @@ ImageBlock read_pair(const IdxFiles& f) {
   const IdxHeader hi = parse_header(f.images, 3), hl = parse_header(f.labels, 1);  // (N, H, W), (N)
   if (hi.dims[0] != hl.dims[0])
     throw DataError(fmt::format("{}: {} labels but {} has {} images", f.labels, hl.dims[0], f.images, hi.dims[0]));
-  std::vector<uint8_t> img = read_checked(f.images, hi), lab = read_checked(f.labels, hl);
   ImageBlock b;
+  std::vector<uint8_t> img = read_checked(f.images, hi, b), lab = read_checked(f.labels, hl, b);
   b.source = f.images;
   b.label_source = f.labels;
   b.count = hi.dims[0];

@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "data/file_watch.hpp"
 #include "data/image_decode.hpp"
 #include "data/readers.hpp"
 
@@ -20,6 +21,7 @@ struct FolderIndex {
   std::vector<std::string> classes;
   std::vector<std::string> files;
   std::vector<int64_t> labels;
+  std::vector<FileStamp> stamps;  // when scanned: a file deleted or replaced later is a DataChanged
 };
 
 bool is_image_name(const fs::path& p) {
@@ -50,6 +52,7 @@ FolderIndex scan(const std::string& root, const std::vector<std::string>& classe
       throw DataError(fmt::format("{}: class folder '{}' has no .jpg/.jpeg/.png images", root, classes[c]));
     std::sort(files.begin(), files.end());
     for (auto& f : files) {
+      idx.stamps.push_back(stamp_path(f));  // one stat per file at start-up
       idx.files.push_back(std::move(f));
       idx.labels.push_back(static_cast<int64_t>(c));
     }
@@ -85,17 +88,19 @@ class ImageFolderDataset : public ImageDataset {
   const uint8_t* pixels(int64_t index, ImageScratch& s, int64_t* label) const override {
     const std::string& file = index_.files[index];
     *label = index_.labels[index];
+    DecodedImage img;
     try {
-      DecodedImage img = decode_image(file, channels_, opts_.size, s.decoded, s.tmp);
+      img = decode_image(file, channels_, opts_.size, s.decoded, s.tmp);
       if (opts_.size == 0 && (img.height != height_ || img.width != width_))
         throw DataError(fmt::format("{}: image is {}x{}, the others {}x{} (set data.image_size to resize)", file,
                                     img.height, img.width, height_, width_));
-      return fit(s.decoded.data(), img.height, img.width, s);
     } catch (const DataError& e) {
       return bad_sample(e.what(), index);
     } catch (const std::bad_alloc&) {  // within the size limits, but this machine has no room for it now
       return bad_sample(file + ": out of memory while decoding", index);
     }
+    check_unchanged_file(index);
+    return fit(s.decoded.data(), img.height, img.width, s);
   }
 
   // RandomResizedCrop cuts from the whole decoded image, as torchvision's ImageNet recipe does.
@@ -106,15 +111,25 @@ class ImageFolderDataset : public ImageDataset {
       DecodedImage img = decode_image(file, channels_, /*min_side=*/0, s.decoded, s.tmp);
       *h = img.height;
       *w = img.width;
-      return s.decoded.data();
     } catch (const DataError& e) {
       return bad_sample(e.what(), index);
     } catch (const std::bad_alloc&) {
       return bad_sample(file + ": out of memory while decoding", index);
     }
+    check_unchanged_file(index);
+    return s.decoded.data();
+  }
+
+  // After each read (one stat): a file deleted or replaced since the scan ends the run (or reloads
+  // it, data.on_change) whatever data.on_bad_sample says; only the files as scanned are the dataset.
+  void check_unchanged_file(int64_t index) const {
+    const std::string& file = index_.files[index];
+    if (std::string change = describe_change(file, index_.stamps[index]); !change.empty())
+      throw DataChanged(file, change);
   }
 
   const uint8_t* bad_sample(const std::string& error, int64_t index) const {
+    check_unchanged_file(index);  // not a bad sample: a changed file
     std::string what = fmt::format("{} (sample {})", error, index);
     if (!opts_.skip_bad) throw DataError(what);
     note_skip(what);

@@ -66,6 +66,17 @@ std::optional<Batch> DataLoader::handed_over(std::optional<Batch> batch) {
   return batch;
 }
 
+void DataLoader::check_files(const Batch& batch) {
+  if (batch.epoch == checked_epoch_) return;
+  try {
+    dataset_->check_unchanged();  // a stat per file, once per epoch
+  } catch (const DataError&) {
+    error_ = std::current_exception();
+    throw;
+  }
+  checked_epoch_ = batch.epoch;
+}
+
 DataLoader::Slot DataLoader::build_slot(const std::optional<BatchPlan>& plan) const {
   Slot slot;
   if (!plan) return slot;
@@ -107,7 +118,10 @@ std::optional<Batch> DataLoader::next() {
     Slot slot = build_slot(plan);
     if (!plan) ended_ = true;
     if (slot.error) std::rethrow_exception(error_ = slot.error);
-    if (plan) delivered_ = slot.after;
+    if (plan) {
+      check_files(*slot.batch);
+      delivered_ = slot.after;
+    }
     return handed_over(std::move(slot.batch));
   }
   std::unique_lock<std::mutex> lock(mu_);
@@ -122,6 +136,7 @@ std::optional<Batch> DataLoader::next() {
     ended_ = true;
     return std::nullopt;
   }
+  check_files(*slot.batch);
   delivered_ = slot.after;
   lock.unlock();
   return handed_over(std::move(slot.batch));
@@ -142,6 +157,7 @@ void DataLoader::restore(const LoaderState& s) {
     ready_.clear();
     plan_pos_ = delivered_ = SamplerPosition{s.epoch, s.samples_consumed};
     plan_end_ = ended_ = false;
+    checked_epoch_ = -1;
     error_ = nullptr;
     next_assign_ = next_deliver_ = 0;
   }

@@ -7,6 +7,10 @@
 //    at::set_num_threads: in ATen that setting is process-wide and would throttle the trainer too.
 //  - A worker's exception is delivered by next() at that batch's turn, as a DataError naming the
 //    file and sample index; after it the loader stays failed (next() rethrows).
+//  - Before the first batch of each epoch (and the first after a restore) is handed over, the
+//    dataset's files are checked for change (Dataset::check_unchanged, data/file_watch.hpp): a
+//    change is next()'s DataChanged instead of that batch (sticky, as a worker's error), so no
+//    batch of a new epoch comes from files that changed before it was delivered.
 //  - The destructor and restore() stop and join the workers: a worker is either waiting (and
 //    wakes on the stop flag) or building one batch, so joining is bounded.
 #pragma once
@@ -77,6 +81,7 @@ class DataLoader {
   };
   Batch build(const BatchPlan& plan) const;
   static std::optional<Batch> handed_over(std::optional<Batch> batch);
+  void check_files(const Batch& batch);  // under mu_: the first batch of its epoch
   Slot build_slot(const std::optional<BatchPlan>& plan) const;
   void start_workers();
   void stop_workers();
@@ -92,6 +97,7 @@ class DataLoader {
   std::map<int64_t, Slot> ready_;  // built batches by sequence number
   SamplerPosition plan_pos_;       // the position after the last batch handed to a worker
   bool plan_end_ = false;          // eval: the end was planned
+  int64_t checked_epoch_ = -1;     // the epoch whose files were last checked
   int64_t next_assign_ = 0, next_deliver_ = 0;
   SamplerPosition delivered_;      // state()
   bool ended_ = false;

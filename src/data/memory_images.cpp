@@ -31,6 +31,11 @@ std::string MemoryImageDataset::describe() const {
                      width_, classes_);
 }
 
+void MemoryImageDataset::check_unchanged() const {
+  for (const auto& [path, stamp] : block_.files)
+    if (std::string change = describe_change(path, stamp); !change.empty()) throw DataChanged(path, change);
+}
+
 const uint8_t* MemoryImageDataset::pixels(int64_t index, ImageScratch& scratch, int64_t* label) const {
   int64_t row = index_[index];
   *label = block_.labels[row];

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "data/file_watch.hpp"
 #include "data/image_dataset.hpp"
 
 namespace trainer::data {
@@ -15,6 +16,9 @@ struct ImageBlock {
   int64_t count = 0, channels = 0, height = 0, width = 0;
   std::vector<uint8_t> pixels;  // (N, C, H, W)
   std::vector<int64_t> labels;  // (N)
+  // The files read, stamped when read: held in memory, so a change cannot fault a read, but the
+  // loader's epoch-boundary check still ends (or reloads) a run whose files changed.
+  std::vector<std::pair<std::string, FileStamp>> files;
 };
 
 class MemoryImageDataset : public ImageDataset {
@@ -24,6 +28,7 @@ class MemoryImageDataset : public ImageDataset {
   MemoryImageDataset(std::string format, ImageBlock block, int64_t classes, ImageOptions opts);
   int64_t size() const override { return static_cast<int64_t>(index_.size()); }
   std::string describe() const override;
+  void check_unchanged() const override;
 
  protected:
   const uint8_t* pixels(int64_t index, ImageScratch& scratch, int64_t* label) const override;

@@ -63,19 +63,34 @@ bool TokenDataset::fill(int64_t index, int64_t, bool, void* input, int64_t* targ
   const size_t seg = static_cast<size_t>(it - first_window_.begin()) - 1;
   const TokenSegment& s = segments_[seg];
   const int64_t start = s.begin + (index - first_window_[seg]) * block_;  // token offset in the file
-  const uint8_t* base = s.file->data() + s.header_bytes;
+  // the window's bytes through a guarded copy: a file truncated under the run is a DataChanged
+  thread_local std::vector<uint8_t> window;
+  const int64_t bytes = (block_ + 1) * s.bytes_per_token;
+  window.resize(static_cast<size_t>(bytes));
+  s.file->copy(window.data(), s.header_bytes + start * s.bytes_per_token, bytes);
+  const uint8_t* base = window.data();
   auto* in = static_cast<int64_t*>(input);
   for (int64_t k = 0; k <= block_; ++k) {
-    int64_t pos = start + k;
-    int64_t tok = s.bytes_per_token == 1 ? base[pos] : (int64_t(base[2 * pos]) | (int64_t(base[2 * pos + 1]) << 8));
-    if (tok >= vocab_)
+    int64_t tok = s.bytes_per_token == 1 ? base[k] : (int64_t(base[2 * k]) | (int64_t(base[2 * k + 1]) << 8));
+    if (tok >= vocab_) {
+      if (std::string change = s.file->change(); !change.empty()) throw DataChanged(s.file->path(), change);
       throw DataError(fmt::format("{}: token {} at position {} (sample {}) is outside the vocabulary [0, {}) "
                                   "(model.vocab_size)",
-                                  s.file->path(), tok, pos, index, vocab_));
+                                  s.file->path(), tok, start + k, index, vocab_));
+    }
     if (k < block_) in[k] = tok;
     if (k > 0) target[k - 1] = tok;
   }
   return true;
+}
+
+void TokenDataset::check_unchanged() const {
+  const MappedFile* last = nullptr;
+  for (const auto& s : segments_) {
+    if (s.file.get() == last) continue;  // a file's segments are adjacent
+    last = s.file.get();
+    if (std::string change = s.file->change(); !change.empty()) throw DataChanged(s.file->path(), change);
+  }
 }
 
 torch::Tensor TokenDataset::finish(const torch::Tensor& raw, bool pin) const {

@@ -1,7 +1,8 @@
 // Language-model samples over token streams: windows of block_size + 1 tokens, the input the first
 // T and the target the same window shifted by one. Windows start every T tokens (so consecutive
 // windows share one token) and never cross a segment (file) boundary. Tokens are read straight
-// from memory-mapped files (uint8 for raw text, uint16 for shards) and checked against the vocab.
+// from memory-mapped files (uint8 for raw text, uint16 for shards) through a guarded copy, so a
+// file truncated under the run is a DataChanged (data/file_watch.hpp), and checked against the vocab.
 #pragma once
 
 #include <memory>
@@ -38,6 +39,7 @@ class TokenDataset : public Dataset {
   std::vector<int64_t> target_shape() const override { return {block_}; }
   bool fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const override;
   torch::Tensor finish(const torch::Tensor& raw, bool pin) const override;
+  void check_unchanged() const override;
 
  private:
   std::string format_;

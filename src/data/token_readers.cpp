@@ -31,23 +31,32 @@ void check_vocab(const TokenSegment& s, int64_t vocab) {
   const uint16_t max = at::parallel_reduce(
       int64_t{0}, s.count, int64_t{1} << 20, uint16_t{0},
       [&](int64_t begin, int64_t end, uint16_t m) {
-        for (int64_t i = begin; i < end; ++i) m = std::max(m, tok[i]);
+        auto chunk = [&] {  // the mapped file may be truncated under us: a guarded read
+          for (int64_t i = begin; i < end; ++i) m = std::max(m, tok[i]);
+        };
+        s.file->guarded(chunk);
         return m;
       },
       [](uint16_t a, uint16_t b) { return std::max(a, b); });
   if (max < vocab) return;
-  const int64_t pos = std::find_if(tok, tok + s.count, [&](uint16_t t) { return t >= vocab; }) - tok;
+  int64_t pos = 0;
+  auto find = [&] { pos = std::find_if(tok, tok + s.count, [&](uint16_t t) { return t >= vocab; }) - tok; };
+  s.file->guarded(find);
+  uint16_t bad = 0;
+  s.file->copy(&bad, s.header_bytes + 2 * pos, 2);
   throw DataError(fmt::format("{}: token {} at byte offset {} (token {} of the file) is outside the vocabulary "
                               "[0, {}) (model.vocab_size)",
-                              s.file->path(), tok[pos], s.header_bytes + 2 * pos, pos, vocab));
+                              s.file->path(), bad, s.header_bytes + 2 * pos, pos, vocab));
 }
 
 TokenSegment open_shard(const std::string& path) {
   auto file = std::make_shared<const MappedFile>(path);
   TokenSegment s;
   s.file = file;
-  const uint8_t* d = file->data();
   int64_t size = file->size();
+  uint8_t header[kLlmcHeaderBytes] = {};  // read through a guarded copy (the file may shrink under us)
+  file->copy(header, 0, std::min<int64_t>(size, kLlmcHeaderBytes));
+  const uint8_t* d = header;
   uint32_t magic = size >= 4 ? read_le32(d) : 0;
   if (size >= kLlmcHeaderBytes && magic == static_cast<uint32_t>(kLlmcMagic)) {
     uint32_t version = read_le32(d + 4);

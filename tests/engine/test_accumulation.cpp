@@ -4,7 +4,7 @@
 
 #include "engine/optim/optim.hpp"
 #include "engine/step/train_step.hpp"
-#include "engine/loop/trainer.hpp"
+#include "engine/optim/schedule.hpp"
 #include "models/model.hpp"
 
 using namespace trainer;

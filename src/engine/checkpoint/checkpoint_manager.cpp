@@ -46,6 +46,7 @@ const char* kind_text(SaveKind k) {
   switch (k) {
     case SaveKind::Final: return "the final checkpoint";
     case SaveKind::Signal: return "the checkpoint the stop signal asked for";
+    case SaveKind::DataChanged: return "the checkpoint before stopping for changed data";
     default: return "the checkpoint";
   }
 }
@@ -277,6 +278,22 @@ int CheckpointManager::stop_for_signal(int64_t step, int64_t start_step) {
   if (dist_) dist_->barrier();
   requeue_if_asked();
   return kExitSavedAfterSignal;
+}
+
+int CheckpointManager::stop_for_data_change(int64_t step, int64_t start_step, const std::string& what) {
+  if (dist_ && dist_->active()) {
+    spdlog::error("{}; this rank stops without a checkpoint (a multi-rank run cannot agree on a save here: the last "
+                  "periodic checkpoint stays) and exits with code {}",
+                  what, kExitDataChanged);
+  } else if (step == start_step) {
+    spdlog::error("{}; nothing new to save before step {}; exiting with code {}", what, step + 1, kExitDataChanged);
+  } else {
+    save(step, SaveKind::DataChanged);
+    spdlog::error("{}; saved a checkpoint at step {}; exiting with code {} (run the same command again to resume "
+                  "on the data as they are now)",
+                  what, step, kExitDataChanged);
+  }
+  return kExitDataChanged;
 }
 
 }  // namespace trainer::engine

@@ -37,7 +37,7 @@ class CheckpointFailed : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class SaveKind { Periodic, Final, Signal };
+enum class SaveKind { Periodic, Final, Signal, DataChanged };
 
 struct Resumed {
   std::filesystem::path from;
@@ -69,6 +69,12 @@ class CheckpointManager {
   // asked, and the exit code 75 (a stop before the first step, `step == start_step`, has nothing new
   // to save: the run resumes where it stands). A save that fails throws (exit 74) instead.
   int stop_for_signal(int64_t step, int64_t start_step);
+
+  // A data file changed under the run (data.on_change error, or a reload that failed): the same
+  // as a stop signal's checkpoint at this step boundary, then kExitDataChanged (65). A multi-rank
+  // run cannot agree on a save with ranks that may still be in a step: it exits without one (the
+  // periodic checkpoints stay). A save that fails throws (exit 74).
+  int stop_for_data_change(int64_t step, int64_t start_step, const std::string& what);
 
   // checkpoint.requeue under SLURM: `scontrol requeue` this job (rank 0) before exiting 75.
   void requeue_if_asked() const;

@@ -17,6 +17,7 @@
 #include "device/device.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
+#include "engine/loop/data_change.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/eval/early_stopping.hpp"
 #include "engine/step/ema.hpp"
@@ -154,6 +155,7 @@ class Trainer final : public WorldParts {
     steps_ = make_step_runner();
     steps_->take_over(interval);
     ckpt_->set_parallel(parallel_.get());
+    if (ema_) ema_->set_parallel(parallel_.get());  // it held the strategy destroyed above
   }
   data::LoaderState loader_state() const override { return train_loader_->state(); }
   // A collective failed in the step at `step` or after it: the survivors go on (a new rank 0 takes
@@ -357,15 +359,31 @@ class Trainer final : public WorldParts {
     // evaluation and checkpoint of the loop runs on that one stream, in order
     std::optional<device::CudaSideStream> graph_stream;
     if (steps_->graphed()) graph_stream.emplace(device_.index());
-    while (loop_.step < total_steps_) {
-      const Next next = step_with_recovery();
-      if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
-      if (next == Next::EarlyStop) {
-        stop_reason = "early_stopping";
-        break;
+    for (;;) {
+      try {
+        if (stop_reason == "early_stopping" || step_is_final(loop_.step)) return finish(loop_.step, stop_reason);
+        const Next next = step_with_recovery();
+        if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
+        if (next == Next::EarlyStop) stop_reason = "early_stopping";
+      } catch (const data::DataChanged& e) {  // data.on_change: a checkpoint and exit 65, or the data reopened
+        if (const auto rc = on_data_change(e)) return *rc;
       }
     }
-    return finish(loop_.step, stop_reason);
+  }
+
+  // A data file changed under the run (engine/loop/data_change.hpp): the step in flight is given up;
+  // the run stops with a checkpoint of the last completed step (its exit code), or, under
+  // data.on_change reload, goes on with the data reopened (nullopt).
+  std::optional<int> on_data_change(const data::DataChanged& e) {
+    const auto pos = recovery_->resume_point();
+    auto fresh = reopen_changed_data(cfg_, e, *train_set_, pos, loop_.step, dist_->active());
+    if (!fresh) {
+      train_loader_->restore(pos);
+      return ckpt_->stop_for_data_change(loop_.step, start_step_, e.what());
+    }
+    std::tie(train_set_, val_set_) = std::tie(fresh->data.train, fresh->data.val);
+    rebuild_world(cfg_.train.grad_accum, fresh->resume_at);
+    return std::nullopt;
   }
 
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
@@ -434,12 +452,6 @@ class Trainer final : public WorldParts {
 };
 
 }  // namespace
-
-int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch) {
-  if (t.max_steps > 0) return t.max_steps;
-  const double micro = t.epochs * static_cast<double>(batches_per_epoch);
-  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(micro / static_cast<double>(t.grad_accum) - 1e-9)));
-}
 
 int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
                  const ResumeOptions& resume) {

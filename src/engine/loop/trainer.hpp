@@ -12,10 +12,6 @@
 
 namespace trainer::engine {
 
-// Optimizer steps of the run: train.max_steps, or ceil(epochs x batches_per_epoch / grad_accum)
-// (at least 1) when the run is sized in epochs. batches_per_epoch is per rank.
-int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch);
-
 // Trains; returns the process exit code. Throws on errors (data, model, numerics) with a message
 // that names what went wrong; cmd_run prints it.
 int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,

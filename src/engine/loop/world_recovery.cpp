@@ -30,7 +30,7 @@ WorldRecovery::WorldRecovery(dist::DistContext& dist, const config::RunConfig& c
 
 void WorldRecovery::begin_step(const data::LoaderState& loader) {
   record_pending_ = false;
-  if (dist_.recovery()) loader_at_step_start_ = loader;
+  loader_at_step_start_ = loader;  // a regroup or a data change (data.on_change) redoes the step from here
 }
 
 void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm) {

@@ -92,6 +92,9 @@ class WorldRecovery {
   void step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm);
   void recorded() { progress_.recorded = true; }
   void reset_progress() { progress_ = {}; }
+  // Where the loader goes on when the step in flight is given up (a data change): after it once it
+  // ran on every rank, else where its micro-batches began.
+  data::LoaderState resume_point() const { return progress_.step_done ? parts_.loader_state() : loader_at_step_start_; }
 
   // --- the step boundary -------------------------------------------------------------------------
   // Whether the ranks agree to stop for a signal after `step`; the same agreement says whether rank 0

@@ -7,6 +7,12 @@
 
 namespace trainer::engine {
 
+int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch) {
+  if (t.max_steps > 0) return t.max_steps;
+  const double micro = t.epochs * static_cast<double>(batches_per_epoch);
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(micro / static_cast<double>(t.grad_accum) - 1e-9)));
+}
+
 LrSchedule::LrSchedule(const config::ScheduleConfig& cfg, double base_lr, int64_t total_steps)
     : cfg_(cfg), base_lr_(base_lr), total_steps_(total_steps) {
   if (cfg_.name == config::ScheduleKind::Step && cfg_.step_size <= 0) throw std::invalid_argument("schedule.step_size must be > 0");

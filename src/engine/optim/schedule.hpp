@@ -8,6 +8,10 @@
 
 namespace trainer::engine {
 
+// Optimizer steps of the run: train.max_steps, or ceil(epochs x batches_per_epoch / grad_accum)
+// (at least 1) when the run is sized in epochs. batches_per_epoch is per rank.
+int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch);
+
 class LrSchedule {
  public:
   // base_lr: optim.lr; total_steps: optimizer steps of the whole run (the decay reaches the floor there).

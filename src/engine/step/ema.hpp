@@ -36,6 +36,8 @@ class Ema {
   // The shadow becomes a copy of the live weights again (a resumed checkpoint without EMA weights).
   void reset_from_live();
 
+  // The strategy replaced (a regroup, a data reload: Trainer::rebuild_world): the old one is gone.
+  void set_parallel(const DataParallel* parallel) { parallel_ = parallel; }
   models::Model& model() { return *shadow_; }
   double decay() const { return cfg_.decay; }
   const config::EmaConfig& config() const { return cfg_; }
