@@ -1,10 +1,10 @@
 #include "models/init_load.hpp"
 
-#include <regex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "config/file_read.hpp"
+#include "config/name_pattern.hpp"
 #include "io/safetensors.hpp"
 #include "models/torch_pickle.hpp"
 
@@ -83,9 +83,9 @@ std::string renamed_name(const std::string& name, const config::InitConfig& init
   return name;
 }
 
-bool init_skipped(const std::string& name, const std::vector<std::regex>& skip) {
+bool init_skipped(const std::string& name, const std::vector<config::NamePattern>& skip) {
   for (const auto& re : skip)
-    if (std::regex_search(name, re)) return true;
+    if (re.found_in(name)) return true;
   return false;
 }
 
@@ -96,8 +96,8 @@ struct InitPlan {
 };
 
 InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, const StateFile& file) {
-  std::vector<std::regex> skip;
-  for (const auto& s : init.skip) skip.emplace_back(s, std::regex::ECMAScript);  // checked when the config loaded
+  std::vector<config::NamePattern> skip;
+  for (const auto& s : init.skip) skip.emplace_back(s);  // checked when the config loaded
   InitPlan plan;
   auto& r = plan.report;
   std::unordered_map<std::string, const torch::Tensor*> source;  // registered name -> file tensor

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include <regex>
 
+#include "config/name_pattern.hpp"
 #include "io/run_dir.hpp"
 
 namespace trainer::engine {
@@ -76,15 +76,15 @@ models::ModelPtr build_run_model(const config::RunConfig& cfg) {
 std::vector<std::string> apply_freeze(models::Model& model, const config::TrainConfig& cfg) {
   std::vector<std::string> frozen;
   if (cfg.freeze.empty()) return frozen;
-  std::vector<std::regex> res;
-  for (const auto& s : cfg.freeze) res.emplace_back(s, std::regex::ECMAScript);  // checked when the config loaded
+  std::vector<config::NamePattern> res;
+  for (const auto& s : cfg.freeze) res.emplace_back(s);  // checked when the config loaded
   std::vector<size_t> hits(res.size(), 0);
   int64_t frozen_numel = 0, total_numel = 0;
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
     total_numel += p.value().numel();
     bool match = false;
     for (size_t i = 0; i < res.size(); ++i)
-      if (std::regex_search(p.key(), res[i])) match = true, ++hits[i];
+      if (res[i].found_in(p.key())) match = true, ++hits[i];
     if (!match) continue;
     p.value().set_requires_grad(false);
     frozen.push_back(p.key());
