@@ -6,7 +6,7 @@
 #include "config/file_read.hpp"
 #include "config/name_pattern.hpp"
 #include "io/safetensors.hpp"
-#include "models/torch_pickle.hpp"
+#include "io/torch_pickle.hpp"
 
 namespace trainer::models {
 namespace {
@@ -23,7 +23,11 @@ std::string init_shape_text(c10::IntArrayRef s) {
 }
 
 StateFile read_torch_save(const std::string& path, const std::string& bytes) {
-  return StateFile{path, "torch.save", read_torch_state_dict(path, bytes)};
+  try {
+    return StateFile{path, "torch.save", io::read_torch_state_dict(path, bytes)};
+  } catch (const io::TorchSaveError& e) {
+    throw InitLoadError(e.what());
+  }
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // model.init: the weights a run starts from. Reads a safetensors file or a torch.save'd state_dict
-// (.pt / .pth: the zip format, read by models/torch_pickle.cpp, no Python), maps the file's names onto the
+// (.pt / .pth: the zip format, read by io/torch_pickle.cpp, no Python), maps the file's names onto the
 // model's (rename, skip), and says exactly what it did in an InitReport.
 #pragma once
 

@@ -4,7 +4,7 @@
 // that torch.save writes for a dict of tensors (and plain Python values around them), rebuilds
 // tensors from the archive's data/<key> records, and refuses anything else (classes, modules,
 // TorchScript) with a message. Every read is bounds-checked: a hostile file is an error.
-#include "models/torch_pickle.hpp"
+#include "io/torch_pickle.hpp"
 
 #include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
@@ -13,7 +13,7 @@
 #include <map>
 #include <memory>
 
-namespace trainer::models {
+namespace trainer::io {
 namespace {
 
 struct PickleValue;
@@ -71,7 +71,7 @@ class StateUnpickler {
   }
 
  private:
-  [[noreturn]] void fail(const std::string& why) const { throw InitLoadError(path_ + ": " + why); }
+  [[noreturn]] void fail(const std::string& why) const { throw TorchSaveError(path_ + ": " + why); }
 
   const char* take(size_t n) {
     if (static_cast<size_t>(end_ - p_) < n) fail("the pickle (data.pkl) ends in the middle of an opcode: truncated or corrupt");
@@ -336,36 +336,36 @@ std::vector<std::pair<std::string, torch::Tensor>> read_torch_state_dict(const s
     archive = std::make_unique<caffe2::serialize::PyTorchStreamReader>(adapter);
     records = archive->getAllRecords();
   } catch (const std::exception& e) {
-    throw InitLoadError(path + ": not a readable torch.save zip archive (truncated or corrupt?): " +
+    throw TorchSaveError(path + ": not a readable torch.save zip archive (truncated or corrupt?): " +
                         std::string(e.what()).substr(0, 200));
   }
   for (const auto& r : records)
     if (r == "constants.pkl" || r.rfind("code/", 0) == 0)
-      throw InitLoadError(path + ": a TorchScript archive (torch.jit.save), not a state_dict: save model.state_dict() "
+      throw TorchSaveError(path + ": a TorchScript archive (torch.jit.save), not a state_dict: save model.state_dict() "
                                  "with torch.save");
-  if (!archive->hasRecord("data.pkl")) throw InitLoadError(path + ": a zip archive without data.pkl: not a torch.save file");
+  if (!archive->hasRecord("data.pkl")) throw TorchSaveError(path + ": a zip archive without data.pkl: not a torch.save file");
   PickleRef root;
   try {
     auto [ptr, n] = archive->getRecord("data.pkl");
     root = StateUnpickler(path, *archive, static_cast<const char*>(ptr.get()), n).run();
-  } catch (const InitLoadError&) {
+  } catch (const TorchSaveError&) {
     throw;
   } catch (const std::exception& e) {  // c10::Error from a record read: a damaged archive
-    throw InitLoadError(path + ": cannot read the archive: " + std::string(e.what()).substr(0, 200));
+    throw TorchSaveError(path + ": cannot read the archive: " + std::string(e.what()).substr(0, 200));
   }
   if (root->kind != PickleValue::Kind::Dict)
-    throw InitLoadError(path + ": holds a pickled " + pickle_kind_name(root->kind) +
+    throw TorchSaveError(path + ": holds a pickled " + pickle_kind_name(root->kind) +
                         ", not a state_dict (a dict of name -> tensor); save model.state_dict() with torch.save");
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& [k, v] : root->dict) {
     if (k->kind != PickleValue::Kind::Str)
-      throw InitLoadError(path + ": a state_dict key is a " + pickle_kind_name(k->kind) + ", not a string");
+      throw TorchSaveError(path + ": a state_dict key is a " + pickle_kind_name(k->kind) + ", not a string");
     if (v->kind != PickleValue::Kind::Tensor)
-      throw InitLoadError(path + ": entry '" + k->s + "' is a " + pickle_kind_name(v->kind) +
+      throw TorchSaveError(path + ": entry '" + k->s + "' is a " + pickle_kind_name(v->kind) +
                           ", not a tensor: not a plain state_dict (a training checkpoint? save its model's state_dict)");
     out.emplace_back(k->s, v->tensor);
   }
   return out;
 }
 
-}  // namespace trainer::models
+}  // namespace trainer::io
