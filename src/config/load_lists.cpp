@@ -92,7 +92,7 @@ class CollectionReader {
     }
     if (!regex) return true;
     if (auto why = NamePattern::problem(out)) {
-      error(at(e), "'" + printable(out.substr(0, 80)) + (out.size() > 80 ? "...'" : "'") + ": " + *why);
+      error(at(e), "'" + printable(out.substr(0, 80)) + (out.size() > 80 ? "...' " : "' ") + *why);
       return false;
     }
     return true;

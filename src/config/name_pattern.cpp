@@ -38,16 +38,16 @@ RE2::Options pattern_options() {
 
 std::shared_ptr<const re2::RE2> pattern_compile(const std::string& p, std::string& error) {
   if (p.size() > kPatternMaxChars) {
-    error = "a pattern of " + std::to_string(p.size()) + " characters; the limit is " + std::to_string(kPatternMaxChars);
+    error = "is too long: " + std::to_string(p.size()) + " characters (the limit is " + std::to_string(kPatternMaxChars) + ")";
     return nullptr;
   }
   if (const int n = pattern_nesting(p); n > kPatternMaxNesting) {
-    error = "groups nested " + std::to_string(n) + " deep; the limit is " + std::to_string(kPatternMaxNesting);
+    error = "nests groups " + std::to_string(n) + " deep (the limit is " + std::to_string(kPatternMaxNesting) + ")";
     return nullptr;
   }
   auto re = std::make_shared<const re2::RE2>(p, pattern_options());
   if (!re->ok()) {
-    error = "not a valid regular expression (RE2 syntax: no backreferences or lookaround): " + re->error();
+    error = "is not a valid regular expression (" + std::string(kPatternSyntax) + "): " + re->error();
     return nullptr;
   }
   return re;
@@ -64,7 +64,7 @@ std::optional<std::string> NamePattern::problem(const std::string& pattern) {
 NamePattern::NamePattern(const std::string& pattern) : text_(pattern) {
   std::string error;
   re_ = pattern_compile(pattern, error);
-  if (!re_) throw std::invalid_argument("'" + pattern + "': " + error);
+  if (!re_) throw std::invalid_argument("'" + pattern + "' " + error);
 }
 
 bool NamePattern::found_in(const std::string& name) const { return re2::RE2::PartialMatch(name, *re_); }

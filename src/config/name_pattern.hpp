@@ -20,10 +20,12 @@ namespace trainer::config {
 // generated one that does is refused with a message rather than compiled.
 inline constexpr size_t kPatternMaxChars = 1000;
 inline constexpr int kPatternMaxNesting = 32;  // nested groups
+inline constexpr const char* kPatternSyntax = "RE2 syntax; no backreferences or lookaround";
 
 class NamePattern {
  public:
-  // Why `pattern` is refused (too long, too deeply nested, not valid RE2 syntax), or nothing.
+  // Why `pattern` is refused, as a predicate ("is too long: ...", "nests groups ...", "is not a valid
+  // regular expression (...): ..."), or nothing.
   static std::optional<std::string> problem(const std::string& pattern);
 
   // Throws std::invalid_argument with problem()'s text for a pattern it refuses.

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "config/load.hpp"
+#include "hostile_util.hpp"
 #include "test_util.hpp"
 
 using namespace trainer::config;
@@ -134,6 +135,21 @@ TEST_CASE("a base graph of more than 256 distinct files is refused, naming the c
   CHECK(e[0].rfind("mid.yaml:5:", 0) == 0);
   CHECK(e[0].find("base: more than 256 distinct files in the base graph: exp.yaml -> mid.yaml -> w254.yaml") !=
         std::string::npos);
+}
+
+TEST_CASE("hostile YAML: 100,000 nested flow or block collections in a base are a syntax error, not a crash", "[unit]") {
+  std::string dashes = "optim:\n  lr:\n";
+  for (int i = 0; i < 100000; ++i) dashes += "- ";
+  for (const auto& text : {"optim: {lr: " + std::string(100000, '[') + std::string(100000, ']') + "}\n", dashes + "1\n"}) {
+    auto dir = compose_files("compose_deep_yaml", {{"deep.yaml", text}, {"exp.yaml", kComposeHead + "base: deep.yaml\n"}});
+    std::vector<std::string> e;
+    const auto err = trainer::test::error_within(60, [&] { e = compose_errors(dir); }, "deep YAML");
+    CHECK(err.empty());
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].rfind("deep.yaml:", 0) == 0);
+    CHECK(e[0].find(": YAML syntax error: ") != std::string::npos);
+    CHECK(e[0].find("(base chain: exp.yaml -> deep.yaml)") != std::string::npos);
+  }
 }
 
 TEST_CASE("relative paths in a base resolve against the base's folder", "[unit]") {
