@@ -7,6 +7,7 @@
 #include "config/name_pattern.hpp"
 #include "io/safetensors.hpp"
 #include "io/torch_pickle.hpp"
+#include "io/weight_copy.hpp"
 
 namespace trainer::models {
 namespace {
@@ -96,7 +97,7 @@ bool init_skipped(const std::string& name, const std::vector<config::NamePattern
 struct InitPlan {
   InitReport report;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  std::vector<std::string> mis_shaped, conflicting;
+  std::vector<std::string> mis_shaped, conflicting, unfaithful;
 };
 
 InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, const StateFile& file) {
@@ -132,6 +133,12 @@ InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, c
       covered.insert(owner);
       continue;
     }
+    if (auto why = io::weight_copy_problem(t, want)) {
+      plan.unfaithful.push_back(name + ": " + *why);
+      covered.insert(owner);
+      continue;
+    }
+    if (const auto c = io::weight_conversion(t, want); !c.empty()) r.converted.push_back(name + " (" + c + ")");
     source[owner] = &t;
     r.loaded.push_back(name);
     plan.copies.emplace_back(want, t);
@@ -155,6 +162,7 @@ InitReport load_init_weights(torch::nn::Module& m, const config::InitConfig& ini
   };
   add("mis-shaped", plan.mis_shaped, " (model.init.reinit_mismatched: true keeps the model's initialisation there)");
   add("tied tensors that differ", plan.conflicting, "");
+  add("dtypes that cannot be loaded faithfully", plan.unfaithful, "");
   if (init.strict) {
     add("missing", r.missing, " (model.init.strict: false accepts them)");
     add("unexpected", r.unexpected, " (model.init.skip or model.init.rename, or strict: false)");

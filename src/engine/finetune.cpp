@@ -15,7 +15,7 @@ nlohmann::json init_report_json(const models::InitReport& r) {
   for (const auto& [from, to] : r.renamed) renamed.push_back({{"from", from}, {"to", to}});
   return {{"path", r.path},          {"format", r.format},         {"loaded", r.loaded},
           {"skipped", r.skipped},    {"renamed", renamed},         {"reinitialised", r.reinitialised},
-          {"missing", r.missing},    {"unexpected", r.unexpected}};
+          {"missing", r.missing},    {"unexpected", r.unexpected}, {"converted", r.converted}};
 }
 
 void log_init_report(const models::InitReport& r, bool strict) {
@@ -31,6 +31,7 @@ void log_init_report(const models::InitReport& r, bool strict) {
   line("skipped", r.skipped);
   line("renamed", renamed);
   line("re-initialised (shape differs, the model's own initialisation kept)", r.reinitialised);
+  line("dtype converted", r.converted);
   // without strict these are what the user accepted; still worth a warning, since a typo looks the same
   if (!strict && !r.missing.empty())
     spdlog::warn("model.init: missing ({}), left at the model's initialisation: {}", r.missing.size(),
