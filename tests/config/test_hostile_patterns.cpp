@@ -46,14 +46,16 @@ std::vector<std::pair<std::string, std::string>> pattern_configs(const std::stri
 TEST_CASE("hostile patterns: a huge literal or deep nesting is a config error at its position, for every key", "[unit]") {
   const std::string literal(100000, 'a');
   const std::string nested = std::string(20000, '(') + "a" + std::string(20000, ')');
+  const std::string nested400 = std::string(400, '(') + "a" + std::string(400, ')');
   struct Case {
     std::string pattern, why;
   } cases[] = {{literal, "is too long: 100000 characters (the limit is 1000)"},
-               {nested, "nests groups 20000 deep (the limit is 32)"},
+               {nested, "is too long: 40001 characters (the limit is 1000)"},
+               {nested400, "nests groups 400 deep (the limit is 32)"},
                {"fc(", "is not a valid regular expression (RE2 syntax; no backreferences or lookaround): missing )"},
                {"^(?!fc\\.)", "is not a valid regular expression (RE2 syntax; no backreferences or lookaround): invalid perl operator"},
                {"(a)\\1", "is not a valid regular expression (RE2 syntax; no backreferences or lookaround): invalid escape"},
-               {"a{2000}", "is not a valid regular expression (RE2 syntax; no backreferences or lookaround): bad repetition"}};
+               {"a{2000}", "is not a valid regular expression (RE2 syntax; no backreferences or lookaround): invalid repetition size"}};
   for (const auto& c : cases)
     for (const auto& [key, yaml] : pattern_configs(c.pattern)) {
       INFO(key << " " << c.why);

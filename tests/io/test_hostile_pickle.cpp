@@ -216,7 +216,7 @@ TEST_CASE("hostile pickle: deep nesting, millions of objects, memo cycles are er
         "many.pt: the pickle builds more than 1048576 objects: not a state_dict");
   // a list that holds itself (through the memo), 500 times over: freed without recursion or leak
   std::string cycle("\x80\x02]q\x00", 5);
-  for (int i = 0; i < 500; ++i) cycle += std::string("h\x00a", 3);
+  for (int i = 0; i < 500; ++i) cycle += std::string("h\x00" "a", 3);  // BINGET 0, APPEND
   cycle += ".";
   CHECK(hp_verdict("cycle.pt", hp_write(archive, cycle)) ==
         "cycle.pt: holds a pickled list, not a state_dict (a dict of name -> tensor); save model.state_dict() with torch.save");
