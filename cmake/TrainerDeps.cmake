@@ -41,6 +41,10 @@ find_package(ZLIB REQUIRED)      # gzip'd IDX files
 find_package(JPEG REQUIRED)      # image_folder: libjpeg-turbo
 find_package(PNG REQUIRED)       # image_folder: libpng
 find_package(Threads REQUIRED)
+# RE2 (Debian libre2-dev ships no CMake package, only re2.pc): the user-named patterns of the config.
+# Only its libraries are used: its -pthread cflag would make trainer_config's flags differ from the PCH's.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(RE2 REQUIRED re2)
 
 # fmt: the torch wheel ships fmt 12 headers in its include folder, while Debian's spdlog is built
 # against Debian's fmt 9 (libfmt.so.9). Mixing them gives link errors or, worse, ODR violations.

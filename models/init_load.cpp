@@ -1,12 +1,13 @@
 #include "models/init_load.hpp"
 
-#include <regex>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "config/file_read.hpp"
+#include "config/name_pattern.hpp"
 #include "io/safetensors.hpp"
-#include "models/torch_pickle.hpp"
+#include "io/torch_pickle.hpp"
+#include "io/weight_copy.hpp"
 
 namespace trainer::models {
 namespace {
@@ -23,7 +24,11 @@ std::string init_shape_text(c10::IntArrayRef s) {
 }
 
 StateFile read_torch_save(const std::string& path, const std::string& bytes) {
-  return StateFile{path, "torch.save", read_torch_state_dict(path, bytes)};
+  try {
+    return StateFile{path, "torch.save", io::read_torch_state_dict(path, bytes)};
+  } catch (const io::TorchSaveError& e) {
+    throw InitLoadError(e.what());
+  }
 }
 
 }  // namespace
@@ -83,21 +88,21 @@ std::string renamed_name(const std::string& name, const config::InitConfig& init
   return name;
 }
 
-bool init_skipped(const std::string& name, const std::vector<std::regex>& skip) {
+bool init_skipped(const std::string& name, const std::vector<config::NamePattern>& skip) {
   for (const auto& re : skip)
-    if (std::regex_search(name, re)) return true;
+    if (re.found_in(name)) return true;
   return false;
 }
 
 struct InitPlan {
   InitReport report;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  std::vector<std::string> mis_shaped, conflicting;
+  std::vector<std::string> mis_shaped, conflicting, unfaithful;
 };
 
 InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, const StateFile& file) {
-  std::vector<std::regex> skip;
-  for (const auto& s : init.skip) skip.emplace_back(s, std::regex::ECMAScript);  // checked when the config loaded
+  std::vector<config::NamePattern> skip;
+  for (const auto& s : init.skip) skip.emplace_back(s);  // checked when the config loaded
   InitPlan plan;
   auto& r = plan.report;
   std::unordered_map<std::string, const torch::Tensor*> source;  // registered name -> file tensor
@@ -128,6 +133,12 @@ InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, c
       covered.insert(owner);
       continue;
     }
+    if (auto why = io::weight_copy_problem(t, want)) {
+      plan.unfaithful.push_back(name + ": " + *why);
+      covered.insert(owner);
+      continue;
+    }
+    if (const auto c = io::weight_conversion(t, want); !c.empty()) r.converted.push_back(name + " (" + c + ")");
     source[owner] = &t;
     r.loaded.push_back(name);
     plan.copies.emplace_back(want, t);
@@ -151,6 +162,7 @@ InitReport load_init_weights(torch::nn::Module& m, const config::InitConfig& ini
   };
   add("mis-shaped", plan.mis_shaped, " (model.init.reinit_mismatched: true keeps the model's initialisation there)");
   add("tied tensors that differ", plan.conflicting, "");
+  add("dtypes that cannot be loaded faithfully", plan.unfaithful, "");
   if (init.strict) {
     add("missing", r.missing, " (model.init.strict: false accepts them)");
     add("unexpected", r.unexpected, " (model.init.skip or model.init.rename, or strict: false)");

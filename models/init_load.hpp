@@ -1,5 +1,5 @@
 // model.init: the weights a run starts from. Reads a safetensors file or a torch.save'd state_dict
-// (.pt / .pth: the zip format, read by models/torch_pickle.cpp, no Python), maps the file's names onto the
+// (.pt / .pth: the zip format, read by io/torch_pickle.cpp, no Python), maps the file's names onto the
 // model's (rename, skip), and says exactly what it did in an InitReport.
 #pragma once
 
@@ -38,11 +38,13 @@ struct InitReport {
   std::vector<std::string> reinitialised;                     // "name: file [a, b], model [c, d]"
   std::vector<std::string> missing;                           // model names the file does not give
   std::vector<std::string> unexpected;                        // file names the model does not have
+  std::vector<std::string> converted;                         // "name (float16 -> float32)": dtype converted
 };
 
-// Copies the file's tensors into `m` as `init` says (dtype converted as load_state_dict does, device
-// and memory format kept). Mis-shaped tensors are an error unless init.reinit_mismatched (then the
-// model's own initialisation stays); missing and unexpected names are errors when init.strict. All
+// Copies the file's tensors into `m` as `init` says (device and memory format kept; a dtype converted
+// only as io::weight_copy_problem allows: fp16/bf16 <-> fp32 yes, complex or bool into float never). Mis-shaped tensors are an error unless init.reinit_mismatched (then the
+// model's own initialisation stays); a dtype that cannot be converted faithfully is always an error;
+// missing and unexpected names are errors when init.strict. All
 // problems are listed in one InitLoadError; nothing is copied then.
 InitReport load_init_weights(torch::nn::Module& m, const config::InitConfig& init, const StateFile& file);
 InitReport load_init_weights(torch::nn::Module& m, const config::InitConfig& init, const std::string& path);

@@ -18,7 +18,7 @@ log() { printf '[setup] %s\n' "$*"; }
 packages=(
   build-essential cmake ninja-build pkg-config python3-venv
   libyaml-cpp-dev libcli11-dev libspdlog-dev libfmt-dev catch2 nlohmann-json3-dev
-  libssl-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev
+  libssl-dev zlib1g-dev libre2-dev libjpeg62-turbo-dev libpng-dev libgloo-dev
   openmpi-bin libopenmpi-dev
   slurmctld slurmd slurm-client munge iproute2
   dataset-fashion-mnist fortunes

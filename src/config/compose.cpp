@@ -1,6 +1,7 @@
 // Reading config files into YAML documents, and following their `base:` chains (compose.hpp).
 #include "config/compose.hpp"
 
+#include <set>
 #include <sstream>
 
 #include "config/file_read.hpp"
@@ -12,6 +13,9 @@ namespace {
 // A chain longer than this is refused: no real config nests so deep, and a generated one that does
 // would make every error message unreadable.
 constexpr size_t kComposeMaxDepth = 32;
+// Distinct files in one composition: each is read once however many bases name it, so this bounds
+// the work of any base graph (a "diamond ladder" naming each level twice would otherwise read 2^N).
+constexpr size_t kComposeMaxFiles = 256;
 
 // Where the second document starts: its first node, or when it is empty, the second '---' line
 // (the first one when the first document has no marker).
@@ -72,6 +76,7 @@ class Composer {
     names_ = {name};
     std::error_code ec;
     canonical_ = {fs::weakly_canonical(dir / fs::path(name).filename(), ec).string()};
+    applied_ = {canonical_.front()};
   }
 
   std::vector<ConfigDocument> take() { return std::move(docs_); }
@@ -130,6 +135,16 @@ class Composer {
       if (c == canon) return fail(where, kBaseKey, "'" + v + "' makes a cycle of bases: " + chain_text(chain));
     if (names_.size() >= kComposeMaxDepth)
       return fail(where, kBaseKey, "more than " + std::to_string(kComposeMaxDepth) + " nested bases: " + chain_text(chain));
+    // A file already applied (a diamond: two bases sharing one) is not applied again: its values are
+    // already there, at their first place in the order, and reading it twice is what made a base
+    // graph cost exponential time.
+    if (applied_.count(canon) || capped_) return;
+    if (applied_.size() >= kComposeMaxFiles) {
+      capped_ = true;  // one error, not one per file beyond the cap
+      return fail(where, kBaseKey, "more than " + std::to_string(kComposeMaxFiles) +
+                                       " distinct files in the base graph: " + chain_text(chain));
+    }
+    applied_.insert(canon);
     std::string text;
     fs::path base_dir;
     try {
@@ -150,6 +165,8 @@ class Composer {
   std::vector<ConfigDocument> docs_;
   std::vector<std::string> names_;      // the chain from the first file to the one being read
   std::vector<std::string> canonical_;  // the same files, canonical: what a cycle is detected on
+  std::set<std::string> applied_;       // every file read so far, canonical: each is read once
+  bool capped_ = false;                 // kComposeMaxFiles reached (and reported)
 };
 
 }  // namespace

@@ -27,7 +27,7 @@ struct RunSection {
 struct InitConfig {
   std::string from;               // .safetensors, or a torch.save'd state_dict .pt / .pth ("" = random init)
   bool strict = true;             // missing and unexpected names are errors (false: warnings)
-  std::vector<std::string> skip;  // regexes (std::regex_search) of file names not to load
+  std::vector<std::string> skip;  // regexes (config::NamePattern, search) of file names not to load
   // prefix mapping applied to the file's names, first matching prefix wins ("module." -> "")
   std::vector<std::pair<std::string, std::string>> rename;
   bool reinit_mismatched = false;  // a tensor whose shape differs keeps the model's own initialisation

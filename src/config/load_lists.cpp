@@ -2,8 +2,9 @@
 // (a prefix mapping, in file order), optim.groups (a list of {match, lr, weight_decay}).
 #include "config/load_lists.hpp"
 
+#include "config/name_pattern.hpp"
+
 #include <cmath>
-#include <regex>
 #include <sstream>
 
 namespace trainer::config {
@@ -90,10 +91,8 @@ class CollectionReader {
       return false;
     }
     if (!regex) return true;
-    try {
-      std::regex re(out, std::regex::ECMAScript);
-    } catch (const std::regex_error& ex) {
-      error(at(e), "'" + printable(out) + "' is not a valid regular expression (ECMAScript): " + ex.what());
+    if (auto why = NamePattern::problem(out)) {
+      error(at(e), "'" + printable(out.substr(0, 80)) + (out.size() > 80 ? "...' " : "' ") + *why);
       return false;
     }
     return true;

@@ -13,7 +13,8 @@
 namespace trainer::config {
 
 // Assigns `n` to the collection field `f` or adds diagnostics (each entry at its own line:col when the
-// node has a position, else at `where`). Regex entries must compile (std::regex, ECMAScript).
+// node has a position, else at `where`). Regex entries must pass NamePattern::problem
+// (config/name_pattern.hpp: RE2 syntax, bounded length and nesting).
 void assign_collection(const FieldInfo& f, const YAML::Node& n, const Location& where, const std::string& file,
                        std::vector<Diagnostic>& diags);
 

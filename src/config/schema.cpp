@@ -155,7 +155,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "random init. Not read when the run resumes from a checkpoint. The report: <run dir>/init_report.json.");
   k.b("strict", m.init.strict, "Missing and unexpected names are errors (false: warnings; the rest loads).");
   k.regexes("skip", m.init.skip,
-            "Regexes (ECMAScript, std::regex_search: anchor with ^...$ for the whole name) of the file's names "
+            "Regexes (RE2 syntax, searched anywhere in the name: anchor with ^...$ for the whole name) of the file's names "
             "(before renaming) not to load; the model keeps its own initialisation there.");
   k.prefixes("rename", m.init.rename,
              "Prefix mapping of the file's names, e.g. {\"module.\": \"\"} for a DDP checkpoint; the first "
@@ -246,7 +246,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
   k.i("max_nonfinite", t.max_nonfinite, 1, 1e6, "Consecutive skipped or rolled-back steps before the run aborts.");
   k.regexes("freeze", t.freeze,
-            "Regexes (std::regex_search over parameter names) of parameters that take no gradient, no optimizer "
+            "Regexes (RE2 syntax, searched anywhere in parameter names) of parameters that take no gradient, no optimizer "
             "state and no all-reduce; one that matches nothing is a warning.");
   k.b("freeze_bn", t.freeze_bn,
       "BatchNorm modules whose parameters are all frozen stay in eval mode while training (running statistics "
@@ -279,7 +279,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.b("fused", o.fused, "One fused ATen kernel per step (_fused_adamw_ / _fused_sgd_) instead of a per-parameter loop.");
   k.groups("groups", o.groups,
            "Parameter groups: [{match: REGEX, lr: X, weight_decay: Y}, ...]; a parameter takes the first rule whose "
-           "regex (std::regex_search) matches its name; lr and weight_decay default to optim.lr / "
+           "regex (RE2 syntax, searched anywhere in the name) matches its name; lr and weight_decay default to optim.lr / "
            "optim.weight_decay (no decay still applies to biases and norms); lr follows the schedule in proportion.");
   k.f("layer_decay", o.layer_decay, 0, 1,
       "Layer-wise lr decay over the model's blocks (its units: GPT and ViT blocks, ResNet stages): block i of n "

@@ -13,7 +13,10 @@
 #include <set>
 #include <unordered_map>
 
+#include <spdlog/spdlog.h>
+
 #include "config/file_read.hpp"
+#include "io/weight_copy.hpp"
 
 namespace trainer::io {
 namespace {
@@ -160,6 +163,10 @@ SafetensorsFile load_safetensors(const std::string& path) {
   std::string header(header_bytes, '\0');
   read_exact(file.fd(), path, header.data(), header_bytes, 8, "the header");
 
+  // As the reference implementation: the header is a JSON object from its first byte (trailing spaces
+  // are its padding). A header of 99 MB of spaces is refused here, before a parser sees it.
+  if (header.empty() || header[0] != '{')
+    fail(path, "the header does not start with '{' (a safetensors header is one JSON object): not a safetensors file");
   json j;
   try {
     j = json::parse(header);
@@ -185,17 +192,27 @@ SafetensorsFile load_safetensors(const std::string& path) {
     entries.push_back(parse_entry(path, key, value, data_bytes));
   }
 
-  // No two tensors may share bytes (gaps are tolerated: the data area need not be dense).
+  // The tensors tile the data area exactly, as safetensors.torch.load_file requires: no two share
+  // bytes, none leaves a gap, and nothing follows the last one (bytes no tensor accounts for are a
+  // damaged or doctored file).
   std::sort(entries.begin(), entries.end(),
             [](const Entry& a, const Entry& b) { return std::tie(a.begin, a.end) < std::tie(b.begin, b.end); });
   const Entry* prev = nullptr;
+  uint64_t covered = 0;
   for (const auto& e : entries) {
-    if (e.begin == e.end) continue;  // empty tensors own no bytes
-    if (prev && e.begin < prev->end)
+    if (e.begin < covered)
       fail(path, "tensors '" + prev->name + "' [" + std::to_string(prev->begin) + ", " + std::to_string(prev->end) +
                      ") and '" + e.name + "' [" + std::to_string(e.begin) + ", " + std::to_string(e.end) + ") overlap");
-    prev = &e;
+    if (e.begin > covered)
+      fail(path, "tensor '" + e.name + "' starts at byte " + std::to_string(e.begin) + " of the data area, leaving a gap of " +
+                     std::to_string(e.begin - covered) + " bytes no tensor holds");
+    covered = e.end;
+    if (e.end > e.begin) prev = &e;
   }
+  if (covered != data_bytes)
+    fail(path, std::to_string(data_bytes - covered) + " bytes follow the last tensor (the tensors hold " +
+                   std::to_string(covered) + " of the " + std::to_string(data_bytes) +
+                   " data bytes): a damaged or altered file");
 
   // The header is sound: now read the data, straight into the tensors.
   for (const auto& e : entries) {
@@ -324,7 +341,7 @@ void load_state_into(torch::nn::Module& m, const SafetensorsFile& f, bool strict
     source[owner] = &t;
     source_name[owner] = name;
   }
-  std::vector<std::string> missing;
+  std::vector<std::string> missing, unfaithful, converted;
   for (const auto& name : order) {
     auto it = source.find(name);
     if (it == source.end()) {
@@ -335,6 +352,8 @@ void load_state_into(torch::nn::Module& m, const SafetensorsFile& f, bool strict
     if (!it->second->sizes().equals(want.sizes()))
       mis_shaped.push_back(source_name[name] + " (file " + shape_text(it->second->sizes().vec()) + ", model " +
                            shape_text(want.sizes().vec()) + ")");
+    else if (auto why = weight_copy_problem(*it->second, want)) unfaithful.push_back(source_name[name] + ": " + *why);
+    else if (auto c = weight_conversion(*it->second, want); !c.empty()) converted.push_back(source_name[name] + " (" + c + ")");
   }
 
   auto join = [](const std::vector<std::string>& v) {
@@ -350,7 +369,9 @@ void load_state_into(torch::nn::Module& m, const SafetensorsFile& f, bool strict
   if (strict) add("unexpected", unexpected);
   add("mis-shaped", mis_shaped);
   add("tied tensors that differ", conflicting);
+  add("dtypes that cannot be loaded faithfully", unfaithful);
   if (!problems.empty()) fail(path, "does not match the model" + problems);
+  if (!converted.empty()) spdlog::info("{}: dtype converted ({}): {}", path, converted.size(), join(converted));
 
   torch::NoGradGuard no_grad;
   for (const auto& [name, src] : source) {

@@ -2,8 +2,10 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <set>
 
 #include "config/load.hpp"
+#include "hostile_util.hpp"
 #include "test_util.hpp"
 
 using namespace trainer::config;
@@ -85,6 +87,69 @@ TEST_CASE("a diamond of bases (two bases sharing one) is not a cycle", "[unit]")
   auto l = load_and_validate((dir / "exp.yaml").string(), {}, {});
   CHECK(l.cfg.optim.lr == 0.2);
   CHECK(l.cfg.optim.momentum == 0.3);
+}
+
+TEST_CASE("a shared base is read and applied once, at its first place: a diamond ladder costs linear time", "[unit]") {
+  // level i names two files that both name level i + 1: read naively, level 0 reads 2^15 files (the chain
+  // exp -> l0 -> a0 -> l1 -> ... -> l15 stays within the depth limit of 32)
+  constexpr int kLevels = 15;
+  std::vector<std::pair<std::string, std::string>> files;
+  for (int i = 0; i < kLevels; ++i) {
+    const std::string next = "l" + std::to_string(i + 1) + ".yaml";
+    files.push_back({"l" + std::to_string(i) + ".yaml",
+                     "base: [a" + std::to_string(i) + ".yaml, b" + std::to_string(i) + ".yaml]\n"});
+    files.push_back({"a" + std::to_string(i) + ".yaml", "base: " + next + "\n"});
+    files.push_back({"b" + std::to_string(i) + ".yaml", "base: " + next + "\noptim:\n  lr: 0." + std::to_string(i + 1) + "\n"});
+  }
+  files.push_back({"l" + std::to_string(kLevels) + ".yaml", kComposeHead + "optim:\n  lr: 0.9\n  momentum: 0.5\n"});
+  files.push_back({"exp.yaml", "base: l0.yaml\n"});
+  auto dir = compose_files("compose_ladder", files);
+  auto l = load_and_validate((dir / "exp.yaml").string(), {}, {});
+  CHECK(l.bases.size() == 3 * kLevels + 1);  // every file once
+  CHECK(std::set<std::string>(l.bases.begin(), l.bases.end()).size() == l.bases.size());
+  CHECK(l.cfg.optim.lr == 0.1);        // b0 is applied after everything below it
+  CHECK(l.cfg.optim.momentum == 0.5);  // the bottom level
+  // the shared base is not applied a second time after b.yaml overrode it
+  auto dia = compose_files("compose_once", {{"d.yaml", kComposeHead + "optim:\n  lr: 0.1\n"},
+                                            {"b.yaml", "base: d.yaml\noptim:\n  lr: 0.2\n"},
+                                            {"c.yaml", "base: d.yaml\noptim:\n  momentum: 0.3\n"},
+                                            {"exp.yaml", "base: [b.yaml, c.yaml]\n"}});
+  auto once = load_and_validate((dia / "exp.yaml").string(), {}, {});
+  CHECK(once.cfg.optim.lr == 0.2);
+  CHECK(once.bases == std::vector<std::string>{(dia / "d.yaml").string(), (dia / "b.yaml").string(),
+                                               (dia / "c.yaml").string()});
+}
+
+TEST_CASE("a base graph of more than 256 distinct files is refused, naming the chain", "[unit]") {
+  std::vector<std::pair<std::string, std::string>> files;
+  std::string list;
+  for (int i = 0; i < 300; ++i) {
+    files.push_back({"w" + std::to_string(i) + ".yaml", "optim:\n  lr: 0.1\n"});
+    list += (i ? ", w" : "w") + std::to_string(i) + ".yaml";
+  }
+  files.push_back({"mid.yaml", kComposeHead + "base: [" + list + "]\n"});
+  files.push_back({"exp.yaml", "base: mid.yaml\n"});
+  auto dir = compose_files("compose_wide", files);
+  auto e = compose_errors(dir);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].rfind("mid.yaml:5:", 0) == 0);
+  CHECK(e[0].find("base: more than 256 distinct files in the base graph: exp.yaml -> mid.yaml -> w254.yaml") !=
+        std::string::npos);
+}
+
+TEST_CASE("hostile YAML: 100,000 nested flow or block collections in a base are a syntax error, not a crash", "[unit]") {
+  std::string dashes = "optim:\n  lr:\n";
+  for (int i = 0; i < 100000; ++i) dashes += "- ";
+  for (const auto& text : {"optim: {lr: " + std::string(100000, '[') + std::string(100000, ']') + "}\n", dashes + "1\n"}) {
+    auto dir = compose_files("compose_deep_yaml", {{"deep.yaml", text}, {"exp.yaml", kComposeHead + "base: deep.yaml\n"}});
+    std::vector<std::string> e;
+    const auto err = trainer::test::error_within(60, [&] { e = compose_errors(dir); }, "deep YAML");
+    CHECK(err.empty());
+    REQUIRE(e.size() == 1);
+    CHECK(e[0].rfind("deep.yaml:", 0) == 0);
+    CHECK(e[0].find(": YAML syntax error: ") != std::string::npos);
+    CHECK(e[0].find("(base chain: exp.yaml -> deep.yaml)") != std::string::npos);
+  }
 }
 
 TEST_CASE("relative paths in a base resolve against the base's folder", "[unit]") {

@@ -67,14 +67,14 @@ TEST_CASE("fine-tuning keys through --set", "[unit]") {
   CHECK(a.cfg.model.init.rename == PrefixPairs{{"module.", ""}});
   auto e = finetune_errors(kFtHead, {"train.freeze=['(']"});
   REQUIRE(e.size() == 1);
-  CHECK(e[0].rfind("--set train.freeze=['(']: train.freeze: '(' is not a valid regular expression (ECMAScript): ", 0) == 0);
+  CHECK(e[0].rfind("--set train.freeze=['(']: train.freeze: '(' is not a valid regular expression (RE2 syntax; no backreferences or lookaround): ", 0) == 0);
 }
 
 TEST_CASE("fine-tuning key errors name file:line:col and the key", "[unit]") {
   auto e = finetune_errors(kFtHead + "optim:\n  groups:\n    - {match: 'fc[', lr: 0.1}\n    - {lr: 0.1, wd: 1}\n"
                                      "    - {match: x, lr: -1}\n");
   REQUIRE(e.size() == 4);
-  CHECK(e[0].rfind("ft.yaml:7:15: optim.groups: 'fc[' is not a valid regular expression (ECMAScript): ", 0) == 0);
+  CHECK(e[0].rfind("ft.yaml:7:15: optim.groups: 'fc[' is not a valid regular expression (RE2 syntax; no backreferences or lookaround): ", 0) == 0);
   CHECK(e[1] == "ft.yaml:8:17: optim.groups: unknown group key 'wd'; a group has match, lr, weight_decay");
   CHECK(e[2] == "ft.yaml:8:7: optim.groups: a group needs `match:` (a regex of parameter names)");
   CHECK(e[3] == "ft.yaml:9:22: optim.groups: lr: expected a number in [0, 1000], got '-1'");

@@ -125,7 +125,8 @@ TEST_CASE("safetensors reader: a header that is not JSON", "[unit]") {
 
 TEST_CASE("safetensors reader: a header that is not a JSON object", "[unit]") {
   auto path = craft("not_object", "[1, 2]", 0);
-  CHECK(load_error(path) == path + ": header is not a JSON object");
+  CHECK(load_error(path) == path + ": the header does not start with '{' (a safetensors header is one JSON object): "
+                                   "not a safetensors file");
 }
 
 TEST_CASE("safetensors reader: an entry without dtype, shape or data_offsets", "[unit]") {
@@ -188,10 +189,22 @@ TEST_CASE("safetensors reader: __metadata__ that is not a map of strings", "[uni
   CHECK(load_error(path) == path + ": __metadata__ must map strings to strings ('step' is not a string)");
 }
 
-TEST_CASE("safetensors reader: gaps between tensors are accepted", "[unit]") {
-  auto path = craft("gap", R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]}})", 8);
-  auto f = trainer::io::load_safetensors(path);
-  REQUIRE(f.tensors.size() == 1);
+TEST_CASE("safetensors reader: a gap, trailing bytes or a header not starting with '{' are refused (as load_file)",
+          "[unit]") {
+  auto gap = craft("gap", R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [4, 6]}})", 6);
+  CHECK(load_error(gap) == gap + ": tensor 'a' starts at byte 4 of the data area, leaving a gap of 4 bytes no tensor holds");
+  auto trailing = craft("trailing", R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})", 18);
+  CHECK(load_error(trailing) == trailing + ": 16 bytes follow the last tensor (the tensors hold 2 of the 18 data bytes): "
+                                           "a damaged or altered file");
+  auto spaces = craft("spaces", std::string(1000, ' '), 0);
+  CHECK(load_error(spaces) == spaces + ": the header does not start with '{' (a safetensors header is one JSON object): "
+                                       "not a safetensors file");
+  // the valid twins: dense tensors, an empty one, a header padded with spaces
+  auto ok = craft("dense", R"({"a": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}, )"
+                           R"("e": {"dtype": "F32", "shape": [0], "data_offsets": [2, 2]}, )"
+                           R"("b": {"dtype": "U8", "shape": [1], "data_offsets": [2, 3]}}    )", 3);
+  auto f = trainer::io::load_safetensors(ok);
+  REQUIRE(f.tensors.size() == 3);
   CHECK(torch::equal(f.tensors[0].second, torch::full({2}, 1, torch::kUInt8)));
 }
 
@@ -246,4 +259,40 @@ TEST_CASE("tied tensors are written under both names and load from either", "[un
   CHECK_THROWS_WITH(trainer::io::load_state_into(b, conflicting),
                     "x.safetensors: does not match the model; tied tensors that differ (1): 'head.weight' and "
                     "'lin.weight'");
+}
+
+TEST_CASE("load_state_into refuses a dtype it cannot convert faithfully, naming the tensor; fp16 converts", "[unit]") {
+  Tiny m;
+  trainer::io::SafetensorsFile f;
+  f.path = "ckpt.safetensors";
+  f.tensors = {{"lin.weight", torch::ones({2, 3}, torch::kBool)}, {"lin.bias", torch::zeros({2}, torch::kInt32)},
+               {"steps", torch::full({1}, 70000, torch::kInt64)}};
+  try {
+    trainer::io::load_state_into(m, f, true);
+    FAIL("no error");
+  } catch (const SafetensorsError& e) {
+    CHECK(std::string(e.what()) ==
+          "ckpt.safetensors: does not match the model; dtypes that cannot be loaded faithfully (2): lin.weight: a bool "
+          "tensor into a float32 tensor: a mask of true/false is not a tensor of values (save the tensor the model "
+          "holds), lin.bias: an int32 tensor into a float32 tensor: not a conversion that keeps the values' meaning "
+          "(save the tensor in the model's dtype)");
+  }
+  CHECK(m.lin->weight.sum().item<float>() != 6.0f);  // nothing copied
+  const auto w = torch::arange(6, torch::kFloat32).reshape({2, 3});
+  f.tensors = {{"lin.weight", w.to(torch::kFloat16)}, {"lin.bias", torch::ones({2}, torch::kBFloat16)},
+               {"steps", torch::full({1}, 7, torch::kInt32)}};
+  trainer::io::load_state_into(m, f, true);
+  CHECK(torch::equal(m.lin->weight, w));
+  CHECK(m.lin->weight.scalar_type() == torch::kFloat32);
+  CHECK(m.named_buffers()["steps"].item<int64_t>() == 7);
+  f.tensors[0].second = torch::full({2, 3}, 1e6, torch::kFloat64);
+  m.lin->weight.set_data(m.lin->weight.data().to(torch::kFloat16));  // a half model: 1e6 is beyond its range
+  CHECK_THROWS_WITH(trainer::io::load_state_into(m, f, true),
+                    Catch::Contains("lin.weight: a float64 tensor into a float16 tensor: finite values beyond "
+                                    "float16's range would become infinite"));
+  f.tensors[0].second = torch::complex(w, w);
+  f.tensors[2].second = torch::full({1}, 1, torch::kInt64);
+  m.lin->weight.set_data(m.lin->weight.data().to(torch::kFloat32));
+  CHECK_THROWS_WITH(trainer::io::load_state_into(m, f, true),
+                    Catch::Contains("lin.weight: a complex64 tensor into a float32 tensor: the imaginary part would be lost"));
 }

@@ -76,7 +76,7 @@ train:
   max_steps: 30
   log_every: 5
   threads: 1
-  freeze: ['^(?!fc\\.)']
+  freeze: ['^(conv1|bn1|layer[1-4])\\.']
   freeze_bn: true
 optim: {{name: sgd, lr: 0.03, momentum: 0.9{groups}}}
 checkpoint: {{every_steps: 10, keep_last: 5}}
@@ -228,7 +228,7 @@ def main():
 
     # 5. an invalid regex: a config error at its line and column, exit 2, nothing started
     with open(cfg_a) as f:
-        text = f.read().replace("freeze: ['^(?!fc\\.)']", "freeze: ['fc(']")
+        text = f.read().replace("freeze: ['^(conv1|bn1|layer[1-4])\\.']", "freeze: ['fc(']")
     cfg_bad = os.path.join(tmp, "bad.yaml")
     with open(cfg_bad, "w") as f:
         f.write(text)

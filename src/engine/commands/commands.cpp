@@ -270,6 +270,8 @@ int cmd_check(const CheckArgs& args) {
       std::cout << "model.init: " << init << " (" << r.format << "): " << r.loaded.size() << " loaded, "
                 << r.skipped.size() << " skipped, " << r.renamed.size() << " renamed, " << r.reinitialised.size()
                 << " re-initialised, " << r.missing.size() << " missing, " << r.unexpected.size() << " unexpected\n";
+      if (!r.converted.empty())
+        std::cout << "model.init: dtype converted (" << r.converted.size() << "): " << models::name_list(r.converted) << "\n";
     }
 
     std::vector<int64_t> shape = sample_shape_from_config(c);

@@ -3,8 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
-#include <regex>
 
+#include "config/name_pattern.hpp"
 #include "engine/optim/optim.hpp"
 #include "models/model.hpp"
 
@@ -33,14 +33,14 @@ struct GroupKey {
 
 std::vector<GroupKey> group_keys(const config::OptimConfig& cfg, const ParamGroups& split, const LayerDepths& layers,
                                  std::vector<size_t>& rule_hits) {
-  std::vector<std::regex> rules;
-  for (const auto& g : cfg.groups) rules.emplace_back(g.match, std::regex::ECMAScript);  // checked at load
+  std::vector<config::NamePattern> rules;
+  for (const auto& g : cfg.groups) rules.emplace_back(g.match);  // checked at load
   const int64_t depth = layers.blocks();
   std::vector<GroupKey> keys;
   auto key_of = [&](const std::string& name, bool decays) {
     double lr = cfg.lr, wd = cfg.weight_decay;
     for (size_t i = 0; i < rules.size(); ++i)
-      if (std::regex_search(name, rules[i])) {
+      if (rules[i].found_in(name)) {
         ++rule_hits[i];
         lr = cfg.groups[i].lr.value_or(lr);
         wd = cfg.groups[i].weight_decay.value_or(wd);

@@ -3,8 +3,8 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-#include <regex>
 
+#include "config/name_pattern.hpp"
 #include "io/run_dir.hpp"
 
 namespace trainer::engine {
@@ -15,7 +15,7 @@ nlohmann::json init_report_json(const models::InitReport& r) {
   for (const auto& [from, to] : r.renamed) renamed.push_back({{"from", from}, {"to", to}});
   return {{"path", r.path},          {"format", r.format},         {"loaded", r.loaded},
           {"skipped", r.skipped},    {"renamed", renamed},         {"reinitialised", r.reinitialised},
-          {"missing", r.missing},    {"unexpected", r.unexpected}};
+          {"missing", r.missing},    {"unexpected", r.unexpected}, {"converted", r.converted}};
 }
 
 void log_init_report(const models::InitReport& r, bool strict) {
@@ -31,6 +31,7 @@ void log_init_report(const models::InitReport& r, bool strict) {
   line("skipped", r.skipped);
   line("renamed", renamed);
   line("re-initialised (shape differs, the model's own initialisation kept)", r.reinitialised);
+  line("dtype converted", r.converted);
   // without strict these are what the user accepted; still worth a warning, since a typo looks the same
   if (!strict && !r.missing.empty())
     spdlog::warn("model.init: missing ({}), left at the model's initialisation: {}", r.missing.size(),
@@ -76,15 +77,15 @@ models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Devi
 std::vector<std::string> apply_freeze(models::Model& model, const config::TrainConfig& cfg) {
   std::vector<std::string> frozen;
   if (cfg.freeze.empty()) return frozen;
-  std::vector<std::regex> res;
-  for (const auto& s : cfg.freeze) res.emplace_back(s, std::regex::ECMAScript);  // checked when the config loaded
+  std::vector<config::NamePattern> res;
+  for (const auto& s : cfg.freeze) res.emplace_back(s);  // checked when the config loaded
   std::vector<size_t> hits(res.size(), 0);
   int64_t frozen_numel = 0, total_numel = 0;
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
     total_numel += p.value().numel();
     bool match = false;
     for (size_t i = 0; i < res.size(); ++i)
-      if (std::regex_search(p.key(), res[i])) match = true, ++hits[i];
+      if (res[i].found_in(p.key())) match = true, ++hits[i];
     if (!match) continue;
     p.value().set_requires_grad(false);
     frozen.push_back(p.key());

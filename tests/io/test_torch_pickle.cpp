@@ -1,6 +1,6 @@
-// models/torch_pickle.cpp against a hand-built torch.save archive (an OrderedDict state_dict with
+// io/torch_pickle.cpp against a hand-built torch.save archive (an OrderedDict state_dict with
 // its _metadata, as PyTorch writes it): read exactly; every truncation and random damage of the
-// pickle is an InitLoadError, never a crash or another exception. Real torch.save files:
+// pickle is a TorchSaveError, never a crash or another exception. Real torch.save files:
 // tests/python/test_finetune.py.
 #include <catch2/catch.hpp>
 
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <random>
 
-#include "models/torch_pickle.hpp"
+#include "io/torch_pickle.hpp"
 
 using namespace trainer;
 
@@ -68,22 +68,23 @@ std::string archive_with(const std::string& pickle, size_t float_bytes = 24) {
 }  // namespace
 
 TEST_CASE("torch_pickle reads an OrderedDict state_dict of a torch.save archive", "[unit]") {
-  const auto sd = models::read_torch_state_dict("sd.pth", archive_with(state_pickle()));
+  const auto sd = io::read_torch_state_dict("sd.pth", archive_with(state_pickle()));
   REQUIRE(sd.size() == 2);
   CHECK(sd[0].first == "w");
   CHECK(torch::equal(sd[0].second, torch::arange(1, 7, torch::kFloat).view({2, 3})));
   CHECK(sd[1].first == "n");
   CHECK(sd[1].second.dim() == 0);
   CHECK(sd[1].second.item<int64_t>() == 42);
-  CHECK_THROWS_WITH(models::read_torch_state_dict("short.pth", archive_with(state_pickle(), 8)),
-                    "short.pth: data/0 holds 8 bytes, fewer than its 6 elements");
+  CHECK_THROWS_WITH(io::read_torch_state_dict("short.pth", archive_with(state_pickle(), 8)),
+                    "short.pth: tensor 'w': data/0 holds 8 bytes, but its storage type torch.FloatStorage of 6 "
+                    "elements needs 24 bytes: the storage type does not match its data (or the record is damaged)");
 }
 
-TEST_CASE("torch_pickle: every truncated or damaged pickle is an InitLoadError", "[unit]") {
+TEST_CASE("torch_pickle: every truncated or damaged pickle is a TorchSaveError", "[unit]") {
   const std::string good = state_pickle();
   for (size_t n = 0; n < good.size(); ++n) {
     INFO("truncated to " << n << " bytes");
-    CHECK_THROWS_AS(models::read_torch_state_dict("cut.pth", archive_with(good.substr(0, n))), models::InitLoadError);
+    CHECK_THROWS_AS(io::read_torch_state_dict("cut.pth", archive_with(good.substr(0, n))), io::TorchSaveError);
   }
   std::mt19937 rng(7);
   int errors = 0;
@@ -92,8 +93,8 @@ TEST_CASE("torch_pickle: every truncated or damaged pickle is an InitLoadError",
     for (int k = 0; k < 1 + trial % 3; ++k) bad[rng() % bad.size()] = static_cast<char>(rng() & 0xFF);
     INFO("trial " << trial);
     try {
-      models::read_torch_state_dict("bad.pth", archive_with(bad));
-    } catch (const models::InitLoadError&) {
+      io::read_torch_state_dict("bad.pth", archive_with(bad));
+    } catch (const io::TorchSaveError&) {
       ++errors;
     }  // any other exception escapes and fails the test
   }
