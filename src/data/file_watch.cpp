@@ -118,6 +118,7 @@ bool guarded_run(void (*fn)(void*), void* ctx, const void* lo, const void* hi) {
 }
 
 bool guarded_copy(void* dst, const void* src, size_t n) {
+  if (n == 0) return true;  // nothing to read (an empty file maps to no address: memcpy's null source)
   CopyArgs a{dst, src, n};
   return guarded_run(copy_fn, &a, src, static_cast<const uint8_t*>(src) + n);
 }

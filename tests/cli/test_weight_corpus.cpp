@@ -89,7 +89,7 @@ torch::Tensor corpus_bitwise_view(const torch::Tensor& t) {
 
 }  // namespace
 
-TEST_CASE("weight corpus: every hostile file is refused naming file, tensor and reason; twins load as PyTorch loads",
+TEST_CASE("weight corpus: every hostile file is refused naming file, tensor and reason, and twins load as PyTorch loads",
           "[e2e]") {
   const auto dir = scratch_dir("weight_corpus");
   if (!fs::exists(corpus_python())) TRAINER_SKIP("no Python environment at " << corpus_python());

@@ -261,7 +261,7 @@ TEST_CASE("tied tensors are written under both names and load from either", "[un
                     "'lin.weight'");
 }
 
-TEST_CASE("load_state_into refuses a dtype it cannot convert faithfully, naming the tensor; fp16 converts", "[unit]") {
+TEST_CASE("load_state_into refuses a dtype it cannot convert faithfully, naming the tensor, and fp16 converts", "[unit]") {
   Tiny m;
   trainer::io::SafetensorsFile f;
   f.path = "ckpt.safetensors";
