@@ -71,9 +71,9 @@ void check_counts(const Program& prog, const PipelineShape& sh, Validation& v) {
 }
 
 // Pass 2: runs the lists under the execution model until nothing moves.
-class Executor {
+class DryRun {
  public:
-  Executor(const Program& prog, const PipelineShape& sh) : prog_(prog), sh_(sh), pc_(prog.size(), 0) {}
+  DryRun(const Program& prog, const PipelineShape& sh) : prog_(prog), sh_(sh), pc_(prog.size(), 0) {}
 
   void run(Validation& v) {
     for (bool moved = true; moved && v.errors.empty();) {
@@ -180,7 +180,7 @@ Validation validate(const Program& prog, const PipelineShape& sh) {
       if (auto e = static_error(prog[r][i], static_cast<int64_t>(r), sh); !e.empty())
         v.errors.push_back(where(static_cast<int64_t>(r), i, prog[r][i]) + ": " + e);
   if (v.errors.empty()) check_counts(prog, sh, v);
-  if (v.errors.empty()) Executor(prog, sh).run(v);
+  if (v.errors.empty()) DryRun(prog, sh).run(v);
   v.ok = v.errors.empty();
   return v;
 }
