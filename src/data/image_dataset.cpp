@@ -23,6 +23,17 @@ const uint8_t* ImageDataset::source(int64_t index, ImageScratch& scratch, int64_
   return pixels(index, scratch, label);
 }
 
+const uint8_t* ImageDataset::resized_crop_of(int64_t index, ImageScratch& s, int64_t* label,
+                                             const std::function<CropBox(int64_t, int64_t)>& choose) const {
+  int64_t h = 0, w = 0;
+  const uint8_t* full = source(index, s, label, &h, &w);
+  if (!full) return nullptr;
+  const CropBox box = choose(h, w);
+  s.cropped.resize(channels_ * height_ * width_);
+  resized_crop(full, channels_, h, w, box, s.cropped.data(), height_, width_, s.tmp, s.filter);
+  return s.cropped.data();
+}
+
 // Training samples: RandomResizedCrop (of the source), then pad-crop / flip / rotation, then colour
 // jitter; each transform draws from its own stream, so turning one on leaves the others' draws.
 bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const {
@@ -30,14 +41,11 @@ bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input,
   const auto& aug = opts_.augment;
   const uint8_t* src = nullptr;
   if (augment && aug.random_resized_crop) {
-    int64_t h = 0, w = 0;
-    const uint8_t* full = source(index, scratch, target, &h, &w);
-    if (!full) return false;
     SampleRng rng = make_rng(RngStream::ResizedCrop, opts_.seed, epoch, index);
-    const CropBox box = sample_resized_crop(h, w, aug.rrc_scale, aug.rrc_ratio, rng);
-    scratch.cropped.resize(channels_ * height_ * width_);
-    resized_crop(full, channels_, h, w, box, scratch.cropped.data(), height_, width_, scratch.tmp, scratch.filter);
-    src = scratch.cropped.data();
+    src = resized_crop_of(index, scratch, target, [&](int64_t h, int64_t w) {
+      return sample_resized_crop(h, w, aug.rrc_scale, aug.rrc_ratio, rng);
+    });
+    if (!src) return false;
   } else {
     src = pixels(index, scratch, target);
     if (!src) return false;

@@ -3,6 +3,7 @@
 // sample's pixels and label come from.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ class ImageDataset : public Dataset {
   // The image RandomResizedCrop cuts from, `*h` x `*w`: by default pixels() at the output size; a
   // reader whose sources are larger (image_folder) returns the decoded source. nullptr as pixels().
   virtual const uint8_t* source(int64_t index, ImageScratch& scratch, int64_t* label, int64_t* h, int64_t* w) const;
+  // RandomResizedCrop of sample `index` into scratch.cropped at the output size, the box drawn by
+  // `choose` from the source's size: by default source() cut and resized; a reader that can decode
+  // only the box (image_folder) overrides it. nullptr as pixels().
+  virtual const uint8_t* resized_crop_of(int64_t index, ImageScratch& scratch, int64_t* label,
+                                         const std::function<CropBox(int64_t, int64_t)>& choose) const;
   // For readers whose sources are `src_h` x `src_w`: resizes to the output size when they differ.
   const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch) const;
   // Counts a skipped sample and warns (the first few times; then every 1000th).

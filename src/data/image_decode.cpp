@@ -2,6 +2,8 @@
 
 // jpeglib.h needs FILE and size_t declared before it
 #include <cstdio>
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -116,6 +118,89 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
   return img;
 }
 
+// The largest DCT scale denominator d in {1, 2, 4, 8} with the box still >= out at 1/d.
+unsigned region_scale(const CropBox& box, int64_t out_h, int64_t out_w) {
+  unsigned d = 1;
+  while (d < 8 && box.height / (2 * d) >= out_h && box.width / (2 * d) >= out_w) d *= 2;
+  return d;
+}
+
+// jpeg_crop_scanline's chroma upsampling treats the cut's edges as the image's: decode this many
+// columns more on each side and keep only the box's, so its pixels are a full decode's.
+constexpr int64_t kCropMargin = 16;
+
+RegionImage decode_jpeg_region(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
+                               const std::function<CropBox(int64_t, int64_t)>& choose, int64_t out_h, int64_t out_w,
+                               std::vector<uint8_t>& out, std::vector<uint8_t>& inter) {
+  jpeg_decompress_struct cinfo{};
+  JpegError err{};
+  cinfo.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpeg_error_exit;
+  err.mgr.emit_message = jpeg_silence;
+  if (setjmp(err.jump)) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataError(fmt::format("{}: cannot decode JPEG: {}", path, err.message));
+  }
+  jpeg_create_decompress(&cinfo);
+  jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&cinfo, TRUE);
+  if (std::string why = image_size_problem(path, "JPEG", cinfo.image_height, cinfo.image_width); !why.empty()) {
+    jpeg_destroy_decompress(&cinfo);
+    throw DataError(why);
+  }
+  RegionImage img;
+  img.channels = channels;
+  try {
+    img.box = choose(cinfo.image_height, cinfo.image_width);
+  } catch (...) {
+    jpeg_destroy_decompress(&cinfo);
+    throw;
+  }
+  const unsigned d = region_scale(img.box, out_h, out_w);
+  img.scale = d;
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = d;
+  jpeg_start_decompress(&cinfo);
+  const auto H = static_cast<int64_t>(cinfo.output_height), W = static_cast<int64_t>(cinfo.output_width);
+  // the box at 1/d, and the whole pixels that cover it
+  const double dd = static_cast<double>(d);
+  const double fy0 = img.box.top / dd, fy1 = (img.box.top + img.box.height) / dd;
+  const double fx0 = img.box.left / dd, fx1 = (img.box.left + img.box.width) / dd;
+  const int64_t y0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(fy0)), 0, H - 1);
+  const int64_t y1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(fy1)), y0 + 1, H);
+  const int64_t x0 = std::clamp<int64_t>(static_cast<int64_t>(std::floor(fx0)), 0, W - 1);
+  const int64_t x1 = std::clamp<int64_t>(static_cast<int64_t>(std::ceil(fx1)), x0 + 1, W);
+  // columns: libjpeg widens [x, x + w) to iMCU boundaries and says where it starts
+  JDIMENSION cx = static_cast<JDIMENSION>(std::max<int64_t>(0, x0 - kCropMargin));
+  JDIMENSION cw = static_cast<JDIMENSION>(std::min<int64_t>(W, x1 + kCropMargin)) - cx;
+  if (cw < cinfo.output_width) jpeg_crop_scanline(&cinfo, &cx, &cw);
+  const int64_t skip_cols = x0 - static_cast<int64_t>(cx);
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
+  const int64_t rows = y1 - y0, cols = x1 - x0, row = static_cast<int64_t>(cw) * channels;
+  inter.resize(static_cast<size_t>(rows * row));
+  for (int64_t y = 0; y < rows; ++y) {
+    JSAMPROW r = inter.data() + y * row;
+    if (jpeg_read_scanlines(&cinfo, &r, 1) != 1) {
+      std::snprintf(err.message, sizeof err.message, "the data ends before row %lld", static_cast<long long>(y0 + y));
+      longjmp(err.jump, 1);
+    }
+  }
+  jpeg_abort_decompress(&cinfo);  // the rows below the box are never decoded
+  jpeg_destroy_decompress(&cinfo);
+  img.height = rows;
+  img.width = cols;
+  img.window = SourceWindow{fy0 - static_cast<double>(y0), fx0 - static_cast<double>(x0), fy1 - fy0, fx1 - fx0};
+  out.resize(static_cast<size_t>(channels * rows * cols));
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t y = 0; y < rows; ++y) {
+      const uint8_t* src = inter.data() + y * row + skip_cols * channels + c;
+      uint8_t* dst = out.data() + (c * rows + y) * cols;
+      for (int64_t i = 0; i < cols; ++i) dst[i] = src[i * channels];
+    }
+  return img;
+}
+
 DecodedImage decode_png(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
                         std::vector<uint8_t>& out, std::vector<uint8_t>& inter, bool header_only) {
   png_image image{};
@@ -160,6 +245,28 @@ DecodedImage decode_any(const std::string& path, int64_t channels, int64_t min_s
 DecodedImage decode_image(const std::string& path, int64_t channels, int64_t min_side, std::vector<uint8_t>& out,
                           std::vector<uint8_t>& interleaved) {
   return decode_any(path, channels, min_side, out, interleaved, false);
+}
+
+RegionImage decode_image_region(const std::string& path, int64_t channels,
+                                const std::function<CropBox(int64_t, int64_t)>& choose, int64_t out_h, int64_t out_w,
+                                std::vector<uint8_t>& out, std::vector<uint8_t>& interleaved) {
+  std::vector<uint8_t> bytes = read_all(path);
+  if (sniff(bytes) == ImageType::Jpeg) return decode_jpeg_region(path, bytes, channels, choose, out_h, out_w, out, interleaved);
+  std::vector<uint8_t> whole;  // PNG (or not an image: the same error as decode_image's)
+  const DecodedImage full = decode_any(path, channels, 0, whole, interleaved, false);
+  RegionImage img;
+  img.channels = channels;
+  img.box = choose(full.height, full.width);
+  const CropBox& b = img.box;
+  img.height = b.height;
+  img.width = b.width;
+  img.window = SourceWindow{0, 0, static_cast<double>(b.height), static_cast<double>(b.width)};
+  out.resize(static_cast<size_t>(channels * b.height * b.width));
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t y = 0; y < b.height; ++y)
+      std::memcpy(out.data() + (c * b.height + y) * b.width, whole.data() + (c * full.height + b.top + y) * full.width + b.left,
+                  static_cast<size_t>(b.width));
+  return img;
 }
 
 DecodedImage probe_image(const std::string& path) {

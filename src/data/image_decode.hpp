@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "data/crop_jitter.hpp"
+#include "data/transforms.hpp"
 
 namespace trainer::data {
 
@@ -23,6 +27,24 @@ struct DecodedImage {
 // >= min_side (much faster for large photos). Throws DataError naming the file on failure.
 DecodedImage decode_image(const std::string& path, int64_t channels, int64_t min_side, std::vector<uint8_t>& out,
                           std::vector<uint8_t>& interleaved);
+
+// RandomResizedCrop's source, decoded only as far as the crop needs (as DALI's ROI decoding does):
+// the header's size goes to `choose`, which draws the box (the same box a full decode would get);
+// a JPEG is then decoded at the coarsest DCT scale (1/2, 1/4, 1/8) that still leaves the box at
+// least out_h x out_w, only the rows the box covers (the ones above skipped, the decode stopped
+// after its last) and, through jpeg_crop_scanline, about the columns it covers. `out` gets those
+// pixels, planar (C, height, width); `window` is where the box lies in them (fractional at a
+// scale below 1: resize it with resize_bilinear_window); `box` is the drawn box in source pixels,
+// `scale` the DCT denominator. A PNG decodes whole and the box is cut (scale 1).
+struct RegionImage {
+  int64_t channels = 0, height = 0, width = 0;
+  SourceWindow window;
+  CropBox box;
+  int64_t scale = 1;
+};
+RegionImage decode_image_region(const std::string& path, int64_t channels,
+                                const std::function<CropBox(int64_t h, int64_t w)>& choose, int64_t out_h,
+                                int64_t out_w, std::vector<uint8_t>& out, std::vector<uint8_t>& interleaved);
 
 // Width and height from the file header without decoding the pixels.
 DecodedImage probe_image(const std::string& path);

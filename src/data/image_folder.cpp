@@ -120,6 +120,28 @@ class ImageFolderDataset : public ImageDataset {
     return s.decoded.data();
   }
 
+  // RandomResizedCrop decodes only its box, at the coarsest DCT scale that keeps the box at least
+  // the output size (image_decode.hpp): the same box as a full decode, pixels within the tolerance
+  // tests/data measures (DCT scaling resamples slightly differently from the bilinear filter).
+  const uint8_t* resized_crop_of(int64_t index, ImageScratch& s, int64_t* label,
+                                 const std::function<CropBox(int64_t, int64_t)>& choose) const override {
+    const std::string& file = index_.files[index];
+    *label = index_.labels[index];
+    RegionImage region;
+    try {
+      region = decode_image_region(file, channels_, choose, height_, width_, s.decoded, s.tmp);
+    } catch (const DataError& e) {
+      return bad_sample(e.what(), index);
+    } catch (const std::bad_alloc&) {
+      return bad_sample(file + ": out of memory while decoding", index);
+    }
+    check_unchanged_file(index);
+    s.cropped.resize(channels_ * height_ * width_);
+    resize_bilinear_window(s.decoded.data(), channels_, region.height, region.width, region.window, s.cropped.data(),
+                           height_, width_, s.filter);
+    return s.cropped.data();
+  }
+
   // After each read (one stat): a file deleted or replaced since the scan ends the run (or reloads
   // it, data.on_change) whatever data.on_bad_sample says; only the files as scanned are the dataset.
   void check_unchanged_file(int64_t index) const {

@@ -17,18 +17,22 @@ struct AxisWeights {
   int64_t max_count = 0;
 };
 
-AxisWeights axis_weights(int64_t in, int64_t out) {
+// The window [off, off + len) of an axis of `in` pixels onto `out` pixels (the whole axis: off 0,
+// len in); the filter is cut at the window's edges, as if the window were the whole image.
+AxisWeights axis_weights(int64_t in, int64_t out, double off, double len) {
   AxisWeights a;
-  double scale = static_cast<double>(in) / static_cast<double>(out);
+  double scale = len / static_cast<double>(out);
+  const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(std::floor(off)));
+  const int64_t end = std::min<int64_t>(in, static_cast<int64_t>(std::ceil(off + len)));
   double support = std::max(scale, 1.0);  // the triangle widens when shrinking: antialiasing
   a.max_count = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
   a.start.resize(out);
   a.count.resize(out);
   a.weights.assign(out * a.max_count, 0.0f);
   for (int64_t i = 0; i < out; ++i) {
-    double center = (i + 0.5) * scale;
-    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), 0);
-    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), in);
+    double center = (i + 0.5) * scale + off;
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), first);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), end);
     double total = 0.0;
     float* w = &a.weights[i * a.max_count];
     for (int64_t j = lo; j < hi && j - lo < a.max_count; ++j) {
@@ -56,7 +60,13 @@ void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_
     std::memcpy(dst, src, channels * src_h * src_w);
     return;
   }
-  AxisWeights wx = axis_weights(src_w, dst_w), wy = axis_weights(src_h, dst_h);
+  resize_bilinear_window(src, channels, src_h, src_w, SourceWindow{0, 0, static_cast<double>(src_h), static_cast<double>(src_w)},
+                         dst, dst_h, dst_w, scratch);
+}
+
+void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
+                            uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
+  AxisWeights wx = axis_weights(src_w, dst_w, win.left, win.width), wy = axis_weights(src_h, dst_h, win.top, win.height);
   scratch.resize(src_h * dst_w);  // one channel of the horizontal pass: (src_h, dst_w)
   for (int64_t c = 0; c < channels; ++c) {
     const uint8_t* plane = src + c * src_h * src_w;

@@ -17,6 +17,15 @@ namespace trainer::data {
 void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
                      int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
 
+// A window of an image in (fractional) pixels: what a crop at another scale covers.
+struct SourceWindow {
+  double top = 0, left = 0, height = 0, width = 0;
+};
+// The same resize of the window `win` of src (the filter cut at the window's edges, as if it were
+// the whole image): RandomResizedCrop's box from an image decoded at 1/2, 1/4 or 1/8 scale.
+void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
+                            uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
+
 // Resize so the shorter side is `size`, then take the centred size x size crop.
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
                               int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch);
