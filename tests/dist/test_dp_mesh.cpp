@@ -19,7 +19,7 @@ using dist::Group;
 using dist::MeshDim;
 using dist::ShardSync;
 
-namespace {
+namespace dp_mesh {  // named: the unity build puts this file beside the other tests' helpers
 
 // Two units: fc1 (4 -> 5: 25 elements, odd, so a 2-way shard pads) and fc2 (5 -> 3: 18).
 // Registration order: fc1.weight, fc1.bias, fc2.weight, fc2.bias.
@@ -190,10 +190,11 @@ std::vector<std::vector<torch::Tensor>> run_world(int world, int tp, const std::
 
 const char* kModes[] = {"gradients after GradSync", "optimizer (ZeRO-1)", "gradients (ZeRO-2)", "full (ZeRO-3)"};
 
-}  // namespace
+}  // namespace dp_mesh
 
 TEST_CASE("worker: dp over the mesh", "[.worker]") {
   if (!test::is_worker()) return;
+  using namespace dp_mesh;
   torch::set_num_threads(1);
   config::DistConfig cfg;
   cfg.timeout_s = 120;
@@ -224,6 +225,7 @@ TEST_CASE("dp x tp mesh: GradSync and ShardSync in each mode run over the dp gro
           "2-rank world bit for bit",
           "[dist][dp_mesh]") {
   if (test::is_worker()) return;
+  using namespace dp_mesh;
   auto mesh = run_world(4, 2, "dp_mesh_4");
   auto plain = run_world(2, 1, "dp_mesh_world2");  // the dp group {0,2} alone, as a world
   for (size_t k = 0; k < 4; ++k) {
@@ -241,6 +243,7 @@ TEST_CASE("dp x tp mesh: GradSync and ShardSync in each mode run over the dp gro
 TEST_CASE("dp x tp mesh with tp == world: a dp group of one runs no dp collective and steps as one process",
           "[dist][dp_mesh]") {
   if (test::is_worker()) return;
+  using namespace dp_mesh;
   auto r = run_world(2, 2, "dp_mesh_tp2");  // the worker checks dp.collectives() == 0 and plain AdamW
   for (size_t k = 0; k < 4; ++k) {
     INFO(kModes[k]);
