@@ -1,6 +1,6 @@
 """Golden losses: the first 50 steps of the two shipped configs, bit for bit.
 
-tests/reference/golden_losses.json holds every train record's loss (and the final evaluation's)
+tests/reference/golden_losses*.json hold every train record's loss (and the final evaluation's)
 of configs/quickstart.yaml and configs/gpt_char.yaml run deterministically on CPU for 50 steps,
 as the JSON number text metrics.jsonl wrote. This test runs the same commands with the current
 binary and requires each loss to be the same double, naming the first step that differs.
@@ -10,11 +10,16 @@ It is what shows that a refactoring of the engine kept the arithmetic unchanged.
     python tests/python/test_golden_losses.py --write   # regenerate: see tests/reference/README.md
 
 bf16 and fp32 CPU kernels (oneDNN, MKL) pick their code by instruction set, so the losses are only
-comparable on a CPU with the same math features as the one that wrote the file: on another one
-the test is skipped (exit 77) and says why. Missing data (setup.sh not run) also skips.
+comparable on a CPU with the same math features as the one that wrote the file. Each golden file
+(tests/reference/golden_losses*.json) names the CPU it was made on; the test takes the one that
+matches this CPU, and on a CPU none matches it is skipped (exit 77) and says why. Missing data
+(setup.sh not run) also skips. `--write` rewrites this CPU's file, or starts one for a new CPU
+(golden_losses_<hash of the CPU signature>.json): make it with a binary known to be right (the
+commit before the change to be checked), then check the change against it.
 """
 # Two 50-step trainings, bf16 on CPU: 12 s wall (22 s CPU) on the 2-core machine when it is quiet,
 # up to 8 min while three other builds share it; not labelled slow.
+import hashlib
 import json
 import math
 import os
@@ -28,7 +33,7 @@ ROOT = os.environ.get("TRAINER_SOURCE_DIR") or os.path.dirname(os.path.dirname(
     os.path.dirname(os.path.abspath(__file__))))
 TRAINER = os.environ.get("TRAINER_BIN") or os.path.join(ROOT, "build", "trainer")
 TMP = os.path.join(os.environ.get("TRAINER_TEST_TMP", "/tmp"), "py_golden_losses")
-GOLDEN = os.path.join(ROOT, "tests", "reference", "golden_losses.json")
+REFERENCE = os.path.join(ROOT, "tests", "reference")
 
 # Deterministic and quick: deterministic algorithms, CPU, a fixed thread count (reduction splits
 # follow it), one record per step, no progress bar, one evaluation (at the end) of 4 batches. The
@@ -60,6 +65,20 @@ def cpu_signature():
             elif key.strip() == "flags" and not flags:
                 flags = set(value.split())
     return {"model": model, "flags": [fl for fl in CPU_FLAGS if fl in flags]}
+
+
+def golden_files():
+    return sorted(os.path.join(REFERENCE, f) for f in os.listdir(REFERENCE)
+                  if f.startswith("golden_losses") and f.endswith(".json"))
+
+
+def golden_for(signature):
+    """The golden file made on a CPU with this signature, or None."""
+    for path in golden_files():
+        with open(path) as f:
+            if json.load(f)["cpu"] == signature:
+                return path
+    return None
 
 
 def overrides(name):
@@ -132,9 +151,12 @@ def write():
         print(f"{name}: {len(golden['runs'][name]['losses']['train'])} train losses")
     head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     golden["made_at_commit"] = head.stdout.strip() or "unknown"
-    with open(GOLDEN, "w") as f:
+    sig = golden["cpu"]
+    path = golden_for(sig) or os.path.join(REFERENCE, "golden_losses_" + hashlib.sha256(
+        json.dumps(sig, sort_keys=True).encode()).hexdigest()[:8] + ".json")
+    with open(path, "w") as f:
         f.write(dump(golden))
-    print(f"wrote {GOLDEN}")
+    print(f"wrote {path}")
 
 
 def dump(golden):
@@ -151,12 +173,17 @@ def dump(golden):
 
 
 def check():
-    with open(GOLDEN) as f:
-        golden = json.load(f)  # the losses are JSON strings: their text is kept as written
     here = cpu_signature()
-    if here != golden["cpu"]:
-        print(f"skipped: the golden losses come from {golden['cpu']}, this CPU is {here}")
+    path = golden_for(here)
+    if path is None:
+        made_on = []
+        for p in golden_files():
+            with open(p) as f:
+                made_on.append(json.load(f)["cpu"])
+        print(f"skipped: the golden losses come from {made_on}, this CPU is {here}")
         return 77
+    with open(path) as f:
+        golden = json.load(f)  # the losses are JSON strings: their text is kept as written
     for name, spec in RUNS.items():
         if not os.path.exists(os.path.join(ROOT, spec["needs"])):
             print(f"skipped: {spec['needs']} is missing (scripts/setup.sh prepares it)")
@@ -176,9 +203,9 @@ def check():
     for e in errors:
         print(e)
     if errors:
-        print(f"{len(errors)} difference(s) from {GOLDEN}")
+        print(f"{len(errors)} difference(s) from {path}")
         return 1
-    print("ok: every loss of both runs equals tests/reference/golden_losses.json bit for bit")
+    print(f"ok: every loss of both runs equals {os.path.relpath(path, ROOT)} bit for bit")
     return 0
 
 

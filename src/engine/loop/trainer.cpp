@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <chrono>
-#include <cmath>
 #include <optional>
 #include <stdexcept>
 
@@ -17,28 +15,27 @@
 #include "device/device.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
-#include "engine/loop/data_change.hpp"
-#include "engine/parallel/data_parallel.hpp"
+#include "engine/checkpoint/stop_signal.hpp"
 #include "engine/eval/early_stopping.hpp"
-#include "engine/step/ema.hpp"
 #include "engine/eval/evaluator.hpp"
-#include "engine/startup/finetune.hpp"
-#include "engine/step/graphed_step.hpp"
-#include "engine/optim/loss_scaler.hpp"
+#include "engine/loop/data_change.hpp"
 #include "engine/loop/nonfinite_policy.hpp"
+#include "engine/loop/run_evaluation.hpp"
+#include "engine/loop/run_recorder.hpp"
+#include "engine/loop/train_record.hpp"
+#include "engine/loop/world_recovery.hpp"
+#include "engine/optim/loss_scaler.hpp"
 #include "engine/optim/optim.hpp"
 #include "engine/optim/precision.hpp"
-#include "engine/checkpoint/resume_check.hpp"
 #include "engine/optim/schedule.hpp"
-#include "engine/checkpoint/stop_signal.hpp"
-#include "engine/step/step_runner.hpp"
-#include "engine/loop/train_record.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "engine/startup/finetune.hpp"
 #include "engine/startup/startup_planner.hpp"
-#include "engine/loop/world_recovery.hpp"
-#include "obs/profiler.hpp"
+#include "engine/step/ema.hpp"
+#include "engine/step/graphed_step.hpp"
+#include "engine/step/step_runner.hpp"
 #include "models/model.hpp"
-#include "obs/history.hpp"
-#include "obs/run_log.hpp"
+#include "obs/profiler.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -89,22 +86,21 @@ class Trainer final : public WorldParts {
     tokens_ = train_set_->kind() == data::SampleKind::Tokens;
     if (cfg_.train.batch_size == 0) planner.choose_micro_batch(*train_set_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
-    if (val_set_) evaluator_ = make_evaluator();
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
     recovery_ = std::make_unique<WorldRecovery>(*dist_, cfg_, hash, *this);  // once the micro-batch is chosen
 
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
     scaler_ = std::make_unique<LossScaler>(LossScalerConfig{.enabled = precision_ == Precision::Fp16}, device_);
-    tracker_ = std::make_unique<EarlyStopping>(cfg_.train.early_stopping, spec_->rules.eval_metrics.front());
+    evaluation_ = std::make_unique<RunEvaluation>(cfg_, spec_->rules.eval_metrics.front());
+    if (val_set_) evaluation_->set_evaluator(make_evaluator());
 
     steps_ = make_step_runner();
     if (cfg_.train.cuda_graphs) steps_->enable_graphs(graph_conditions(cfg_, device_.is_cuda(), precision_, env_.world_size));
 
-    flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
-    peak_tflops_ = peak_tflops_for(cfg_, device_);
-
-    log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, env_.rank == 0, dir_, total_steps_));
+    records_ = std::make_unique<RunRecorder>(cfg_, env_, dir_, total_steps_,
+                                             model_->train_flops_per_sample(train_set_->sample_shape()),
+                                             peak_tflops_for(cfg_, device_));
 
     planner.release_startup_memory();
     log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
@@ -136,7 +132,7 @@ class Trainer final : public WorldParts {
     const auto joined = recovery_->join();
     if (!joined) return false;
     start_step_ = joined->step;
-    clock_offset_s_ = joined->time_s;
+    records_->joined(joined->time_s);
     return true;
   }
   // WorldParts: what depends on the world size, rebuilt for the current group.
@@ -151,7 +147,7 @@ class Trainer final : public WorldParts {
     parallel_->prepare(*model_, params_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     train_loader_->restore(pos);
-    if (val_set_) evaluator_ = make_evaluator();
+    evaluation_->set_evaluator(val_set_ ? make_evaluator() : nullptr);
     steps_ = make_step_runner();
     steps_->take_over(interval);
     ckpt_->set_parallel(parallel_.get());
@@ -162,122 +158,57 @@ class Trainer final : public WorldParts {
   // over the records rank 0 wrote, TensorBoard, the summary and the checkpoint store).
   void recover(const std::string& why, int64_t step) {
     if (!recovery_->recover(why, step)) return;
-    log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
-    log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
+    records_->become_primary();
     ckpt_->become_writer();
   }
 
-  // --- evaluation (engine/evaluator.hpp) -----------------------------------------------------------
-  // Evaluates, records, and returns true when early stopping asks the run to end.
-  bool evaluate_and_record(int64_t step) {
-    if (!val_set_) {
-      if (!warned_no_val_) spdlog::warn("no validation data: evaluation is skipped");
-      warned_no_val_ = true;
-      return false;
-    }
-    auto t0 = Clock::now();
-    EvalResult r = evaluator_->run(*model_);
-    if (r.count == 0) throw std::runtime_error("the validation split gave no samples to evaluate");
-    // early stopping and `best` follow the trained weights; the EMA's figures ride along
-    const bool stop = tracker_->update(metric_value(r, tracker_->metric()), step);
-    std::optional<EvalResult> ema;
-    if (ema_ && cfg_.train.ema.eval) ema = evaluator_->run(ema_->model());
-    obs::EvalRecord rec{.step = step, .epoch = epochs_done(), .time_s = clock_s()};
-    add_eval_figures(rec, r, ema ? &*ema : nullptr);
-    rec.eval_ms = ms_since(t0);
-    add_best(rec, *tracker_);
-    log_->eval(rec);
-    return stop;
+  // --- evaluation and records (engine/loop/run_evaluation.hpp, run_recorder.hpp) --------------------
+  // true when early stopping asks the run to end
+  bool evaluate(int64_t step) {
+    return evaluation_->evaluate(step, records_->epochs_done(*train_loader_), *model_, ema_.get(), *records_);
   }
-
-  // --- records -----------------------------------------------------------------------------------
-  double epochs_done() const {
-    auto st = train_loader_->state();
-    const double per_epoch = static_cast<double>(train_loader_->batches_per_epoch() * cfg_.train.batch_size * env_.world_size);
-    return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
-  }
-
   void record_train(int64_t step, const torch::Tensor& norm) {
-    IntervalTimes& times = loop_.times;
-    if (steps_->loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
-      times = IntervalTimes{};
-      return;
-    }
-    const double local_loss =
-        steps_->loss_sum().item<double>() / static_cast<double>(steps_->loss_count());  // the log step's host sync
-    obs::TrainRecord r{.step = step, .epoch = epochs_done(), .time_s = clock_s(),
-                       .samples = recovery_->samples_at(step), .loss = dist_->all_reduce_mean(local_loss),
-                       .lr = schedule_->lr_at(step - 1)};
-    r.world_size = recovery_->last_step_world();  // a record redone after a regroup: the world that ran the step
-    if (!std::isfinite(r.loss) && !scaler_->enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
-    resume_check_.compare(step, r.loss);
-    r.grad_norm = norm.item<double>();
-    if (scaler_->enabled()) r.loss_scale = scaler_->state().scale;
-    r.skipped_steps = steps_->skipped_steps();
-    add_measurements(r, times,
-                     MeasureSetup{recovery_->samples_per_step(), tokens_ ? train_set_->sample_shape().at(0) : 0, flops_per_sample_,
-                                  peak_tflops_, env_.world_size, device_});
-    log_->train(r);
-    steps_->reset_loss();
-    times = IntervalTimes{};
+    records_->train(step, norm,
+                    TrainSources{*steps_, loop_.times, *train_loader_, *recovery_, *dist_, *scaler_, schedule_->lr_at(step - 1),
+                                 tokens_ ? train_set_->sample_shape().at(0) : 0, device_});
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
   RunObjects objects() override {
-    return RunObjects{*model_, *optimizer_, *scaler_, *tracker_, device_, parallel_.get(), ema_.get()};
+    return RunObjects{*model_, *optimizer_, *scaler_, evaluation_->tracker(), device_, parallel_.get(), ema_.get()};
   }
-
-  // The run's training clock: the seconds of the attempts before this one (up to the checkpoint it
-  // resumed from) plus this attempt's.
-  double clock_s() const { return clock_offset_s_ + std::chrono::duration<double>(Clock::now() - run_start_).count(); }
 
   // --resume auto|never|PATH: every rank restores the same checkpoint; the resume check then compares
   // the losses of the steps the interrupted run logged after it, and those steps are not logged twice.
-  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), env_.world_size, clock_s()}; }
+  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), env_.world_size, records_->clock_s()}; }
   void make_checkpoint_manager() {
     ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(),
                                                 [this](int64_t step) { return position(step); });
   }
   void resume() {
     make_checkpoint_manager();
-    const auto history = obs::read_history(dir_.metrics_file());
-    attempt_.attempt = history.attempts + 1;
-    previous_wall_s_ = history.wall_s;
+    records_->read_history();
     const auto resumed = ckpt_->resume(resume_);
-    if (!resumed) {
-      {
-        FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes
-        load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
-      }
-      if (ema_) ema_->reset_from_live();  // the EMA starts from the weights the run starts from
-      return;
-    }
+    if (!resumed) return start_from_initial_weights();
     const auto& pos = resumed->pos;
     train_loader_->restore(pos.loader);
     start_step_ = pos.step;
-    clock_offset_s_ = pos.time_s;
-    attempt_.start_step = pos.step;
-    attempt_.time_s = pos.time_s;
-    attempt_.resumed_from = resumed->from.string();
-    spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", resumed->from.string(),
-                 pos.step, pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
-    if (pos.world_size > 0 && pos.world_size != env_.world_size) {
-      const int64_t total = steps_at_new_world_size(cfg_.train, pos, env_.world_size, train_loader_->batches_per_epoch(),
-                                                    start_step_, total_steps_);
-      if (total != total_steps_) {
-        total_steps_ = total;
-        schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
-      }
+    records_->resumed(*resumed);
+    if (pos.world_size <= 0 || pos.world_size == env_.world_size) return;
+    const int64_t total = steps_at_new_world_size(cfg_.train, pos, env_.world_size, train_loader_->batches_per_epoch(),
+                                                  start_step_, total_steps_);
+    if (total == total_steps_) return;
+    total_steps_ = total;
+    schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+    records_->set_total_steps(total_steps_);
+  }
+  // No checkpoint to resume: model.init, if any, on every rank; the EMA starts from those weights.
+  void start_from_initial_weights() {
+    {
+      FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes
+      load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
     }
-    if (cfg_.checkpoint.verify_tolerance > 0) {
-      resume_check_ = ResumeCheck(history.train_losses, start_step_, cfg_.train.log_every,
-                                  cfg_.checkpoint.verify_tolerance);
-      if (resume_check_.pending() > 0)
-        spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
-                     resume_check_.pending(), start_step_);
-      // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
-      if (history.last_step > start_step_) log_->skip_records_until(history.last_step);
-    }
+    if (ema_) ema_->reset_from_live();
   }
 
   // --- the loop ----------------------------------------------------------------------------------
@@ -293,12 +224,9 @@ class Trainer final : public WorldParts {
       saved = ckpt_->save(step, SaveKind::Periodic);
     if (cfg_.train.eval_every <= 0 || step % cfg_.train.eval_every != 0) return false;
     loop_.evaluated_last = true;
-    const bool stop_early = evaluate_and_record(step);
+    const bool stop_early = evaluate(step);
     ckpt_->keep_best(step, saved);
-    if (stop_early)
-      spdlog::info("early stopping at step {}: {} has not improved for {} evaluations (best {:.4f} at step {})", step,
-                   tracker_->metric(), tracker_->evals_without_improvement(), tracker_->best().value_or(0),
-                   tracker_->best_step());
+    if (stop_early) evaluation_->log_early_stop(step);
     return stop_early;
   }
 
@@ -318,7 +246,7 @@ class Trainer final : public WorldParts {
     recovery_->step_ran(step, log_step, outcome.grad_norm);
     if (nonfinite_.after_step(outcome.nonfinite, step, *steps_, *ckpt_, loop_.times)) return Next::Go;  // rolled back
     if (ema_ && !outcome.nonfinite) ema_->after_step(step);  // a skipped step changed no weight
-    log_->step_done(step);
+    records_->log().step_done(step);
     if (log_step) record_train(step, outcome.grad_norm);
     recovery_->recorded();
     if (stop_agreed(step, log_step)) return Next::Signal;
@@ -341,8 +269,7 @@ class Trainer final : public WorldParts {
   }
 
   int train_loop() {
-    run_start_ = Clock::now();
-    log_->attempt(attempt_);
+    records_->start_attempt();
     if (step_is_final(start_step_)) {
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
       return kExitOk;
@@ -389,25 +316,16 @@ class Trainer final : public WorldParts {
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
   // (never optional: CheckpointFailed), the summary.
   int finish(int64_t step, const std::string& stop_reason) {
-    if (!loop_.evaluated_last) evaluate_and_record(step);
+    if (!loop_.evaluated_last) evaluate(step);
     if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
     dist_->barrier();
     dist_->mark_finished();
-    write_summary(step, stop_reason);
+    records_->summary(step, records_->epochs_done(*train_loader_), recovery_->samples_at(step), stop_reason, evaluation_->tracker(),
+                      model_->num_parameters(), device_);
     return kExitOk;
   }
 
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
-
-  void write_summary(int64_t step, const std::string& stop_reason) {
-    const double attempt_s = std::chrono::duration<double>(Clock::now() - run_start_).count();
-    obs::SummaryRecord s{step, epochs_done(), recovery_->samples_at(step), previous_wall_s_ + attempt_s, attempt_.attempt,
-                         attempt_s, stop_reason, tracker_->metric(), tracker_->best(), std::nullopt,
-                         model_->num_parameters(), env_.world_size, device_.str(), config::name_of(cfg_.train.precision)};
-    if (tracker_->best()) s.best_step = tracker_->best_step();
-    log_->summary(s);
-    log_done_line(s);
-  }
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   dist::LaunchEnv env_;  // a copy: an in-process regroup renumbers the ranks
@@ -429,18 +347,11 @@ class Trainer final : public WorldParts {
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<LrSchedule> schedule_;
   std::unique_ptr<LossScaler> scaler_;
-  std::unique_ptr<EarlyStopping> tracker_;
-  std::unique_ptr<Evaluator> evaluator_;  // when there is a validation split
-  std::unique_ptr<obs::RunLog> log_;
-  double flops_per_sample_ = 0, peak_tflops_ = 0;
+  std::unique_ptr<RunEvaluation> evaluation_;  // the evaluator (with a validation split) and early stopping
   std::unique_ptr<StepRunner> steps_;  // after the objects it steps
   NonFinitePolicy nonfinite_{cfg_.train};   // train.nonfinite
   std::unique_ptr<CheckpointManager> ckpt_;  // after the objects it saves and restores
-  obs::AttemptRecord attempt_;               // this attempt: number, start step, resumed from
-  double clock_offset_s_ = 0;                // the training clock at the checkpoint resumed from
-  double previous_wall_s_ = 0;               // wall seconds of the earlier attempts (metrics.jsonl)
-  ResumeCheck resume_check_;  // checkpoint.verify_tolerance: the interrupted run's logged losses
-  bool warned_no_val_ = false;
+  std::unique_ptr<RunRecorder> records_;     // the clock, the attempt and the records, rank 0 writing
   std::unique_ptr<WorldRecovery> recovery_;  // dist.recovery in_process: what changes with the world
   struct {
     int64_t step = 0;
@@ -448,7 +359,6 @@ class Trainer final : public WorldParts {
     bool evaluated_last = false;  // the last step was followed by an evaluation
     std::unique_ptr<obs::StepProfiler> profiler;
   } loop_;                        // where the loop stands
-  Clock::time_point run_start_;
 };
 
 }  // namespace

@@ -1,0 +1,109 @@
+#include "engine/loop/run_recorder.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+
+
+namespace trainer::engine {
+
+RunRecorder::RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
+                         int64_t total_steps, double flops_per_sample, double peak_tflops)
+    : cfg_(cfg),
+      env_(env),
+      dir_(dir),
+      total_steps_(total_steps),
+      flops_per_sample_(flops_per_sample),
+      peak_tflops_(peak_tflops),
+      log_(std::make_unique<obs::RunLog>(run_log_options(cfg.log, env.rank == 0, dir, total_steps))) {}
+
+void RunRecorder::become_primary() {
+  log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
+  log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
+}
+
+void RunRecorder::set_total_steps(int64_t total) { total_steps_ = total; }
+
+void RunRecorder::read_history() {
+  history_ = obs::read_history(dir_.metrics_file());
+  attempt_.attempt = history_.attempts + 1;
+}
+
+void RunRecorder::resumed(const Resumed& r) {
+  const auto& pos = r.pos;
+  clock_offset_s_ = pos.time_s;
+  attempt_.start_step = pos.step;
+  attempt_.time_s = pos.time_s;
+  attempt_.resumed_from = r.from.string();
+  spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", r.from.string(), pos.step,
+               pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
+  if (cfg_.checkpoint.verify_tolerance <= 0) return;
+  resume_check_ = ResumeCheck(history_.train_losses, pos.step, cfg_.train.log_every, cfg_.checkpoint.verify_tolerance);
+  if (resume_check_.pending() > 0)
+    spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
+                 resume_check_.pending(), pos.step);
+  // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
+  if (history_.last_step > pos.step) log_->skip_records_until(history_.last_step);
+}
+
+void RunRecorder::start_attempt() {
+  start_ = Clock::now();
+  log_->attempt(attempt_);
+}
+
+double RunRecorder::clock_s() const {
+  return clock_offset_s_ + std::chrono::duration<double>(Clock::now() - start_).count();
+}
+
+double RunRecorder::epochs_done(const data::DataLoader& loader) const {
+  const auto st = loader.state();
+  const double per_epoch = static_cast<double>(loader.batches_per_epoch() * cfg_.train.batch_size * env_.world_size);
+  return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
+}
+
+void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s) {
+  if (s.steps.loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
+    s.times = IntervalTimes{};
+    return;
+  }
+  const double local_loss =
+      s.steps.loss_sum().item<double>() / static_cast<double>(s.steps.loss_count());  // the log step's host sync
+  obs::TrainRecord r{.step = step, .epoch = epochs_done(s.loader), .time_s = clock_s(),
+                     .samples = s.recovery.samples_at(step), .loss = s.dist.all_reduce_mean(local_loss), .lr = s.lr};
+  r.world_size = s.recovery.last_step_world();  // a record redone after a regroup: the world that ran the step
+  if (!std::isfinite(r.loss) && !s.scaler.enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
+  resume_check_.compare(step, r.loss);
+  r.grad_norm = grad_norm.item<double>();
+  if (s.scaler.enabled()) r.loss_scale = s.scaler.state().scale;
+  r.skipped_steps = s.steps.skipped_steps();
+  add_measurements(r, s.times,
+                   MeasureSetup{s.recovery.samples_per_step(), s.tokens_per_sample, flops_per_sample_, peak_tflops_,
+                                env_.world_size, s.device});
+  log_->train(r);
+  s.steps.reset_loss();
+  s.times = IntervalTimes{};
+}
+
+void RunRecorder::eval(int64_t step, double epochs, const EvalResult& r, const EvalResult* ema, double eval_ms,
+                       const EarlyStopping& tracker) {
+  obs::EvalRecord rec{.step = step, .epoch = epochs, .time_s = clock_s()};
+  add_eval_figures(rec, r, ema);
+  rec.eval_ms = eval_ms;
+  add_best(rec, tracker);
+  log_->eval(rec);
+}
+
+void RunRecorder::summary(int64_t step, double epochs, int64_t samples, const std::string& stop_reason,
+                          const EarlyStopping& tracker, int64_t num_parameters, const torch::Device& device) {
+  const double attempt_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  obs::SummaryRecord s{step,           epochs,           samples,         history_.wall_s + attempt_s,
+                       attempt_.attempt, attempt_s,      stop_reason,     tracker.metric(),
+                       tracker.best(),   std::nullopt,   num_parameters,  env_.world_size,
+                       device.str(),     config::name_of(cfg_.train.precision)};
+  if (tracker.best()) s.best_step = tracker.best_step();
+  log_->summary(s);
+  log_done_line(s);
+}
+
+}  // namespace trainer::engine

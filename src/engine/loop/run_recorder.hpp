@@ -1,0 +1,99 @@
+// What a run writes about itself, as one component: the training clock across attempts, the attempt
+// record, the train / eval / summary records and the resume check that holds recomputed steps to the
+// losses the interrupted run logged. Every rank computes the same figures (the loss mean is a
+// collective); the run log writes them on rank 0 only (obs::RunLog's primary).
+//
+// The Trainer owns one and calls it; what a record reads of the world (the step runner, the loader,
+// the recovery component) is handed in per call, since a regroup rebuilds those.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "config/config.hpp"
+#include "data/loader.hpp"
+#include "dist/dist_context.hpp"
+#include "dist/launch_env.hpp"
+#include "engine/checkpoint/checkpoint_manager.hpp"
+#include "engine/checkpoint/resume_check.hpp"
+#include "engine/eval/early_stopping.hpp"
+#include "engine/eval/evaluator.hpp"
+#include "engine/loop/train_record.hpp"
+#include "engine/loop/world_recovery.hpp"
+#include "engine/optim/loss_scaler.hpp"
+#include "engine/step/step_runner.hpp"
+#include "io/run_dir.hpp"
+#include "obs/history.hpp"
+#include "obs/records.hpp"
+#include "obs/run_log.hpp"
+
+namespace trainer::engine {
+
+// What one train record reads, as it stands at the record (rebuilt on a regroup).
+struct TrainSources {
+  StepRunner& steps;
+  IntervalTimes& times;  // of the interval since the last record; cleared here
+  const data::DataLoader& loader;
+  const WorldRecovery& recovery;
+  dist::DistContext& dist;
+  const LossScaler& scaler;
+  double lr = 0;                   // the schedule's rate of the step recorded
+  int64_t tokens_per_sample = 0;   // block size for token models, 0 for images
+  torch::Device device{torch::kCPU};
+};
+
+class RunRecorder {
+ public:
+  // cfg and env are the Trainer's own copies (a regroup renumbers env, changes train.grad_accum):
+  // read at each record, so they must outlive this.
+  RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, int64_t total_steps,
+              double flops_per_sample, double peak_tflops);
+
+  obs::RunLog& log() { return *log_; }
+  // A new rank 0 after a regroup takes over the files rank 0 wrote: the log reopens as primary and
+  // skips the records already there.
+  void become_primary();
+  void set_total_steps(int64_t total);  // a resume at another world size changed the run's length
+
+  // --- attempts and the clock ------------------------------------------------------------------
+  // A fresh start or a resume reads the earlier attempts of metrics.jsonl first.
+  void read_history();
+  // Resumed from a checkpoint: the clock continues from it, and the resume check (when
+  // checkpoint.verify_tolerance is on) compares the steps the interrupted run logged after it.
+  void resumed(const Resumed& r);
+  // A replacement rank joined the running group at `time_s` of the run's clock.
+  void joined(double time_s) { clock_offset_s_ = time_s; }
+  // The training loop starts: this attempt's record, and its clock from now.
+  void start_attempt();
+  double clock_s() const;  // the run's training clock: earlier attempts' (to the checkpoint) + this one's
+  int64_t attempt() const { return attempt_.attempt; }
+
+  // --- records -----------------------------------------------------------------------------------
+  double epochs_done(const data::DataLoader& loader) const;
+  // The train record of `step` (every rank: the loss mean is a collective). Nothing when every step
+  // of the interval was skipped (the same on every rank).
+  void train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s);
+  void eval(int64_t step, double epochs, const EvalResult& r, const EvalResult* ema, double eval_ms,
+            const EarlyStopping& tracker);
+  void summary(int64_t step, double epochs, int64_t samples, const std::string& stop_reason,
+               const EarlyStopping& tracker, int64_t num_parameters, const torch::Device& device);
+
+ private:
+  const config::RunConfig& cfg_;
+  const dist::LaunchEnv& env_;
+  const io::RunDir& dir_;
+  int64_t total_steps_;
+  double flops_per_sample_, peak_tflops_;
+  std::unique_ptr<obs::RunLog> log_;
+  obs::RunHistory history_;      // metrics.jsonl before this attempt
+  obs::AttemptRecord attempt_;   // this attempt: number, start step, resumed from
+  double clock_offset_s_ = 0;    // the training clock at the checkpoint resumed from
+  Clock::time_point start_ = Clock::now();
+  ResumeCheck resume_check_;
+};
+
+}  // namespace trainer::engine

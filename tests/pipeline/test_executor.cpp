@@ -1,0 +1,209 @@
+// The executor runs each schedule's lists on P ranks (threads over in-process queues) and gives one
+// process's gradient accumulation: the same losses and every parameter's gradient, fp64, for uneven
+// stages and M < P. A rank that waits too long names its action; a list out of order is named.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <tuple>
+#include <algorithm>
+
+#include "pipeline/executor.hpp"
+#include "pipeline/partition.hpp"
+
+using namespace trainer::pipeline;
+using Catch::Matchers::Contains;
+
+namespace {
+
+// Queues between the ranks of one process: what a dist PeerLink does over c10d, with a timeout.
+class Mailboxes {
+ public:
+  void put(int64_t from, int64_t to, torch::Tensor t, const Action& what) {
+    std::lock_guard<std::mutex> lock(mu_);
+    q_[{from, to}].push_back({what, t.clone()});  // a send copies: the sender may reuse its tensor
+    cv_.notify_all();
+  }
+  torch::Tensor get(int64_t from, int64_t to, const Action& what, double timeout_s) {
+    std::unique_lock<std::mutex> lock(mu_);
+    auto& q = q_[{from, to}];
+    if (!cv_.wait_for(lock, std::chrono::duration<double>(timeout_s), [&] { return !q.empty(); }))
+      throw PipelineStuck("pipeline rank " + std::to_string(to) + " waited " + std::to_string(timeout_s) + " s at " +
+                          describe(what));
+    auto [sent, t] = q.front();
+    q.pop_front();
+    const bool act = what.op == Op::RecvActivation;
+    if (sent.op != (act ? Op::SendActivation : Op::SendGrad) || sent.stage != what.stage || sent.micro != what.micro)
+      throw std::runtime_error("pipeline rank " + std::to_string(to) + " at " + describe(what) + " received the message of " +
+                               describe(sent));
+    return t;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::pair<int64_t, int64_t>, std::deque<std::pair<Action, torch::Tensor>>> q_;
+};
+
+class QueueLink final : public PeerLink {
+ public:
+  QueueLink(Mailboxes& box, int64_t rank, double timeout_s) : box_(box), rank_(rank), timeout_s_(timeout_s) {}
+  void send(const torch::Tensor& t, int64_t peer, const Action& what) override { box_.put(rank_, peer, t, what); }
+  torch::Tensor recv(int64_t peer, const Action& what) override { return box_.get(peer, rank_, what, timeout_s_); }
+  void flush() override {}
+
+ private:
+  Mailboxes& box_;
+  int64_t rank_;
+  double timeout_s_;
+};
+
+constexpr int64_t kLayers = 7, kWidth = 6, kMicro = 3;  // 7 layers: uneven over 2, 3, 4 and 6 stages
+
+struct Mlp {
+  std::vector<torch::Tensor> w, b;  // layer i: x -> tanh(x w_i^T + b_i) (the last layer without tanh)
+  explicit Mlp(uint64_t seed) {
+    torch::manual_seed(seed);
+    for (int64_t i = 0; i < kLayers; ++i) {
+      w.push_back(torch::randn({kWidth, kWidth}, torch::kFloat64).mul_(0.5).requires_grad_(true));
+      b.push_back(torch::randn({kWidth}, torch::kFloat64).mul_(0.1).requires_grad_(true));
+    }
+  }
+  Mlp(const Mlp& o) {  // fresh leaves with the same values
+    for (size_t i = 0; i < o.w.size(); ++i) {
+      w.push_back(o.w[i].detach().clone().requires_grad_(true));
+      b.push_back(o.b[i].detach().clone().requires_grad_(true));
+    }
+  }
+  torch::Tensor layers(torch::Tensor x, int64_t first, int64_t last) const {
+    for (int64_t i = first; i <= last; ++i) {
+      x = torch::addmm(b[i], x, w[i].t());
+      if (i < kLayers - 1) x = torch::tanh(x);
+    }
+    return x;
+  }
+};
+
+torch::Tensor batch(int64_t m) { return torch::arange(kMicro * kWidth, torch::kFloat64).reshape({kMicro, kWidth}).mul(0.1 * (m + 1)).sin(); }
+torch::Tensor target(int64_t m) { return torch::full({kMicro, kWidth}, 0.3 * m - 0.5, torch::kFloat64); }
+torch::Tensor loss_of(const torch::Tensor& y, int64_t m) { return (y - target(m)).pow(2).mean(); }
+
+// One process: M microbatches, loss / M each, backward after each (gradient accumulation).
+double reference(Mlp& net, int64_t M) {
+  double sum = 0;
+  for (int64_t m = 0; m < M; ++m) {
+    auto loss = loss_of(net.layers(batch(m), 0, kLayers - 1), m);
+    sum += loss.item<double>();
+    (loss / static_cast<double>(M)).backward();
+  }
+  return sum;
+}
+
+struct PipelineRun {
+  double loss_sum = 0;
+  int64_t losses = 0;
+  std::vector<Mlp> nets;  // per rank: its copy, gradients in its own stages' layers
+};
+
+PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init, const Program& prog, double timeout_s = 30) {
+  const auto split = balance_stages(std::vector<double>(kLayers, 1.0), sh.stages());
+  PipelineRun out;
+  out.nets.reserve(static_cast<size_t>(sh.ranks));
+  for (int64_t r = 0; r < sh.ranks; ++r) out.nets.emplace_back(init);
+  Mailboxes box;
+  std::vector<StepResult> results(static_cast<size_t>(sh.ranks));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(sh.ranks));
+  std::vector<std::thread> threads;
+  for (int64_t r = 0; r < sh.ranks; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        const Mlp& net = out.nets[static_cast<size_t>(r)];
+        std::vector<StageFn> stages;
+        for (int64_t s = r; s < sh.stages(); s += sh.ranks) {
+          const auto range = split[static_cast<size_t>(s)];
+          StageFn f;
+          f.stage = s;
+          const bool last = s == sh.stages() - 1;
+          f.forward = [&net, range, last](const torch::Tensor& x, int64_t m) {
+            auto y = net.layers(x, range.first, range.last);
+            return last ? loss_of(y, m) : y;
+          };
+          for (int64_t i = range.first; i <= range.last; ++i) f.params.insert(f.params.end(), {net.w[i], net.b[i]});
+          stages.push_back(f);
+        }
+        QueueLink link(box, r, timeout_s);
+        Executor ex(sh, r, stages, link);
+        results[static_cast<size_t>(r)] = ex.run(prog[static_cast<size_t>(r)], batch);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (const auto& r : results) {
+    out.loss_sum += r.loss_sum;
+    out.losses += r.losses;
+  }
+  (void)kind;
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every schedule's pipeline equals one process's gradient accumulation (fp64)", "[unit][pipeline]") {
+  const Mlp init(11);
+  for (Schedule kind : {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interleaved1F1B, Schedule::ZeroBubble})
+    for (int64_t P : {1, 2, 3})
+      for (int64_t M : {1, 2, 5}) {
+        const int64_t v = kind == Schedule::Interleaved1F1B && P * 2 <= kLayers ? 2 : 1;
+        const PipelineShape sh{P, M, v};
+        INFO(schedule_name(kind) << " P=" << P << " M=" << M << " v=" << v);
+        Mlp ref(init);
+        const double want = reference(ref, M);
+        const auto got = run_pipeline(kind, sh, init, make_schedule(kind, sh));
+        CHECK(got.losses == M);
+        CHECK(got.loss_sum == Approx(want).epsilon(1e-13));
+        const auto split = balance_stages(std::vector<double>(kLayers, 1.0), sh.stages());
+        for (int64_t s = 0; s < sh.stages(); ++s)
+          for (int64_t i = split[static_cast<size_t>(s)].first; i <= split[static_cast<size_t>(s)].last; ++i) {
+            const auto& net = got.nets[static_cast<size_t>(sh.rank_of(s))];
+            INFO("layer " << i);
+            REQUIRE(net.w[i].grad().defined());
+            CHECK(torch::allclose(net.w[i].grad(), ref.w[i].grad(), 1e-12, 1e-14));
+            CHECK(torch::allclose(net.b[i].grad(), ref.b[i].grad(), 1e-12, 1e-14));
+          }
+        // a rank's copy of the other stages' layers got no gradient: each stage is its own
+        for (int64_t s = 0; s < sh.stages(); ++s)
+          for (int64_t r = 0; r < P; ++r)
+            if (sh.rank_of(s) != r) CHECK_FALSE(got.nets[static_cast<size_t>(r)].w[split[static_cast<size_t>(s)].first].grad().defined());
+      }
+}
+
+TEST_CASE("a rank that waits too long names the action and the peer it waits for", "[unit][pipeline]") {
+  const PipelineShape sh{2, 2, 1};
+  auto prog = make_schedule(Schedule::OneFOneB, sh);
+  auto& r1 = prog[1];
+  SECTION("a gradient never sent") {
+    r1.erase(std::find(r1.begin(), r1.end(), Action{Op::SendGrad, 0, 1, 0}));
+    CHECK_THROWS_WITH(run_pipeline(Schedule::OneFOneB, sh, Mlp(3), prog, 0.5),
+                      Contains("pipeline rank 0 waited 0.5") && Contains("s at recv_grad s0 m1 from rank 1"));
+  }
+  SECTION("a gradient left out: the next one is not taken for it") {
+    r1.erase(std::find(r1.begin(), r1.end(), Action{Op::SendGrad, 0, 0, 0}));
+    CHECK_THROWS_WITH(run_pipeline(Schedule::OneFOneB, sh, Mlp(3), prog, 0.5),
+                      Contains("pipeline rank 0 at recv_grad s0 m0 from rank 1 received the message of send_grad s0 m1"));
+  }
+}
+
+TEST_CASE("an action list out of order is named with the rank and the action", "[unit][pipeline]") {
+  const PipelineShape sh{1, 2, 1};
+  Program prog{{Action{Op::Backward, 0, 0}, Action{Op::Forward, 0, 0}}};
+  CHECK_THROWS_WITH(run_pipeline(Schedule::OneFOneB, sh, Mlp(3), prog),
+                    Contains("pipeline rank 0, action 0 (B s0 m0): its forward has not run"));
+}
