@@ -1,6 +1,6 @@
 // What GradSync (replicated DDP) and ShardSync (the sharded strategies) share: the bucket plan, the
-// per-parameter hook that tells them a gradient is ready, and the check that every rank built the same bucket
-// layout (else the collectives pair up the wrong buffers, or hang).
+// per-parameter hook that tells them a gradient is ready, and the check that every rank of their
+// group built the same bucket layout (else the collectives pair up the wrong buffers, or hang).
 #pragma once
 
 #include <torch/csrc/autograd/function_hook.h>
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dist/dist_context.hpp"
+#include "dist/group.hpp"
 
 namespace trainer::dist {
 
@@ -71,16 +72,19 @@ struct LayoutMismatch {
   uint64_t rank0_hash, rank_hash;
 };
 
-// All-gathers every rank's `hash` (a collective named `what`); the first rank that differs from
-// rank 0, or nullopt when all agree (and on an inactive context).
-inline std::optional<LayoutMismatch> find_layout_mismatch(DistContext& ctx, uint64_t hash, const std::string& what) {
-  if (!ctx.active()) return std::nullopt;
-  auto mine = torch::tensor({static_cast<int64_t>(hash)}, torch::kInt64).to(ctx.device());
-  auto all = ctx.all_gather(mine, what).cpu();  // (world, 1)
-  const int64_t first = all[0][0].item<int64_t>();
-  for (int64_t r = 1; r < ctx.world_size(); ++r)
-    if (all[r][0].item<int64_t>() != first)
-      return LayoutMismatch{r, static_cast<uint64_t>(first), static_cast<uint64_t>(all[r][0].item<int64_t>())};
+// All-gathers every rank's `hash` over `group` (a collective named `what`); the first group rank
+// that differs from group rank 0, or nullopt when all agree (and on an inactive group). The check
+// runs over the data-parallel group, not the world: only its ranks' buffers pair up in the
+// collectives, and its tensor-parallel peers hold other (TP-local) parameters, of other sizes when
+// a split is uneven.
+inline std::optional<LayoutMismatch> find_layout_mismatch(Group& group, uint64_t hash, const std::string& what) {
+  if (!group.active()) return std::nullopt;
+  auto mine = torch::tensor({static_cast<int64_t>(hash)}, torch::kInt64).to(group.device());
+  auto all = group.all_gather(mine, 0, what).cpu();  // (size)
+  const int64_t first = all[0].item<int64_t>();
+  for (int64_t r = 1; r < group.size(); ++r)
+    if (all[r].item<int64_t>() != first)
+      return LayoutMismatch{r, static_cast<uint64_t>(first), static_cast<uint64_t>(all[r].item<int64_t>())};
   return std::nullopt;
 }
 

@@ -17,12 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <map>
 #include <mutex>
 #include <thread>
 
 #include "config/exit_codes.hpp"
 #include "dist/dist_impl.hpp"
+#include "dist/group.hpp"
 #include "dist/nccl_backend.hpp"
 
 namespace trainer::dist {
@@ -53,28 +53,6 @@ int listen_on_loopback(int port) {
 }  // namespace
 
 namespace {
-
-class WorkOp : public AsyncOp {
- public:
-  WorkOp(DistContext::Impl* impl, c10::intrusive_ptr<c10d::Work> work, OpInfo info)
-      : impl_(impl), work_(std::move(work)), info_(std::move(info)) {}
-  void wait() override {
-    if (done_) return;
-    impl_->wait(work_, info_);
-    done_ = true;
-  }
-
- private:
-  DistContext::Impl* impl_;
-  c10::intrusive_ptr<c10d::Work> work_;
-  OpInfo info_;
-  bool done_ = false;
-};
-
-class DoneOp : public AsyncOp {
- public:
-  void wait() override {}
-};
 
 const std::string kFileScheme = "file://";
 
@@ -170,6 +148,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   ctx->impl_ = std::make_unique<Impl>();
   ctx->impl_->rank = env.rank;
   ctx->impl_->timeout_s = cfg.timeout_s;
+  ctx->world_group_ = ctx->world_view("world");  // reads the context's rank, size and backend when used
   if (env.world_size <= 1) return ctx;
   if (cfg.recovery == config::Recovery::InProcess && !env.launcher_store)
     throw DistError("dist.recovery: in_process needs `trainer launch` (launched by " + env.launcher +
@@ -266,37 +245,17 @@ torch::Tensor DistContext::all_gather(const torch::Tensor& t, const std::string&
 }
 
 std::shared_ptr<AsyncOp> DistContext::all_reduce_sum_async(torch::Tensor t, const std::string& what) {
-  if (!active()) return std::make_shared<DoneOp>();
-  OpInfo info{"all_reduce", seq_++, step_.load(), what};
-  std::vector<at::Tensor> v{std::move(t)};
-  c10d::AllreduceOptions o;
-  o.reduceOp = c10d::ReduceOp::SUM;
-  auto work = impl_->launch(info, [&] { return impl_->backend->allreduce(v, o); });
-  return std::make_shared<WorkOp>(impl_.get(), work, info);
+  return world_group_->all_reduce_sum_async(std::move(t), what);
 }
 
 std::shared_ptr<AsyncOp> DistContext::reduce_scatter_sum_async(torch::Tensor out, torch::Tensor in,
                                                                const std::string& what) {
-  if (!active()) {
-    out.copy_(in);
-    return std::make_shared<DoneOp>();
-  }
-  OpInfo info{"reduce_scatter", seq_++, step_.load(), what};
-  c10d::ReduceScatterOptions o;
-  o.reduceOp = c10d::ReduceOp::SUM;
-  auto work = impl_->launch(info, [&] { return impl_->backend->_reduce_scatter_base(out, in, o); });
-  return std::make_shared<WorkOp>(impl_.get(), work, info);
+  return world_group_->reduce_scatter_sum_async(std::move(out), std::move(in), what);
 }
 
 std::shared_ptr<AsyncOp> DistContext::all_gather_into_async(torch::Tensor out, torch::Tensor in,
                                                             const std::string& what) {
-  if (!active()) {
-    out.copy_(in);
-    return std::make_shared<DoneOp>();
-  }
-  OpInfo info{"all_gather", seq_++, step_.load(), what};
-  auto work = impl_->launch(info, [&] { return impl_->backend->_allgather_base(out, in, c10d::AllgatherOptions{}); });
-  return std::make_shared<WorkOp>(impl_.get(), work, info);
+  return world_group_->all_gather_into_async(std::move(out), std::move(in), what);
 }
 
 double DistContext::all_reduce_mean(double v) {
@@ -316,44 +275,7 @@ void DistContext::barrier() {
   (void)t.item<int32_t>();  // NCCL: wait() only orders streams; the host syncs here
 }
 
-void DistContext::broadcast_module(torch::nn::Module& m) {
-  if (!active()) return;
-  torch::NoGradGuard no_grad;
-  // one flat buffer per (dtype, device), in registration order: identical on every rank
-  std::vector<torch::Tensor> tensors;
-  for (auto& p : m.parameters()) tensors.push_back(p);
-  for (auto& b : m.buffers()) tensors.push_back(b);
-  // at most kChunkBytes per broadcast: one flat copy of a whole large model would double its
-  // memory at start-up
-  constexpr int64_t kChunkBytes = 64 << 20;
-  std::vector<std::pair<std::string, std::vector<torch::Tensor>>> groups;
-  std::map<std::string, size_t> index;  // the open chunk of each (dtype, device)
-  std::map<std::string, int64_t> filled;
-  for (auto& t : tensors) {
-    if (!t.defined() || t.numel() == 0) continue;
-    std::string key = std::string(c10::toString(t.scalar_type())) + "@" + t.device().str();
-    const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
-    auto it = index.find(key);
-    if (it == index.end() || (filled[key] > 0 && filled[key] + bytes > kChunkBytes)) {
-      index[key] = groups.size();
-      groups.push_back({key, {}});
-      filled[key] = 0;
-    }
-    groups[index[key]].second.push_back(t);
-    filled[key] += bytes;
-  }
-  for (auto& [key, group] : groups) {
-    std::vector<torch::Tensor> flat_parts;
-    for (auto& t : group) flat_parts.push_back(t.detach().reshape({-1}));
-    auto flat = torch::cat(flat_parts);
-    broadcast_tensor(flat, "module state " + key);
-    int64_t off = 0;
-    for (auto& t : group) {
-      t.copy_(flat.narrow(0, off, t.numel()).view(t.sizes()));
-      off += t.numel();
-    }
-  }
-}
+void DistContext::broadcast_module(torch::nn::Module& m) { world_group_->broadcast_module(m); }
 
 std::string DistContext::broadcast_text(const std::string& text, const std::string& what) {
   if (!active()) return text;
@@ -365,21 +287,7 @@ std::string DistContext::broadcast_text(const std::string& text, const std::stri
   return std::string(reinterpret_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel()));
 }
 
-void DistContext::broadcast_tensor(torch::Tensor& t, const std::string& what) {
-  if (!active() || t.numel() == 0) return;
-  auto flat = t.to(device_).contiguous().reshape({-1});
-  if (flat.scalar_type() == torch::kBool) flat = flat.to(torch::kUInt8);  // Gloo has no bool reductions
-  OpInfo info{"broadcast", seq_++, step_.load(), what};
-  std::vector<at::Tensor> v{flat};
-  c10d::BroadcastOptions o;
-  o.rootRank = 0;
-  auto work = impl_->launch(info, [&] { return impl_->backend->broadcast(v, o); });
-  impl_->wait(work, info);
-  if (rank_ != 0) {
-    torch::NoGradGuard ng;
-    t.copy_(flat.view(t.sizes()));  // copy_ converts uint8 back to bool
-  }
-}
+void DistContext::broadcast_tensor(torch::Tensor& t, const std::string& what) { world_group_->broadcast(t, what); }
 
 std::vector<bool> DistContext::any_of(const std::vector<bool>& flags) {
   if (!active()) return flags;

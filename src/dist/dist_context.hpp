@@ -67,9 +67,12 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // Sequence number the next collective will get (the same on every rank when they agree).
   uint64_t next_seq() const { return seq_.load(); }
 
-  // Rank 0's parameters and buffers to every rank, grouped per dtype into one broadcast each.
-  // BatchNorm running statistics are buffers: they start equal and then stay per rank (each rank
-  // normalises with the statistics of its own shard, as torch DDP does by default).
+  // The world as a dist::Group (dist/group.hpp): what the data-parallel strategies run over when
+  // there is no device mesh. It follows a regroup (the rebuilt backend, the new rank and size).
+  // The world's collectives below are this group's.
+  Group& world_group() { return *world_group_; }
+
+  // Rank 0's parameters and buffers to every rank: world_group().broadcast_module.
   void broadcast_module(torch::nn::Module& m);
   double all_reduce_mean(double v);  // for logging (loss), and any-flag agreement
   bool any(bool flag);               // true if any rank says true (stop flags)
@@ -77,13 +80,10 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
 
   // Every rank's copy of `t` (same shape and dtype everywhere), stacked on a new leading dim.
   torch::Tensor all_gather(const torch::Tensor& t, const std::string& what);
-  // In-place sum over ranks of a tensor on device(), launched now; the caller waits.
+  // world_group()'s (group.hpp says what each does): in-place sum over ranks, launched now (the
+  // caller waits), and the sharded strategies' reduce-scatter and all-gather over world_size() chunks.
   std::shared_ptr<AsyncOp> all_reduce_sum_async(torch::Tensor t, const std::string& what);
-  // The sharded strategies' two collectives (c10d _reduce_scatter_base / _allgather_base, on Gloo
-  // and NCCL alike). `in` holds world_size() equal chunks of `out`'s size: `out` becomes the sum over
-  // ranks of chunk rank() of every rank's `in`. Both contiguous, on device(), one dtype.
   std::shared_ptr<AsyncOp> reduce_scatter_sum_async(torch::Tensor out, torch::Tensor in, const std::string& what);
-  // `out` (world_size() chunks of `in`'s size) becomes every rank's `in`, in rank order.
   std::shared_ptr<AsyncOp> all_gather_into_async(torch::Tensor out, torch::Tensor in, const std::string& what);
 
   // A process group of the world ranks `ranks` (ascending, this rank among them) for a mesh
@@ -123,7 +123,8 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // generation with them and returns true. The members then agree on it (an any-flag) and grow().
   bool propose_growth();
   Regrouped grow();  // every member of the group: the new generation's process group
-  // Rank 0's `text` / tensor to every rank (receivers pass a tensor of the right shape and dtype).
+  // Rank 0's `text` / tensor to every rank (receivers pass a tensor of the right shape and dtype;
+  // the tensor: world_group().broadcast).
   std::string broadcast_text(const std::string& text, const std::string& what);
   void broadcast_tensor(torch::Tensor& t, const std::string& what);
   // Several any() flags in one all-reduce.
@@ -132,7 +133,9 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   struct Impl;  // c10d store + backend + watchdog (dist_context.cpp)
 
  private:
+  friend class Group;  // the world group numbers its collectives with seq_
   DistContext() = default;
+  std::unique_ptr<Group> world_view(const std::string& name);  // a Group that is the world (group.cpp)
   void check_config_hash(const std::string& config_hash);
   void start_recovery(const LaunchEnv& env, const std::string& prefix);
   void read_kill_injection();  // TRAINER_INJECT_KILL (dist_regroup.cpp)
@@ -147,6 +150,7 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   std::atomic<int64_t> step_{0};
   std::atomic<uint64_t> seq_{0};
   std::unique_ptr<Impl> impl_;
+  std::unique_ptr<Group> world_group_;  // after impl_: destroyed before it
 };
 
 }  // namespace trainer::dist

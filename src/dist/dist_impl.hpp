@@ -171,9 +171,12 @@ struct DistContext::Impl {
     }
   }
 
+  // Launches one collective; a failure to launch is a DistError. `world`: one of the world's
+  // collectives (their sequence numbers are the ones TRAINER_INJECT_KILL names); a subgroup's are not.
   template <typename Launch>
-  c10::intrusive_ptr<c10d::Work> launch(const OpInfo& info, Launch&& fn) {
-    if (rec.generation == 0 && kill.seq >= 0 && info.seq == static_cast<uint64_t>(kill.seq)) die("collective", info.seq);
+  c10::intrusive_ptr<c10d::Work> launch(const OpInfo& info, Launch&& fn, bool world = true) {
+    if (world && rec.generation == 0 && kill.seq >= 0 && info.seq == static_cast<uint64_t>(kill.seq))
+      die("collective", info.seq);
     try {
       return fn();
     } catch (const std::exception& e) {
@@ -198,6 +201,29 @@ struct DistContext::Impl {
   }
 };
 
+// A launched collective, waited for under the watchdog (Impl::wait).
+class WorkOp : public AsyncOp {
+ public:
+  WorkOp(DistContext::Impl* impl, c10::intrusive_ptr<c10d::Work> work, OpInfo info)
+      : impl_(impl), work_(std::move(work)), info_(std::move(info)) {}
+  void wait() override {
+    if (done_) return;
+    impl_->wait(work_, info_);
+    done_ = true;
+  }
+
+ private:
+  DistContext::Impl* impl_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  OpInfo info_;
+  bool done_ = false;
+};
+
+// What an inactive group "launches": its result is there already.
+class DoneOp : public AsyncOp {
+ public:
+  void wait() override {}
+};
 
 // Defined in dist_context.cpp: a Gloo process group of `world` ranks meeting in `store`.
 c10::intrusive_ptr<c10d::Backend> make_gloo_backend(const c10::intrusive_ptr<c10d::Store>& store, int64_t rank,

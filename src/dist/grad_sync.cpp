@@ -10,17 +10,19 @@
 
 namespace trainer::dist {
 
-GradSync::GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb) : ctx_(ctx) {
+GradSync::GradSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb) : group_(group) {
   for (auto& p : params)
     if (p.defined() && p.requires_grad()) params_.push_back(p);
   build_buckets(bucket_mb);
-  if (!ctx_.active()) return;
+  if (!group_.active()) return;
 
-  // same bucket order on every rank, or the collectives pair up the wrong buffers (or hang)
-  if (auto m = find_layout_mismatch(ctx_, layout_hash_, "grad bucket layout")) {
+  // same bucket order on every rank of the group, or the collectives pair up the wrong buffers (or hang)
+  if (auto m = find_layout_mismatch(group_, layout_hash_, "grad bucket layout")) {
+    const auto ranks = group_.ranks();  // the message names world ranks
     std::ostringstream msg;
-    msg << "rank " << ctx_.rank() << ": gradient bucket layout differs between ranks: rank 0 has " << std::hex
-        << m->rank0_hash << ", rank " << std::dec << m->rank << " has " << std::hex << m->rank_hash
+    msg << "rank " << ranks[static_cast<size_t>(group_.rank())] << ": gradient bucket layout differs between ranks: rank "
+        << ranks[0] << " has " << std::hex << m->rank0_hash << ", rank " << std::dec
+        << ranks[static_cast<size_t>(m->rank)] << " has " << std::hex << m->rank_hash
         << " (different model or dist.bucket_mb)";
     throw DistError(msg.str());
   }
@@ -31,7 +33,7 @@ GradSync::GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double b
 }
 
 GradSync::~GradSync() {
-  // by the hooks installed, not by ctx_.active(): a regrouped job can shrink to one rank
+  // by the hooks installed, not by group_.active(): a regrouped job can shrink to one rank
   if (!hooked_) return;
   for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
 }
@@ -70,7 +72,7 @@ void GradSync::reset_step() {
 
 void GradSync::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!enabled_ || !ctx_.active() || ready_[index]) return;
+  if (!enabled_ || !group_.active() || ready_[index]) return;
   ready_[index] = true;
   auto& b = buckets_[bucket_of_[index]];
   if (--b.pending == 0) launch_ready_buckets();
@@ -91,18 +93,18 @@ void GradSync::launch(size_t bi) {
     else
       slot.zero_();  // a parameter unused this step contributes zeros, like torch DDP's find_unused
   }
-  b.op = ctx_.all_reduce_sum_async(b.flat, "grad bucket " + std::to_string(bi + 1) + "/" +
-                                               std::to_string(buckets_.size()));
+  b.op = group_.all_reduce_sum_async(b.flat, "grad bucket " + std::to_string(bi + 1) + "/" +
+                                                 std::to_string(buckets_.size()));
 }
 
 void GradSync::finish() {
   std::lock_guard<std::mutex> lk(mu_);
-  if (!enabled_ || !ctx_.active()) return;
+  if (!enabled_ || !group_.active()) return;
   // buckets whose gradients never all arrived (unused parameters) go now, still in index order
   launched_in_backward_ = static_cast<int64_t>(next_launch_);
   while (next_launch_ < buckets_.size()) launch(next_launch_++);
   torch::NoGradGuard no_grad;
-  const double inv = 1.0 / static_cast<double>(ctx_.world_size());
+  const double inv = 1.0 / static_cast<double>(group_.size());  // the mean over the group, not the world
   for (auto& b : buckets_) {
     b.op->wait();
     b.flat.mul_(inv);

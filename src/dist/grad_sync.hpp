@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dist/dist_context.hpp"
+#include "dist/group.hpp"
 
 namespace trainer::dist {
 
@@ -23,18 +24,22 @@ struct GradBucket {
   std::shared_ptr<AsyncOp> op;   // launched all-reduce, null until launched
 };
 
+// Over `group`: the data-parallel ranks that hold replicas of these parameters (the world, or the
+// device mesh's dp group: then each rank's own TP-local parameters). An inactive group (of one)
+// installs no hook and runs no collective: the gradients stay as backward left them.
 class GradSync {   // bucketed all-reduce launched from gradient hooks, overlapping backward
  public:
   // `params` in registration order (module.parameters()); those without requires_grad are skipped.
-  // Checks once that every rank built the same bucket layout (DistError naming both hashes).
-  GradSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb);
+  // Checks once that every rank of `group` built the same bucket layout (DistError naming both
+  // hashes). `group` outlives this.
+  GradSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb);
   ~GradSync();
   GradSync(const GradSync&) = delete;
   GradSync& operator=(const GradSync&) = delete;
 
   void set_enabled(bool sync);   // false on non-final micro-steps of gradient accumulation (no_sync)
   bool enabled() const { return enabled_; }
-  void finish();                 // wait for every bucket of this step; gradients are then averaged
+  void finish();                 // wait for every bucket of this step; gradients are then the group's mean
 
   // Introspection for tests and logs.
   const std::vector<GradBucket>& buckets() const { return buckets_; }
@@ -49,7 +54,7 @@ class GradSync {   // bucketed all-reduce launched from gradient hooks, overlapp
   void launch(size_t b);
   void reset_step();
 
-  DistContext& ctx_;
+  Group& group_;
   std::vector<torch::Tensor> params_;
   std::vector<size_t> bucket_of_;  // parameter index -> bucket index
   std::vector<bool> ready_;        // parameter index -> gradient ready this step

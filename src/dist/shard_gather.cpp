@@ -94,8 +94,8 @@ void ShardSync::gather_async(size_t bi) {
   peak_.bytes = std::max(peak_.bytes, now_.bytes);
   peak_.units = std::max(peak_.units, now_.units);
   // the input is the rank's own chunk, a tensor of its own: no input aliases its output
-  b.gather_op = ctx_.all_gather_into_async(b.flat_param, b.shard_param,
-                                           "unit params " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
+  b.gather_op = group_.all_gather_into_async(b.flat_param, b.shard_param,
+                                             "unit params " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
   b.state = ShardBucket::State::Gathering;
 }
 
@@ -139,8 +139,8 @@ void ShardSync::launch_full(size_t bi) {
   }
   b.rs_out = b.has_grad ? torch::empty({b.chunk}, b.shard_grad.options()) : b.shard_grad;
   b.has_grad = true;
-  b.op = ctx_.reduce_scatter_sum_async(b.rs_out, b.flat_grad,
-                                       "unit grads " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
+  b.op = group_.reduce_scatter_sum_async(b.rs_out, b.flat_grad,
+                                         "unit grads " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size()));
 }
 
 void ShardSync::settle(ShardBucket& b) {

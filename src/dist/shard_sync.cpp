@@ -26,9 +26,9 @@ torch::Tensor slot_of(const torch::Tensor& flat, const torch::Tensor& p, int64_t
 
 }  // namespace
 
-ShardSync::ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
+ShardSync::ShardSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
                      std::vector<std::vector<size_t>> units)
-    : ctx_(ctx), mode_(mode), world_(ctx.world_size()), rank_(ctx.rank()) {
+    : group_(group), mode_(mode), world_(group.size()), rank_(group.rank()) {
   if (mode == Grads::Full) {
     for (auto& p : params)
       if (!p.defined() || !p.requires_grad()) throw std::invalid_argument("ShardSync full: a unit parameter is frozen");
@@ -128,10 +128,11 @@ void ShardSync::allocate() {
 }
 
 void ShardSync::check_layout() {
-  if (auto m = find_layout_mismatch(ctx_, layout_hash_, "shard layout")) {
+  if (auto m = find_layout_mismatch(group_, layout_hash_, "shard layout")) {
+    const auto ranks = group_.ranks();  // the message names world ranks
     std::ostringstream msg;
-    msg << "rank " << rank_ << ": the sharded parameter layout differs between ranks 0 and " << m->rank
-        << " (different model or dist.bucket_mb)";
+    msg << "rank " << ranks[static_cast<size_t>(rank_)] << ": the sharded parameter layout differs between ranks "
+        << ranks[0] << " and " << ranks[static_cast<size_t>(m->rank)] << " (different model or dist.bucket_mb)";
     throw DistError(msg.str());
   }
 }
@@ -185,8 +186,8 @@ void ShardSync::launch(size_t bi) {
     p.mutable_grad() = torch::Tensor();  // the bucket holds it now; the optimizer never reads .grad of a parameter
   }
   const std::string what = "shard bucket " + std::to_string(bi + 1) + "/" + std::to_string(buckets_.size());
-  b.op = mode_ == Grads::AllReduce ? ctx_.all_reduce_sum_async(b.flat_grad, what)
-                                   : ctx_.reduce_scatter_sum_async(b.shard_grad, b.flat_grad, what);
+  b.op = mode_ == Grads::AllReduce ? group_.all_reduce_sum_async(b.flat_grad, what)
+                                   : group_.reduce_scatter_sum_async(b.shard_grad, b.flat_grad, what);
 }
 
 void ShardSync::finish() {
@@ -232,9 +233,9 @@ void ShardSync::gather_params() {
     auto& b = buckets_[bi];
     // the input is a copy: an input aliasing its own output is not allowed by every backend
     inputs.push_back(b.flat_param.narrow(0, rank_ * b.chunk, b.chunk).clone());
-    ops.push_back(ctx_.all_gather_into_async(b.flat_param, inputs.back(),
-                                             "shard params " + std::to_string(bi + 1) + "/" +
-                                                 std::to_string(buckets_.size())));
+    ops.push_back(group_.all_gather_into_async(b.flat_param, inputs.back(),
+                                               "shard params " + std::to_string(bi + 1) + "/" +
+                                                   std::to_string(buckets_.size())));
   }
   for (auto& op : ops) op->wait();
 }

@@ -1,10 +1,14 @@
 // The flat, padded, bucketed parameter and gradient buffers of the sharded strategies
 // (dist.sharding optimizer | gradients), and the collectives that keep them in step.
 //
-// Layout (identical on every rank, checked once like GradSync's): the trainable parameters in reverse
-// registration order (roughly the order backward produces their gradients) are packed into buckets
-// of about dist.bucket_mb, one dtype and device per bucket. Each bucket is padded with zeros to a
-// multiple of the world size N and cut into N equal chunks: rank r owns chunk r of every bucket.
+// The ranks are those of one dist::Group (group.hpp): the world, or the device mesh's dp group, whose
+// ranks hold the same (TP-local) parameters; "rank" and N below are the group's rank and size.
+//
+// Layout (identical on every rank of the group, checked once like GradSync's): the trainable
+// parameters in reverse registration order (roughly the order backward produces their gradients)
+// are packed into buckets of about dist.bucket_mb, one dtype and device per bucket. Each bucket is
+// padded with zeros to a multiple of the group size N and cut into N equal chunks: rank r owns chunk
+// r of every bucket.
 // The parameters become views into their bucket's buffer (in their own memory format), so the
 // all-gather after the optimizer step writes the model's weights in place. What a rank owns of a
 // parameter is a "piece": a contiguous range of the parameter's elements in storage order; the
@@ -41,6 +45,7 @@
 #include <vector>
 
 #include "dist/dist_context.hpp"
+#include "dist/group.hpp"
 
 namespace trainer::dist {
 
@@ -48,8 +53,8 @@ struct ShardBucket {
   std::vector<size_t> params;    // indices into ShardSync's parameter list, in bucket order
   std::vector<int64_t> offsets;  // element offset of each parameter in the bucket
   int64_t numel = 0;             // without padding
-  int64_t padded = 0;            // numel rounded up to a multiple of the world size
-  int64_t chunk = 0;             // padded / world size: what each rank owns
+  int64_t padded = 0;            // numel rounded up to a multiple of the group size
+  int64_t chunk = 0;             // padded / group size: what each rank owns
   torch::Tensor flat_param;      // (padded) the parameters' storage
   torch::Tensor flat_grad;       // (padded) all_reduce: persistent; reduce_scatter: only while in flight
   torch::Tensor shard_grad;      // (chunk) this rank's slice of the averaged gradient
@@ -94,14 +99,16 @@ class ShardSync {
   // `params` in registration order; those without requires_grad are skipped (they stay replicated).
   // Full: `units` lists each unit's parameters (indices into `params`, all trainable), in forward
   // order; bucket_mb is not used (one bucket per unit).
-  ShardSync(DistContext& ctx, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
+  // `group` (outliving this) is the ranks that shard these parameters between them.
+  ShardSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
             std::vector<std::vector<size_t>> units = {});
   ~ShardSync();
   ShardSync(const ShardSync&) = delete;
   ShardSync& operator=(const ShardSync&) = delete;
 
   void set_enabled(bool sync);  // false on non-final micro-steps (gradients accumulate locally)
-  // Waits for every bucket; each piece's .grad is then its slice of the gradient averaged over ranks.
+  // Waits for every bucket; each piece's .grad is then its slice of the gradient averaged over the
+  // group's ranks.
   void finish();
   // After the optimizer stepped the pieces: every rank's owned chunks to every rank (the weights).
   // Full: nothing to do (each forward gathers its units).
@@ -127,7 +134,7 @@ class ShardSync {
   const std::vector<ShardBucket>& buckets() const { return buckets_; }
   const std::vector<OwnedPiece>& pieces() const { return pieces_; }
   std::vector<torch::Tensor> piece_values() const;
-  int64_t world() const { return world_; }
+  int64_t world() const { return world_; }  // the group's size and this rank's index in it
   int64_t rank() const { return rank_; }
 
   // Bytes this rank holds now, measured from the tensors (unique storages).
@@ -151,7 +158,7 @@ class ShardSync {
   void free_params(size_t b);
   int64_t unit_bucket(size_t unit) const;  // -1: a unit without trainable parameters
 
-  DistContext& ctx_;
+  Group& group_;
   Grads mode_;
   int64_t world_ = 1, rank_ = 0;
   std::vector<torch::Tensor> params_;

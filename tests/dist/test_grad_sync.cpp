@@ -83,7 +83,7 @@ TEST_CASE("worker: bucketed all-reduce", "[.worker]") {
   for (size_t i = 0; i < ref->parameters().size(); ++i)
     CHECK(torch::equal(net->parameters()[i], ref->parameters()[i]));
 
-  GradSync sync(*ctx, net->parameters(), kTinyBucketMb);
+  GradSync sync(ctx->world_group(), net->parameters(), kTinyBucketMb);
   REQUIRE(sync.buckets().size() >= 3);
   loss_of(*net, batch(ctx->rank(), 0)).backward();
   sync.finish();
@@ -106,7 +106,7 @@ TEST_CASE("worker: gradient accumulation with no_sync", "[.worker]") {
   auto ctx = make_ctx();
   auto net = make_net(100 + ctx->rank());
   ctx->broadcast_module(*net);
-  GradSync sync(*ctx, net->parameters(), kTinyBucketMb);
+  GradSync sync(ctx->world_group(), net->parameters(), kTinyBucketMb);
   for (int step = 0; step < 2; ++step) {
     for (auto& p : net->parameters()) p.mutable_grad() = torch::Tensor();
     sync.set_enabled(false);
@@ -133,7 +133,7 @@ TEST_CASE("worker: bucket layout mismatch", "[.worker]") {
   if (!test::is_worker()) return;
   auto ctx = make_ctx();
   auto net = make_net(100);
-  CHECK_THROWS_WITH(GradSync(*ctx, net->parameters(), ctx->rank() == 0 ? kTinyBucketMb : 25.0),
+  CHECK_THROWS_WITH(GradSync(ctx->world_group(), net->parameters(), ctx->rank() == 0 ? kTinyBucketMb : 25.0),
                     Contains("gradient bucket layout differs between ranks: rank 0 has"));
 }
 

@@ -75,7 +75,7 @@ class Trainer final : public WorldParts {
     if (spec_->attention_probe && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
     model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
     params_ = unique_parameters(*model_);
-    parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    parallel_ = make_data_parallel(*dist_, dist_->world_group(), cfg_.dist);  // data parallel over the whole world
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
@@ -143,7 +143,7 @@ class Trainer final : public WorldParts {
     cfg_.train.grad_accum = grad_accum;
     for (auto& p : params_) p.mutable_grad().reset();
     steps_.reset();  // it refers to the strategy and the loader replaced here
-    parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    parallel_ = make_data_parallel(*dist_, dist_->world_group(), cfg_.dist);  // the regrouped world
     parallel_->prepare(*model_, params_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     train_loader_->restore(pos);

@@ -96,21 +96,31 @@ class SingleProcess final : public DataParallel {
   void after_backward() override {}
 };
 
-// Every rank holds the whole model and optimizer state; gradients are averaged by GradSync.
+// Every rank holds the whole model (its TP-local part) and optimizer state; gradients are averaged
+// over the dp group by GradSync.
 class Replicated final : public DataParallel {
  public:
-  Replicated(dist::DistContext& dist, double bucket_mb) : dist_(dist), bucket_mb_(bucket_mb) {}
-  std::string name() const override { return "replicated (DDP)"; }
+  Replicated(dist::DistContext& world, dist::Group& dp, double bucket_mb)
+      : world_(world), dp_(dp), bucket_mb_(bucket_mb) {}
+  std::string name() const override {
+    if (dp_.size() == world_.world_size()) return "replicated (DDP)";
+    if (!dp_.active()) return "no data parallelism (a dp group of one rank)";
+    return "replicated (DDP) over dp groups of " + std::to_string(dp_.size()) + " ranks";
+  }
   void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) override {
-    dist_.broadcast_module(model);
-    sync_ = std::make_unique<dist::GradSync>(dist_, params, bucket_mb_);
+    dp_.broadcast_module(model);
+    sync_ = std::make_unique<dist::GradSync>(dp_, params, bucket_mb_);
   }
   // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
   void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
   void after_backward() override { sync_->finish(); }  // waits for the buckets launched during backward
-  void commit(int64_t step) override { dist_.commit_step(step); }
+  void commit(int64_t step) override { world_.commit_step(step); }
+  // tp peers see different gradients: the world agrees (with T = 1 the dp group is the world: nothing)
+  void agree_flag(torch::Tensor& flag) override {
+    if (dp_.size() != world_.world_size()) world_.all_reduce_sum_async(flag, "found inf")->wait();
+  }
   MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
-    return replicated_memory_plan(model, optim, dist_.world_size());
+    return replicated_memory_plan(model, optim, dp_.size());
   }
   int64_t extra_grad_bytes() const override {  // the bucket buffers the all-reduce runs on
     int64_t n = 0;
@@ -120,25 +130,28 @@ class Replicated final : public DataParallel {
   }
 
  private:
-  dist::DistContext& dist_;
+  dist::DistContext& world_;
+  dist::Group& dp_;
   double bucket_mb_;
   std::unique_ptr<dist::GradSync> sync_;
 };
 
 }  // namespace
 
-std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
-  if (!dist.active()) return std::make_unique<SingleProcess>();
+std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& world, dist::Group& dp,
+                                                 const config::DistConfig& cfg) {
+  if (!world.active()) return std::make_unique<SingleProcess>();
   using config::Sharding;
-  if (cfg.sharding != Sharding::None) return make_sharded_parallel(dist, cfg);  // optimizer | gradients | full
-  return std::make_unique<Replicated>(dist, cfg.bucket_mb);
+  // optimizer | gradients | full; a dp group of one has nothing to shard
+  if (cfg.sharding != Sharding::None && dp.active()) return make_sharded_parallel(world, dp, cfg);
+  return std::make_unique<Replicated>(world, dp, cfg.bucket_mb);
 }
 
-MemoryPlan strategy_memory_plan(const config::DistConfig& cfg, int64_t world_size, const models::Model& model,
+MemoryPlan strategy_memory_plan(const config::DistConfig& cfg, int64_t dp_size, const models::Model& model,
                                 const config::OptimConfig& optim) {
-  if (world_size > 1 && cfg.sharding != config::Sharding::None)
-    return ShardedParallel::plan_memory(cfg.sharding, world_size, model, optim);
-  return replicated_memory_plan(model, optim, world_size);  // a single process shards nothing
+  if (dp_size > 1 && cfg.sharding != config::Sharding::None)
+    return ShardedParallel::plan_memory(cfg.sharding, dp_size, model, optim);
+  return replicated_memory_plan(model, optim, dp_size);  // a single process (or dp rank) shards nothing
 }
 
 }  // namespace trainer::engine

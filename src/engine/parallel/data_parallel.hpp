@@ -5,6 +5,15 @@
 // (engine/sharded_parallel.hpp over dist::ShardSync): each rank steps only its slice of the
 // parameters, so the strategy also owns the optimizer's construction, the global gradient norm,
 // the agreement on fp16 overflow, the all-gather after the step and the held-bytes measurement.
+//
+// Two sets of ranks: the data-parallel group `dp` (a dist::Group: the world, or the device mesh's
+// dp group when tensor parallel splits the model, each rank then holding its own TP-local
+// parameters) is what the replicas are replicated or sharded over: the weight broadcast, the
+// gradient mean (divided by the dp size), the shards, the clipping norm's sum over slices, the
+// bucket layout check and the checkpoint's shard ranks. The world votes: the fp16 overflow flag
+// (agree_flag) and the dist.recovery commit (commit), so that every rank, tp peers too, steps or
+// skips together; the non-finite and stop votes are the run's, over the world (engine/step, loop).
+// With T = 1 the dp group is the world: the same collectives in the same order as without a mesh.
 #pragma once
 
 #include <torch/torch.h>
@@ -17,6 +26,7 @@
 
 #include "config/config.hpp"
 #include "dist/dist_context.hpp"
+#include "dist/group.hpp"
 #include "engine/parallel/memory_figures.hpp"
 #include "io/checkpoint.hpp"
 #include "models/model.hpp"
@@ -46,17 +56,19 @@ class DataParallel {
  public:
   virtual ~DataParallel() = default;
   virtual std::string name() const = 0;  // for the log: "single process", "replicated (DDP)"
-  // Before training: the same weights on every rank (rank 0's; on a fresh start model.init then loads
-  // the same file on every rank), then whatever the strategy attaches to the model's unique trainable
-  // parameters `params` (train.freeze's parameters are not among them: no bucket, no hook).
+  // Before training: the same weights on every rank of the dp group (its rank 0's; on a fresh start
+  // model.init then loads the same file on every rank), then whatever the strategy attaches to the
+  // model's unique trainable parameters `params` (train.freeze's parameters are not among them: no
+  // bucket, no hook). Tensor-parallel peers keep their own weights.
   virtual void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) = 0;
   // Before each micro-batch's backward: only the last micro-batch of a step communicates.
   virtual void before_backward(bool last_micro_batch) = 0;
-  // After the step's last backward: every rank holds the averaged gradients when this returns.
+  // After the step's last backward: every rank holds the gradients averaged over its dp group when
+  // this returns (sharded: of its slices).
   virtual void after_backward() = 0;
   // Between the gradient sync and the optimizer step of `step` (0-based): under dist.recovery
-  // in_process every rank votes that its sync completed, and none steps unless all did (throws
-  // dist::DistError: the step is abandoned, weights and optimizer state untouched).
+  // in_process every rank of the world votes that its sync completed, and none steps unless all did
+  // (throws dist::DistError: the step is abandoned, weights and optimizer state untouched).
   virtual void commit(int64_t /*step*/) {}
 
   // The optimizer over what this rank steps. Replicated: every unique parameter (build_optimizer).
@@ -68,10 +80,13 @@ class DataParallel {
     return params;
   }
   // Clips the gradients of step_params() to max_norm (0 = off) by their global norm, which it
-  // returns. Sharded: the squared norms of the ranks' slices are summed over ranks first.
+  // returns. Sharded: the squared norms of the slices are summed over the dp group first (the norm
+  // of this rank's whole, TP-local, gradient).
   virtual torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm);
-  // Sharded: `flag` (the fp16 scaler's found-inf) summed over ranks in place, so every rank skips
-  // the same steps. Replicated ranks see the same gradients: nothing to agree on.
+  // `flag` (the fp16 scaler's found-inf) summed in place over the whole world whenever its ranks can
+  // see different gradients (sharded: each sees its slice; a mesh with tp > 1: tp peers hold other
+  // parameters), so every rank skips the same steps. Replicated over the whole world: the ranks
+  // see the same gradients, nothing to agree on (no collective).
   virtual void agree_flag(torch::Tensor&) {}
   // After the optimizer step (taken or skipped): sharded strategies all-gather the parameters.
   virtual void after_step() {}
@@ -89,7 +104,7 @@ class DataParallel {
   };
   virtual HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const;
 
-  // What this strategy holds per rank (memory_plan.hpp): strategy_memory_plan for its config and world.
+  // What this strategy holds per rank (memory_plan.hpp): strategy_memory_plan for its config and dp size.
   virtual MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const = 0;
   // How this rank's optimizer state goes into a checkpoint and back (CheckpointPart below).
   virtual const CheckpointPart& checkpoint_part() const { return replicated_checkpoint_part(); }
@@ -116,12 +131,16 @@ class FullParams {
 // Bytes of the optimizer's state tensors (unique storages).
 int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt);
 
-// A world of one when `dist` is inactive, else the strategy dist.* asks for (replicated DDP).
-std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& dist, const config::DistConfig& cfg);
+// A world of one when `world` is inactive, else the strategy dist.* asks for (replicated DDP, or
+// dist.sharding's) over `dp`: world.world_group() without a device mesh, else the mesh's dp group
+// (a dp group of one replicates nothing and shards nothing: no dp collective). Both outlive it.
+std::unique_ptr<DataParallel> make_data_parallel(dist::DistContext& world, dist::Group& dp,
+                                                 const config::DistConfig& cfg);
 
-// The memory plan of the strategy make_data_parallel builds for `cfg` on `world_size` ranks, without
-// building it (no process group): `trainer check --memory` and train.batch_size auto read it.
-MemoryPlan strategy_memory_plan(const config::DistConfig& cfg, int64_t world_size, const models::Model& model,
+// The memory plan of the strategy make_data_parallel builds for `cfg` over `dp_size` data-parallel
+// ranks (the world size without tensor parallel), without building it (no process group):
+// `trainer check --memory` and train.batch_size auto read it.
+MemoryPlan strategy_memory_plan(const config::DistConfig& cfg, int64_t dp_size, const models::Model& model,
                                 const config::OptimConfig& optim);
 
 }  // namespace trainer::engine

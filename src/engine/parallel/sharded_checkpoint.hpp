@@ -6,6 +6,9 @@
 //   state.json "optimizer_shards"            world size, the files, and per parameter its global
 //                                            shape and strides and every rank's [begin, begin+len)
 //
+// r and N are the dp group's rank and size (ShardSync's group): the world's without tensor parallel;
+// "world_size" in state.json is that N.
+//
 // The store's manifest holds each shard file's sha256 and size, so a missing or corrupt shard is
 // refused naming the file. Loading always goes through the replicated layout (whole tensors per
 // parameter name, optimizer.safetensors' format): a sharded checkpoint is assembled into it, and a
@@ -24,7 +27,7 @@
 
 namespace trainer::engine {
 
-std::string shard_group_name(int64_t rank, int64_t world);  // "optimizer-shard-<r>-of-<N>"
+std::string shard_group_name(int64_t rank, int64_t world);  // "optimizer-shard-<r>-of-<N>": dp rank, dp size
 
 // This rank's optimizer state, one entry per piece field (see above).
 io::NamedTensors shard_optimizer_tensors(const dist::ShardSync& sync, const torch::optim::Optimizer& opt,
@@ -42,7 +45,8 @@ void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& 
                           const io::NamedTensors& full);
 
 // A sharded strategy's part of a checkpoint (DataParallel::checkpoint_part): the functions above over
-// its sync, for rank `rank` of `world`.
+// its sync, for rank `rank` of the `world` ranks of its dp group (the sync's group: the world
+// without tensor parallel).
 class ShardedCheckpoint final : public CheckpointPart {
  public:
   ShardedCheckpoint(const dist::ShardSync& sync, int64_t rank, int64_t world) : sync_(sync), rank_(rank), world_(world) {}

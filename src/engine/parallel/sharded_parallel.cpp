@@ -44,7 +44,8 @@ std::vector<std::vector<size_t>> unit_groups(const models::Model& model, const s
 
 }  // namespace
 
-ShardedParallel::ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg) : dist_(dist), cfg_(cfg) {}
+ShardedParallel::ShardedParallel(dist::DistContext& world, dist::Group& dp, const config::DistConfig& cfg)
+    : world_(world), dp_(dp), cfg_(cfg) {}
 
 ShardedParallel::~ShardedParallel() {
   if (auto m = model_.lock())
@@ -61,13 +62,13 @@ std::string ShardedParallel::name() const {
 }
 
 void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
-  dist_.broadcast_module(model);  // rank 0's weights before they move into the buckets
+  dp_.broadcast_module(model);  // dp rank 0's weights before they move into the buckets
   if (cfg_.sharding == config::Sharding::Full) {
     auto* m = dynamic_cast<models::Model*>(&model);
     if (!m || !m->gates_units())
       throw std::invalid_argument("dist.sharding full: this model's forward does not gather its units (Model::enter_unit / "
                                   "leave_unit); use dist.sharding: gradients");
-    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
+    sync_ = std::make_unique<dist::ShardSync>(dp_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
                                               unit_groups(*m, params));
     gate_ = std::make_unique<ShardGate>(*sync_);
     m->set_unit_gate(gate_.get());
@@ -75,10 +76,10 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
   } else {
     const auto mode = cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce
                                                                    : dist::ShardSync::Grads::ReduceScatter;
-    sync_ = std::make_unique<dist::ShardSync>(dist_, params, cfg_.bucket_mb, mode);
+    sync_ = std::make_unique<dist::ShardSync>(dp_, params, cfg_.bucket_mb, mode);
   }
   pieces_ = sync_->piece_values();
-  checkpoint_ = std::make_unique<ShardedCheckpoint>(*sync_, dist_.rank(), dist_.world_size());
+  checkpoint_ = std::make_unique<ShardedCheckpoint>(*sync_, dp_.rank(), dp_.size());  // shard r of the dp group
   int64_t owned = 0, padded = 0;
   for (const auto& pc : sync_->pieces()) owned += pc.len;
   for (const auto& b : sync_->buckets()) padded += b.padded;
@@ -132,10 +133,11 @@ torch::Tensor ShardedParallel::clip_grad_norm(const std::vector<torch::Tensor>& 
   std::vector<torch::Tensor> grads;
   for (const auto& p : step_params)
     if (p.grad().defined()) grads.push_back(p.grad());
-  // sum of squares in float64 over this rank's slices, then over ranks: the norm of the whole gradient
-  auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(dist_.device()));
+  // sum of squares in float64 over this rank's slices, then over the dp group: the norm of the whole
+  // (TP-local) gradient
+  auto sq = torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(dp_.device()));
   if (!grads.empty()) sq += torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat64).pow(2).sum();
-  dist_.all_reduce_sum_async(sq, "grad norm")->wait();
+  dp_.all_reduce_sum_async(sq, "grad norm")->wait();
   auto total = sq.sqrt().to(torch::kFloat32).reshape({});
   if (max_norm > 0 && !grads.empty()) {
     auto coef = (max_norm / (total + 1e-6)).clamp_max(1.0);  // torch's clip_grad_norm_ rule, on the device
@@ -144,7 +146,8 @@ torch::Tensor ShardedParallel::clip_grad_norm(const std::vector<torch::Tensor>& 
   return total;
 }
 
-void ShardedParallel::agree_flag(torch::Tensor& flag) { dist_.all_reduce_sum_async(flag, "found inf")->wait(); }
+// the whole world, not the dp group: tp peers must skip the same steps too
+void ShardedParallel::agree_flag(torch::Tensor& flag) { world_.all_reduce_sum_async(flag, "found inf")->wait(); }
 
 DataParallel::HeldBytes ShardedParallel::held_bytes(const std::vector<torch::Tensor>&,
                                                     const torch::optim::Optimizer& opt) const {
@@ -193,8 +196,9 @@ MemoryPlan ShardedParallel::plan_memory(config::Sharding sharding, int64_t world
   return plan;
 }
 
-std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& dist, const config::DistConfig& cfg) {
-  return std::make_unique<ShardedParallel>(dist, cfg);
+std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& world, dist::Group& dp,
+                                                    const config::DistConfig& cfg) {
+  return std::make_unique<ShardedParallel>(world, dp, cfg);
 }
 
 }  // namespace trainer::engine

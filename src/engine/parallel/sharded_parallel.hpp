@@ -11,8 +11,9 @@
 //                       as soon as they are in, and the next unit's all-gather is prefetched.
 //                       Frozen parameters (train.freeze) stay replicated: they have no gradient and
 //                       no optimizer state, and a frozen unit needs no re-gather.
-// The global gradient norm (clipping) sums the ranks' squared slice norms; the fp16 overflow flag
-// is summed over ranks so every rank skips the same steps.
+// Over the dp group (data_parallel.hpp says which collectives are the dp group's and which the
+// world's): the shards are its ranks', the global gradient norm (clipping) sums their squared slice
+// norms; the fp16 overflow flag is summed over the whole world so every rank skips the same steps.
 #pragma once
 
 #include <memory>
@@ -27,7 +28,7 @@ namespace trainer::engine {
 
 class ShardedParallel final : public DataParallel {
  public:
-  ShardedParallel(dist::DistContext& dist, const config::DistConfig& cfg);
+  ShardedParallel(dist::DistContext& world, dist::Group& dp, const config::DistConfig& cfg);
   ~ShardedParallel() override;  // takes its gate off the model
   std::string name() const override;
   void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) override;
@@ -46,18 +47,19 @@ class ShardedParallel final : public DataParallel {
   HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const override;
 
   MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
-    return plan_memory(cfg_.sharding, dist_.world_size(), model, optim);
+    return plan_memory(cfg_.sharding, dp_.size(), model, optim);
   }
   const CheckpointPart& checkpoint_part() const override;  // the shard files (sharded_checkpoint.hpp)
 
-  // What `sharding` holds per rank on `world` (> 1) ranks (memory_plan.hpp's FixedMemory): the
+  // What `sharding` holds per rank over `world` (> 1) dp ranks (memory_plan.hpp's FixedMemory): the
   // optimizer state's 1/N; ZeRO-2 and 3 only their gradient slice across steps (ZeRO-1 the full
   // all-reduce buckets); ZeRO-3 the parameters' 1/N plus the units gathered whole at one time.
   static MemoryPlan plan_memory(config::Sharding sharding, int64_t world, const models::Model& model,
                                 const config::OptimConfig& optim);
 
  private:
-  dist::DistContext& dist_;
+  dist::DistContext& world_;
+  dist::Group& dp_;
   config::DistConfig cfg_;
   std::unique_ptr<dist::ShardSync> sync_;
   std::vector<torch::Tensor> pieces_;  // what the optimizer steps: views into the owned chunks
@@ -67,6 +69,7 @@ class ShardedParallel final : public DataParallel {
   int peak_state_ = 0;  // full: 0 before the first step, 1 during it, 2 once its gather peak is logged
 };
 
-std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& dist, const config::DistConfig& cfg);
+std::unique_ptr<DataParallel> make_sharded_parallel(dist::DistContext& world, dist::Group& dp,
+                                                    const config::DistConfig& cfg);
 
 }  // namespace trainer::engine
