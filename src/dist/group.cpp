@@ -151,6 +151,20 @@ std::shared_ptr<AsyncOp> Group::all_gather_into_async(torch::Tensor out, torch::
 
 // --- blocking ----------------------------------------------------------------------------------
 
+std::shared_ptr<AsyncOp> Group::send_async(torch::Tensor t, int64_t peer, int tag, const std::string& what) {
+  std::vector<at::Tensor> v{std::move(t)};
+  return begin("send", what + " to group rank " + std::to_string(peer)).launch([&](c10d::Backend& pg) {
+    return pg.send(v, static_cast<int>(peer), tag);
+  });
+}
+
+std::shared_ptr<AsyncOp> Group::recv_async(torch::Tensor t, int64_t peer, int tag, const std::string& what) {
+  std::vector<at::Tensor> v{std::move(t)};
+  return begin("recv", what + " from group rank " + std::to_string(peer)).launch([&](c10d::Backend& pg) {
+    return pg.recv(v, static_cast<int>(peer), tag);
+  });
+}
+
 void Group::all_reduce(torch::Tensor& t, Reduce op, const std::string& what) {
   if (!active()) return;
   auto v = t.is_contiguous() ? t : t.contiguous();

@@ -72,6 +72,13 @@ class Group {
   // alias `out` (not every backend allows it).
   std::shared_ptr<AsyncOp> all_gather_into_async(torch::Tensor out, torch::Tensor in, const std::string& what);
 
+  // --- point to point (pipeline parallel), launched now, the caller waits ----------------------
+  // `t` (contiguous, on device()) to group rank `peer` / into `t` (its shape and dtype) from group
+  // rank `peer`, with `tag`. Messages between two ranks arrive in the order they were sent. A wait
+  // past dist.timeout_s is a DistError naming `what` (the pipeline action) and the peer.
+  std::shared_ptr<AsyncOp> send_async(torch::Tensor t, int64_t peer, int tag, const std::string& what);
+  std::shared_ptr<AsyncOp> recv_async(torch::Tensor t, int64_t peer, int tag, const std::string& what);
+
  private:
   friend class DistContext;
   struct Backend;  // c10d's backend (group.cpp)

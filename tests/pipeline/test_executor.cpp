@@ -15,8 +15,10 @@
 
 #include "pipeline/executor.hpp"
 #include "pipeline/partition.hpp"
+#include "pipeline/pipeline_mlp.hpp"
 
 using namespace trainer::pipeline;
+using namespace trainer::test::pipeline_mlp;
 using Catch::Matchers::Contains;
 
 namespace {
@@ -63,47 +65,6 @@ class QueueLink final : public PeerLink {
   double timeout_s_;
 };
 
-constexpr int64_t kLayers = 7, kWidth = 6, kMicro = 3;  // 7 layers: uneven over 2, 3, 4 and 6 stages
-
-struct Mlp {
-  std::vector<torch::Tensor> w, b;  // layer i: x -> tanh(x w_i^T + b_i) (the last layer without tanh)
-  explicit Mlp(uint64_t seed) {
-    torch::manual_seed(seed);
-    for (int64_t i = 0; i < kLayers; ++i) {
-      w.push_back(torch::randn({kWidth, kWidth}, torch::kFloat64).mul_(0.5).requires_grad_(true));
-      b.push_back(torch::randn({kWidth}, torch::kFloat64).mul_(0.1).requires_grad_(true));
-    }
-  }
-  Mlp(const Mlp& o) {  // fresh leaves with the same values
-    for (size_t i = 0; i < o.w.size(); ++i) {
-      w.push_back(o.w[i].detach().clone().requires_grad_(true));
-      b.push_back(o.b[i].detach().clone().requires_grad_(true));
-    }
-  }
-  torch::Tensor layers(torch::Tensor x, int64_t first, int64_t last) const {
-    for (int64_t i = first; i <= last; ++i) {
-      x = torch::addmm(b[i], x, w[i].t());
-      if (i < kLayers - 1) x = torch::tanh(x);
-    }
-    return x;
-  }
-};
-
-torch::Tensor batch(int64_t m) { return torch::arange(kMicro * kWidth, torch::kFloat64).reshape({kMicro, kWidth}).mul(0.1 * (m + 1)).sin(); }
-torch::Tensor target(int64_t m) { return torch::full({kMicro, kWidth}, 0.3 * m - 0.5, torch::kFloat64); }
-torch::Tensor loss_of(const torch::Tensor& y, int64_t m) { return (y - target(m)).pow(2).mean(); }
-
-// One process: M microbatches, loss / M each, backward after each (gradient accumulation).
-double reference(Mlp& net, int64_t M) {
-  double sum = 0;
-  for (int64_t m = 0; m < M; ++m) {
-    auto loss = loss_of(net.layers(batch(m), 0, kLayers - 1), m);
-    sum += loss.item<double>();
-    (loss / static_cast<double>(M)).backward();
-  }
-  return sum;
-}
-
 struct PipelineRun {
   double loss_sum = 0;
   int64_t losses = 0;
@@ -122,20 +83,7 @@ PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init
   for (int64_t r = 0; r < sh.ranks; ++r)
     threads.emplace_back([&, r] {
       try {
-        const Mlp& net = out.nets[static_cast<size_t>(r)];
-        std::vector<StageFn> stages;
-        for (int64_t s = r; s < sh.stages(); s += sh.ranks) {
-          const auto range = split[static_cast<size_t>(s)];
-          StageFn f;
-          f.stage = s;
-          const bool last = s == sh.stages() - 1;
-          f.forward = [&net, range, last](const torch::Tensor& x, int64_t m) {
-            auto y = net.layers(x, range.first, range.last);
-            return last ? loss_of(y, m) : y;
-          };
-          for (int64_t i = range.first; i <= range.last; ++i) f.params.insert(f.params.end(), {net.w[i], net.b[i]});
-          stages.push_back(f);
-        }
+        const auto stages = stages_of(out.nets[static_cast<size_t>(r)], sh, r);
         QueueLink link(box, r, timeout_s);
         Executor ex(sh, r, stages, link);
         results[static_cast<size_t>(r)] = ex.run(prog[static_cast<size_t>(r)], batch);
