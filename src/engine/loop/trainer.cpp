@@ -45,7 +45,7 @@ namespace {
 
 class Trainer final : public WorldParts {
  public:
-  Trainer(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, const ResumeOptions& resume)
+  Trainer(const config::RunConfig& cfg, const dist::LaunchEnv& env, io::RunDir& dir, const ResumeOptions& resume)
       : cfg_(cfg), env_(env), dir_(dir), resume_(resume) {}
 
   int run() {
@@ -104,7 +104,9 @@ class Trainer final : public WorldParts {
     flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
     peak_tflops_ = peak_tflops_for(cfg_, device_);
 
-    log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, env_.rank == 0, dir_, total_steps_));
+    // a replacement that joins a running group writes no run file, whatever its RANK: the group's
+    // rank 0 does (it stays rank 0 when the group grows)
+    log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, dist::writes_run_files(env_), dir_, total_steps_));
 
     planner.release_startup_memory();
     log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
@@ -162,6 +164,14 @@ class Trainer final : public WorldParts {
   // over the records rank 0 wrote, TensorBoard, the summary and the checkpoint store).
   void recover(const std::string& why, int64_t step) {
     if (!recovery_->recover(why, step)) return;
+    // the lost rank 0's locks were released by the kernel when it died: this rank holds them now, so
+    // that a second run on the same folder is still refused. One still held (rank 0 cut off on
+    // another host, alive) does not stop the survivors: they write here either way.
+    try {
+      io::take_writer_locks(cfg_, dir_);
+    } catch (const std::exception& e) {
+      spdlog::warn("in-process recovery: taking over the writer's locks: {}", e.what());
+    }
     log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
     log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
     ckpt_->become_writer();
@@ -176,6 +186,7 @@ class Trainer final : public WorldParts {
       return false;
     }
     auto t0 = Clock::now();
+    dist_->kill_point("eval", step);  // TRAINER_INJECT_KILL (tests): a rank lost during evaluation
     EvalResult r = evaluator_->run(*model_);
     if (r.count == 0) throw std::runtime_error("the validation split gave no samples to evaluate");
     // early stopping and `best` follow the trained weights; the EMA's figures ride along
@@ -247,7 +258,7 @@ class Trainer final : public WorldParts {
     if (!resumed) {
       {
         FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes
-        load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+        load_initial_weights(*model_, cfg_.model, dir_.root, dist::writes_run_files(env_));  // model.init
       }
       if (ema_) ema_->reset_from_live();  // the EMA starts from the weights the run starts from
       return;
@@ -361,7 +372,10 @@ class Trainer final : public WorldParts {
     if (steps_->graphed()) graph_stream.emplace(device_.index());
     for (;;) {
       try {
-        if (stop_reason == "early_stopping" || step_is_final(loop_.step)) return finish(loop_.step, stop_reason);
+        if (stop_reason == "early_stopping" || step_is_final(loop_.step)) {
+          if (const auto rc = finish_with_recovery(loop_.step, stop_reason)) return *rc;
+          continue;  // a peer failed during the end: the survivors end the run
+        }
         const Next next = step_with_recovery();
         if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
         if (next == Next::EarlyStop) stop_reason = "early_stopping";
@@ -388,13 +402,30 @@ class Trainer final : public WorldParts {
 
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
   // (never optional: CheckpointFailed), the summary.
+  // Under dist.recovery in_process what it did before a failure is not done again after the regroup
+  // (loop_.evaluated_last, loop_.final_saved); the final save is redone by the rank that writes now.
   int finish(int64_t step, const std::string& stop_reason) {
     if (!loop_.evaluated_last) evaluate_and_record(step);
-    if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
+    loop_.evaluated_last = true;
+    if (!loop_.final_saved && ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
+    loop_.final_saved = true;
     dist_->barrier();
     dist_->mark_finished();
     write_summary(step, stop_reason);
     return kExitOk;
+  }
+
+  // dist.recovery in_process: a peer lost during the end of the run (the last evaluation, the final
+  // save: rank 0 killed while it writes the final checkpoint) is one more regroup; nullopt: the loop
+  // calls this again with the survivors.
+  std::optional<int> finish_with_recovery(int64_t step, const std::string& stop_reason) {
+    try {
+      return finish(step, stop_reason);
+    } catch (const dist::DistError& e) {
+      if (!dist_->recovery()) throw;
+      recover(e.what(), step);
+      return std::nullopt;
+    }
   }
 
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
@@ -411,7 +442,7 @@ class Trainer final : public WorldParts {
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   dist::LaunchEnv env_;  // a copy: an in-process regroup renumbers the ranks
-  const io::RunDir& dir_;
+  io::RunDir& dir_;  // its locks move to this rank when it takes over writing
   ResumeOptions resume_;
   int64_t start_step_ = 0;
   torch::Device device_{torch::kCPU};
@@ -446,6 +477,7 @@ class Trainer final : public WorldParts {
     int64_t step = 0;
     IntervalTimes times;          // of the interval since the last record
     bool evaluated_last = false;  // the last step was followed by an evaluation
+    bool final_saved = false;     // the final checkpoint is saved (a regroup after it does not save again)
     std::unique_ptr<obs::StepProfiler> profiler;
   } loop_;                        // where the loop stands
   Clock::time_point run_start_;
@@ -453,7 +485,7 @@ class Trainer final : public WorldParts {
 
 }  // namespace
 
-int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
+int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, io::RunDir& dir,
                  const ResumeOptions& resume) {
   Trainer t(cfg, env, dir, resume);
   return t.run();

@@ -1,5 +1,7 @@
 #include "engine/loop/world_recovery.hpp"
 
+#include <stdexcept>
+
 #include "engine/loop/peer_state.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 
@@ -91,6 +93,10 @@ std::optional<WorldRecovery::Joined> WorldRecovery::join() {
 
 // The samples so far are counted at the world that ran them; then the trainer rebuilds.
 void WorldRecovery::change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos) {
+  // no step without a micro-batch (a step of none would sync gradients that do not exist)
+  if (grad_accum < 1)
+    throw std::runtime_error("in-process recovery: accumulation " + std::to_string(grad_accum) + " at step " +
+                             std::to_string(step) + " is not a step; the run cannot go on in process");
   train_.grad_accum = grad_accum;
   samples_.change(step, train_.batch_size * grad_accum * dist_.world_size());
   parts_.rebuild_world(grad_accum, pos);
