@@ -187,7 +187,7 @@ void check_cell(const fs::path& dir, const Cell& c, const Outcome& o) {
 
 namespace recmat = recovery_matrix;
 
-TEST_CASE("in-process recovery matrix: rank 0, the middle or the last rank killed, under 0, 1 or 2 replacements",
+TEST_CASE("in-process recovery matrix: rank 0 or the middle or the last rank killed under 0 to 2 replacements",
           "[dist][e2e][slow]") {
   auto dir = test::scratch_dir("recovery_matrix");
   const auto cfg = recmat::matrix_config(dir);
@@ -216,7 +216,7 @@ TEST_CASE("in-process recovery matrix: rank 0, the middle or the last rank kille
                            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
 }
 
-TEST_CASE("in-process recovery matrix: rank 0 killed during a save, an evaluation, and while a replacement joins",
+TEST_CASE("in-process recovery matrix: rank 0 killed during a save or an evaluation or while a replacement joins",
           "[dist][e2e][slow]") {
   auto dir = test::scratch_dir("recovery_moments");
   const auto cfg = recmat::matrix_config(dir);

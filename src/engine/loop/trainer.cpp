@@ -160,6 +160,7 @@ class Trainer final : public WorldParts {
     if (ema_) ema_->set_parallel(parallel_.get());  // it held the strategy destroyed above
   }
   data::LoaderState loader_state() const override { return train_loader_->state(); }
+  int64_t last_logged_step() const override { return obs::read_history(dir_.metrics_file()).last_step; }
   // A collective failed in the step at `step` or after it: the survivors go on (a new rank 0 takes
   // over the records rank 0 wrote, TensorBoard, the summary and the checkpoint store).
   void recover(const std::string& why, int64_t step) {
@@ -208,14 +209,26 @@ class Trainer final : public WorldParts {
     return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
   }
 
-  void record_train(int64_t step, const torch::Tensor& norm) {
+  // The record of `step` again, on every rank alike, after a regroup interrupted it somewhere: a rank
+  // that had completed it takes part with the loss it recorded (the writer does not write it twice).
+  void redo_record(int64_t step) {
+    if (!recovery_->recorded_here()) return record_train(step, recovery_->last_grad_norm());
+    if (!loop_.last_local_loss) return;  // that interval had no loss: no record, on any rank
+    if (last_logged_step() >= step) log_->skip_records_until(step);  // the writer wrote it (others: no-op)
+    record_train(step, recovery_->last_grad_norm(), loop_.last_local_loss);
+  }
+
+  void record_train(int64_t step, const torch::Tensor& norm, std::optional<double> recorded_loss = std::nullopt) {
     IntervalTimes& times = loop_.times;
-    if (steps_->loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
+    loop_.last_local_loss.reset();
+    if (!recorded_loss && steps_->loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
       times = IntervalTimes{};
       return;
     }
-    const double local_loss =
-        steps_->loss_sum().item<double>() / static_cast<double>(steps_->loss_count());  // the log step's host sync
+    const double local_loss = recorded_loss ? *recorded_loss
+                                            : steps_->loss_sum().item<double>() /
+                                                  static_cast<double>(steps_->loss_count());  // the log step's host sync
+    loop_.last_local_loss = local_loss;
     obs::TrainRecord r{.step = step, .epoch = epochs_done(), .time_s = clock_s(),
                        .samples = recovery_->samples_at(step), .loss = dist_->all_reduce_mean(local_loss),
                        .lr = schedule_->lr_at(step - 1)};
@@ -318,7 +331,7 @@ class Trainer final : public WorldParts {
   // check, checkpoint and evaluation, an agreed growth. The recovery component hears how far it got.
   Next step_and_after() {
     int64_t& step = loop_.step;
-    if (recovery_->record_pending()) record_train(step, recovery_->last_grad_norm());  // a failure interrupted it
+    if (recovery_->record_pending()) redo_record(step);  // a failure interrupted it
     recovery_->begin_step(train_loader_->state());
     dist_->set_step(step);
     const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
@@ -478,6 +491,7 @@ class Trainer final : public WorldParts {
     IntervalTimes times;          // of the interval since the last record
     bool evaluated_last = false;  // the last step was followed by an evaluation
     bool final_saved = false;     // the final checkpoint is saved (a regroup after it does not save again)
+    std::optional<double> last_local_loss;  // this rank's loss in the last record (a redo after a regroup)
     std::unique_ptr<obs::StepProfiler> profiler;
   } loop_;                        // where the loop stands
   Clock::time_point run_start_;
