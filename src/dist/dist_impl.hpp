@@ -81,8 +81,9 @@ struct DistContext::Impl {
   // of the job's first generation, or at an engine moment (kill_point). "-1": not asked.
   struct KillAt {
     int64_t seq = -1, vote_step = -1;
-    std::string moment;  // save | eval | share: DistContext::kill_point, at `at`, in any generation
+    std::string moment;  // save | eval | share | grow: DistContext::kill_point, at `at`, in any generation
     int64_t at = -1;
+    int64_t grows = 0;  // grow() calls so far (grow:N counts them)
   } kill;
   void die(const char* where, uint64_t n) {
     const double now =

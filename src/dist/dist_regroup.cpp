@@ -66,7 +66,8 @@ bool wait_key(c10d::Store& store, const std::string& key, std::chrono::milliseco
 void DistContext::read_kill_injection() {
   const char* v = std::getenv("TRAINER_INJECT_KILL");
   if (!v || !*v) return;
-  // RANK:collective:SEQ | RANK:vote:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N; only the
+  // RANK:collective:SEQ | RANK:vote:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
+  // RANK:grow:N; only the
   // process whose launch rank is RANK acts on it (a replacement of RANK does not: TRAINER_JOIN)
   std::stringstream ss(v);
   std::string who, kind, n;
@@ -79,10 +80,11 @@ void DistContext::read_kill_injection() {
     at = std::stoll(n);
   } catch (const std::exception&) {
   }
-  const bool moment = kind == "save" || kind == "eval" || kind == "share";
+  const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow";
   if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && !moment))
     throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
-                    "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:save:STEP, RANK:eval:STEP or RANK:share:N");
+                    "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:save:STEP, RANK:eval:STEP, RANK:share:N or "
+                    "RANK:grow:N");
   if (rank != rank_ || join_incarnation_ > 0) return;
   if (moment) {
     impl_->kill.moment = kind;
@@ -350,6 +352,7 @@ DistContext::Regrouped DistContext::grow() {
   Regrouped out;
   out.old_rank = rank_;
   out.old_world = world_size_;
+  kill_point("grow", ++impl_->kill.grows);  // tests: a member lost after the growth was agreed
   const auto next = parse_ids(text_of(impl_->store->get(rec.gen_key("next"))));
   if (!meet_grown(next))
     throw DistError("member " + std::to_string(rec.id) + ": the group could not grow to " + join_ids(next) +

@@ -233,11 +233,15 @@ TEST_CASE("in-process recovery matrix: rank 0 killed during a save or an evaluat
   // replacement its state: the replacement, without the state, stops (or signs up again), the
   // middle rank goes on
   for (int restarts : {1, 2}) cells.push_back({"join_restarts" + std::to_string(restarts), recmat::kWorld - 1, restarts, 1, "0:share:1", {}});
+  // rank 0 dies once the growth is agreed, before the grown group formed: the growth is called off,
+  // the middle rank goes on alone and admits the replacement, which signed up again
+  cells.push_back({"grow_restarts1", recmat::kWorld - 1, 1, 1, "0:grow:1", {3, 2, 1, 2}});
   for (const auto& c : cells) {
     const auto cell_t0 = std::chrono::steady_clock::now();
     const auto o = recmat::run_cell(dir, c, cfg);
     recmat::check_cell(dir, c, o);
     CHECK(o.output.find("TRAINER_INJECT_KILL: rank 0 SIGKILLs itself") != std::string::npos);
+    if (c.inject == "0:grow:1") CHECK(o.output.find("signing up again") != std::string::npos);
     CHECK(o.rc == 0);
     WARN(c.name << ": exit " << o.rc << " in "
                 << std::chrono::duration<double>(std::chrono::steady_clock::now() - cell_t0).count() << " s");

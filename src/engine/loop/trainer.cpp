@@ -104,8 +104,7 @@ class Trainer final : public WorldParts {
     flops_per_sample_ = model_->train_flops_per_sample(train_set_->sample_shape());
     peak_tflops_ = peak_tflops_for(cfg_, device_);
 
-    // a replacement that joins a running group writes no run file, whatever its RANK: the group's
-    // rank 0 does (it stays rank 0 when the group grows)
+    // a replacement that joins a running group writes no run file, whatever its RANK
     log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, dist::writes_run_files(env_), dir_, total_steps_));
 
     planner.release_startup_memory();
@@ -165,14 +164,10 @@ class Trainer final : public WorldParts {
   // over the records rank 0 wrote, TensorBoard, the summary and the checkpoint store).
   void recover(const std::string& why, int64_t step) {
     if (!recovery_->recover(why, step)) return;
-    // the lost rank 0's locks were released by the kernel when it died: this rank holds them now, so
-    // that a second run on the same folder is still refused. One still held (rank 0 cut off on
-    // another host, alive) does not stop the survivors: they write here either way.
-    try {
-      io::take_writer_locks(cfg_, dir_);
-    } catch (const std::exception& e) {
-      spdlog::warn("in-process recovery: taking over the writer's locks: {}", e.what());
-    }
+    // the dead rank 0's locks (a second run on the folder stays refused); one still held (rank 0 cut
+    // off on another host, alive) does not stop the survivors
+    try { io::take_writer_locks(cfg_, dir_); }
+    catch (const std::exception& e) { spdlog::warn("in-process recovery: {}", e.what()); }
     log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
     log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
     ckpt_->become_writer();
@@ -209,8 +204,7 @@ class Trainer final : public WorldParts {
     return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
   }
 
-  // The record of `step` again, on every rank alike, after a regroup interrupted it somewhere: a rank
-  // that had completed it takes part with the loss it recorded (the writer does not write it twice).
+  // The record of `step` again on every rank after a regroup interrupted it (world_recovery.hpp).
   void redo_record(int64_t step) {
     if (!recovery_->recorded_here()) return record_train(step, recovery_->last_grad_norm());
     if (!loop_.last_local_loss) return;  // that interval had no loss: no record, on any rank
@@ -415,8 +409,7 @@ class Trainer final : public WorldParts {
 
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
   // (never optional: CheckpointFailed), the summary.
-  // Under dist.recovery in_process what it did before a failure is not done again after the regroup
-  // (loop_.evaluated_last, loop_.final_saved); the final save is redone by the rank that writes now.
+  // What it did before a failure is not done again after a regroup (evaluated_last, final_saved).
   int finish(int64_t step, const std::string& stop_reason) {
     if (!loop_.evaluated_last) evaluate_and_record(step);
     loop_.evaluated_last = true;
@@ -428,9 +421,8 @@ class Trainer final : public WorldParts {
     return kExitOk;
   }
 
-  // dist.recovery in_process: a peer lost during the end of the run (the last evaluation, the final
-  // save: rank 0 killed while it writes the final checkpoint) is one more regroup; nullopt: the loop
-  // calls this again with the survivors.
+  // in_process: a peer lost during the last evaluation or the final save is one more regroup;
+  // nullopt: the loop calls this again with the survivors.
   std::optional<int> finish_with_recovery(int64_t step, const std::string& stop_reason) {
     try {
       return finish(step, stop_reason);
