@@ -130,6 +130,14 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // Several any() flags in one all-reduce.
   std::vector<bool> any_of(const std::vector<bool>& flags);
 
+  // TRAINER_INJECT_KILL at an engine moment (tests and drills of dist.recovery in_process):
+  // RANK:save:STEP (the checkpoint of STEP written but its manifest, i.e. mid-save), RANK:eval:STEP
+  // (as the evaluation after STEP starts), RANK:share:N (rank 0 sending its state to a replacement,
+  // the N-th time, mid-transfer), RANK:grow:N (the N-th growth agreed, before the grown group
+  // checks in). This process SIGKILLs itself when it reaches `moment` with `n`,
+  // once; otherwise nothing.
+  void kill_point(const std::string& moment, int64_t n);
+
   struct Impl;  // c10d store + backend + watchdog (dist_context.cpp)
 
  private:
@@ -140,6 +148,7 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   void start_recovery(const LaunchEnv& env, const std::string& prefix);
   void read_kill_injection();  // TRAINER_INJECT_KILL (dist_regroup.cpp)
   void new_process_group(const std::vector<int64_t>& members);  // the generation's, this rank among them
+  bool meet_grown(const std::vector<int64_t>& next);  // the grown generation's members all check in first
 
   int64_t rank_ = 0, world_size_ = 1, local_rank_ = 0;
   bool joining_ = false;

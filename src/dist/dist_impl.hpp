@@ -38,7 +38,12 @@ inline constexpr std::chrono::milliseconds kPollSlice{50};
 //   gen_<g>/next           the members of g+1 (compare-and-set: the first proposal wins)
 //   gen_<g>/step_<s>/ok    how many members finished step s's gradient sync (the commit vote)
 //   gen_<g>/step_<s>/go    set by the last voter: every member steps the optimizer
-//   dead/<id>              the launcher saw member id's process end
+//   gen_<g>/ready/<id>     a member of a grown generation g checked in before its process group forms
+//   gen_<g>/formed         go | off: whether grown generation g forms (compare-and-set: decided once)
+//   join_list              replacements signed up: "<id>@<incarnation>[.<try>],"...
+//   join/<entry>/admitted  the generation a replacement was admitted to
+//   dead/<id>              the launcher saw member id's process end (cleared when a replacement of
+//                          id is admitted); dead/<id>@<incarnation>: which process of it
 struct RecoveryState {
   bool on = false;
   std::string prefix;
@@ -73,9 +78,12 @@ struct DistContext::Impl {
   std::string key_ns;  // this attempt's store prefix (subgroups meet under <key_ns>group/...)
   // TRAINER_INJECT_KILL (fault injection for tests and drills): this process SIGKILLs itself just
   // before launching collective #seq, or right after its commit vote of step vote_step (1-based),
-  // of the job's first generation. "-1": not asked.
+  // of the job's first generation, or at an engine moment (kill_point). "-1": not asked.
   struct KillAt {
     int64_t seq = -1, vote_step = -1;
+    std::string moment;  // save | eval | share | grow: DistContext::kill_point, at `at`, in any generation
+    int64_t at = -1;
+    int64_t grows = 0;  // grow() calls so far (grow:N counts them)
   } kill;
   void die(const char* where, uint64_t n) {
     const double now =

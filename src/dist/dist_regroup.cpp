@@ -21,6 +21,12 @@ using SteadyClock = std::chrono::steady_clock;
 std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
+bool is_subset(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  for (int64_t x : a)
+    if (std::find(b.begin(), b.end(), x) == b.end()) return false;
+  return true;
+}
+
 std::string join_ids(const std::vector<int64_t>& ids) {
   std::string out;
   for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
@@ -60,7 +66,9 @@ bool wait_key(c10d::Store& store, const std::string& key, std::chrono::milliseco
 void DistContext::read_kill_injection() {
   const char* v = std::getenv("TRAINER_INJECT_KILL");
   if (!v || !*v) return;
-  // RANK:collective:SEQ | RANK:vote:STEP; only the process whose launch rank is RANK acts on it
+  // RANK:collective:SEQ | RANK:vote:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
+  // RANK:grow:N; only the
+  // process whose launch rank is RANK acts on it (a replacement of RANK does not: TRAINER_JOIN)
   std::stringstream ss(v);
   std::string who, kind, n;
   std::getline(ss, who, ':');
@@ -72,10 +80,24 @@ void DistContext::read_kill_injection() {
     at = std::stoll(n);
   } catch (const std::exception&) {
   }
-  if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote"))
-    throw DistError(std::string("TRAINER_INJECT_KILL='") + v + "': expected RANK:collective:SEQ or RANK:vote:STEP");
-  if (rank != rank_) return;
-  (kind == "vote" ? impl_->kill.vote_step : impl_->kill.seq) = at;
+  const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow";
+  if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && !moment))
+    throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
+                    "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:save:STEP, RANK:eval:STEP, RANK:share:N or "
+                    "RANK:grow:N");
+  if (rank != rank_ || join_incarnation_ > 0) return;
+  if (moment) {
+    impl_->kill.moment = kind;
+    impl_->kill.at = at;
+  } else {
+    (kind == "vote" ? impl_->kill.vote_step : impl_->kill.seq) = at;
+  }
+}
+
+void DistContext::kill_point(const std::string& moment, int64_t n) {
+  if (!impl_ || impl_->kill.moment != moment || impl_->kill.at != n) return;
+  impl_->kill.moment.clear();  // once
+  impl_->die(("the " + moment + " of").c_str(), static_cast<uint64_t>(n));
 }
 
 void DistContext::new_process_group(const std::vector<int64_t>& members) {
@@ -158,16 +180,28 @@ DistContext::Regrouped DistContext::regroup(int64_t committed_steps, const std::
   }
 
   // 3. the first complete proposal is the next generation's membership, for everyone
-  const auto next = parse_ids(
+  const std::string checked_in = rec.gen_key("alive/");  // where the survivors' committed steps are
+  auto next = parse_ids(
       text_of(store.compareSet(rec.gen_key("next"), std::vector<uint8_t>{}, bytes_of(join_ids(alive)))));
-  for (int64_t m : rec.members)
+  const auto old_members = rec.members;
+  if (!is_subset(next, old_members)) {
+    // rank 0 had proposed to admit replacements (propose_growth) and the failure came before the grown
+    // group formed: that generation is given up (its joiners, who hold no state yet, see the notice
+    // and sign up again) and the survivors regroup in the one after it, without the joiners
+    ++rec.generation;
+    (void)store.compareSet(rec.gen_key("abort"), std::vector<uint8_t>{},
+                           bytes_of("member " + std::to_string(rec.id) + ": a failure while the group grew: " + why));
+    next = parse_ids(
+        text_of(store.compareSet(rec.gen_key("next"), std::vector<uint8_t>{}, bytes_of(join_ids(alive)))));
+  }
+  for (int64_t m : old_members)
     if (std::find(next.begin(), next.end(), m) == next.end()) out.lost.push_back(m);
   const auto me = std::find(next.begin(), next.end(), rec.id);
   if (me == next.end())
     throw DistError("member " + std::to_string(rec.id) + " was left out of the regrouped job (its peers saw no sign "
                     "of it within dist.timeout_s); it stops here");
   for (int64_t m : next) {
-    const auto steps = text_of(store.get(rec.gen_key("alive/" + std::to_string(m))));
+    const auto steps = text_of(store.get(checked_in + std::to_string(m)));
     if (steps != std::to_string(committed_steps))
       throw DistError("after a peer's failure, member " + std::to_string(m) + " has taken " + steps +
                       " optimizer steps and member " + std::to_string(rec.id) + " " +
@@ -194,10 +228,34 @@ std::vector<std::pair<int64_t, std::string>> waiting_joiners(c10d::Store& store,
   for (std::string item; std::getline(ss, item, ',');) {
     if (item.empty() || store.check({rec.prefix + "join/" + item + "/admitted"})) continue;
     const int64_t id = std::stoll(item.substr(0, item.find('@')));
+    // "<id>@<incarnation>[.<try>]": a replacement whose process ended before it was admitted (the
+    // launcher marks dead/<id>@<incarnation>) must not be proposed
+    const std::string incarnation = item.substr(0, item.find('.'));
+    if (store.check({rec.prefix + "dead/" + incarnation})) continue;
     if (std::find(rec.members.begin(), rec.members.end(), id) == rec.members.end()) out.push_back({id, item});
   }
   return out;
 }
+
+// The next generation's members, in rank order, when `joiners` are admitted to `members`: the current
+// rank 0 stays first (it holds the run's state and files: it sends the state to the joiners and goes
+// on writing the records and checkpoints), the others, joiners among them, follow in member-id order.
+// Sorting rank 0 in with the rest would make a replacement of member 0 the new rank 0: a fresh
+// process would send its untrained state to the group (found as "no optimizer.safetensors" and
+// survivors that crashed, issue 28).
+std::vector<int64_t> grown_membership(const std::vector<int64_t>& members,
+                                      const std::vector<std::pair<int64_t, std::string>>& joiners) {
+  std::vector<int64_t> rest(members.begin() + (members.empty() ? 0 : 1), members.end());
+  for (const auto& j : joiners) rest.push_back(j.first);
+  std::sort(rest.begin(), rest.end());
+  rest.erase(std::unique(rest.begin(), rest.end()), rest.end());
+  std::vector<int64_t> next;
+  if (!members.empty()) next.push_back(members.front());
+  for (int64_t m : rest)
+    if (next.empty() || m != next.front()) next.push_back(m);
+  return next;
+}
+
 }  // namespace
 
 void DistContext::mark_finished() {
@@ -207,25 +265,66 @@ void DistContext::mark_finished() {
 std::optional<DistContext::Regrouped> DistContext::join(const std::function<bool()>& give_up) {
   auto& rec = impl_->rec;
   auto& store = *impl_->store;
-  const std::string entry = std::to_string(rec.id) + "@" + std::to_string(join_incarnation_);
-  store.append(rec.prefix + "join_list", bytes_of(entry + ","));
-  // the group admits joiners at its stop checks (every few steps); it may be busy evaluating or saving
-  const std::string admitted = rec.prefix + "join/" + entry + "/admitted";
   const auto run_over = [&] { return store.check({rec.prefix + "finished"}) || give_up(); };
-  if (!wait_key(store, admitted, std::chrono::milliseconds(500), timeout_s_, run_over,
-                "member " + std::to_string(rec.id) + ": the running group did not admit this replacement"))
-    return std::nullopt;
-  const int64_t generation = std::stoll(text_of(store.get(admitted)));  // the one it joins
-  rec.generation = generation - 1;
-  const auto members = parse_ids(text_of(store.get(rec.gen_key("next"))));
-  Regrouped out;
-  out.old_world = 1;
-  joining_ = false;
-  new_process_group(members);
-  out.rank = rank_;
-  out.world = world_size_;
-  out.generation = rec.generation;
-  return out;
+  // a growth that a failure called off (meet_grown) leaves this rank without the state: it signs up
+  // again, under a new entry, and waits for the next admission
+  for (int64_t tries = 0;; ++tries) {
+    const std::string entry = std::to_string(rec.id) + "@" + std::to_string(join_incarnation_) +
+                              (tries ? "." + std::to_string(tries) : "");
+    store.append(rec.prefix + "join_list", bytes_of(entry + ","));
+    // the group admits joiners at its stop checks (every few steps); it may be busy evaluating or saving
+    const std::string admitted = rec.prefix + "join/" + entry + "/admitted";
+    if (!wait_key(store, admitted, std::chrono::milliseconds(500), timeout_s_, run_over,
+                  "member " + std::to_string(rec.id) + ": the running group did not admit this replacement"))
+      return std::nullopt;
+    const int64_t generation = std::stoll(text_of(store.get(admitted)));  // the one it joins
+    rec.generation = generation - 1;
+    const auto members = parse_ids(text_of(store.get(rec.gen_key("next"))));
+    if (!meet_grown(members)) {
+      std::fprintf(stderr, "in-process recovery: member %lld: the group failed while it admitted this replacement; "
+                   "signing up again\n", static_cast<long long>(rec.id));
+      continue;
+    }
+    Regrouped out;
+    out.old_world = 1;
+    joining_ = false;
+    new_process_group(members);
+    out.rank = rank_;
+    out.world = world_size_;
+    out.generation = rec.generation;
+    return out;
+  }
+}
+
+// Every member of the grown generation (rec.generation + 1: the group's members and the admitted
+// joiners) checks in before any builds its process group, so that a member that died after rank 0's
+// proposal cannot hold the others in Gloo's rendezvous until dist.timeout_s. The outcome is decided
+// once, by compare-and-set: "go" when all checked in, "off" when a failure notice of the current or
+// the grown generation, a death mark of a member, or dist.timeout_s came first. Every member acts on
+// the same outcome: after "off" the members regroup (regroup() finds the growth and skips it), the
+// joiners sign up again.
+bool DistContext::meet_grown(const std::vector<int64_t>& next) {
+  auto& rec = impl_->rec;
+  auto& store = *impl_->store;
+  const std::string grown = rec.prefix + "gen_" + std::to_string(rec.generation + 1) + "/";
+  store.set(grown + "ready/" + std::to_string(rec.id), bytes_of("1"));
+  const auto decide = [&](const char* what) {
+    return text_of(store.compareSet(grown + "formed", std::vector<uint8_t>{}, bytes_of(what))) == "go";
+  };
+  const auto until = SteadyClock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
+  for (;;) {
+    size_t ready = 0;
+    bool dead = false;
+    for (int64_t m : next) {
+      if (store.check({grown + "ready/" + std::to_string(m)})) ++ready;
+      else if (store.check({rec.prefix + "dead/" + std::to_string(m)})) dead = true;
+    }
+    if (ready == next.size()) return decide("go");
+    if (store.check({grown + "formed"})) return decide("off");  // decided already: "off" adds nothing
+    if (dead || rec.abort_seen(store) || store.check({grown + "abort"}) || SteadyClock::now() >= until)
+      return decide("off");
+    std::this_thread::sleep_for(kPollSlice);
+  }
 }
 
 bool DistContext::propose_growth() {
@@ -234,16 +333,17 @@ bool DistContext::propose_growth() {
   auto& store = *impl_->store;
   const auto joiners = waiting_joiners(store, rec);
   if (joiners.empty()) return false;
-  auto next = rec.members;
-  for (const auto& j : joiners) next.push_back(j.first);
-  std::sort(next.begin(), next.end());
-  next.erase(std::unique(next.begin(), next.end()), next.end());
+  const auto next = grown_membership(rec.members, joiners);
   const std::string proposal = join_ids(next);
   // a regroup after a failure may have claimed the next generation first: then no growth now
   if (text_of(store.compareSet(rec.gen_key("next"), std::vector<uint8_t>{}, bytes_of(proposal))) != proposal)
     return false;
-  for (const auto& j : joiners)
+  for (const auto& j : joiners) {
+    // the launcher marked the member this joiner replaces dead: that mark is of the process that died,
+    // and a later regroup must not read it as this one's (it would count a live member lost)
+    (void)store.deleteKey(rec.prefix + "dead/" + std::to_string(j.first));
     store.set(rec.prefix + "join/" + j.second + "/admitted", bytes_of(std::to_string(rec.generation + 1)));
+  }
   return true;
 }
 
@@ -252,7 +352,11 @@ DistContext::Regrouped DistContext::grow() {
   Regrouped out;
   out.old_rank = rank_;
   out.old_world = world_size_;
+  kill_point("grow", ++impl_->kill.grows);  // tests: a member lost after the growth was agreed
   const auto next = parse_ids(text_of(impl_->store->get(rec.gen_key("next"))));
+  if (!meet_grown(next))
+    throw DistError("member " + std::to_string(rec.id) + ": the group could not grow to " + join_ids(next) +
+                    " (a member failed or a peer announced a failure first): regrouping instead");
   impl_->backend.reset();  // healthy: it ends its threads
   new_process_group(next);
   out.rank = rank_;

@@ -34,6 +34,11 @@ struct LaunchEnv {
   std::string job_id;
 };
 
+// Whether this process writes the run's shared files from the start (the run directory's lock,
+// config.yaml, metrics.jsonl, autotune.json, checkpoints): rank 0, unless it is a replacement that
+// joins a running group (the group's rank 0 keeps writing; a joiner never becomes rank 0 by joining).
+inline bool writes_run_files(const LaunchEnv& e) { return e.rank == 0 && e.join_incarnation == 0; }
+
 // A launcher's variables are missing or contradict each other. Names the launcher and the variable.
 class LaunchEnvError : public std::runtime_error {
  public:

@@ -163,9 +163,13 @@ class RankStore {
       return false;
     }
   }
-  void mark_dead(int attempt, int rank) {
+  // `incarnation`: which process of the rank ended (0: the first, n: its n-th replacement), so that a
+  // replacement that died before the group admitted it is not admitted (dist_regroup.cpp)
+  void mark_dead(int attempt, int rank, int incarnation) {
     try {
-      if (reach()) host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank), "exited");
+      if (!reach()) return;
+      host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank) + "@" + std::to_string(incarnation), "exited");
+      host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank), "exited");
     } catch (const std::exception&) {
       // the survivors then count it lost after dist.timeout_s
     }
@@ -331,7 +335,7 @@ class RankGroup {
   }
 
   void lost_in_process(size_t r, int rank, int code) {
-    store_.mark_dead(attempt_, rank);
+    store_.mark_dead(attempt_, rank, joins_[r]);
     write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(code) +
                      "; dist.recovery in_process: the other ranks go on without it\n");
     if (lost_code_ == 0) lost_code_ = code;
@@ -424,13 +428,15 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
 
   // --max-restarts: a failed group starts again (its `trainer run` ranks resume from the newest
-  // complete checkpoint); not after a stop signal, a clean end or a signal's checkpoint (75)
+  // complete checkpoint); not after a stop signal, a clean end, a signal's checkpoint (75) or a usage
+  // or config error (2: nothing was started, and the same command would fail the same way)
   int result = 0;
   int replacements = 0;  // under dist.recovery in_process, --max-restarts counts replacement ranks
   for (int attempt = 0;; ++attempt) {
     RankGroup group(o, child_args, port, attempt, store, replacements);
     result = group.wait();
-    if (result == 0 || result == kExitSavedAfterSignal || group.stopped() || attempt + replacements >= o.max_restarts)
+    if (result == 0 || result == kExitSavedAfterSignal || result == kExitUsage || group.stopped() ||
+        attempt + replacements >= o.max_restarts)
       break;
     write_all(2, "launch: restarting the group (restart " + std::to_string(attempt + 1) + " of " +
                      std::to_string(o.max_restarts) + ") after exit code " + std::to_string(result) + "\n");

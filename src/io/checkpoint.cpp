@@ -338,6 +338,7 @@ fs::path CheckpointStore::save(int64_t step, const CheckpointContent& content) {
     }
     write_file_synced(tmp / kStateName, content.state.dump(1));
     record(kStateName);
+    if (content.before_manifest) content.before_manifest();
     nlohmann::json manifest = {{"format", kFormatName},
                                {"version", kFormatVersion},
                                {"step", step},

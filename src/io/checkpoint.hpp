@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -45,6 +46,9 @@ struct CheckpointContent {
   // file system) and lists them in the manifest like its own files. load_checkpoint() returns them
   // as groups.
   std::map<std::string, std::filesystem::path> staged;
+  // Called by CheckpointStore::save when every file but manifest.json is written (the moment a kill
+  // leaves an incomplete folder): a fault-injection point for tests (TRAINER_INJECT_KILL save). Unset: nothing.
+  std::function<void()> before_manifest;
 };
 
 // Where a rank stages its shard file for the checkpoint of `step` in `dir` before the saving rank

@@ -68,29 +68,36 @@ void write_file_atomic(const fs::path& path, const std::string& text) {
   fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), O_RDONLY | O_DIRECTORY);
 }
 
-RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank) {
+RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer) {
   RunDir d{run_dir_path(cfg)};
   make_dirs(d.root);
   make_dirs(d.logs_dir());
   if (::access(d.root.c_str(), W_OK) != 0) fail(d.root, "run directory is not writable", errno);
   // locked before anything is written: a second run must not touch config.yaml, logs or checkpoints
-  if (rank == 0) {
-    d.lock = std::make_shared<RunLock>(d.lock_file(), "run directory " + d.root.string());
-    if (!cfg.checkpoint.dir.empty()) {
-      make_dirs(cfg.checkpoint.dir);
-      d.checkpoint_lock = std::make_shared<RunLock>(fs::path(cfg.checkpoint.dir) / ".lock",
-                                                    "checkpoint.dir " + cfg.checkpoint.dir);
-    }
+  if (writer) {
+    take_writer_locks(cfg, d);
   } else {
     d.lock = std::make_shared<RunLock>(d.logs_dir() / (".rank" + std::to_string(rank) + ".lock"),
                                        "rank " + std::to_string(rank) + "'s log in " + d.root.string());
   }
   make_dirs(d.checkpoints_dir());
-  if (rank == 0) {
+  if (writer) {
     write_file_atomic(d.config_file(), config::dump_yaml(cfg));
     write_file_atomic(d.root / "config.sha256", config::config_hash(cfg) + "\n");
   }
   return d;
+}
+
+void take_writer_locks(const config::RunConfig& cfg, RunDir& d) {
+  auto lock = std::make_shared<RunLock>(d.lock_file(), "run directory " + d.root.string());
+  std::shared_ptr<RunLock> checkpoint_lock;
+  if (!cfg.checkpoint.dir.empty()) {
+    make_dirs(cfg.checkpoint.dir);
+    checkpoint_lock = std::make_shared<RunLock>(fs::path(cfg.checkpoint.dir) / ".lock", "checkpoint.dir " + cfg.checkpoint.dir);
+  }
+  d.log_lock = d.lock;  // a rank that became the writer keeps its log's lock too
+  d.lock = std::move(lock);
+  d.checkpoint_lock = std::move(checkpoint_lock);
 }
 
 }  // namespace trainer::io

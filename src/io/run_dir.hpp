@@ -21,14 +21,23 @@ struct RunDir {
   // held for the whole run: rank 0 locks the run directory (and checkpoint.dir when it is set),
   // every other rank its own log (logs/.rank<N>.lock)
   std::shared_ptr<RunLock> lock, checkpoint_lock;
+  std::shared_ptr<RunLock> log_lock;  // a rank that became the writer mid-run: its own log's, still held
 };
 
 std::filesystem::path run_dir_path(const config::RunConfig& cfg);
 
 // Creates the folders (idempotent, safe when every rank calls it at once) and takes the run's locks
-// (RunDirBusy when another run holds one) before anything is written. Rank 0 also writes
-// config.yaml and config.sha256 atomically. Throws std::runtime_error naming the path and errno text.
-RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank);
+// (RunDirBusy when another run holds one) before anything is written. The writer (rank 0 of a run's
+// start; dist/launch_env.hpp writes_run_files) locks the run directory (and checkpoint.dir) and writes
+// config.yaml and config.sha256 atomically; any other process, a replacement rank that joins a
+// running group included, locks its own log (logs/.rank<rank>.lock). Throws std::runtime_error
+// naming the path and errno text.
+RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer);
+
+// The writer's locks (the run directory's, checkpoint.dir's), taken by a rank that becomes the
+// writer mid-run (dist.recovery in_process, rank 0 lost): `dir`'s lock and checkpoint_lock become
+// them, its own log lock is kept. Throws RunDirBusy when another process holds one.
+void take_writer_locks(const config::RunConfig& cfg, RunDir& dir);
 
 // Writes `text` to `path` atomically: a temporary file in the same folder, fsync, rename, fsync folder.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);

@@ -164,6 +164,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
       try {
         auto content = capture_checkpoint(cfg_, objs_, position_(step));
         content.staged = staged;
+        if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);
         spdlog::info("checkpoint {} ({:.0f} ms)", path.string(), elapsed_ms(t0));
       } catch (const std::exception& e) {  // I/O (named by the store), encoding, ...

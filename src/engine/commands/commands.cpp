@@ -363,7 +363,7 @@ int cmd_run(const RunArgs& args) {
       std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
       return kExitUsage;
     }
-    auto dir = io::prepare_run_dir(loaded.cfg, env.rank);
+    auto dir = io::prepare_run_dir(loaded.cfg, env.rank, dist::writes_run_files(env));  // a joiner is not the writer
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
     logging = true;
     spdlog::info("run directory {}", dir.root.string());

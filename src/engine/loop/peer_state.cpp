@@ -14,6 +14,7 @@ SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cf
     header["state"] = content.state;
     header["config_hash"] = hash;
     header["grad_accum"] = grad_accum;
+    header["from_joiner"] = restore;  // never: the group's rank 0 is a member with the run's state
     for (const auto& [group, tensors] : content.groups)
       for (const auto& [name, t] : tensors) {
         header["tensors"].push_back({group, name, static_cast<int>(t.scalar_type()), t.sizes().vec()});
@@ -25,6 +26,14 @@ SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cf
     throw dist::DistError("rank " + std::to_string(dist.rank()) + " joins a group that runs another config (hash " +
                           header.at("config_hash").get<std::string>().substr(0, 12) + ", this rank's " +
                           hash.substr(0, 12) + "): every rank must run the same config");
+  // a rank that is itself joining has nothing to send (grown_membership keeps the state's holder at
+  // rank 0); the accumulation must be a real one
+  if (header.value("from_joiner", false) || header.at("grad_accum").get<int64_t>() < 1)
+    throw dist::DistError("rank " + std::to_string(dist.rank()) + ": the run state came from a rank that does not "
+                          "hold it (a replacement at rank 0, accumulation " + header.at("grad_accum").dump() +
+                          "): refusing it");
+  static int64_t sent_count = 0;  // TRAINER_INJECT_KILL share:N counts the transfers this process sent
+  if (dist.rank() == 0) dist.kill_point("share", ++sent_count);  // tests: rank 0 lost mid-transfer
   io::CheckpointContent received;
   received.state = header.at("state");
   for (size_t k = 0; k < header.at("tensors").size(); ++k) {

@@ -16,7 +16,8 @@ RunRecorder::RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& en
       total_steps_(total_steps),
       flops_per_sample_(flops_per_sample),
       peak_tflops_(peak_tflops),
-      log_(std::make_unique<obs::RunLog>(run_log_options(cfg.log, env.rank == 0, dir, total_steps))) {}
+      // a replacement that joins a running group writes no run file, whatever its RANK
+      log_(std::make_unique<obs::RunLog>(run_log_options(cfg.log, dist::writes_run_files(env), dir, total_steps))) {}
 
 void RunRecorder::become_primary() {
   log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
@@ -62,13 +63,17 @@ double RunRecorder::epochs_done(const data::DataLoader& loader) const {
   return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
 }
 
-void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s) {
-  if (s.steps.loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
+void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s,
+                        std::optional<double> recorded_loss) {
+  last_local_loss_.reset();
+  if (!recorded_loss && s.steps.loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
     s.times = IntervalTimes{};
     return;
   }
-  const double local_loss =
-      s.steps.loss_sum().item<double>() / static_cast<double>(s.steps.loss_count());  // the log step's host sync
+  const double local_loss = recorded_loss ? *recorded_loss
+                                          : s.steps.loss_sum().item<double>() /
+                                                static_cast<double>(s.steps.loss_count());  // the log step's host sync
+  last_local_loss_ = local_loss;
   obs::TrainRecord r{.step = step, .epoch = epochs_done(s.loader), .time_s = clock_s(),
                      .samples = s.recovery.samples_at(step), .loss = s.dist.all_reduce_mean(local_loss), .lr = s.lr};
   r.world_size = s.recovery.last_step_world();  // a record redone after a regroup: the world that ran the step

@@ -76,7 +76,12 @@ class RunRecorder {
   double epochs_done(const data::DataLoader& loader) const;
   // The train record of `step` (every rank: the loss mean is a collective). Nothing when every step
   // of the interval was skipped (the same on every rank).
-  void train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s);
+  // `recorded_loss`: this rank's loss of that record as it was computed before a regroup
+  // interrupted the record (its redo), instead of the step runner's.
+  void train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s,
+             std::optional<double> recorded_loss = std::nullopt);
+  // this rank's loss in the last record (nullopt: it had none): what a redo after a regroup reuses
+  std::optional<double> last_local_loss() const { return last_local_loss_; }
   void eval(int64_t step, double epochs, const EvalResult& r, const EvalResult* ema, double eval_ms,
             const EarlyStopping& tracker);
   void summary(int64_t step, double epochs, int64_t samples, const std::string& stop_reason,
@@ -94,6 +99,7 @@ class RunRecorder {
   double clock_offset_s_ = 0;    // the training clock at the checkpoint resumed from
   Clock::time_point start_ = Clock::now();
   ResumeCheck resume_check_;
+  std::optional<double> last_local_loss_;
 };
 
 }  // namespace trainer::engine

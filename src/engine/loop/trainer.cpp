@@ -35,6 +35,7 @@
 #include "engine/step/graphed_step.hpp"
 #include "engine/step/step_runner.hpp"
 #include "models/model.hpp"
+#include "obs/history.hpp"
 #include "obs/profiler.hpp"
 
 namespace trainer::engine {
@@ -42,7 +43,7 @@ namespace {
 
 class Trainer final : public WorldParts {
  public:
-  Trainer(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, const ResumeOptions& resume)
+  Trainer(const config::RunConfig& cfg, const dist::LaunchEnv& env, io::RunDir& dir, const ResumeOptions& resume)
       : cfg_(cfg), env_(env), dir_(dir), resume_(resume) {}
 
   int run() {
@@ -154,10 +155,15 @@ class Trainer final : public WorldParts {
     if (ema_) ema_->set_parallel(parallel_.get());  // it held the strategy destroyed above
   }
   data::LoaderState loader_state() const override { return train_loader_->state(); }
+  int64_t last_logged_step() const override { return obs::read_history(dir_.metrics_file()).last_step; }
   // A collective failed in the step at `step` or after it: the survivors go on (a new rank 0 takes
   // over the records rank 0 wrote, TensorBoard, the summary and the checkpoint store).
   void recover(const std::string& why, int64_t step) {
     if (!recovery_->recover(why, step)) return;
+    // the dead rank 0's locks (a second run on the folder stays refused); one still held (rank 0 cut
+    // off on another host, alive) does not stop the survivors
+    try { io::take_writer_locks(cfg_, dir_); }
+    catch (const std::exception& e) { spdlog::warn("in-process recovery: {}", e.what()); }
     records_->become_primary();
     ckpt_->become_writer();
   }
@@ -165,12 +171,21 @@ class Trainer final : public WorldParts {
   // --- evaluation and records (engine/loop/run_evaluation.hpp, run_recorder.hpp) --------------------
   // true when early stopping asks the run to end
   bool evaluate(int64_t step) {
+    dist_->kill_point("eval", step);  // TRAINER_INJECT_KILL (tests): a rank lost during evaluation
     return evaluation_->evaluate(step, records_->epochs_done(*train_loader_), *model_, ema_.get(), *records_);
   }
-  void record_train(int64_t step, const torch::Tensor& norm) {
+  void record_train(int64_t step, const torch::Tensor& norm, std::optional<double> recorded_loss = std::nullopt) {
     records_->train(step, norm,
                     TrainSources{*steps_, loop_.times, *train_loader_, *recovery_, *dist_, *scaler_, schedule_->lr_at(step - 1),
-                                 tokens_ ? train_set_->sample_shape().at(0) : 0, device_});
+                                 tokens_ ? train_set_->sample_shape().at(0) : 0, device_},
+                    recorded_loss);
+  }
+  // The record of `step` again on every rank after a regroup interrupted it (world_recovery.hpp).
+  void redo_record(int64_t step) {
+    if (!recovery_->recorded_here()) return record_train(step, recovery_->last_grad_norm());
+    if (!records_->last_local_loss()) return;  // that interval had no loss: no record, on any rank
+    if (last_logged_step() >= step) records_->log().skip_records_until(step);  // the writer wrote it (others: no-op)
+    record_train(step, recovery_->last_grad_norm(), records_->last_local_loss());
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
@@ -206,7 +221,7 @@ class Trainer final : public WorldParts {
   void start_from_initial_weights() {
     {
       FullParams whole(parallel_.get(), /*write=*/true);  // dist.sharding full: the weights it changes
-      load_initial_weights(*model_, cfg_.model, dir_.root, env_.rank == 0);  // model.init
+      load_initial_weights(*model_, cfg_.model, dir_.root, dist::writes_run_files(env_));  // model.init
     }
     if (ema_) ema_->reset_from_live();
   }
@@ -235,7 +250,7 @@ class Trainer final : public WorldParts {
   // check, checkpoint and evaluation, an agreed growth. The recovery component hears how far it got.
   Next step_and_after() {
     int64_t& step = loop_.step;
-    if (recovery_->record_pending()) record_train(step, recovery_->last_grad_norm());  // a failure interrupted it
+    if (recovery_->record_pending()) redo_record(step);  // a failure interrupted it
     recovery_->begin_step(train_loader_->state());
     dist_->set_step(step);
     const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
@@ -288,7 +303,10 @@ class Trainer final : public WorldParts {
     if (steps_->graphed()) graph_stream.emplace(device_.index());
     for (;;) {
       try {
-        if (stop_reason == "early_stopping" || step_is_final(loop_.step)) return finish(loop_.step, stop_reason);
+        if (stop_reason == "early_stopping" || step_is_final(loop_.step)) {
+          if (const auto rc = finish_with_recovery(loop_.step, stop_reason)) return *rc;
+          continue;  // a peer failed during the end: the survivors end the run
+        }
         const Next next = step_with_recovery();
         if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
         if (next == Next::EarlyStop) stop_reason = "early_stopping";
@@ -315,9 +333,12 @@ class Trainer final : public WorldParts {
 
   // The end of the run: a last evaluation (unless the last step had one), the final checkpoint
   // (never optional: CheckpointFailed), the summary.
+  // What it did before a failure is not done again after a regroup (evaluated_last, final_saved).
   int finish(int64_t step, const std::string& stop_reason) {
     if (!loop_.evaluated_last) evaluate(step);
-    if (ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
+    loop_.evaluated_last = true;
+    if (!loop_.final_saved && ckpt_->save(step, SaveKind::Final)) ckpt_->keep_best(step, /*saved_at_step=*/true);
+    loop_.final_saved = true;
     dist_->barrier();
     dist_->mark_finished();
     records_->summary(step, records_->epochs_done(*train_loader_), recovery_->samples_at(step), stop_reason, evaluation_->tracker(),
@@ -325,11 +346,23 @@ class Trainer final : public WorldParts {
     return kExitOk;
   }
 
+  // in_process: a peer lost during the last evaluation or the final save is one more regroup;
+  // nullopt: the loop calls this again with the survivors.
+  std::optional<int> finish_with_recovery(int64_t step, const std::string& stop_reason) {
+    try {
+      return finish(step, stop_reason);
+    } catch (const dist::DistError& e) {
+      if (!dist_->recovery()) throw;
+      recover(e.what(), step);
+      return std::nullopt;
+    }
+  }
+
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   dist::LaunchEnv env_;  // a copy: an in-process regroup renumbers the ranks
-  const io::RunDir& dir_;
+  io::RunDir& dir_;  // its locks move to this rank when it takes over writing
   ResumeOptions resume_;
   int64_t start_step_ = 0;
   torch::Device device_{torch::kCPU};
@@ -357,13 +390,14 @@ class Trainer final : public WorldParts {
     int64_t step = 0;
     IntervalTimes times;          // of the interval since the last record
     bool evaluated_last = false;  // the last step was followed by an evaluation
+    bool final_saved = false;     // the final checkpoint is saved (a regroup after it does not save again)
     std::unique_ptr<obs::StepProfiler> profiler;
   } loop_;                        // where the loop stands
 };
 
 }  // namespace
 
-int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
+int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, io::RunDir& dir,
                  const ResumeOptions& resume) {
   Trainer t(cfg, env, dir, resume);
   return t.run();

@@ -13,8 +13,9 @@
 namespace trainer::engine {
 
 // Trains; returns the process exit code. Throws on errors (data, model, numerics) with a message
-// that names what went wrong; cmd_run prints it.
-int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
+// that names what went wrong; cmd_run prints it. `dir`: its locks change hands when this rank
+// becomes the writer mid-run (dist.recovery in_process, rank 0 lost).
+int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, io::RunDir& dir,
                  const ResumeOptions& resume = {});
 
 }  // namespace trainer::engine

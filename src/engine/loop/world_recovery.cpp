@@ -1,5 +1,7 @@
 #include "engine/loop/world_recovery.hpp"
 
+#include <stdexcept>
+
 #include "engine/loop/peer_state.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 
@@ -29,12 +31,13 @@ WorldRecovery::WorldRecovery(dist::DistContext& dist, const config::RunConfig& c
       last_step_world_(dist.world_size()) {}
 
 void WorldRecovery::begin_step(const data::LoaderState& loader) {
-  record_pending_ = false;
+  record_pending_ = recorded_here_ = false;
   loader_at_step_start_ = loader;  // a regroup or a data change (data.on_change) redoes the step from here
 }
 
 void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm) {
   progress_ = {true, !log_step};
+  last_log_step_ = log_step;
   last_step_world_ = dist_.world_size();
   last_norm_ = grad_norm;
   if (regroup_) {  // the first step at the new world size: how long recovery took
@@ -69,8 +72,15 @@ bool WorldRecovery::recover(const std::string& why, int64_t step) {
   auto plan = regroup_survivors(dist_, train_, samples_.per_step(), step, why);
   const auto next = after_failure(p, parts_.loader_state(), loader_at_step_start_, record_pending_);
   change_world(step, plan.grad_accum, next.loader);
-  record_pending_ = next.redo_record;
+  // agreed over the new group: the record's loss all-reduce may have completed on some ranks (the
+  // ring had passed them) and failed on others; a rank that redid it alone would meet its peers'
+  // next collective with a different one (found by the recovery matrix: Gloo's "collective
+  // mismatch" abort). The ranks that recorded already take part with the loss they recorded.
   const bool writer = takes_over_writing(plan.group);
+  // a rank 0 lost after the record's all-reduce but before its line: the new writer does not find it
+  const bool line_lost = writer && last_log_step_ && parts_.last_logged_step() < step;
+  record_pending_ = dist_.any(next.redo_record || line_lost);
+  recorded_here_ = record_pending_ && !next.redo_record;
   regroup_ = std::move(plan);
   return writer;
 }
@@ -91,6 +101,10 @@ std::optional<WorldRecovery::Joined> WorldRecovery::join() {
 
 // The samples so far are counted at the world that ran them; then the trainer rebuilds.
 void WorldRecovery::change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos) {
+  // no step without a micro-batch (a step of none would sync gradients that do not exist)
+  if (grad_accum < 1)
+    throw std::runtime_error("in-process recovery: accumulation " + std::to_string(grad_accum) + " at step " +
+                             std::to_string(step) + " is not a step; the run cannot go on in process");
   train_.grad_accum = grad_accum;
   samples_.change(step, train_.batch_size * grad_accum * dist_.world_size());
   parts_.rebuild_world(grad_accum, pos);

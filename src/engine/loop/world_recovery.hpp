@@ -38,6 +38,7 @@ class WorldParts {
   virtual data::LoaderState loader_state() const = 0;
   virtual RunObjects objects() = 0;
   virtual RunPosition position(int64_t step) const = 0;
+  virtual int64_t last_logged_step() const = 0;  // the newest step metrics.jsonl holds (-1: none)
 };
 
 // The samples a run has consumed, counted at the world size of each stretch of steps.
@@ -83,9 +84,12 @@ class WorldRecovery {
   WorldRecovery(dist::DistContext& dist, const config::RunConfig& cfg, std::string config_hash, WorldParts& parts);
 
   // --- the step in flight ------------------------------------------------------------------------
-  // The record a failure interrupted is to be written before the next step (with last_grad_norm(),
-  // at last_step_world()); it stays due until begin_step.
+  // The record a failure interrupted on any survivor is to be written before the next step by every
+  // rank (with last_grad_norm(), at last_step_world()); it stays due until begin_step.
   bool record_pending() const { return record_pending_; }
+  // This rank had written (or, not being the writer, taken part in) that record before the failure:
+  // it redoes it with the loss it recorded, and the writer does not write the line again.
+  bool recorded_here() const { return recorded_here_; }
   // Before a step: the loader position its micro-batches start at.
   void begin_step(const data::LoaderState& loader);
   // The step ran on every rank and `steps_done` are done; `log_step`: its record is still to come.
@@ -139,7 +143,9 @@ class WorldRecovery {
   data::LoaderState loader_at_step_start_;  // where an abandoned step's micro-batches began
   torch::Tensor last_norm_;                 // the last step's gradient norm (a record redone after a regroup)
   StepProgress progress_;                   // how far the step in flight got
-  bool record_pending_ = false;             // a failure interrupted the record of the last step
+  bool record_pending_ = false;             // a failure interrupted the record of the last step (agreed)
+  bool recorded_here_ = false;              // ... which this rank had completed
+  bool last_log_step_ = false;              // the last step that ran was a log step
   bool grow_due_ = false;                   // the ranks agreed to admit replacements at this boundary
   bool joined_ = false;
   int64_t last_step_world_ = 1;

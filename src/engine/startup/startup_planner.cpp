@@ -35,7 +35,7 @@ nlohmann::json StartupPlanner::read_autotune() const {
 
 // Rank 0 merges `entries` into autotune.json (atomically).
 void StartupPlanner::write_autotune(const nlohmann::json& entries) const {
-  if (env_.rank != 0) return;
+  if (!dist::writes_run_files(env_)) return;  // a replacement of rank 0 reads it but does not write it
   auto j = read_autotune();
   j.update(entries);
   io::write_file_atomic(autotune_file(), j.dump(2) + "\n");
@@ -48,7 +48,10 @@ bool StartupPlanner::rank0_says(bool flag) { return dist_ && dist_->active() ? d
 void StartupPlanner::resolve_attention() {
   const auto file = autotune_file();
   bool kept = false, math = false;
-  if (env_.rank == 0) {
+  // rank 0 decides; so does a process alone, a replacement that will join a running group included:
+  // it reads the choice the group's rank 0 wrote at the start (a default would differ from it)
+  const bool decides = env_.rank == 0 || !dist_ || !dist_->active();
+  if (decides) {
     const auto saved = read_autotune();
     if (saved.contains("model.attention")) {
       const auto& a = saved["model.attention"];
@@ -60,14 +63,14 @@ void StartupPlanner::resolve_attention() {
   }
   kept = rank0_says(kept);
   AttentionChoice c;
-  if (!kept && env_.rank == 0) {
+  if (!kept && decides) {
     const auto rng = rng_state_tensors(device_);  // the timing draws random inputs
     const auto probe = models::builtin_models().spec(cfg_.model.arch).attention_probe(cfg_.model);
     c = choose_attention(probe, cfg_.train.batch_size, precision_, device_, cfg_.run.deterministic);
     restore_rng_state(rng, device_);
     math = c.attention == config::Attention::Math;
   }
-  if (env_.rank != 0) c.reason = "rank 0's measurement";
+  if (!decides) c.reason = "rank 0's measurement";
   math = rank0_says(math);
   cfg_.model.attention = math ? config::Attention::Math : config::Attention::Sdpa;
   const std::string& chosen = config::name_of(cfg_.model.attention);
