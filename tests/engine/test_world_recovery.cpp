@@ -66,6 +66,7 @@ class CountingParts final : public WorldParts {
   data::LoaderState loader_state() const override { return pos; }
   RunObjects objects() override { throw std::logic_error("a world of one sends no state"); }
   RunPosition position(int64_t) const override { return {}; }
+  int64_t last_logged_step() const override { return -1; }
 };
 }  // namespace
 
