@@ -226,7 +226,12 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Samples per optimizer step over all processes (0 = batch_size x grad_accum x world size); sets grad_accum.");
   k.i("max_steps", t.max_steps, 0, 9.2e18, "Optimizer steps to run (0 = use epochs).");
   k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
-  k.e("precision", t.precision, "Compute precision (fp16 needs CUDA; weights stay fp32).");
+  k.e("precision", t.precision,
+      "Compute precision (weights stay fp32): fp32, bf16 (autocast), fp16 (autocast + dynamic loss scaling, CUDA only) "
+      "or auto: on CUDA bf16 at compute capability >= 8.0, fp16 on 7.x, fp32 below; on a CPU bf16 only where it has "
+      "native bf16 (avx512_bf16 or amx_bf16 in /proc/cpuinfo) and a probe of the model's forward + backward at the "
+      "run's shapes is at least 10 % faster in bf16, else fp32. The choice and its reason: the log, autotune.json "
+      "(a resumed run keeps it) and `trainer check`.");
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.e("device", t.device, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");

@@ -21,8 +21,10 @@
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
+#include "engine/commands/run_guard.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/startup/memory_plan.hpp"
+#include "engine/startup/precision_auto.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/loop/trainer.hpp"
 #include "io/checkpoint.hpp"
@@ -246,14 +248,36 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     print_auto_pick(c, env.world_size, device, cols[c.model.activation_checkpointing ? 1 : 0], mb.bytes);
 }
 
+// train.precision auto as the run would decide it on this machine (the probe included when the data were
+// opened: --no-data measures nothing), printed with its reason; `c` takes the choice (the memory table is
+// measured in it).
+void print_precision_choice(config::RunConfig& c, const dist::LaunchEnv& env, const std::vector<int64_t>& shape,
+                            bool measure) {
+  const auto device = device::select_device(c.train.device, env.local_rank);
+  PrecisionChoice pc = decide_precision(precision_facts(c, device));
+  if (pc.needs_probe && measure && !shape.empty()) {
+    const int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;
+    const int64_t b = c.train.batch_size > 0 ? c.train.batch_size
+                                             : std::min<int64_t>(16, c.train.global_batch_size / env.world_size);
+    torch::manual_seed(c.run.seed);
+    pc = choose_precision(c, device, shape, classes, b);
+  }
+  std::cout << "train.precision auto: " << config::name_of(pc.precision) << " (" << pc.reason
+            << (pc.needs_probe ? "; not measured without the data: the run decides at its start" : "")
+            << ")\n";
+  c.train.precision = pc.precision;
+}
+
 }  // namespace
 
 int cmd_check(const CheckArgs& args) {
   try {
     auto env = dist::detect_launch_env();
     auto loaded = load_checked(args, env);
-    const auto& c = loaded.cfg;
-    std::cout << "config " << args.config << ": ok (hash " << config::config_hash(c).substr(0, 12) << ")\n";
+    auto& c = loaded.cfg;
+    const std::string hash = config::config_hash(c);  // of the config as loaded, as the run hashes it
+    std::cout << "config " << args.config << ": ok (hash " << hash.substr(0, 12) << ")\n";
+    for (const auto& w : loaded.warnings) std::cout << "warning: " << w.str() << "\n";
     if (!loaded.bases.empty()) {
       std::cout << "bases (applied in this order, then the file):";
       for (const auto& b : loaded.bases) std::cout << " " << b;
@@ -313,6 +337,7 @@ int cmd_check(const CheckArgs& args) {
       std::cout << "optimizer steps: " << total << (c.train.max_steps > 0 ? " (train.max_steps)" : " (train.epochs)")
                 << "\n";
     }
+    if (c.train.precision == config::Precision::Auto) print_precision_choice(c, env, shape, !args.no_data);  // and takes it
     if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
       if (shape.empty())
         throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
@@ -323,8 +348,7 @@ int cmd_check(const CheckArgs& args) {
     // in a launched job: join the process group, print the rank table and the all-reduce bandwidth
     if (env.world_size > 1 || env.launcher != "none") {
       std::cout.flush();
-      dist::print_dist_check(env, c.dist, device::select_device(c.train.device, env.local_rank),
-                             config::config_hash(c), std::cout);
+      dist::print_dist_check(env, c.dist, device::select_device(c.train.device, env.local_rank), hash, std::cout);
     }
     return kExitOk;
   } catch (const config::ConfigError& e) {
