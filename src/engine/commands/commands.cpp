@@ -391,6 +391,8 @@ int cmd_run(const RunArgs& args) {
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
     logging = true;
     spdlog::info("run directory {}", dir.root.string());
+    for (const auto& w : loaded.warnings) spdlog::warn("{}", w.str());
+    if (!guard.warning.empty()) spdlog::warn("{}", guard.warning);
     for (const auto& lock : {dir.lock, dir.checkpoint_lock})
       if (lock && !lock->recovered_from().empty())
         spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",

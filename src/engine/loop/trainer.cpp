@@ -102,6 +102,9 @@ class Trainer final : public WorldParts {
 
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+    if (cfg_.train.max_steps == 0 && cfg_.schedule.warmup_steps > total_steps_)  // (max_steps: said at load)
+      spdlog::warn("schedule.warmup_steps {} is longer than the run ({} steps in train.epochs {}): the schedule clips "
+                   "it to {}", cfg_.schedule.warmup_steps, total_steps_, cfg_.train.epochs, total_steps_);
     scaler_ = std::make_unique<LossScaler>(LossScalerConfig{.enabled = precision_ == Precision::Fp16}, device_);
     tracker_ = std::make_unique<EarlyStopping>(cfg_.train.early_stopping, spec_->rules.eval_metrics.front());
 
