@@ -354,6 +354,18 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Optimizer steps to record with the PyTorch profiler (0 = off): <run dir>/profile/trace_rank<r>.json + ops_rank<r>.txt.");
   k.i("start_step", c.profile.start_step, 0, 9.2e18, "Steps completed before recording starts (past the warm-up).");
   k.b("record_shapes", c.profile.record_shapes, "Record input shapes in the trace.");
+  // Keys a run may change when it resumes: where and how fast it runs, how long, what it logs and keeps.
+  // Any other key changes what is trained: `trainer run` refuses a run directory that was trained with
+  // another value of one (engine/commands: refuse_other_config). Entries ending in '.' are sections.
+  static const std::vector<std::string> kResumable = {
+      "run.name", "run.out_dir", "model.attention", "model.activation_checkpointing", "model.channels_last",
+      "data.workers", "data.prefetch", "data.on_bad_sample", "data.on_change", "train.max_steps", "train.epochs",
+      "train.device", "train.threads", "train.memory_budget_gb", "train.reuse_host_memory", "train.cuda_graphs",
+      "train.log_every", "train.eval_every", "train.eval_steps", "train.nonfinite", "train.max_nonfinite",
+      "train.ema.eval", "train.early_stopping.", "dist.", "checkpoint.", "log.", "profile."};
+  for (auto& f : k.out)
+    for (const auto& r : kResumable)
+      if (r.back() == '.' ? f.key.rfind(r, 0) == 0 : f.key == r) f.changes_training = false;
   for (auto& f : k.out)
     if (f.family_key)
       for (const auto& a : arch_infos())

@@ -99,8 +99,9 @@ int cmd_config_keys() {
     std::string applies = f.applies_to.empty() ? "" : " (" + config::applies_text(f) + " only)";
     std::string type = config::type_name(f);
     for (size_t p = type.find('|'); p != std::string::npos; p = type.find('|', p + 2)) type.replace(p, 1, "\\|");
+    const char* resumable = f.changes_training ? "" : " A resumed run may change it.";
     std::cout << "| `" << f.key << "` | " << type << " | `" << config::default_text(f) << "` | "
-              << f.doc << applies << range << " |\n";
+              << f.doc << applies << range << resumable << " |\n";
   }
   return kExitOk;
 }
@@ -385,6 +386,12 @@ int cmd_run(const RunArgs& args) {
         }
     } else if (resume.mode == ResumeMode::Path && !std::filesystem::exists(resume.path)) {
       std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
+      return kExitUsage;
+    }
+    // a run folder trained with another config is neither resumed nor rewritten (run_guard.hpp)
+    const auto guard = check_run_directory(loaded.cfg, io::run_dir_path(loaded.cfg), resume, args.force);
+    if (!guard.refusal.empty()) {
+      std::cerr << "error: " << guard.refusal << "\n";
       return kExitUsage;
     }
     auto dir = io::prepare_run_dir(loaded.cfg, env.rank);
