@@ -245,7 +245,10 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");
   k.i("log_every", t.log_every, 1, 1e9, "Steps between metric records.");
   k.i("eval_every", t.eval_every, 0, 1e9, "Steps between evaluations (0 = only at the end).");
-  k.i("eval_steps", t.eval_steps, 0, 1e9, "Batches per evaluation (0 = the whole validation split).");
+  k.i("eval_steps", t.eval_steps, 0, 1e9,
+      "Batches of train.batch_size per evaluation, counted over all ranks together: the first eval_steps x "
+      "batch_size samples of the validation split, shared among the ranks, so any world size scores the same "
+      "samples (0 = the whole validation split).");
   k.e("nonfinite", t.nonfinite,
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
