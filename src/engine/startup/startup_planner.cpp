@@ -101,7 +101,8 @@ Precision StartupPlanner::resolve_precision(const data::Dataset& train_set, int6
       chosen = config::parse_enum<Precision>(name, "train.precision");
     }
   }
-  kept = rank0_says(kept);
+  // (no collective for `kept`: only the deciding rank logs and writes it; two for the choice below, which
+  // tests/dist/test_recovery counts among the start-up's collectives)
   if (!kept && decides) {
     const auto rng = rng_state_tensors(device_);  // the probe's model and inputs draw random numbers
     c = choose_precision(cfg_, device_, train_set.sample_shape(), train_set.num_classes(), batch);
