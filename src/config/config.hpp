@@ -164,7 +164,7 @@ struct TrainConfig {
   int64_t global_batch_size = 0;   // 0 = batch_size * grad_accum * world_size
   int64_t max_steps = 0;           // optimizer steps; exactly one of max_steps / epochs drives the run
   double epochs = 0.0;
-  Precision precision = Precision::Fp32;  // fp32 | bf16 | fp16 (CUDA only)
+  Precision precision = Precision::Auto;  // fp32 | bf16 | fp16 (CUDA only) | auto (engine/startup/precision_auto.hpp)
   bool tf32 = true;                // CUDA: TF32 tensor cores for fp32 matmuls and convolutions
   DeviceKind device = DeviceKind::Auto;  // auto | cpu | cuda
   int64_t threads = 0;             // intra-op threads (0 = cores / local ranks)

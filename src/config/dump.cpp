@@ -7,7 +7,7 @@ namespace trainer::config {
 
 std::string dump_yaml(const RunConfig& cfg) {
   RunConfig copy = cfg;
-  std::string out;
+  std::string out = kDumpHeader;
   std::vector<std::string> open;  // the group path currently written, e.g. {"data", "augment"}
   for (const auto& f : describe_fields(copy)) {
     std::vector<std::string> parts;

@@ -3,7 +3,7 @@
 namespace trainer::config {
 
 template <> const std::vector<std::string>& choices_of<Precision>() {
-  static const std::vector<std::string> n = {"fp32", "bf16", "fp16"};
+  static const std::vector<std::string> n = {"fp32", "bf16", "fp16", "auto"};
   return n;
 }
 template <> const std::vector<std::string>& choices_of<NonFinite>() {

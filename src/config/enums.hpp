@@ -9,7 +9,7 @@
 
 namespace trainer::config {
 
-enum class Precision { Fp32, Bf16, Fp16 };           // train.precision
+enum class Precision { Fp32, Bf16, Fp16, Auto };     // train.precision (auto: engine/startup/precision_auto.hpp)
 enum class NonFinite { Skip, Rollback, Abort };      // train.nonfinite
 enum class OnError { Warn, Abort };                  // checkpoint.on_error
 enum class ScheduleKind { Constant, Step, Linear, Cosine };  // schedule.name

@@ -108,19 +108,35 @@ class Loader {
     }
   }
 
-  void load_document(const YAML::Node& root, const std::string& file, const fs::path& base_dir) {
+  // `dump`: the document is a file dump_yaml wrote (kDumpHeader): its keys at their default value do
+  // not count as set, and its paths are taken as written (the run's own: absolute, or relative to the
+  // working directory as a default such as run.out_dir "runs" was), not against the dump's folder.
+  void load_document(const YAML::Node& root, const std::string& file, const fs::path& base_dir, bool dump) {
     file_ = file;
     base_dir_ = base_dir;
+    dump_ = dump;
+    ++source_;
     // an empty file: all defaults; a top level that is not a mapping was refused by compose_documents
     if (!root || !root.IsMap()) return;
     walk_map(root, "");
+    if (!dump) return;
+    for (auto it = out_.explicit_keys.begin(); it != out_.explicit_keys.end();) {
+      const auto f = by_key_.find(it->first);
+      const bool unset = it->second.source == source_ && f != by_key_.end() &&
+                         value_text(*f->second) == default_text(*f->second);
+      it = unset ? out_.explicit_keys.erase(it) : std::next(it);
+    }
   }
+
+  static constexpr int kOverrideSource = 1 << 30;  // every --set comes after every document
 
   void apply_override(const std::string& text, const fs::path& cwd) {
     file_ = "--set " + printable(text);
     base_dir_ = cwd;
+    source_ = kOverrideSource;
+    dump_ = false;
     auto eq = text.find('=');
-    Location where{file_, 0, 0};
+    Location where{file_, 0, 0, source_};
     if (eq == std::string::npos || eq == 0) {
       error(where, "", "expected KEY=VALUE");
       return;
@@ -156,8 +172,8 @@ class Loader {
  private:
   Location loc(const YAML::Node& n) const {
     const auto m = n.Mark();
-    if (m.is_null()) return Location{file_, 0, 0};
-    return Location{file_, m.line + 1, m.column + 1};
+    if (m.is_null()) return Location{file_, 0, 0, source_};
+    return Location{file_, m.line + 1, m.column + 1, source_};
   }
 
   void error(const Location& where, const std::string& key, const std::string& msg) {
@@ -290,7 +306,7 @@ class Loader {
         std::string v = n.Scalar();
         // strings end up in JSON (checkpoint metadata, metrics), which holds only UTF-8
         if (auto at = first_invalid_utf8(v)) return error(where, f.key, not_utf8(v, *at));
-        if (f.type == FieldType::Path && !v.empty() && v.find("://") == std::string::npos &&
+        if (f.type == FieldType::Path && !dump_ && !v.empty() && v.find("://") == std::string::npos &&
             fs::path(v).is_relative())
           v = (base_dir_ / v).lexically_normal().string();
         if (auto at = first_invalid_utf8(v))
@@ -341,7 +357,46 @@ class Loader {
   std::vector<Diagnostic>& diags_;
   std::string file_;
   fs::path base_dir_;
+  int source_ = 0;
+  bool dump_ = false;
 };
+
+std::string location_text(const Location& l) {
+  return l.line > 0 ? l.file + ":" + std::to_string(l.line) + ":" + std::to_string(l.col) : l.file;
+}
+
+// The run's length and its warmup, settled before validation. train.max_steps and train.epochs set in
+// different documents (a base and the file, a file and --set): the later one sizes the run and the
+// other becomes 0 (set in the same one they contradict: validate says so). A warmup longer than
+// train.max_steps is kept as written (a resume that makes the run longer changes no key) and the
+// schedule ends it with the run (engine/optim/schedule). Both are said in out.warnings.
+void settle_run_length(LoadedConfig& out) {
+  auto& t = out.cfg.train;
+  if (t.max_steps > 0 && t.epochs > 0 && out.is_set("train.max_steps") && out.is_set("train.epochs")) {
+    const Location steps = out.where("train.max_steps"), epochs = out.where("train.epochs");
+    if (steps.source != epochs.source) {
+      std::ostringstream m;
+      if (steps.source > epochs.source) {
+        m << "sizes the run (" << t.max_steps << " steps): train.epochs " << t.epochs << " ("
+          << location_text(epochs) << ") is replaced by 0";
+        out.warnings.push_back(Diagnostic{steps, "train.max_steps", m.str()});
+        t.epochs = 0;
+      } else {
+        m << "sizes the run (" << t.epochs << " epochs): train.max_steps " << t.max_steps << " ("
+          << location_text(steps) << ") is replaced by 0";
+        out.warnings.push_back(Diagnostic{epochs, "train.epochs", m.str()});
+        t.max_steps = 0;
+      }
+    }
+  }
+  const int64_t warmup = out.cfg.schedule.warmup_steps;
+  if (t.max_steps > 0 && warmup > t.max_steps) {
+    out.warnings.push_back(Diagnostic{out.where("schedule.warmup_steps"), "schedule.warmup_steps",
+                                      std::to_string(warmup) + " is longer than the run (" +
+                                          std::to_string(t.max_steps) + " steps): the schedule clips it to " +
+                                          std::to_string(t.max_steps)});
+  }
+}
 
 // `parsed` tells whether every document of the chain was read (no syntax error, one document each,
 // every base found): cross-field checks of a config that was not read would only add noise.
@@ -351,17 +406,20 @@ LoadedConfig load_impl(const std::string& text, const std::string& name, const s
   out.source = name;
   Loader loader(out.cfg, out, diags);
   // bases first, the file last: each document writes its keys over the ones before (compose.hpp)
+  const bool dump = text.rfind(kDumpHeader, 0) == 0;  // the file itself (not its bases) is a dump
   for (const auto& doc : compose_documents(text, name, base_dir, diags, parsed)) {
     if (!doc.chain.empty()) out.bases.push_back(doc.file);
-    loader.load_document(doc.root, doc.file, doc.dir);
+    loader.load_document(doc.root, doc.file, doc.dir, dump && doc.chain.empty());
   }
   std::error_code ec;
   fs::path cwd = fs::current_path(ec);
   for (const auto& o : overrides) loader.apply_override(o, cwd);
   for (const auto& o : overrides) {
     auto eq = o.find('=');
-    if (eq != std::string::npos) out.explicit_keys[o.substr(0, eq)] = Location{"--set " + printable(o), 0, 0};
+    if (eq != std::string::npos)
+      out.explicit_keys[o.substr(0, eq)] = Location{"--set " + printable(o), 0, 0, Loader::kOverrideSource};
   }
+  settle_run_length(out);
   return out;
 }
 

@@ -16,6 +16,9 @@ struct Location {
   std::string file;  // config file, or "--set" for command-line overrides
   int line = 0;      // 1-based; 0 = unknown (a default, or an override)
   int col = 0;
+  // the document it was written in, in the order applied (bases first, then the file; every --set after
+  // them): of two keys set in different documents, the later one was written over the earlier
+  int source = 0;
 };
 
 struct Diagnostic {
@@ -40,6 +43,9 @@ struct LoadedConfig {
   std::string source;                        // the config file ("" for text)
   std::vector<std::string> bases;            // the files it is composed on (`base:`), in the order applied
   std::map<std::string, Location> explicit_keys;  // keys the file or an override set, and where
+  // what loading settled and the user should hear (train.max_steps over train.epochs, a clipped warmup):
+  // the commands print or log them
+  std::vector<Diagnostic> warnings;
   bool is_set(const std::string& key) const { return explicit_keys.count(key) > 0; }
   Location where(const std::string& key) const;
 };
@@ -85,6 +91,10 @@ std::string printable(const std::string& s);
 void resolve(RunConfig& cfg, int64_t world_size);
 
 // The resolved config as YAML (every key, schema order); load_config_text(dump_yaml(c)) == c.
+// Its first line is kDumpHeader: a file that starts with it is read as a dump, where a key written at
+// its default value counts as not set (so the keys that do not apply to this run, which a dump writes
+// too, are no "has no effect" errors) and any other key as set there.
+inline constexpr const char* kDumpHeader = "# trainer: a resolved config, every key (run it again: trainer run FILE)\n";
 std::string dump_yaml(const RunConfig& cfg);
 // sha256 (hex) of dump_yaml(cfg): equal hashes mean equal configs.
 std::string config_hash(const RunConfig& cfg);

@@ -226,7 +226,12 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Samples per optimizer step over all processes (0 = batch_size x grad_accum x world size); sets grad_accum.");
   k.i("max_steps", t.max_steps, 0, 9.2e18, "Optimizer steps to run (0 = use epochs).");
   k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
-  k.e("precision", t.precision, "Compute precision (fp16 needs CUDA; weights stay fp32).");
+  k.e("precision", t.precision,
+      "Compute precision (weights stay fp32): fp32, bf16 (autocast), fp16 (autocast + dynamic loss scaling, CUDA only) "
+      "or auto: on CUDA bf16 at compute capability >= 8.0, fp16 on 7.x, fp32 below; on a CPU bf16 only where it has "
+      "native bf16 (avx512_bf16 or amx_bf16 in /proc/cpuinfo) and a probe of the model's forward + backward at the "
+      "run's shapes is at least 10 % faster in bf16, else fp32. The choice and its reason: the log, autotune.json "
+      "(a resumed run keeps it) and `trainer check`.");
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.e("device", t.device, "Where to train (auto: CUDA when available).");
   k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
@@ -240,7 +245,10 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("grad_clip", t.grad_clip, 0, kInf, "Clip gradients to this global L2 norm (0 = off).");
   k.i("log_every", t.log_every, 1, 1e9, "Steps between metric records.");
   k.i("eval_every", t.eval_every, 0, 1e9, "Steps between evaluations (0 = only at the end).");
-  k.i("eval_steps", t.eval_steps, 0, 1e9, "Batches per evaluation (0 = the whole validation split).");
+  k.i("eval_steps", t.eval_steps, 0, 1e9,
+      "Batches of train.batch_size per evaluation, counted over all ranks together: the first eval_steps x "
+      "batch_size samples of the validation split, shared among the ranks, so any world size scores the same "
+      "samples (0 = the whole validation split).");
   k.e("nonfinite", t.nonfinite,
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
@@ -349,6 +357,18 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Optimizer steps to record with the PyTorch profiler (0 = off): <run dir>/profile/trace_rank<r>.json + ops_rank<r>.txt.");
   k.i("start_step", c.profile.start_step, 0, 9.2e18, "Steps completed before recording starts (past the warm-up).");
   k.b("record_shapes", c.profile.record_shapes, "Record input shapes in the trace.");
+  // Keys a run may change when it resumes: where and how fast it runs, how long, what it logs and keeps.
+  // Any other key changes what is trained: `trainer run` refuses a run directory that was trained with
+  // another value of one (engine/commands: refuse_other_config). Entries ending in '.' are sections.
+  static const std::vector<std::string> kResumable = {
+      "run.name", "run.out_dir", "model.attention", "model.activation_checkpointing", "model.channels_last",
+      "data.workers", "data.prefetch", "data.on_bad_sample", "data.on_change", "train.max_steps", "train.epochs",
+      "train.device", "train.threads", "train.memory_budget_gb", "train.reuse_host_memory", "train.cuda_graphs",
+      "train.log_every", "train.eval_every", "train.eval_steps", "train.nonfinite", "train.max_nonfinite",
+      "train.ema.eval", "train.early_stopping.", "dist.", "checkpoint.", "log.", "profile."};
+  for (auto& f : k.out)
+    for (const auto& r : kResumable)
+      if (r.back() == '.' ? f.key.rfind(r, 0) == 0 : f.key == r) f.changes_training = false;
   for (auto& f : k.out)
     if (f.family_key)
       for (const auto& a : arch_infos())

@@ -38,6 +38,7 @@ struct FieldInfo {
   bool family_key = false;
   std::vector<std::string> applies_to;
   bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
+  bool changes_training = true;      // false: a resumed run may change it (where, how fast, how long, what it logs)
   bool regex = false;                // StringList: every entry must be a NamePattern (RE2 syntax)
   // Choice: string* or EnumRef
   std::variant<bool*, int64_t*, double*, std::string*, std::vector<double>*, EnumRef, std::vector<std::string>*,

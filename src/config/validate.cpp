@@ -124,7 +124,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
 
   // train
   const auto& t = c.train;
-  if (t.max_steps > 0 && t.epochs > 0)
+  if (t.max_steps > 0 && t.epochs > 0)  // set in one document: from two, the later wins (load.cpp)
     err(loaded.is_set("train.epochs") ? "train.epochs" : "train.max_steps",
         "set either train.max_steps or train.epochs, not both");
   if (t.max_steps == 0 && t.epochs == 0) err("train.max_steps", "set train.max_steps or train.epochs (both are 0)");
@@ -164,8 +164,6 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     if (b < 0 || b >= 1) err("optim.betas", "each beta must be in [0, 1)");
   if (t.freeze_bn && t.freeze.empty()) err("train.freeze_bn", "needs train.freeze (the parameters to freeze)");
   if (c.optim.nesterov && c.optim.momentum == 0) err("optim.nesterov", "Nesterov needs optim.momentum > 0");
-  if (t.max_steps > 0 && c.schedule.warmup_steps > t.max_steps)
-    err("schedule.warmup_steps", "is longer than the run (" + std::to_string(t.max_steps) + " steps)");
 
   // dist
   if (c.dist.backend == Backend::Nccl && !on_cuda) err("dist.backend", "nccl needs CUDA; use gloo (or auto) on CPU");

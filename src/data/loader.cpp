@@ -7,7 +7,8 @@ namespace trainer::data {
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions opts)
     : dataset_(std::move(dataset)),
       opts_(opts),
-      sampler_(dataset_->size(), opts.batch_size, opts.rank, opts.world_size, opts.train, opts.seed) {
+      sampler_(!opts.train && opts.eval_samples > 0 ? std::min(dataset_->size(), opts.eval_samples) : dataset_->size(),
+               opts.batch_size, opts.rank, opts.world_size, opts.train, opts.seed) {
   if (opts_.batch_size < 1 || opts_.world_size < 1 || opts_.rank < 0 || opts_.rank >= opts_.world_size)
     throw std::invalid_argument(fmt::format("DataLoader: bad batch_size {} / rank {} / world_size {}",
                                             opts_.batch_size, opts_.rank, opts_.world_size));

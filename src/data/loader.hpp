@@ -45,6 +45,9 @@ struct LoaderOptions {
   // own stream (device/cuda_copy.hpp), so that the copy overlaps the running step; next() makes the
   // caller's current stream wait for it. -1: batches stay on the host.
   int device_index = -1;
+  // train = false: the pass covers only the first `eval_samples` samples of the split (0 = all), shared
+  // among the ranks as a whole split is, so that every world size scores the same samples (train.eval_steps)
+  int64_t eval_samples = 0;
 };
 
 struct Batch {

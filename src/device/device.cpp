@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -57,6 +58,29 @@ std::string cpu_math_summary() {
     s << ", " << std::string(k).substr(0, std::string(k).find_first_of("=:")) << " " << cfg.substr(p, e - p);
   }
   return s.str();
+}
+
+std::vector<std::string> bf16_flags_in(const std::string& cpuinfo) {
+  std::istringstream in(cpuinfo);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("flags", 0) != 0) continue;
+    std::istringstream words(line.substr(line.find(':') == std::string::npos ? line.size() : line.find(':') + 1));
+    std::vector<std::string> have;
+    for (std::string w; words >> w;) have.push_back(w);
+    std::vector<std::string> found;
+    for (const char* flag : {"avx512_bf16", "amx_bf16"})
+      if (std::find(have.begin(), have.end(), flag) != have.end()) found.push_back(flag);
+    return found;  // every core lists the same flags: the first line tells
+  }
+  return {};
+}
+
+std::vector<std::string> cpu_bf16_flags() {
+  std::ifstream f("/proc/cpuinfo");
+  std::stringstream text;
+  text << f.rdbuf();
+  return bf16_flags_in(text.str());
 }
 
 int64_t release_free_host_memory() {

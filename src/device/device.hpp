@@ -4,6 +4,7 @@
 #include <torch/types.h>
 
 #include <string>
+#include <vector>
 
 #include "config/enums.hpp"
 
@@ -21,6 +22,13 @@ int64_t default_threads(int64_t configured, int64_t local_world_size);
 
 // CPU math libraries as LibTorch reports them (MKL, oneDNN, OpenMP, BLAS, capability).
 std::string cpu_math_summary();
+
+// The native bf16 instruction sets among the CPU's flags: "avx512_bf16" and "amx_bf16", in that order,
+// those that the first `flags` line of /proc/cpuinfo lists (empty: none, or no /proc/cpuinfo). Without
+// them bf16 matmuls and convolutions are emulated, usually slower than fp32.
+std::vector<std::string> cpu_bf16_flags();
+// The same of a /proc/cpuinfo text (whole flag names only: "avx512_bf16x" is not avx512_bf16).
+std::vector<std::string> bf16_flags_in(const std::string& cpuinfo);
 
 // train.reuse_host_memory: glibc malloc keeps freed blocks for reuse instead of handing them back
 // to the kernel (mmap threshold 32 MiB, glibc's maximum, and no trimming of the heap top). Every

@@ -202,16 +202,18 @@ TEST_CASE("a resume recomputes the steps the interrupted run had logged and stop
   CHECK(contains(same.output, "resume check: the interrupted run logged 4 step(s) after step 8"));
   CHECK(contains(same.output, "resume check: 4 logged step(s) recomputed, max relative loss difference 0 "));
 
-  // the same command over other data: the recomputed step 9 no longer matches what was logged
+  // the same command over other data: the recomputed step 9 no longer matches what was logged (a run
+  // directory of another config resumes only when asked to: --resume its checkpoints)
   fs::remove_all(run);
   fs::rename(dir / "changed", run);
-  auto changed = run_trainer("run " + (dir / "c.yaml").string() + " --set data.synthetic.num_samples=80");
+  const std::string asked = " --resume " + (run / "checkpoints").string();
+  auto changed = run_trainer("run " + (dir / "c.yaml").string() + " --set data.synthetic.num_samples=80" + asked);
   INFO(changed.output);
   REQUIRE(changed.exit_code == 1);
   CHECK(contains(changed.output, "resume check: the loss at step 9 is "));
   CHECK(contains(changed.output, "the data, the code or the config changed since the checkpoint"));
   auto accepted = run_trainer("run " + (dir / "c.yaml").string() +
-                              " --set data.synthetic.num_samples=80 --set checkpoint.verify_tolerance=0");
+                              " --set data.synthetic.num_samples=80 --set checkpoint.verify_tolerance=0" + asked);
   INFO(accepted.output);
   CHECK(accepted.exit_code == 0);
 }

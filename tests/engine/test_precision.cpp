@@ -24,7 +24,7 @@ TEST_CASE("bf16 autocast on CPU runs matmuls in bf16 inside the scope only", "[u
 TEST_CASE("precision names parse, fp16 on CPU is refused with the reason", "[unit]") {
   CHECK(parse_precision("bf16") == Precision::Bf16);
   CHECK(precision_name(Precision::Fp16) == "fp16");
-  REQUIRE_THROWS_WITH(parse_precision("fp8"), "unknown precision 'fp8'; known: fp32, bf16, fp16");
+  REQUIRE_THROWS_WITH(parse_precision("fp8"), "unknown precision 'fp8'; known: fp32, bf16, fp16, auto");
   REQUIRE_THROWS_WITH(check_precision_supported(Precision::Fp16, torch::kCPU),
                       "precision fp16 needs a CUDA device (dynamic loss scaling on GPU); on cpu use bf16 or fp32");
   CHECK_NOTHROW(check_precision_supported(Precision::Bf16, torch::kCPU));

@@ -116,6 +116,24 @@ TEST_CASE("eval under trainer launch: every rank scores its shard, rank 0 prints
   CHECK(lines[0].at("accuracy").get<double>() == Approx(logged.at("accuracy").get<double>()).epsilon(1e-9));
 }
 
+TEST_CASE("train.eval_steps counts batches over all ranks: 1 and 2 ranks score the same samples", "[e2e][dist]") {
+  auto dir = scratch_dir("eval_steps_global");
+  train_config(dir, eval_resnet_config());
+  const auto run = dir / "runs" / "ev";
+  const std::string args = (dir / "exp.yaml").string() + " --checkpoint " + run.string() + " --set train.eval_steps=1";
+  auto one = run_trainer("eval " + args);
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  auto two = run_trainer("launch -n 2 -- eval " + args);
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  const auto a = json_lines(one.output).back(), b = json_lines(two.output).back();
+  CHECK(a.at("count") == 32);  // one batch of train.batch_size, the first 32 samples of the split
+  CHECK(b.at("count") == 32);  // 16 + 16 on two ranks, not 32 each
+  CHECK(b.at("loss").get<double>() == Approx(a.at("loss").get<double>()).epsilon(1e-6));
+  CHECK(b.at("accuracy").get<double>() == Approx(a.at("accuracy").get<double>()).epsilon(1e-9));
+}
+
 TEST_CASE("eval refuses a missing, corrupt or mismatched checkpoint with a message naming it", "[e2e]") {
   auto dir = scratch_dir("eval_errors");
   train_config(dir, eval_resnet_config());

@@ -39,15 +39,17 @@ REFERENCE = os.path.join(ROOT, "tests", "reference")
 # follow it), one record per step, no progress bar, one evaluation (at the end) of 4 batches. The
 # data workers stay as the configs have them: the loader's order and augmentation draws depend on
 # (seed, sample position) only, never on which worker thread built the batch. The configs' warm-ups
-# (300 and 100 steps) are longer than 50 steps, which validation refuses: 20 steps of warm-up, then
-# the configs' own decay (linear, cosine) over the remaining 30 steps, so both phases are covered.
+# (300 and 100 steps) are longer than 50 steps, which loading would clip to the run: 20 steps of warm-up,
+# then the configs' own decay (linear, cosine) over the remaining 30 steps, so both phases are covered.
+# The configs' train.precision is auto, which is fp32 in a deterministic run: the golden losses were
+# made in bf16 (the configs' precision then), which the runs ask for explicitly.
 COMMON = ["run.deterministic=true", "train.device=cpu", "train.threads=2", "train.max_steps=50",
           "schedule.warmup_steps=20", "train.log_every=1", "train.eval_every=0", "train.eval_steps=4",
           "log.progress=off"]
 RUNS = {
-    "quickstart": {"config": "configs/quickstart.yaml", "extra": ["train.epochs=0"],
+    "quickstart": {"config": "configs/quickstart.yaml", "extra": ["train.epochs=0", "train.precision=bf16"],
                    "needs": "/usr/share/datasets/fashion-mnist"},
-    "gpt_char": {"config": "configs/gpt_char.yaml", "extra": [],
+    "gpt_char": {"config": "configs/gpt_char.yaml", "extra": ["train.precision=bf16"],
                  "needs": "data/generated/fortunes.txt"},
 }
 # the CPU features that choose the math kernels' code paths

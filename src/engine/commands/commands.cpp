@@ -21,8 +21,10 @@
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
+#include "engine/commands/run_guard.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/startup/memory_plan.hpp"
+#include "engine/startup/precision_auto.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/loop/trainer.hpp"
 #include "io/checkpoint.hpp"
@@ -97,8 +99,9 @@ int cmd_config_keys() {
     std::string applies = f.applies_to.empty() ? "" : " (" + config::applies_text(f) + " only)";
     std::string type = config::type_name(f);
     for (size_t p = type.find('|'); p != std::string::npos; p = type.find('|', p + 2)) type.replace(p, 1, "\\|");
+    const char* resumable = f.changes_training ? "" : " A resumed run may change it.";
     std::cout << "| `" << f.key << "` | " << type << " | `" << config::default_text(f) << "` | "
-              << f.doc << applies << range << " |\n";
+              << f.doc << applies << range << resumable << " |\n";
   }
   return kExitOk;
 }
@@ -246,14 +249,36 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
     print_auto_pick(c, env.world_size, device, cols[c.model.activation_checkpointing ? 1 : 0], mb.bytes);
 }
 
+// train.precision auto as the run would decide it on this machine (the probe included when the data were
+// opened: --no-data measures nothing), printed with its reason; `c` takes the choice (the memory table is
+// measured in it).
+void print_precision_choice(config::RunConfig& c, const dist::LaunchEnv& env, const std::vector<int64_t>& shape,
+                            bool measure) {
+  const auto device = device::select_device(c.train.device, env.local_rank);
+  PrecisionChoice pc = decide_precision(precision_facts(c, device));
+  if (pc.needs_probe && measure && !shape.empty()) {
+    const int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;
+    const int64_t b = c.train.batch_size > 0 ? c.train.batch_size
+                                             : std::min<int64_t>(16, c.train.global_batch_size / env.world_size);
+    torch::manual_seed(c.run.seed);
+    pc = choose_precision(c, device, shape, classes, b);
+  }
+  std::cout << "train.precision auto: " << config::name_of(pc.precision) << " (" << pc.reason
+            << (pc.needs_probe ? "; not measured without the data: the run decides at its start" : "")
+            << ")\n";
+  c.train.precision = pc.precision;
+}
+
 }  // namespace
 
 int cmd_check(const CheckArgs& args) {
   try {
     auto env = dist::detect_launch_env();
     auto loaded = load_checked(args, env);
-    const auto& c = loaded.cfg;
-    std::cout << "config " << args.config << ": ok (hash " << config::config_hash(c).substr(0, 12) << ")\n";
+    auto& c = loaded.cfg;
+    const std::string hash = config::config_hash(c);  // of the config as loaded, as the run hashes it
+    std::cout << "config " << args.config << ": ok (hash " << hash.substr(0, 12) << ")\n";
+    for (const auto& w : loaded.warnings) std::cout << "warning: " << w.str() << "\n";
     if (!loaded.bases.empty()) {
       std::cout << "bases (applied in this order, then the file):";
       for (const auto& b : loaded.bases) std::cout << " " << b;
@@ -313,6 +338,7 @@ int cmd_check(const CheckArgs& args) {
       std::cout << "optimizer steps: " << total << (c.train.max_steps > 0 ? " (train.max_steps)" : " (train.epochs)")
                 << "\n";
     }
+    if (c.train.precision == config::Precision::Auto) print_precision_choice(c, env, shape, !args.no_data);  // and takes it
     if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
       if (shape.empty())
         throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
@@ -323,8 +349,7 @@ int cmd_check(const CheckArgs& args) {
     // in a launched job: join the process group, print the rank table and the all-reduce bandwidth
     if (env.world_size > 1 || env.launcher != "none") {
       std::cout.flush();
-      dist::print_dist_check(env, c.dist, device::select_device(c.train.device, env.local_rank),
-                             config::config_hash(c), std::cout);
+      dist::print_dist_check(env, c.dist, device::select_device(c.train.device, env.local_rank), hash, std::cout);
     }
     return kExitOk;
   } catch (const config::ConfigError& e) {
@@ -363,10 +388,18 @@ int cmd_run(const RunArgs& args) {
       std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
       return kExitUsage;
     }
+    // a run folder trained with another config is neither resumed nor rewritten (run_guard.hpp)
+    const auto guard = check_run_directory(loaded.cfg, io::run_dir_path(loaded.cfg), resume, args.force);
+    if (!guard.refusal.empty()) {
+      std::cerr << "error: " << guard.refusal << "\n";
+      return kExitUsage;
+    }
     auto dir = io::prepare_run_dir(loaded.cfg, env.rank, dist::writes_run_files(env));  // a joiner is not the writer
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
     logging = true;
     spdlog::info("run directory {}", dir.root.string());
+    for (const auto& w : loaded.warnings) spdlog::warn("{}", w.str());
+    if (!guard.warning.empty()) spdlog::warn("{}", guard.warning);
     for (const auto& lock : {dir.lock, dir.checkpoint_lock})
       if (lock && !lock->recovered_from().empty())
         spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",

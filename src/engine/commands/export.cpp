@@ -92,6 +92,7 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
       {"layout", models::builtin_models().spec(cfg.model.arch).layout},  // whose names the tensors carry
       {"model_config", model_config_json(cfg).dump()},
       {"dtype", dtype_name},
+      {"precision", config::name_of(cfg.train.precision)},  // the run's compute precision (auto resolved)
       {"weights", ema ? "ema" : "trained"},
       {"step", std::to_string(state.value("step", int64_t{-1}))},
       {"source_checkpoint", dir.string()},

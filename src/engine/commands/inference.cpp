@@ -9,6 +9,8 @@
 #include "config/arch.hpp"
 #include "config/file_read.hpp"
 #include "config/load.hpp"
+#include "device/device.hpp"
+#include "engine/startup/precision_auto.hpp"
 #include "engine/startup/startup_planner.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
@@ -23,6 +25,7 @@ struct InferWeights {
   std::string arch;             // the model the weights are of
   std::optional<config::Attention> attention;  // model.attention as that run resolved it, when recorded
   int64_t batch_size = 0;       // train.batch_size as that run resolved it (0 when not recorded)
+  std::optional<config::Precision> precision;  // train.precision as that run resolved it, when recorded
   int64_t step = -1;
 };
 
@@ -56,6 +59,7 @@ InferWeights infer_from_checkpoint(const fs::path& step_dir) {
     w.arch = trained.model.arch;
     w.attention = trained.model.attention;
     w.batch_size = trained.train.batch_size;
+    if (trained.train.precision != config::Precision::Auto) w.precision = trained.train.precision;
   } catch (const nlohmann::json::exception& e) {
     throw io::CheckpointError(state_path.string() + ": missing or malformed field: " + e.what());
   } catch (const config::ConfigError& e) {
@@ -81,6 +85,13 @@ InferWeights infer_from_export(const fs::path& file) {
       } catch (const std::invalid_argument&) {
         // a value this trainer does not know: the config's own choice stands
       }
+    }
+  }
+  if (auto p = meta.find("precision"); p != meta.end() && p->second != "auto") {
+    try {
+      w.precision = config::parse_enum<config::Precision>(p->second, "train.precision");
+    } catch (const std::invalid_argument&) {
+      // a value this trainer does not know: the config's own choice stands
     }
   }
   if (auto s = meta.find("step"); s != meta.end()) {
@@ -129,6 +140,17 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   m.cfg = cfg;
   if (m.cfg.model.attention == config::Attention::Auto && w.attention) m.cfg.model.attention = *w.attention;
   if (m.cfg.train.batch_size == 0 && w.batch_size > 0) m.cfg.train.batch_size = w.batch_size;
+  if (m.cfg.train.precision == config::Precision::Auto) {
+    if (w.precision) {
+      m.cfg.train.precision = *w.precision;
+    } else {  // no run's choice with these weights: the device's rule, without the training probe
+      const auto device = device::select_device(m.cfg.train.device, env.local_rank);
+      const auto c = decide_precision(precision_facts(m.cfg, device));
+      m.cfg.train.precision = c.precision;
+      spdlog::info("train.precision auto: {} ({}{})", precision_name(c.precision), c.reason,
+                   c.needs_probe ? "; not timed for inference: fp32" : "");
+    }
+  }
 
   const auto proc = configure_process(m.cfg, env);
   m.device = proc.device;

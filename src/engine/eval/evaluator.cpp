@@ -28,10 +28,12 @@ torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& devic
 EvalResult Evaluator::run(models::Model& model) {
   torch::NoGradGuard ng;
   model.eval();
-  data::DataLoader loader(val_, setup_.loader);
+  auto opts = setup_.loader;
+  opts.eval_samples = setup_.max_batches * opts.batch_size;  // global: the pass is shared among the ranks
+  data::DataLoader loader(val_, opts);
   EvalAccumulator acc(setup_.bytes_per_token);
   const bool cl = setup_.channels_last && !setup_.tokens;
-  for (int64_t b = 0; setup_.max_batches == 0 || b < setup_.max_batches; ++b) {
+  for (;;) {
     auto batch = loader.next();
     if (!batch) break;
     auto input = to_model_device(batch->input, setup_.device, cl);
@@ -53,8 +55,10 @@ EvalResult Evaluator::combine_ranks(EvalResult r) {
   const double count = dist_->all_reduce_mean(n) * w;
   auto weighted = [&](double v) { return count > 0 ? dist_->all_reduce_mean(v * n) * w / count : 0.0; };
   r.loss = weighted(r.loss);
-  if (r.accuracy) r.accuracy = weighted(*r.accuracy);
-  if (r.top5) r.top5 = weighted(*r.top5);
+  if (!setup_.tokens) {  // every rank joins both reductions, also one whose share of a short pass was empty
+    r.accuracy = weighted(r.accuracy.value_or(0.0));
+    r.top5 = weighted(r.top5.value_or(0.0));
+  }
   if (setup_.tokens) {
     r.ppl = perplexity(r.loss);
     if (setup_.bytes_per_token > 0) r.bpb = bits_per_byte(r.loss, setup_.bytes_per_token);

@@ -32,7 +32,9 @@ struct EvalSetup {
   torch::Device device{torch::kCPU};
   bool tokens = false;          // language model: token metrics, else classification
   bool channels_last = false;   // model.channels_last (image inputs only)
-  int64_t max_batches = 0;      // train.eval_steps (0 = the whole split)
+  // train.eval_steps (0 = the whole split): batches of loader.batch_size of the evaluation in all, over
+  // every rank together (the first max_batches x batch_size samples), so any world size scores the same
+  int64_t max_batches = 0;
   double bytes_per_token = 0;   // token models: bits per byte need it (0 = unknown: no bpb)
 };
 

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <optional>
 #include <stdexcept>
 
@@ -72,6 +73,16 @@ class Trainer final : public WorldParts {
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
+    // the data first (they draw no random numbers): train.precision auto probes the model on their shapes
+    auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
+    train_set_ = datasets.train;
+    val_set_ = datasets.val;
+    tokens_ = train_set_->kind() == data::SampleKind::Tokens;
+    if (cfg_.train.precision == config::Precision::Auto) {  // before anything measured in the precision
+      const int64_t b = cfg_.train.batch_size > 0 ? cfg_.train.batch_size
+                                                  : std::min<int64_t>(16, cfg_.train.global_batch_size / env_.world_size);
+      precision_ = planner.resolve_precision(*train_set_, b);
+    }
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
     if (spec_->attention_probe && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
     model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
@@ -81,10 +92,6 @@ class Trainer final : public WorldParts {
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
 
-    auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
-    train_set_ = datasets.train;
-    val_set_ = datasets.val;
-    tokens_ = train_set_->kind() == data::SampleKind::Tokens;
     if (cfg_.train.batch_size == 0) planner.choose_micro_batch(*train_set_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
@@ -92,6 +99,9 @@ class Trainer final : public WorldParts {
 
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+    if (cfg_.train.max_steps == 0 && cfg_.schedule.warmup_steps > total_steps_)  // (max_steps: said at load)
+      spdlog::warn("schedule.warmup_steps {} is longer than the run ({} steps in train.epochs {}): the schedule clips "
+                   "it to {}", cfg_.schedule.warmup_steps, total_steps_, cfg_.train.epochs, total_steps_);
     scaler_ = std::make_unique<LossScaler>(LossScalerConfig{.enabled = precision_ == Precision::Fp16}, device_);
     evaluation_ = std::make_unique<RunEvaluation>(cfg_, spec_->rules.eval_metrics.front());
     if (val_set_) evaluation_->set_evaluator(make_evaluator());

@@ -2,9 +2,10 @@
 
 #include <ATen/autocast_mode.h>
 
-#include <fstream>
 #include <stdexcept>
 #include <string>
+
+#include "device/device.hpp"
 
 namespace trainer::engine {
 
@@ -13,22 +14,18 @@ Precision parse_precision(const std::string& name) { return config::parse_enum<P
 std::string precision_name(Precision p) { return config::name_of(p); }
 
 void check_precision_supported(Precision p, const torch::Device& device) {
+  if (p == Precision::Auto)
+    throw std::logic_error("train.precision auto reached the step unresolved (engine/startup/precision_auto.hpp)");
   if (p == Precision::Fp16 && !device.is_cuda())
     throw std::invalid_argument("precision fp16 needs a CUDA device (dynamic loss scaling on GPU); on " +
                                 device.str() + " use bf16 or fp32");
 }
 
-bool cpu_has_native_bf16() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("flags", 0) == 0)
-      return line.find(" avx512_bf16") != std::string::npos || line.find(" amx_bf16") != std::string::npos;
-  return false;
-}
+bool cpu_has_native_bf16() { return !device::cpu_bf16_flags().empty(); }
 
 AutocastScope::AutocastScope(Precision p, const torch::Device& device) {
   if (p == Precision::Fp32) return;
+  if (p == Precision::Auto) throw std::logic_error("AutocastScope: train.precision auto was not resolved");
   active_ = true;
   device_type_ = device.type();
   prev_enabled_ = at::autocast::is_autocast_enabled(device_type_);

@@ -19,7 +19,8 @@ LrSchedule::LrSchedule(const config::ScheduleConfig& cfg, double base_lr, int64_
 }
 
 double LrSchedule::lr_at(int64_t step) const {
-  const int64_t w = cfg_.warmup_steps;
+  // a warmup longer than the run ends with it (the config says so at load, the Trainer for epochs)
+  const int64_t w = std::min(cfg_.warmup_steps, std::max<int64_t>(total_steps_, 1));
   if (step < w) return base_lr_ * static_cast<double>(step + 1) / static_cast<double>(w);
   const double floor = base_lr_ * cfg_.min_lr_ratio;
   const int64_t since = step - w;

@@ -18,7 +18,7 @@ class LrSchedule {
   // Throws std::invalid_argument for an unknown schedule name.
   LrSchedule(const config::ScheduleConfig& cfg, double base_lr, int64_t total_steps);
 
-  // Rate for the optimizer step with 0-based index `step`. With W = warmup_steps, T = total_steps,
+  // Rate for the optimizer step with 0-based index `step`. With W = min(warmup_steps, T), T = total_steps,
   // floor = base * min_lr_ratio and p = (step - W) / max(1, T - W) clamped to [0, 1]:
   //   step < W : base * (step + 1) / W
   //   constant : base

@@ -14,6 +14,7 @@
 #include "engine/startup/autotune.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/startup/memory_plan.hpp"
+#include "engine/startup/precision_auto.hpp"
 #include "engine/optim/train_state.hpp"
 #include "io/run_dir.hpp"
 #include "models/model.hpp"
@@ -81,6 +82,52 @@ void StartupPlanner::resolve_attention() {
   write_autotune({{"model.attention", chosen}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
                   {"math_ms", c.math_ms}});
   spdlog::info("model.attention auto: {} ({})", chosen, c.reason);
+}
+
+Precision StartupPlanner::resolve_precision(const data::Dataset& train_set, int64_t batch) {
+  const auto file = autotune_file();
+  bool kept = false;
+  Precision chosen = Precision::Fp32;
+  PrecisionChoice c;
+  // rank 0 reads the file; so does a rank alone in its world (a replacement joining a running group, whose
+  // peers are busy training: it takes their precision from the run directory when it shares it)
+  const bool decides = env_.rank == 0 || !(dist_ && dist_->active());
+  if (decides) {
+    const auto saved = read_autotune();
+    if (saved.contains("train.precision")) {  // the run started in it: a resume computes in the same
+      const auto& e = saved["train.precision"];
+      const std::string name = e.is_object() && e.contains("choice") && e["choice"].is_string() ? e["choice"].get<std::string>() : "";
+      if (name != "fp32" && name != "bf16" && name != "fp16")
+        throw std::runtime_error(file.string() + ": \"train.precision\" has no choice fp32, bf16 or fp16; delete the "
+                                                 "file to decide again");
+      kept = true;
+      chosen = config::parse_enum<Precision>(name, "train.precision");
+    }
+  }
+  // (no collective for `kept`: only the deciding rank logs and writes it; two for the choice below, which
+  // tests/dist/test_recovery counts among the start-up's collectives)
+  if (!kept && decides) {
+    const auto rng = rng_state_tensors(device_);  // the probe's model and inputs draw random numbers
+    c = choose_precision(cfg_, device_, train_set.sample_shape(), train_set.num_classes(), batch);
+    restore_rng_state(rng, device_);
+    chosen = c.precision;
+  }
+  // rank 0's choice reaches every rank as two flags
+  const bool bf16 = rank0_says(chosen == Precision::Bf16), fp16 = rank0_says(chosen == Precision::Fp16);
+  chosen = bf16 ? Precision::Bf16 : fp16 ? Precision::Fp16 : Precision::Fp32;
+  check_precision_supported(chosen, device_);  // a kept fp16 on a CPU
+  cfg_.train.precision = precision_ = chosen;
+  if (kept) {
+    spdlog::info("train.precision auto: {} (kept from {})", precision_name(chosen), file.string());
+    return chosen;
+  }
+  if (!decides) c.reason = "rank 0's choice";
+  const auto& f = c.facts;
+  write_autotune({{"train.precision",
+                   {{"choice", precision_name(chosen)}, {"reason", c.reason}, {"cpu_bf16_flags", f.cpu_bf16_flags},
+                    {"probe_batch", f.probe_batch}, {"fp32_ms", f.fp32_ms}, {"bf16_ms", f.bf16_ms}}}});
+  spdlog::info("train.precision auto: {} ({})", precision_name(chosen), c.reason);
+  return chosen;
 }
 
 // The smallest of the ranks' `mine` (each one of `candidates`, or 0), on every rank: walking the
@@ -196,8 +243,8 @@ ProcessSetup configure_process(const config::RunConfig& cfg, const dist::LaunchE
   torch::manual_seed(static_cast<uint64_t>(cfg.run.seed));
   if (cfg.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   const auto device = device::select_device(cfg.train.device, env.local_rank);
-  const Precision precision = cfg.train.precision;
-  check_precision_supported(precision, device);
+  const Precision precision = cfg.train.precision;  // auto: StartupPlanner::resolve_precision
+  if (precision != Precision::Auto) check_precision_supported(precision, device);
   if (precision == Precision::Bf16 && device.is_cpu() && !cpu_has_native_bf16())
     spdlog::warn("precision bf16 on a CPU without avx512_bf16/amx_bf16: bf16 matmuls are emulated and likely "
                  "slower than fp32");

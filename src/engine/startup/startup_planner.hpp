@@ -1,5 +1,5 @@
 // Start-up decisions a run measures on its machine and keeps for its whole life (resumes included)
-// in <run dir>/autotune.json: model.attention auto (engine/startup/autotune.hpp) and train.batch_size auto
+// in <run dir>/autotune.json: train.precision auto (engine/startup/precision_auto.hpp), model.attention auto (engine/startup/autotune.hpp) and train.batch_size auto
 // (engine/startup/memory_plan.hpp). Rank 0 decides and every rank takes its choice through collectives,
 // never through the file, so ranks that do not share the run directory still agree.
 #pragma once
@@ -33,6 +33,12 @@ class StartupPlanner {
   StartupPlanner(config::RunConfig& cfg, const dist::LaunchEnv& env, dist::DistContext* dist, torch::Device device,
                  Precision precision, std::filesystem::path run_root)
       : cfg_(cfg), env_(env), dist_(dist), device_(device), precision_(precision), root_(std::move(run_root)) {}
+
+  // train.precision auto -> fp32 | bf16 | fp16 (engine/startup/precision_auto.hpp): kept from autotune.json,
+  // or decided by rank 0 (a CPU with native bf16 times a probe of the model at micro-batch `batch` of
+  // train_set's samples), taken by every rank. Writes it into the config and returns it; call it first:
+  // what follows (attention, micro-batch) is measured in the precision it gives.
+  Precision resolve_precision(const data::Dataset& train_set, int64_t batch);
 
   // model.attention auto -> "sdpa" | "math" (kept from autotune.json, or timed by rank 0 through the
   // family's ModelSpec::attention_probe, which the caller checked is set).

@@ -1,0 +1,136 @@
+#include "engine/startup/precision_auto.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <tuple>
+
+#include "device/cuda_seam.hpp"
+#include "device/device.hpp"
+#include "engine/optim/loss_scaler.hpp"
+#include "engine/step/train_step.hpp"
+
+namespace trainer::engine {
+namespace {
+
+constexpr double kBf16Margin = 0.9;  // bf16 must take at most 90 % of fp32's time
+
+std::string flags_text(const std::vector<std::string>& flags) {
+  std::string s;
+  for (const auto& f : flags) s += (s.empty() ? "" : " ") + f;
+  return s;
+}
+
+}  // namespace
+
+PrecisionChoice decide_precision(const PrecisionFacts& f) {
+  PrecisionChoice c;
+  c.facts = f;
+  if (f.cuda) {
+    const std::string cc = fmt::format("compute capability {}.{}", f.cc_major, f.cc_minor);
+    if (f.cc_major >= 8) {
+      c.precision = Precision::Bf16;
+      c.reason = cc + ": bf16 tensor cores";
+    } else if (f.cc_major == 7) {
+      c.precision = Precision::Fp16;
+      c.reason = cc + ": fp16 tensor cores without bf16 (fp16 with the dynamic loss scaler)";
+    } else {
+      c.precision = Precision::Fp32;
+      c.reason = cc + ": no fp16 or bf16 tensor cores";
+    }
+    return c;
+  }
+  c.precision = Precision::Fp32;
+  if (f.cpu_bf16_flags.empty()) {
+    c.reason = "this CPU lists neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo: bf16 would be emulated, "
+               "slower than fp32";
+    return c;
+  }
+  const std::string flags = "CPU flags " + flags_text(f.cpu_bf16_flags);
+  if (f.deterministic) {
+    c.reason = flags + "; run.deterministic: fp32 without timing (a timed choice is not reproducible)";
+    return c;
+  }
+  if (f.fp32_ms <= 0 || f.bf16_ms <= 0) {
+    c.needs_probe = true;
+    c.reason = flags + ": the probe of a forward + backward in fp32 and bf16 decides";
+    return c;
+  }
+  const bool bf16 = f.bf16_ms <= kBf16Margin * f.fp32_ms;
+  c.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
+  c.reason = fmt::format("{}; forward + backward at micro-batch {}: fp32 {:.1f} ms, bf16 {:.1f} ms ({}; bf16 is "
+                         "taken when at least 10 % faster)",
+                         flags, f.probe_batch, f.fp32_ms, f.bf16_ms,
+                         bf16 ? "bf16 faster" : f.bf16_ms < f.fp32_ms ? "bf16 less than 10 % faster" : "bf16 slower");
+  return c;
+}
+
+std::pair<double, double> time_precisions(models::Model& model, const std::vector<int64_t>& sample_shape,
+                                          int64_t vocab_or_classes, const torch::Device& device, bool channels_last,
+                                          int64_t batch) {
+  const bool tokens = model.input_kind() == models::InputKind::Tokens;
+  std::vector<int64_t> shape = {batch};
+  shape.insert(shape.end(), sample_shape.begin(), sample_shape.end());
+  const auto longs = torch::TensorOptions().dtype(torch::kLong).device(device);
+  torch::Tensor input, target;
+  if (tokens) {
+    input = torch::randint(0, vocab_or_classes, shape, longs);                      // (B, T)
+    target = torch::randint(0, vocab_or_classes, shape, longs);                     // (B, T)
+  } else {
+    input = torch::randn(shape, torch::TensorOptions().device(device));             // (B, C, H, W)
+    if (channels_last) input = input.contiguous(at::MemoryFormat::ChannelsLast);
+    target = torch::randint(0, vocab_or_classes, {batch}, longs);                   // (B)
+  }
+  LossScalerConfig sc;
+  sc.enabled = false;
+  LossScaler scaler(sc, device);
+  model.train();
+  auto once = [&](Precision p) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)forward_backward(model, input, target, 1, p, device, scaler);
+    for (auto& param : model.parameters()) param.mutable_grad() = torch::Tensor();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const double warm = std::max(once(Precision::Fp32), once(Precision::Bf16));  // first calls pick kernels
+  const int reps = warm > 1000 ? 1 : 3;
+  std::vector<double> fp32, bf16;
+  for (int r = 0; r < reps; ++r) {
+    fp32.push_back(once(Precision::Fp32));
+    bf16.push_back(once(Precision::Bf16));
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {median(fp32), median(bf16)};
+}
+
+PrecisionFacts precision_facts(const config::RunConfig& cfg, const torch::Device& device) {
+  PrecisionFacts f;
+  f.deterministic = cfg.run.deterministic;
+  f.cuda = device.is_cuda();
+  if (f.cuda) {
+    const int index = device.has_index() ? device.index() : 0;
+    for (const auto& d : device::cuda_devices())
+      if (d.index == index) f.cc_major = d.major, f.cc_minor = d.minor;
+  } else {
+    f.cpu_bf16_flags = device::cpu_bf16_flags();
+  }
+  return f;
+}
+
+PrecisionChoice choose_precision(const config::RunConfig& cfg, const torch::Device& device,
+                                 const std::vector<int64_t>& sample_shape, int64_t vocab_or_classes, int64_t batch) {
+  auto f = precision_facts(cfg, device);
+  auto c = decide_precision(f);
+  if (!c.needs_probe) return c;
+  auto model = models::build_model_on(cfg.model, device);  // its weights do not matter, its shapes do
+  const bool image = model->input_kind() == models::InputKind::Image;
+  f.probe_batch = std::max<int64_t>(1, batch);
+  std::tie(f.fp32_ms, f.bf16_ms) =
+      time_precisions(*model, sample_shape, vocab_or_classes, device, cfg.model.channels_last && image, f.probe_batch);
+  return decide_precision(f);
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,143 @@
+// train.precision auto: the rule (every branch, a pure function of the facts), the CPU's bf16 flags, and
+// a run on this host that names a choice consistent with its flags and keeps it on resume.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <sstream>
+
+#include "device/device.hpp"
+#include "engine/startup/precision_auto.hpp"
+#include "test_util.hpp"
+
+using namespace trainer;
+using namespace trainer::engine;
+
+namespace {
+PrecisionFacts pa_cuda(int major, int minor) {
+  PrecisionFacts f;
+  f.cuda = true;
+  f.cc_major = major;
+  f.cc_minor = minor;
+  return f;
+}
+PrecisionFacts pa_cpu(std::vector<std::string> flags, double fp32_ms = 0, double bf16_ms = 0) {
+  PrecisionFacts f;
+  f.cpu_bf16_flags = std::move(flags);
+  f.fp32_ms = fp32_ms;
+  f.bf16_ms = bf16_ms;
+  f.probe_batch = 16;
+  return f;
+}
+}  // namespace
+
+TEST_CASE("precision auto on CUDA: bf16 from compute capability 8.0, fp16 on 7.x, fp32 below", "[unit]") {
+  for (auto [major, minor] : {std::pair{8, 0}, std::pair{9, 0}, std::pair{12, 1}}) {
+    const auto c = decide_precision(pa_cuda(major, minor));
+    CHECK(c.precision == Precision::Bf16);
+    CHECK_FALSE(c.needs_probe);
+  }
+  const auto volta = decide_precision(pa_cuda(7, 0)), turing = decide_precision(pa_cuda(7, 5));
+  CHECK(volta.precision == Precision::Fp16);
+  CHECK(turing.precision == Precision::Fp16);
+  CHECK(turing.reason == "compute capability 7.5: fp16 tensor cores without bf16 (fp16 with the dynamic loss scaler)");
+  const auto pascal = decide_precision(pa_cuda(6, 1));
+  CHECK(pascal.precision == Precision::Fp32);
+  CHECK(pascal.reason == "compute capability 6.1: no fp16 or bf16 tensor cores");
+  CHECK(decide_precision(pa_cuda(8, 6)).reason == "compute capability 8.6: bf16 tensor cores");
+  auto det = pa_cuda(8, 0);
+  det.deterministic = true;  // not timed on CUDA: the capability decides, reproducibly
+  CHECK(decide_precision(det).precision == Precision::Bf16);
+}
+
+TEST_CASE("precision auto on a CPU without avx512_bf16 or amx_bf16: fp32, never a probe", "[unit]") {
+  const auto c = decide_precision(pa_cpu({}, 100, 10));  // even figures that favour bf16 do not count
+  CHECK(c.precision == Precision::Fp32);
+  CHECK_FALSE(c.needs_probe);
+  CHECK(c.reason == "this CPU lists neither avx512_bf16 nor amx_bf16 in /proc/cpuinfo: bf16 would be emulated, "
+                    "slower than fp32");
+}
+
+TEST_CASE("precision auto on a CPU with native bf16: the probe decides, bf16 when at least 10 % faster", "[unit]") {
+  const auto ask = decide_precision(pa_cpu({"avx512_bf16", "amx_bf16"}));
+  CHECK(ask.needs_probe);
+  CHECK(ask.precision == Precision::Fp32);
+  const auto faster = decide_precision(pa_cpu({"avx512_bf16", "amx_bf16"}, 136.0, 80.0));
+  CHECK_FALSE(faster.needs_probe);
+  CHECK(faster.precision == Precision::Bf16);
+  CHECK(faster.reason == "CPU flags avx512_bf16 amx_bf16; forward + backward at micro-batch 16: fp32 136.0 ms, bf16 "
+                         "80.0 ms (bf16 faster; bf16 is taken when at least 10 % faster)");
+  CHECK(decide_precision(pa_cpu({"amx_bf16"}, 100.0, 90.0)).precision == Precision::Bf16);  // exactly 10 %
+  const auto close = decide_precision(pa_cpu({"avx512_bf16"}, 100.0, 95.0));
+  CHECK(close.precision == Precision::Fp32);
+  CHECK(close.reason.find("bf16 less than 10 % faster") != std::string::npos);
+  const auto slower = decide_precision(pa_cpu({"avx512_bf16"}, 20.0, 31.5));
+  CHECK(slower.precision == Precision::Fp32);
+  CHECK(slower.reason.find("fp32 20.0 ms, bf16 31.5 ms (bf16 slower") != std::string::npos);
+  auto det = pa_cpu({"amx_bf16"}, 100, 10);
+  det.deterministic = true;
+  const auto d = decide_precision(det);
+  CHECK(d.precision == Precision::Fp32);
+  CHECK_FALSE(d.needs_probe);
+  CHECK(d.reason == "CPU flags amx_bf16; run.deterministic: fp32 without timing (a timed choice is not reproducible)");
+}
+
+TEST_CASE("the CPU's bf16 flags are whole words of the first flags line of /proc/cpuinfo", "[unit]") {
+  CHECK(device::bf16_flags_in("processor\t: 0\nflags\t\t: fpu avx2 amx_bf16 avx512f avx512_bf16 amx_tile\n"
+                              "flags\t\t: fpu\n") == std::vector<std::string>{"avx512_bf16", "amx_bf16"});
+  CHECK(device::bf16_flags_in("flags\t\t: fpu sse avx2 fma\n").empty());          // an AVX2-only EPYC
+  CHECK(device::bf16_flags_in("flags\t\t: avx512_bf16x xamx_bf16\n").empty());    // no part of a word
+  CHECK(device::bf16_flags_in("flags\t\t: amx_bf16\n") == std::vector<std::string>{"amx_bf16"});  // last word
+  CHECK(device::bf16_flags_in("").empty());
+}
+
+TEST_CASE("a run with precision auto logs and keeps a choice consistent with this CPU's flags", "[e2e]") {
+  // the test reads the flags itself rather than through the code it checks
+  std::ifstream in("/proc/cpuinfo");
+  std::string line, flags;
+  while (std::getline(in, line))
+    if (line.rfind("flags", 0) == 0) {
+      flags = line + " ";
+      break;
+    }
+  const bool native = flags.find(" avx512_bf16 ") != std::string::npos || flags.find(" amx_bf16 ") != std::string::npos;
+  auto dir = test::scratch_dir("precision_auto_run");
+  test::write_file(dir / "exp.yaml",
+                   "run: {name: pa, out_dir: runs, seed: 1}\n"
+                   "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 4}\n"
+                   "data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 16, image_size: 16}}\n"
+                   "train: {batch_size: 16, max_steps: 2, log_every: 1, threads: 1}\n"
+                   "optim: {name: sgd, lr: 0.05}\nlog: {progress: off}\ncheckpoint: {every_steps: 2}\n");
+  const std::string cfg = (dir / "exp.yaml").string();
+  auto first = test::run_trainer("run " + cfg);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  const auto j = nlohmann::json::parse(test::read_file(dir / "runs/pa/autotune.json")).at("train.precision");
+  const std::string choice = j.at("choice").get<std::string>();
+  const double fp32_ms = j.at("fp32_ms").get<double>(), bf16_ms = j.at("bf16_ms").get<double>();
+  INFO("autotune.json: " << j.dump());
+  if (native) {
+    CHECK(fp32_ms > 0);
+    CHECK(bf16_ms > 0);
+    CHECK(choice == (bf16_ms <= 0.9 * fp32_ms ? "bf16" : "fp32"));
+    CHECK(j.at("probe_batch") == 16);
+  } else {
+    CHECK(choice == "fp32");
+    CHECK(fp32_ms == 0);  // not timed
+    CHECK(j.at("reason").get<std::string>().find("neither avx512_bf16 nor amx_bf16") != std::string::npos);
+  }
+  CHECK(first.output.find("train.precision auto: " + choice + " (" + j.at("reason").get<std::string>() + ")") !=
+        std::string::npos);
+  CHECK(first.output.find("precision " + choice + ",") != std::string::npos);  // the run's start line
+  // the config as written stays auto; a resume computes in the precision the run started with
+  CHECK(test::read_file(dir / "runs/pa/config.yaml").find("  precision: \"auto\"\n") != std::string::npos);
+  auto second = test::run_trainer("run " + cfg + " --set train.max_steps=3");
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("train.precision auto: " + choice + " (kept from") != std::string::npos);
+  auto check = test::run_trainer("check " + cfg);
+  INFO(check.output);
+  REQUIRE(check.exit_code == 0);
+  CHECK(check.output.find("train.precision auto: ") != std::string::npos);
+  if (!native) CHECK(check.output.find("train.precision auto: fp32 (this CPU lists neither") != std::string::npos);
+}
