@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
@@ -34,6 +35,7 @@
 #include "engine/step/step_runner.hpp"
 #include "engine/loop/train_record.hpp"
 #include "engine/startup/startup_planner.hpp"
+#include "engine/loop/tp_run.hpp"
 #include "engine/loop/world_recovery.hpp"
 #include "obs/profiler.hpp"
 #include "models/model.hpp"
@@ -71,14 +73,16 @@ class Trainer final : public WorldParts {
     // a single process is a world of one: the same calls, all no-ops
     const std::string hash = config::config_hash(cfg_);  // of the config as loaded (a regroup changes grad_accum)
     dist_ = dist::DistContext::create(env_, cfg_.dist, device_, hash);
+    tp_ = TensorParallelRun(*dist_, cfg_.dist);  // the mesh (dp x tp) and the tp group the model is built over
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
     if (spec_->attention_probe && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
-    model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
+    // seeded above: every rank draws the same weights (a tp rank then keeps its slices); train.freeze applied
+    model_ = build_run_model(cfg_, device_, tp_.build_context());
     params_ = unique_parameters(*model_);
-    parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    parallel_ = make_parallel();
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
@@ -111,12 +115,20 @@ class Trainer final : public WorldParts {
                            train_loader_->batches_per_epoch(), &memory});
   }
 
-  data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
+  // the ranks of one tp group read the same batches: the loader shards over the data-parallel ranks
+  data::LoaderOptions loader_options(bool train) const {
+    return run_loader_options(cfg_, tp_.data_env(env_), device_, train);
+  }
+  std::unique_ptr<DataParallel> make_parallel() {
+    auto tp = tp_.make_strategy(*dist_, cfg_.dist);
+    return tp ? std::move(tp) : make_data_parallel(*dist_, cfg_.dist);
+  }
+  int64_t data_world() const { return tp_.data_env(env_).world_size; }
 
   std::unique_ptr<Evaluator> make_evaluator() {
     EvalSetup e{loader_options(/*train=*/false), precision_,          device_, tokens_, cfg_.model.channels_last,
                 cfg_.train.eval_steps,           config::bytes_per_token(cfg_.data)};
-    return std::make_unique<Evaluator>(val_set_, e, dist_.get(), env_.world_size);
+    return std::make_unique<Evaluator>(val_set_, e, dist_.get(), data_world());  // tp ranks score the same batches
   }
 
   std::unique_ptr<StepRunner> make_step_runner() {
@@ -147,7 +159,7 @@ class Trainer final : public WorldParts {
     cfg_.train.grad_accum = grad_accum;
     for (auto& p : params_) p.mutable_grad().reset();
     steps_.reset();  // it refers to the strategy and the loader replaced here
-    parallel_ = make_data_parallel(*dist_, cfg_.dist);
+    parallel_ = make_parallel();
     parallel_->prepare(*model_, params_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     train_loader_->restore(pos);
@@ -193,7 +205,7 @@ class Trainer final : public WorldParts {
   // --- records -----------------------------------------------------------------------------------
   double epochs_done() const {
     auto st = train_loader_->state();
-    const double per_epoch = static_cast<double>(train_loader_->batches_per_epoch() * cfg_.train.batch_size * env_.world_size);
+    const double per_epoch = static_cast<double>(train_loader_->batches_per_epoch() * cfg_.train.batch_size * data_world());
     return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
   }
 
@@ -212,6 +224,8 @@ class Trainer final : public WorldParts {
     if (!std::isfinite(r.loss) && !scaler_->enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
     resume_check_.compare(step, r.loss);
     r.grad_norm = norm.item<double>();
+    if (tp_.active())  // the tp group's collectives inside the steps of this interval, per step
+      r.tp_comm_ms = (tp_.seconds() - std::exchange(tp_seconds_, tp_.seconds())) * 1e3 / static_cast<double>(times.steps);
     if (scaler_->enabled()) r.loss_scale = scaler_->state().scale;
     r.skipped_steps = steps_->skipped_steps();
     add_measurements(r, times,
@@ -233,7 +247,7 @@ class Trainer final : public WorldParts {
 
   // --resume auto|never|PATH: every rank restores the same checkpoint; the resume check then compares
   // the losses of the steps the interrupted run logged after it, and those steps are not logged twice.
-  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), env_.world_size, clock_s()}; }
+  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), data_world(), clock_s()}; }
   void make_checkpoint_manager() {
     ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(),
                                                 [this](int64_t step) { return position(step); });
@@ -261,8 +275,8 @@ class Trainer final : public WorldParts {
     attempt_.resumed_from = resumed->from.string();
     spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", resumed->from.string(),
                  pos.step, pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
-    if (pos.world_size > 0 && pos.world_size != env_.world_size) {
-      const int64_t total = steps_at_new_world_size(cfg_.train, pos, env_.world_size, train_loader_->batches_per_epoch(),
+    if (pos.world_size > 0 && pos.world_size != data_world()) {
+      const int64_t total = steps_at_new_world_size(cfg_.train, pos, data_world(), train_loader_->batches_per_epoch(),
                                                     start_step_, total_steps_);
       if (total != total_steps_) {
         total_steps_ = total;
@@ -417,6 +431,8 @@ class Trainer final : public WorldParts {
   torch::Device device_{torch::kCPU};
   Precision precision_ = Precision::Fp32;
   std::unique_ptr<dist::DistContext> dist_;
+  TensorParallelRun tp_;  // after dist_, before the model (whose backward calls its communicator)
+  double tp_seconds_ = 0;  // tp_.seconds() at the last train record
   std::unique_ptr<DataParallel> parallel_;  // declared after dist_: destroyed before it
   const models::ModelSpec* spec_ = nullptr;  // the family of model.arch
   models::ModelPtr model_;
