@@ -176,7 +176,7 @@ TEST_CASE("GPT at T=2 (sequence parallel, GPT-2 vocabulary padded, label smoothi
 }
 
 TEST_CASE("GPT at T=4 (sequence parallel, GPT-2 vocabulary padded, label smoothing) equals one process in fp64",
-          "[dist][tp][slow]") {
+          "[dist][tp]") {  // ~8 s
   auto files = run_world(4, "tp_gpt4");
   CHECK(compare(files) > 100);
 }

@@ -319,14 +319,17 @@ int cmd_check(const CheckArgs& args) {
     }
 
     const int64_t global = c.train.global_batch_size;
+    const int64_t dp = config::data_parallel_size(c, env.world_size);  // a tp group reads the same batches
+    const std::string ranks = dp == env.world_size ? " ranks" : " data-parallel ranks (dist.tensor_parallel " +
+                                                                     std::to_string(c.dist.tensor_parallel) + ")";
     if (c.train.batch_size == 0)
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), global batch " << global
                 << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << env.world_size
                 << " ranks\n";
     else
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
-                << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x "
-                << env.world_size << " ranks\n";
+                << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x " << dp
+                << ranks << "\n";
     if (c.dist.tensor_parallel > 1) print_mesh(c.dist.tensor_parallel, env);
     if (train_size >= 0) {
       const int64_t steps_per_epoch = train_size / global;
