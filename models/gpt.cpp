@@ -5,6 +5,8 @@
 #include <stdexcept>
 
 #include "models/checkpoint.hpp"
+#include "tensor_parallel/layers.hpp"
+#include "tensor_parallel/mappings.hpp"
 
 namespace trainer::models {
 namespace {
@@ -63,6 +65,7 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const config::ModelConfig& cfg)
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x) {
+  if (tp_attn) return parallel_forward(x);
   const int64_t B = x.size(0), T = x.size(1), C = n_embd_, hs = C / n_head_;
   auto qkv = fused_linear(c_attn, x).split(C, 2);                       // 3 x (B, T, C)
   auto q = qkv[0].view({B, T, n_head_, hs}).transpose(1, 2);  // (B, nh, T, hs)
@@ -79,6 +82,7 @@ MlpImpl::MlpImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (tp_fc) return torch::dropout(tp_proj(torch::gelu(tp_fc(x))), dropout_, is_training());  // (B, T, C)
   auto h = torch::gelu(fused_linear(c_fc, x));                            // (B, T, 4C), exact (erf) GELU as nn.GELU()
   return torch::dropout(fused_linear(c_proj, h), dropout_, is_training());  // (B, T, C)
 }
@@ -106,7 +110,8 @@ TransformerImpl::TransformerImpl(const config::ModelConfig& cfg) {
   ln_f = register_module("ln_f", LayerNorm(cfg.n_embd, cfg.bias));
 }
 
-Gpt::Gpt(const config::ModelConfig& cfg) : cfg_(cfg) {
+Gpt::Gpt(const config::ModelConfig& cfg, const BuildContext& ctx) : cfg_(cfg), tp_(ctx.tp) {
+  popts_.sequence_parallel = ctx.sequence_parallel && tp_->size() > 1;
   check_config(cfg);
   transformer = register_module("transformer", Transformer(cfg));
   // nanoGPT's init: N(0, 0.02) for Linear and Embedding weights, zero biases, and the projections
@@ -123,6 +128,7 @@ Gpt::Gpt(const config::ModelConfig& cfg) : cfg_(cfg) {
   const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(cfg.n_layer, 1)));
   for (auto& p : named_parameters(true))
     if (p.key().size() >= 13 && p.key().ends_with("c_proj.weight")) nn::init::normal_(p.value(), 0.0, proj_std);
+  if (tp_->size() > 1) parallelize();
 }
 
 torch::Tensor Gpt::forward(const torch::Tensor& idx) {
@@ -139,11 +145,10 @@ torch::Tensor Gpt::forward(const torch::Tensor& idx) {
       throw std::invalid_argument("token id " + std::to_string(lo < 0 ? lo : hi) + " is outside model.vocab_size " +
                                   std::to_string(cfg_.vocab_size));
   }
-  auto pos = torch::arange(T, idx.options().dtype(torch::kLong));                    // (T)
   // units (see units()): 0 embeddings, 1..n_layer the blocks, n_layer + 1 the head (ln_f). The tied
   // wte is used again by lm_head, so unit 0 is left only after the logits.
   enter_unit(0);
-  auto x = transformer->wte(idx) + transformer->wpe(pos);                            // (B, T, C)
+  auto x = embed(idx);  // (B, T, C)
   x = torch::dropout(x, cfg_.dropout, is_training());
   for (size_t i = 0; i < transformer->blocks.size(); ++i) {
     auto& block = transformer->blocks[i];
@@ -157,13 +162,27 @@ torch::Tensor Gpt::forward(const torch::Tensor& idx) {
   const size_t head = transformer->blocks.size() + 1;
   enter_unit(head);
   x = leave_unit(head, transformer->ln_f(x));                          // (B, T, C)
-  return leave_unit(0, torch::linear(x, transformer->wte->weight));  // (B, T, V): lm_head tied to wte
+  return leave_unit(0, lm_logits(x));  // (B, T, V): lm_head tied to wte
+}
+
+torch::Tensor Gpt::embed(const torch::Tensor& idx) {
+  const int64_t T = idx.size(1);
+  auto pos = torch::arange(T, idx.options().dtype(torch::kLong));  // (T)
+  if (!transformer->tp_wte) return transformer->wte(idx) + transformer->wpe(pos);  // (B, T, C)
+  // the sum over the tp group, or with sequence parallel this rank's chunk of the sequence
+  if (popts_.sequence_parallel) pos = tensor_parallel::local_chunk(pos, *tp_, 0);  // (T/tp)
+  return transformer->tp_wte(idx) + transformer->wpe(pos);  // (B, T or T/tp, C)
+}
+
+torch::Tensor Gpt::lm_logits(const torch::Tensor& x) {
+  if (!transformer->tp_wte) return torch::linear(x, transformer->wte->weight);  // (B, T, V)
+  return tensor_parallel::parallel_lm_logits(x, transformer->tp_wte->weight, *tp_, popts_);  // (B, T, V_padded/tp)
 }
 
 double Gpt::train_flops_per_sample(const std::vector<int64_t>& shape) const {
   if (shape.size() != 1) throw std::invalid_argument("gpt FLOPs need a (T) sample shape");
   const auto T = static_cast<double>(shape[0]);
-  const auto N = static_cast<double>(num_parameters() - transformer->wpe->weight.numel());
+  const auto N = static_cast<double>(global_parameters() - transformer->wpe->weight.numel());  // the whole model's
   const double per_token = 6.0 * N + 12.0 * static_cast<double>(cfg_.n_layer * cfg_.n_embd) * T;
   return per_token * T;
 }
@@ -189,8 +208,9 @@ ModelSpec gpt_spec() {
     gpt_key_rules(c.model, err);
     if (c.data.format == config::DataFormat::Text && c.model.vocab_size < 256)
       err("model.vocab_size", "byte-level text needs vocab_size >= 256");
+    gpt_parallel_rules(c, err);
   };
-  s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<Gpt>(c); };
+  s.build = [](const config::ModelConfig& c, const BuildContext& ctx) -> ModelPtr { return std::make_shared<Gpt>(c, ctx); };
   s.attention_probe = [](const config::ModelConfig& c) {
     AttentionProbe p;
     p.heads = c.n_head;

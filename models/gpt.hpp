@@ -5,6 +5,7 @@
 
 #include "io/safetensors.hpp"
 #include "models/model.hpp"
+#include "tensor_parallel/layers.hpp"
 
 namespace trainer::models {
 
@@ -29,8 +30,15 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
   explicit CausalSelfAttentionImpl(const config::ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  // dist.tensor_parallel (gpt_parallel.cpp): c_attn split by whole heads, c_proj by the same heads'
+  // input columns, registered under the same names; c_attn / c_proj are then null.
+  void parallelize(tensor_parallel::Communicator& comm, const tensor_parallel::ParallelOptions& opts);
+  tensor_parallel::ColumnParallelLinear tp_attn{nullptr};
+  tensor_parallel::RowParallelLinear tp_proj{nullptr};
 
  private:
+  torch::Tensor parallel_forward(const torch::Tensor& x);  // (B, T or T/tp, C) -> the same
+  tensor_parallel::Communicator* comm_ = nullptr;
   int64_t n_head_, n_embd_;
   double dropout_;
   bool math_;  // explicit masked softmax instead of scaled_dot_product_attention ("auto" = sdpa here)
@@ -42,6 +50,10 @@ class MlpImpl : public torch::nn::Module {
   explicit MlpImpl(const config::ModelConfig& cfg);
   torch::Tensor forward(const torch::Tensor& x);  // (B, T, C) -> (B, T, C)
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  // dist.tensor_parallel: c_fc column-parallel, c_proj row-parallel (gpt_parallel.cpp)
+  void parallelize(tensor_parallel::Communicator& comm, const tensor_parallel::ParallelOptions& opts);
+  tensor_parallel::ColumnParallelLinear tp_fc{nullptr};
+  tensor_parallel::RowParallelLinear tp_proj{nullptr};
 
  private:
   double dropout_;
@@ -63,6 +75,7 @@ class TransformerImpl : public torch::nn::Module {
  public:
   explicit TransformerImpl(const config::ModelConfig& cfg);
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  tensor_parallel::VocabParallelEmbedding tp_wte{nullptr};  // dist.tensor_parallel: in wte's place (wte null)
   torch::nn::ModuleList h;
   std::vector<Block> blocks;  // the modules of h, typed
   LayerNorm ln_f{nullptr};
@@ -71,7 +84,9 @@ TORCH_MODULE(Transformer);
 
 class Gpt : public Model, public io::TiedState {
  public:
-  explicit Gpt(const config::ModelConfig& cfg);
+  // ctx.tp of T > 1 ranks: the full model is built from the seed as at T = 1, then each parallel
+  // layer is swapped for its slice (gpt_parallel.cpp): a shard is a bitwise slice of the T = 1 weight.
+  explicit Gpt(const config::ModelConfig& cfg, const BuildContext& ctx = {});
   // (B, T) int64 token ids, T <= block_size -> logits (B, T, vocab_size)
   torch::Tensor forward(const torch::Tensor& idx) override;
   InputKind input_kind() const override { return InputKind::Tokens; }
@@ -86,9 +101,26 @@ class Gpt : public Model, public io::TiedState {
   }
   Transformer transformer{nullptr};
 
+  // tensor parallel (model.hpp): the layers' specs, plus with sequence parallel the LayerNorms and
+  // wpe as partial_grad (each rank's gradient is its sequence chunk's share)
+  tensor_parallel::NamedSpecs shard_specs() const override;
+  const tensor_parallel::VocabShard* vocab_shard() const override;
+  torch::Tensor full_logits(const torch::Tensor& logits) const override;
+  tensor_parallel::Communicator& tp_comm() const override { return *tp_; }
+
  private:
+  void parallelize();  // swaps in the tensor-parallel layers (gpt_parallel.cpp)
+  torch::Tensor embed(const torch::Tensor& idx);       // (B, T) -> (B, T, C), (B, T/tp, C) with sequence parallel
+  torch::Tensor lm_logits(const torch::Tensor& x);     // -> (B, T, V), or (B, T, V_padded/tp) at T > 1
+  int64_t global_parameters() const;                   // of the T = 1 model (FLOPs), tied ones once
   config::ModelConfig cfg_;
+  tensor_parallel::Communicator* tp_ = &tensor_parallel::solo();
+  tensor_parallel::ParallelOptions popts_;
 };
+
+// dist.tensor_parallel T's rules for GPT (config load): heads and MLP width divide by T, and the
+// sequence with dist.sequence_parallel.
+void gpt_parallel_rules(const config::RunConfig& c, const config::ErrFn& err);
 
 ModelSpec gpt_spec();
 

@@ -15,6 +15,9 @@
 #include "config/arch.hpp"
 #include "config/config.hpp"
 #include "models/builtin.hpp"
+#include "tensor_parallel/communicator.hpp"
+#include "tensor_parallel/layers.hpp"
+#include "tensor_parallel/sharding.hpp"
 
 namespace trainer::models {
 
@@ -70,6 +73,20 @@ class Model : public torch::nn::Module {
   void set_unit_gate(UnitGate* gate) { gate_ = gate; }
   UnitGate* unit_gate() const { return gate_; }
 
+  // Tensor parallel (dist.tensor_parallel, docs/TENSOR_PARALLEL.md). A model built over a
+  // Communicator of T > 1 ranks holds slices of some parameters: shard_specs() names each sharded one
+  // (its global name -> where this rank's tensor sits in the T = 1 tensor); a parameter absent from it
+  // is replicated (every rank holds all of it). Empty at T = 1 and for families without TP.
+  virtual tensor_parallel::NamedSpecs shard_specs() const { return {}; }
+  // Non-null: forward returns this rank's vocabulary slice of the logits, (B, T, V_padded / T), to be
+  // fed to tensor_parallel::vocab_parallel_cross_entropy over tp_comm(); null: the whole logits.
+  virtual const tensor_parallel::VocabShard* vocab_shard() const { return nullptr; }
+  // The whole, unpadded logits from what forward returned (evaluation metrics, sampling): gathered
+  // over tp_comm() when vocab_shard() is set (a collective of the tp group), else `logits` itself.
+  virtual torch::Tensor full_logits(const torch::Tensor& logits) const { return logits; }
+  // The tp group's collectives the model was built over (solo() when T = 1).
+  virtual tensor_parallel::Communicator& tp_comm() const { return tensor_parallel::solo(); }
+
  protected:
   // units()[i] is about to run / has run (its parameters last read by `y`): see UnitGate
   void enter_unit(size_t i) {
@@ -96,9 +113,19 @@ struct AttentionProbe {
 // (gpt_spec() in gpt.cpp, ...) and register_builtin_models adds it with one line; nothing outside
 // models/ names a family. `rules` is what config needs before any model exists (input kind, the
 // family's own keys, its eval metrics, its cross-key rules, checked at config load with file:line:col).
+// What a family's build gets besides its config: the tensor-parallel group (solo() at T = 1: the
+// plain model, bit for bit) and dist.sequence_parallel. The communicator must outlive the model and
+// every autograd graph it records (their backward calls it).
+struct BuildContext {
+  tensor_parallel::Communicator* tp = &tensor_parallel::solo();
+  bool sequence_parallel = false;
+};
+
 struct ModelSpec {
   config::ArchRules rules;
-  std::function<ModelPtr(const config::ModelConfig&)> build;  // the caller seeds torch first
+  // the caller seeds torch first; a family without tensor parallel refuses ctx.tp->size() > 1 in its
+  // rules (at config load) and ignores ctx
+  std::function<ModelPtr(const config::ModelConfig&, const BuildContext&)> build;
   // model.attention auto: set = both kernels timed at start-up on this probe of the run's config
   // (engine/startup/autotune); empty = the model's own fixed rule (or it has no attention choice)
   std::function<AttentionProbe(const config::ModelConfig&)> attention_probe;
@@ -113,7 +140,7 @@ class ModelRegistry {
   // Builds the model with its own initialisation (the caller seeds torch first: initialisation draws
   // from torch's generator); model.init is applied apart (models/init_load.hpp), since a resumed run
   // must not read it. Unknown arch: std::invalid_argument listing the known ones.
-  ModelPtr create(const config::ModelConfig& cfg) const;
+  ModelPtr create(const config::ModelConfig& cfg, const BuildContext& ctx = {}) const;
   const ModelSpec& spec(const std::string& arch) const;  // unknown arch: std::invalid_argument
   std::vector<std::string> names() const;  // sorted
 
@@ -141,6 +168,6 @@ const ModelRegistry& builtin_models();
 // initialisation draws from it), moved to `device`, and channels-last when model.channels_last asks
 // for it and the model takes images. Every user of a model builds it here: the run, the EMA's
 // shadow, inference, `trainer check`'s memory probe, train.batch_size auto's probe.
-ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device);
+ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device, const BuildContext& ctx = {});
 
 }  // namespace trainer::models

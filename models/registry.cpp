@@ -40,8 +40,8 @@ const ModelSpec& ModelRegistry::spec(const std::string& arch) const {
   return it->second;
 }
 
-ModelPtr ModelRegistry::create(const config::ModelConfig& cfg) const {
-  return spec(cfg.arch).build(cfg);
+ModelPtr ModelRegistry::create(const config::ModelConfig& cfg, const BuildContext& ctx) const {
+  return spec(cfg.arch).build(cfg, ctx);
 }
 
 void Model::train(bool on) {
@@ -107,8 +107,8 @@ const ModelRegistry& builtin_models() {
   return registry;
 }
 
-ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device) {
-  auto model = builtin_models().create(cfg);
+ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device, const BuildContext& ctx) {
+  auto model = builtin_models().create(cfg, ctx);
   model->to(device);
   if (cfg.channels_last && model->input_kind() == InputKind::Image) to_channels_last(*model);
   return model;

@@ -260,8 +260,9 @@ ModelSpec resnet_spec() {
   s.rules.eval_metrics = {"accuracy", "top5", "loss"};
   s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
     if (auto why = depth_problem(c.model.depth); !why.empty()) err("model.depth", why);
+    if (c.dist.tensor_parallel > 1) err("dist.tensor_parallel", "ResNet has no tensor-parallel layers: use dist.sharding: full to cut memory instead");
   };
-  s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<ResNet>(c); };
+  s.build = [](const config::ModelConfig& c, const BuildContext&) -> ModelPtr { return std::make_shared<ResNet>(c); };
   s.layout = "torchvision ResNet (torchvision.models.resnet*)";
   return s;
 }

@@ -209,8 +209,11 @@ ModelSpec vit_spec() {
                   "model.image_size",  "model.patch_size",  "model.num_layers", "model.num_heads",
                   "model.hidden_dim",  "model.mlp_dim",     "model.attention_dropout"};
   s.rules.eval_metrics = {"accuracy", "top5", "loss"};
-  s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) { vit_key_rules(c.model, err); };
-  s.build = [](const config::ModelConfig& c) -> ModelPtr { return std::make_shared<VisionTransformer>(c); };
+  s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
+    vit_key_rules(c.model, err);
+    if (c.dist.tensor_parallel > 1) err("dist.tensor_parallel", "ViT tensor parallel is not supported yet: use dist.sharding: full to cut memory instead");
+  };
+  s.build = [](const config::ModelConfig& c, const BuildContext&) -> ModelPtr { return std::make_shared<VisionTransformer>(c); };
   s.layout = "torchvision VisionTransformer (torchvision.models.vit_b_16 and friends)";
   return s;
 }

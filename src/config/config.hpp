@@ -217,6 +217,8 @@ struct DistConfig {
   std::string store = "";  // "" = TCPStore at MASTER_ADDR:MASTER_PORT; file:///shared/path for a FileStore
   std::string interface = "";  // network interface of the collectives ("" = GLOO_SOCKET_IFNAME, else auto)
   Recovery recovery = Recovery::Restart;  // restart | in_process (dist.recovery)
+  int64_t tensor_parallel = 1;    // T: ranks that share each layer (dist.tensor_parallel); dp = world / T
+  bool sequence_parallel = false;  // LayerNorm / dropout regions on 1/T of the sequence (dist.sequence_parallel)
   bool operator==(const DistConfig&) const = default;
 };
 

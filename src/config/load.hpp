@@ -53,6 +53,9 @@ struct LoadedConfig {
 struct ValidateOptions {
   int64_t world_size = 1;
   bool cuda_available = false;
+  // The command lays the world out as a device mesh (`trainer run`, `trainer check`): dist.tensor_parallel
+  // must divide world_size. Commands that build the whole model on each rank (eval, predict) skip it.
+  bool builds_mesh = false;
 };
 
 // Parse `path` and apply `overrides` ("a.b=value", value in YAML syntax). Relative paths in the file
@@ -87,7 +90,12 @@ std::optional<size_t> first_invalid_utf8(const std::string& s);
 // `s` for a message: stray bytes and control characters written as \xNN, the rest as is.
 std::string printable(const std::string& s);
 
-// Fill derived values: grad_accum from global_batch_size, global_batch_size from the rest.
+// The ranks that read different data: world / dist.tensor_parallel (the tp ranks of one group read
+// the same batches), or world_size when T does not divide it (a command that builds no mesh).
+int64_t data_parallel_size(const RunConfig& cfg, int64_t world_size);
+
+// Fill derived values: grad_accum from global_batch_size, global_batch_size from the rest, over the
+// data-parallel ranks of a world of world_size (data_parallel_size).
 void resolve(RunConfig& cfg, int64_t world_size);
 
 // The resolved config as YAML (every key, schema order); load_config_text(dump_yaml(c)) == c.

@@ -59,9 +59,43 @@ void validate_init(const LoadedConfig& loaded, const ErrFn& err) {
     if (loaded.is_set(key)) err(key, "has no effect without model.init.from (the file to load)");
 }
 
+
+// dist.tensor_parallel / dist.sequence_parallel: the generic rules (the family's own, heads and
+// widths, are in its ArchRules::check). What is not wired yet is refused here, before anything starts.
+void validate_tensor_parallel(const LoadedConfig& loaded, const ValidateOptions& opts, const ErrFn& err) {
+  const RunConfig& c = loaded.cfg;
+  const int64_t t = c.dist.tensor_parallel;
+  const std::string ts = std::to_string(t);
+  if (c.dist.sequence_parallel && t == 1)
+    err("dist.sequence_parallel", "has no effect without dist.tensor_parallel > 1");
+  if (t == 1) return;
+  if (opts.builds_mesh && opts.world_size % t != 0)
+    err("dist.tensor_parallel", ts + " does not divide the world size " + std::to_string(opts.world_size) +
+                                    " (the launcher's ranks): the mesh is world / T data-parallel groups of T ranks");
+  else if (opts.builds_mesh && opts.world_size / t > 1)
+    err("dist.tensor_parallel", ts + " over a world of " + std::to_string(opts.world_size) +
+                                    " ranks makes data parallel " + std::to_string(opts.world_size / t) +
+                                    " x tensor parallel " + ts + ", which is not supported yet: launch T ranks");
+  if (c.dist.recovery == Recovery::InProcess)
+    err("dist.recovery", "in_process with dist.tensor_parallel " + ts +
+                             " is not supported (a regroup does not rebuild the mesh's groups); use restart");
+  if (c.dist.sharding != Sharding::None)
+    err("dist.sharding", "'" + name_of(c.dist.sharding) + "' with dist.tensor_parallel " + ts +
+                             " is not supported yet; use dist.sharding: none");
+  if (c.train.ema.decay > 0)
+    err("train.ema.decay", "the EMA with dist.tensor_parallel " + ts + " is not supported yet");
+  if (c.train.batch_size == 0)
+    err("train.batch_size", "auto with dist.tensor_parallel " + ts + " is not supported yet: give the micro-batch");
+}
 }  // namespace
 
+int64_t data_parallel_size(const RunConfig& c, int64_t world_size) {
+  const int64_t w = std::max<int64_t>(world_size, 1), t = std::max<int64_t>(c.dist.tensor_parallel, 1);
+  return w % t == 0 ? w / t : w;
+}
+
 void resolve(RunConfig& c, int64_t world_size) {
+  world_size = data_parallel_size(c, world_size);
   auto& t = c.train;
   if (t.batch_size == 0) return;  // auto: the engine picks the micro-batch and grad_accum at start
   const int64_t per_accum = t.batch_size * std::max<int64_t>(world_size, 1);
@@ -122,8 +156,9 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     err("data.normalize.mean", "has " + std::to_string(nm.mean.size()) + " values for " +
                                    std::to_string(c.model.in_channels) + " input channels");
 
-  // train
+  // train (the batch arithmetic is over the data-parallel ranks)
   const auto& t = c.train;
+  const int64_t dp_world = data_parallel_size(c, opts.world_size);
   if (t.max_steps > 0 && t.epochs > 0)  // set in one document: from two, the later wins (load.cpp)
     err(loaded.is_set("train.epochs") ? "train.epochs" : "train.max_steps",
         "set either train.max_steps or train.epochs, not both");
@@ -132,19 +167,19 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     if (t.global_batch_size <= 0)
       err("train.batch_size", "auto picks the micro-batch that fits and keeps train.global_batch_size by accumulation: "
                               "set train.global_batch_size");
-    else if (t.global_batch_size % std::max<int64_t>(opts.world_size, 1) != 0)
+    else if (t.global_batch_size % std::max<int64_t>(dp_world, 1) != 0)
       err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by the world size " +
-                                         std::to_string(opts.world_size) + " (train.batch_size auto)");
+                                         std::to_string(dp_world) + " (train.batch_size auto)");
     if (loaded.is_set("train.grad_accum"))
       err("train.grad_accum", "is derived when train.batch_size is auto: remove it");
   } else if (t.global_batch_size > 0) {
-    const int64_t per_accum = t.batch_size * opts.world_size;
+    const int64_t per_accum = t.batch_size * dp_world;
     if (t.global_batch_size % per_accum != 0)
       err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by batch_size x world size = " +
-                                         std::to_string(t.batch_size) + " x " + std::to_string(opts.world_size));
+                                         std::to_string(t.batch_size) + " x " + std::to_string(dp_world));
     else if (loaded.is_set("train.grad_accum") && t.global_batch_size / per_accum != t.grad_accum)
       err("train.grad_accum", "contradicts train.global_batch_size: " + std::to_string(t.global_batch_size) + " / (" +
-                                  std::to_string(t.batch_size) + " x " + std::to_string(opts.world_size) + ") = " +
+                                  std::to_string(t.batch_size) + " x " + std::to_string(dp_world) + ") = " +
                                   std::to_string(t.global_batch_size / per_accum) + " micro-batches");
   }
   const bool on_cuda = t.device == DeviceKind::Cuda || (t.device == DeviceKind::Auto && opts.cuda_available);
@@ -176,6 +211,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
     if (!c.dist.store.empty())
       err("dist.recovery", "in_process needs the store `trainer launch` hosts (it outlives every rank); dist.store must be \"\"");
   }
+  validate_tensor_parallel(loaded, opts, err);
   if (const auto& i = c.dist.interface; !i.empty()) {
     const bool plain = i.size() <= 15 && i.find_first_of("/ \t\n:") == std::string::npos && i != "." && i != "..";
     if (!plain)

@@ -27,6 +27,7 @@ struct TrainRecord {
   std::optional<double> tokens_per_s;  // token models: samples_per_s * block size
   double step_ms = 0, data_wait_ms = 0, compute_ms = 0, optim_ms = 0;  // per step, averaged
   std::optional<double> comm_ms;     // gradient all-reduce wait; multi-process runs only
+  std::optional<double> tp_comm_ms;  // in the tensor-parallel group's collectives; dist.tensor_parallel > 1 only
   std::optional<double> rss_mb, peak_rss_mb;
   std::optional<double> cuda_allocated_mb, cuda_reserved_mb, cuda_peak_allocated_mb;
   std::optional<double> gpu_util_pct;  // NVML: percent of the last sample period a kernel ran

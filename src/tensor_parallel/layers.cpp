@@ -112,6 +112,7 @@ NamedSpecs VocabParallelEmbeddingImpl::shard_specs() const {
   s.dim = 0;
   s.global_shape = {shard_.padded, weight.size(1)};
   s.ranges = {{shard_.start, shard_.end}};
+  s.real = shard_.vocab;
   return {{"weight", s}};
 }
 

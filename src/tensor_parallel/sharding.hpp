@@ -25,6 +25,9 @@ struct ShardSpec {
   std::vector<int64_t> global_shape;
   std::vector<Range> ranges;
   bool partial_grad = false;
+  // along dim: the global tensor's real extent when its tail is padding (the vocabulary padded to a
+  // multiple of T: checkpoints and exports drop it); -1 = no padding
+  int64_t real = -1;
   bool replicated() const { return dim < 0; }
 };
 

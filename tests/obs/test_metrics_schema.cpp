@@ -19,7 +19,7 @@ struct Schema {
 const Schema kTrain{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s", true}, {"samples", true},
                      {"loss", true}, {"lr", true}, {"grad_norm", true}, {"skipped_steps", true},
                      {"world_size", true}, {"samples_per_s", true}, {"step_ms", true}, {"data_wait_ms", true}, {"compute_ms", true},
-                     {"optim_ms", true}, {"loss_scale", false}, {"tokens_per_s", false}, {"comm_ms", false},
+                     {"optim_ms", true}, {"loss_scale", false}, {"tokens_per_s", false}, {"comm_ms", false}, {"tp_comm_ms", false},
                      {"rss_mb", false}, {"peak_rss_mb", false}, {"cuda_allocated_mb", false},
                      {"cuda_reserved_mb", false}, {"cuda_peak_allocated_mb", false}, {"gpu_util_pct", false}, {"mfu", false},
                      {"param_bytes", true}, {"grad_bytes", true}, {"optim_state_bytes", true}}};

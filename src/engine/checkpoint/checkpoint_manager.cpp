@@ -146,6 +146,7 @@ std::string CheckpointManager::stage_shards(int64_t step, std::map<std::string, 
 
 bool CheckpointManager::save(int64_t step, SaveKind kind) {
   FullParams whole(objs_.parallel, /*write=*/false);  // dist.sharding full: rank 0 writes the whole model
+  const auto global = gather_global_state(objs_);      // tensor parallel: every tp rank, before rank 0 writes
   int failure = 0;  // 1: the save failed, 2: non-finite weights
   std::string what;
   std::map<std::string, std::filesystem::path> staged;  // sharded: every rank's shard file
@@ -162,7 +163,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
              "' holds inf/NaN values (the previous checkpoints are kept)";
     } else {
       try {
-        auto content = capture_checkpoint(cfg_, objs_, position_(step));
+        auto content = capture_checkpoint(cfg_, objs_, position_(step), global ? &*global : nullptr);
         content.staged = staged;
         if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);

@@ -4,6 +4,7 @@
 #include <torch/version.h>
 
 #include "config/load.hpp"
+#include "engine/optim/tp_state.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
 #include "engine/optim/train_state.hpp"
 #include "io/safetensors.hpp"
@@ -14,15 +15,30 @@ std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::fi
   return cfg.checkpoint.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(cfg.checkpoint.dir);
 }
 
-io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos) {
+std::optional<GlobalState> gather_global_state(const RunObjects& objs) {
+  if (!tp_sharded(objs.model)) return std::nullopt;
+  GlobalState g;
+  io::NamedTensors live;
+  for (auto& [name, t] : io::named_state(objs.model)) live.emplace_back(name, t.detach());
+  for (auto& [name, t] : gather_global(objs.model, live)) g.model.emplace_back(name, t.to(torch::kCPU));
+  auto opt = optimizer_state_tensors(objs.optimizer, objs.model);  // CPU copies
+  for (auto& [name, t] : opt) t = t.to(objs.device);               // the tp group's collectives run on the device
+  for (auto& [name, t] : gather_global(objs.model, opt)) g.optimizer.emplace_back(name, t.to(torch::kCPU));
+  return g;
+}
+
+io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos,
+                                         const GlobalState* global) {
   io::CheckpointContent c;
   io::NamedTensors model_state;
-  for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
+  if (global) model_state = global->model;
+  else
+    for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
   c.groups["model"] = std::move(model_state);
   if (const auto& part = checkpoint_part(objs); part.sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
     c.state["optimizer_shards"] = part.shard_layout(objs.model);
   else
-    c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
+    c.groups["optimizer"] = global ? global->optimizer : optimizer_state_tensors(objs.optimizer, objs.model);
   c.groups["rng"] = rng_state_tensors(objs.device);
   if (objs.ema) {
     io::NamedTensors ema_state;
@@ -83,7 +99,8 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
   try {
     // everything read first: a checkpoint that lacks a part fails before anything is loaded
     for (const char* g : {"model", "rng"}) (void)group(g);
-    const auto optimizer = full_optimizer_state(content, from);  // assembled from the shards if sharded
+    // assembled from the shards if sharded; tensor parallel: this rank's slices of the global tensors
+    const auto optimizer = take_local(objs.model, full_optimizer_state(content, from));
     RunPosition pos;
     pos.step = s.at("step").get<int64_t>();
     pos.loader.epoch = s.at("loader").at("epoch").get<int64_t>();
@@ -106,7 +123,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
 
     io::SafetensorsFile weights;
     weights.path = (from / "model.safetensors").string();
-    weights.tensors = group("model");
+    weights.tensors = take_local(objs.model, group("model"));
     {
       FullParams whole(objs.parallel, /*write=*/true);  // dist.sharding full: each rank keeps its slice
       io::load_state_into(objs.model, weights, /*strict=*/true);

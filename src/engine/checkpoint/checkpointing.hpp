@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "config/config.hpp"
@@ -46,7 +47,17 @@ inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
   return objs.parallel ? objs.parallel->checkpoint_part() : replicated_checkpoint_part();
 }
 
-io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos);
+// Tensor parallel (checkpoint/tp_state.hpp): the model's and the optimizer's global tensors, gathered
+// over the tp group. Every rank calls it (a collective) before rank 0 captures; nullopt when no
+// parameter is sharded.
+struct GlobalState {
+  io::NamedTensors model, optimizer;
+};
+std::optional<GlobalState> gather_global_state(const RunObjects& objs);
+
+// `global` (tensor parallel): written in place of this rank's slices.
+io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos,
+                                         const GlobalState* global = nullptr);
 
 // Loads everything into `objs` and returns where the run stands. Throws io::CheckpointError /
 // std::runtime_error naming the checkpoint and what does not fit (another model, optimizer, a

@@ -14,7 +14,9 @@ void print_config_error(const config::ConfigError& e);
 
 // Load, override, validate and resolve: everything that can be known before building anything.
 // Throws config::ConfigError (exit 2) and dist::LaunchEnvError.
-config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env);
+// builds_mesh: the command lays the world out as a device mesh (run, check: dist.tensor_parallel must
+// divide the world size); eval and predict build the whole model on every rank.
+config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env, bool builds_mesh = false);
 
 // Runs a model-using command (eval, predict) and maps what it throws to an exit code: config and
 // launcher errors and bad arguments (std::invalid_argument) exit 2, anything else 1, each printed.

@@ -9,6 +9,8 @@
 #include <iostream>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
@@ -16,6 +18,7 @@
 #include "device/cuda_seam.hpp"
 #include "device/nvml.hpp"
 #include "device/device.hpp"
+#include "dist/device_mesh.hpp"
 #include "dist/dist_check.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
@@ -60,13 +63,14 @@ int run_command(const std::function<int()>& body) {
 }
 
 // Load, override, validate and resolve: everything that can be known before building anything.
-config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env) {
+config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env, bool builds_mesh) {
   std::vector<std::string> overrides = args.overrides;
   if (!args.out_dir.empty()) overrides.push_back("run.out_dir=" + args.out_dir);
   models::register_builtin_archs();  // config checks each family's keys and rules
   config::ValidateOptions vo;
   vo.world_size = env.world_size;
   vo.cuda_available = device::cuda_available();
+  vo.builds_mesh = builds_mesh;
   auto loaded = config::load_and_validate(args.config, overrides, vo);
   dist::check_rendezvous(env, loaded.cfg.dist.store);  // before any folder is made: a usage error
   dist::check_recovery_launcher(env, loaded.cfg.dist.recovery == config::Recovery::InProcess);
@@ -269,12 +273,34 @@ void print_precision_choice(config::RunConfig& c, const dist::LaunchEnv& env, co
   c.train.precision = pc.precision;
 }
 
+// dist.tensor_parallel T > 1: rank -> (dp, tp) and the node it runs on (the launcher's ranks are
+// node-major, local_world_size per node; the rank table of the dist check below names each host).
+void print_mesh(int64_t tp, const dist::LaunchEnv& env) {
+  if (env.world_size % tp != 0) {
+    std::cout << "device mesh: dist.tensor_parallel " << tp << " needs a world of a multiple of " << tp
+              << " ranks (run under a launcher, e.g. trainer launch --nproc " << tp << ")\n";
+    return;
+  }
+  const dist::MeshLayout layout(env.world_size, tp);
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  const int64_t per_node = std::max<int64_t>(env.local_world_size, 1), my_node = env.rank / per_node;
+  std::cout << "device mesh: dp " << layout.size(dist::MeshDim::DP) << " x tp " << tp << " (tp ranks consecutive)\n";
+  for (int64_t r = 0; r < env.world_size; ++r) {
+    const auto c = layout.coord(r);
+    const int64_t node = r / per_node;
+    std::cout << "  rank " << r << ": dp " << c.dp << ", tp " << c.tp << ", node " << node
+              << (node == my_node ? std::string(" (") + host + ")" : std::string()) << "\n";
+  }
+}
+
 }  // namespace
 
 int cmd_check(const CheckArgs& args) {
   try {
     auto env = dist::detect_launch_env();
-    auto loaded = load_checked(args, env);
+    // outside a launcher `check` reads the config alone; in a launched job the mesh must fit the world
+    auto loaded = load_checked(args, env, /*builds_mesh=*/env.world_size > 1 || env.launcher != "none");
     auto& c = loaded.cfg;
     const std::string hash = config::config_hash(c);  // of the config as loaded, as the run hashes it
     std::cout << "config " << args.config << ": ok (hash " << hash.substr(0, 12) << ")\n";
@@ -318,14 +344,18 @@ int cmd_check(const CheckArgs& args) {
     }
 
     const int64_t global = c.train.global_batch_size;
+    const int64_t dp = config::data_parallel_size(c, env.world_size);  // a tp group reads the same batches
+    const std::string ranks = dp == env.world_size ? " ranks" : " data-parallel ranks (dist.tensor_parallel " +
+                                                                     std::to_string(c.dist.tensor_parallel) + ")";
     if (c.train.batch_size == 0)
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), global batch " << global
                 << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << env.world_size
                 << " ranks\n";
     else
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
-                << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x "
-                << env.world_size << " ranks\n";
+                << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x " << dp
+                << ranks << "\n";
+    if (c.dist.tensor_parallel > 1) print_mesh(c.dist.tensor_parallel, env);
     if (train_size >= 0) {
       const int64_t steps_per_epoch = train_size / global;
       std::cout << "steps per epoch: " << steps_per_epoch << " (" << train_size << " samples / " << global << ")\n";
@@ -372,7 +402,7 @@ int cmd_run(const RunArgs& args) {
   };
   try {
     auto env = dist::detect_launch_env();
-    auto loaded = load_checked(args, env);
+    auto loaded = load_checked(args, env, /*builds_mesh=*/true);
     const ResumeOptions resume = parse_resume(args.resume);
     if (resume.mode == ResumeMode::Never && !args.force) {
       // refuse to start over a run that has checkpoints: its work would be mixed with a fresh start

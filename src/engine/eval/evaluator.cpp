@@ -39,7 +39,7 @@ EvalResult Evaluator::run(models::Model& model) {
     auto input = to_model_device(batch->input, setup_.device, cl);
     auto target = to_model_device(batch->target, setup_.device, false);
     AutocastScope autocast(setup_.precision, setup_.device);
-    auto logits = model.forward(input);  // (B, C) or (B, T, V)
+    auto logits = model.full_logits(model.forward(input));  // (B, C) or (B, T, V): gathered over tp
     if (setup_.tokens) acc.add_tokens(logits, target);
     else acc.add_classification(logits, target);
   }

@@ -9,11 +9,12 @@
 namespace trainer::engine {
 
 RunRecorder::RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
-                         int64_t total_steps, double flops_per_sample, double peak_tflops)
+                         int64_t total_steps, int64_t tp_size, double flops_per_sample, double peak_tflops)
     : cfg_(cfg),
       env_(env),
       dir_(dir),
       total_steps_(total_steps),
+      tp_size_(tp_size),
       flops_per_sample_(flops_per_sample),
       peak_tflops_(peak_tflops),
       // a replacement that joins a running group writes no run file, whatever its RANK
@@ -59,7 +60,7 @@ double RunRecorder::clock_s() const {
 
 double RunRecorder::epochs_done(const data::DataLoader& loader) const {
   const auto st = loader.state();
-  const double per_epoch = static_cast<double>(loader.batches_per_epoch() * cfg_.train.batch_size * env_.world_size);
+  const double per_epoch = static_cast<double>(loader.batches_per_epoch() * cfg_.train.batch_size * (env_.world_size / tp_size_));
   return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
 }
 
@@ -80,6 +81,7 @@ void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const Trai
   if (!std::isfinite(r.loss) && !s.scaler.enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
   resume_check_.compare(step, r.loss);
   r.grad_norm = grad_norm.item<double>();
+  if (s.tp_comm_ms) r.tp_comm_ms = *s.tp_comm_ms;
   if (s.scaler.enabled()) r.loss_scale = s.scaler.state().scale;
   r.skipped_steps = s.steps.skipped_steps();
   add_measurements(r, s.times,

@@ -44,14 +44,17 @@ struct TrainSources {
   double lr = 0;                   // the schedule's rate of the step recorded
   int64_t tokens_per_sample = 0;   // block size for token models, 0 for images
   torch::Device device{torch::kCPU};
+  std::optional<double> tp_comm_ms;  // tensor parallel: ms per step in the tp group's collectives
 };
 
 class RunRecorder {
  public:
   // cfg and env are the Trainer's own copies (a regroup renumbers env, changes train.grad_accum):
   // read at each record, so they must outlive this.
+  // `tp_size`: dist.tensor_parallel (the ranks of one tp group read the same samples, so an epoch
+  // is counted over world / tp_size ranks).
   RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, int64_t total_steps,
-              double flops_per_sample, double peak_tflops);
+              int64_t tp_size, double flops_per_sample, double peak_tflops);
 
   obs::RunLog& log() { return *log_; }
   // A new rank 0 after a regroup takes over the files rank 0 wrote: the log reopens as primary and
@@ -91,7 +94,7 @@ class RunRecorder {
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;
   const io::RunDir& dir_;
-  int64_t total_steps_;
+  int64_t total_steps_, tp_size_;
   double flops_per_sample_, peak_tflops_;
   std::unique_ptr<obs::RunLog> log_;
   obs::RunHistory history_;      // metrics.jsonl before this attempt

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <stdexcept>
+#include <utility>
 
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
@@ -23,6 +24,7 @@
 #include "engine/loop/nonfinite_policy.hpp"
 #include "engine/loop/run_evaluation.hpp"
 #include "engine/loop/run_recorder.hpp"
+#include "engine/loop/tp_run.hpp"
 #include "engine/loop/train_record.hpp"
 #include "engine/loop/world_recovery.hpp"
 #include "engine/optim/loss_scaler.hpp"
@@ -70,6 +72,7 @@ class Trainer final : public WorldParts {
     // a single process is a world of one: the same calls, all no-ops
     const std::string hash = config::config_hash(cfg_);  // of the config as loaded (a regroup changes grad_accum)
     dist_ = dist::DistContext::create(env_, cfg_.dist, device_, hash);
+    tp_ = TensorParallelRun(*dist_, cfg_.dist);  // the mesh (dp x tp) and the tp group the model is built over
 
     StartupPlanner planner(cfg_, env_, dist_.get(), device_, precision_, dir_.root);
     spec_ = &models::builtin_models().spec(cfg_.model.arch);
@@ -85,9 +88,10 @@ class Trainer final : public WorldParts {
     }
     // a family either times model.attention auto at start (GPT) or decides it itself (ViT)
     if (spec_->attention_probe && cfg_.model.attention == config::Attention::Auto) planner.resolve_attention();
-    model_ = build_run_model(cfg_, device_);  // seeded above: every rank draws the same weights; train.freeze applied
+    // seeded above: every rank draws the same weights (a tp rank then keeps its slices); train.freeze applied
+    model_ = build_run_model(cfg_, device_, tp_.build_context());
     params_ = unique_parameters(*model_);
-    parallel_ = make_data_parallel(*dist_, dist_->world_group(), cfg_.dist);  // data parallel over the whole world
+    parallel_ = make_parallel();
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
@@ -109,7 +113,7 @@ class Trainer final : public WorldParts {
     steps_ = make_step_runner();
     if (cfg_.train.cuda_graphs) steps_->enable_graphs(graph_conditions(cfg_, device_.is_cuda(), precision_, env_.world_size));
 
-    records_ = std::make_unique<RunRecorder>(cfg_, env_, dir_, total_steps_,
+    records_ = std::make_unique<RunRecorder>(cfg_, env_, dir_, total_steps_, tp_.size(),
                                              model_->train_flops_per_sample(train_set_->sample_shape()),
                                              peak_tflops_for(cfg_, device_));
 
@@ -118,12 +122,20 @@ class Trainer final : public WorldParts {
                            train_loader_->batches_per_epoch(), &memory});
   }
 
-  data::LoaderOptions loader_options(bool train) const { return run_loader_options(cfg_, env_, device_, train); }
+  // the ranks of one tp group read the same batches: the loader shards over the data-parallel ranks
+  data::LoaderOptions loader_options(bool train) const {
+    return run_loader_options(cfg_, tp_.data_env(env_), device_, train);
+  }
+  std::unique_ptr<DataParallel> make_parallel() {
+    auto tp = tp_.make_strategy(*dist_, cfg_.dist);
+    return tp ? std::move(tp) : make_data_parallel(*dist_, dist_->world_group(), cfg_.dist);
+  }
+  int64_t data_world() const { return tp_.data_env(env_).world_size; }
 
   std::unique_ptr<Evaluator> make_evaluator() {
     EvalSetup e{loader_options(/*train=*/false), precision_,          device_, tokens_, cfg_.model.channels_last,
                 cfg_.train.eval_steps,           config::bytes_per_token(cfg_.data)};
-    return std::make_unique<Evaluator>(val_set_, e, dist_.get(), env_.world_size);
+    return std::make_unique<Evaluator>(val_set_, e, dist_.get(), data_world());  // tp ranks score the same batches
   }
 
   std::unique_ptr<StepRunner> make_step_runner() {
@@ -154,7 +166,7 @@ class Trainer final : public WorldParts {
     cfg_.train.grad_accum = grad_accum;
     for (auto& p : params_) p.mutable_grad().reset();
     steps_.reset();  // it refers to the strategy and the loader replaced here
-    parallel_ = make_data_parallel(*dist_, dist_->world_group(), cfg_.dist);  // the regrouped world
+    parallel_ = make_parallel();  // over the regrouped world
     parallel_->prepare(*model_, params_);
     train_loader_ = std::make_unique<data::DataLoader>(train_set_, loader_options(/*train=*/true));
     train_loader_->restore(pos);
@@ -185,10 +197,11 @@ class Trainer final : public WorldParts {
     return evaluation_->evaluate(step, records_->epochs_done(*train_loader_), *model_, ema_.get(), *records_);
   }
   void record_train(int64_t step, const torch::Tensor& norm, std::optional<double> recorded_loss = std::nullopt) {
-    records_->train(step, norm,
-                    TrainSources{*steps_, loop_.times, *train_loader_, *recovery_, *dist_, *scaler_, schedule_->lr_at(step - 1),
-                                 tokens_ ? train_set_->sample_shape().at(0) : 0, device_},
-                    recorded_loss);
+    TrainSources src{*steps_, loop_.times, *train_loader_, *recovery_, *dist_, *scaler_, schedule_->lr_at(step - 1),
+                     tokens_ ? train_set_->sample_shape().at(0) : 0, device_};
+    if (tp_.active() && loop_.times.steps > 0)  // the tp group's collectives inside the steps of this interval, per step
+      src.tp_comm_ms = (tp_.seconds() - std::exchange(tp_seconds_, tp_.seconds())) * 1e3 / static_cast<double>(loop_.times.steps);
+    records_->train(step, norm, src, recorded_loss);
   }
   // The record of `step` again on every rank after a regroup interrupted it (world_recovery.hpp).
   void redo_record(int64_t step) {
@@ -205,7 +218,7 @@ class Trainer final : public WorldParts {
 
   // --resume auto|never|PATH: every rank restores the same checkpoint; the resume check then compares
   // the losses of the steps the interrupted run logged after it, and those steps are not logged twice.
-  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), env_.world_size, records_->clock_s()}; }
+  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), data_world(), records_->clock_s()}; }
   void make_checkpoint_manager() {
     ckpt_ = std::make_unique<CheckpointManager>(cfg_, env_, dist_.get(), dir_.root, objects(),
                                                 [this](int64_t step) { return position(step); });
@@ -219,8 +232,8 @@ class Trainer final : public WorldParts {
     train_loader_->restore(pos.loader);
     start_step_ = pos.step;
     records_->resumed(*resumed);
-    if (pos.world_size <= 0 || pos.world_size == env_.world_size) return;
-    const int64_t total = steps_at_new_world_size(cfg_.train, pos, env_.world_size, train_loader_->batches_per_epoch(),
+    if (pos.world_size <= 0 || pos.world_size == data_world()) return;
+    const int64_t total = steps_at_new_world_size(cfg_.train, pos, data_world(), train_loader_->batches_per_epoch(),
                                                   start_step_, total_steps_);
     if (total == total_steps_) return;
     total_steps_ = total;
@@ -378,6 +391,8 @@ class Trainer final : public WorldParts {
   torch::Device device_{torch::kCPU};
   Precision precision_ = Precision::Fp32;
   std::unique_ptr<dist::DistContext> dist_;
+  TensorParallelRun tp_;  // after dist_, before the model (whose backward calls its communicator)
+  double tp_seconds_ = 0;  // tp_.seconds() at the last train record
   std::unique_ptr<DataParallel> parallel_;  // declared after dist_: destroyed before it
   const models::ModelSpec* spec_ = nullptr;  // the family of model.arch
   models::ModelPtr model_;

@@ -1,5 +1,6 @@
 #include "engine/loop/world_recovery.hpp"
 
+#include "config/load.hpp"
 #include <stdexcept>
 
 #include "engine/loop/peer_state.hpp"
@@ -27,7 +28,7 @@ WorldRecovery::WorldRecovery(dist::DistContext& dist, const config::RunConfig& c
       config_hash_(std::move(config_hash)),
       parts_(parts),
       train_(cfg.train),
-      samples_(cfg.train.batch_size * cfg.train.grad_accum * dist.world_size()),
+      samples_(cfg.train.batch_size * cfg.train.grad_accum * config::data_parallel_size(cfg, dist.world_size())),
       last_step_world_(dist.world_size()) {}
 
 void WorldRecovery::begin_step(const data::LoaderState& loader) {

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "engine/optim/param_groups.hpp"
+#include "tensor_parallel/layers.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -35,6 +36,9 @@ ParamGroups split_decay_groups(const torch::nn::Module& model, bool decay_norm_a
   // modules(include_self=true) needs the model in a shared_ptr; the model itself is checked apart
   auto note = [&](const torch::nn::Module& m) {
     if (const auto* emb = m.as<torch::nn::EmbeddingImpl>()) embedding_weights.insert(emb->weight.unsafeGetTensorImpl());
+    // tensor parallel's slice of an embedding is one too (dist.tensor_parallel: GPT's wte)
+    if (const auto* v = m.as<tensor_parallel::VocabParallelEmbeddingImpl>())
+      embedding_weights.insert(v->weight.unsafeGetTensorImpl());
   };
   note(model);
   for (const auto& m : model.modules(/*include_self=*/false)) note(*m);

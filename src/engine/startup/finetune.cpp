@@ -3,9 +3,10 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
-
 #include "config/name_pattern.hpp"
+#include "engine/optim/tp_state.hpp"
 #include "io/run_dir.hpp"
+#include "io/safetensors.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -57,19 +58,53 @@ std::vector<std::shared_ptr<torch::nn::Module>> frozen_batch_norms(models::Model
 
 }  // namespace
 
+namespace {
+
+io::NamedTensors state_of(const models::Model& m) {
+  io::NamedTensors out;
+  for (auto& [name, t] : io::named_state(m)) out.emplace_back(name, t.detach());
+  return out;
+}
+
+void copy_state(models::Model& into, io::NamedTensors tensors) {
+  io::SafetensorsFile f;
+  f.path = "(the run's weights)";
+  f.tensors = std::move(tensors);
+  io::load_state_into(into, f, /*strict=*/true);
+}
+
+// Tensor parallel: a whole model on the CPU takes the run's own weights (gathered: what init.strict
+// false leaves alone keeps them), then the file as at T = 1; this rank keeps its slices of the result.
+models::InitReport load_init_sliced(models::Model& model, const config::ModelConfig& cfg, const std::string& path) {
+  auto global = engine::gather_global(model, state_of(model));
+  auto gen = at::detail::getDefaultCPUGenerator();
+  const auto rng = gen.get_state();  // building the whole model draws weights: the run's stream is kept
+  auto whole = models::build_model_on(cfg, torch::Device(torch::kCPU));
+  gen.set_state(rng);
+  for (auto& [name, t] : global) t = t.cpu();
+  copy_state(*whole, std::move(global));
+  auto report = models::load_init_weights(*whole, cfg.init, path);
+  copy_state(model, engine::take_local(model, state_of(*whole)));
+  return report;
+}
+
+}  // namespace
+
 void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, const std::filesystem::path& run_dir,
                           bool primary) {
   const std::string& path = config::init_file(cfg);
   if (path.empty()) return;
-  const auto report = models::load_init_weights(model, cfg.init, path);
+  const auto report = engine::tp_sharded(model) ? load_init_sliced(model, cfg, path)
+                                                : models::load_init_weights(model, cfg.init, path);
   log_init_report(report, cfg.init.strict);
   if (!cfg.init.skip.empty() && report.skipped.empty())
     spdlog::warn("model.init.skip: no name of {} matches any of its regexes", path);
   if (primary) io::write_file_atomic(run_dir / kInitReportFile, init_report_json(report).dump(2) + "\n");
 }
 
-models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Device& device) {
-  auto model = models::build_model_on(cfg.model, device);
+models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Device& device,
+                                 const models::BuildContext& ctx) {
+  auto model = models::build_model_on(cfg.model, device, ctx);
   apply_freeze(*model, cfg.train);
   return model;
 }

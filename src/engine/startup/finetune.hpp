@@ -19,11 +19,14 @@ inline constexpr const char* kInitReportFile = "init_report.json";
 // re-initialised, missing and unexpected, and on the primary rank writes <run_dir>/init_report.json.
 // Called for a fresh start only: a resumed run's weights come from its checkpoint, and its init file is
 // not read (it may be gone or changed since). Throws models::InitLoadError naming the file.
+// Tensor parallel: the file holds T = 1 tensors; every rank of the tp group calls it (a collective),
+// the file is applied to a whole model and each rank keeps its slices, as at initialisation.
 void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, const std::filesystem::path& run_dir,
                           bool primary);
 
-// The run's model: models::build_model_on, then train.freeze applied.
-models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Device& device);
+// The run's model: models::build_model_on (over ctx's tp group), then train.freeze applied.
+models::ModelPtr build_run_model(const config::RunConfig& cfg, const torch::Device& device,
+                                 const models::BuildContext& ctx = {});
 
 // train.freeze: every parameter whose name matches a regex gets requires_grad(false), before the
 // optimizer and the gradient sync are built, so it has no optimizer state and no all-reduce bucket.

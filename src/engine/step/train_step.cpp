@@ -4,6 +4,7 @@
 
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optim.hpp"
+#include "tensor_parallel/cross_entropy.hpp"
 
 namespace trainer::engine {
 
@@ -14,6 +15,14 @@ torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tenso
   if (logits.dim() == 3)  // (B*T, V)
     return F::cross_entropy(logits.reshape({-1, logits.size(-1)}), target.reshape({-1}), opts);
   return F::cross_entropy(logits, target, opts);
+}
+
+torch::Tensor models_loss(const models::Model& model, const torch::Tensor& logits, const torch::Tensor& target,
+                          double label_smoothing) {
+  const auto* shard = model.vocab_shard();
+  if (!shard) return mean_cross_entropy(logits, target, label_smoothing);
+  auto losses = tensor_parallel::vocab_parallel_cross_entropy(logits, target, *shard, model.tp_comm(), label_smoothing);
+  return tensor_parallel::mean_over_targets(losses, target);  // () as torch's reduction "mean"
 }
 
 ApplyResult apply_gradients(torch::optim::Optimizer& opt, LossScaler& scaler, const std::vector<torch::Tensor>& params,

@@ -4,11 +4,13 @@
 
 #include <torch/torch.h>
 
+#include <type_traits>
 #include <vector>
 
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/optim/loss_scaler.hpp"
 #include "engine/optim/precision.hpp"
+#include "models/model.hpp"
 
 namespace trainer::engine {
 
@@ -18,6 +20,18 @@ namespace trainer::engine {
 // cross_entropy(label_smoothing=v) (which is this call); 0 is today's plain cross-entropy. Under
 // autocast the op runs in fp32 (autocast's fp32 list, CPU and CUDA).
 torch::Tensor mean_cross_entropy(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing = 0.0);
+
+// The training loss of `model`'s logits: mean_cross_entropy, or for a model whose logits are
+// vocabulary-parallel (Model::vocab_shard(), tensor parallel) the vocab-parallel cross entropy over
+// its tp group, mean over the targets: the full logits are never gathered. The same value.
+torch::Tensor models_loss(const models::Model& model, const torch::Tensor& logits, const torch::Tensor& target,
+                          double label_smoothing = 0.0);
+template <class M>
+torch::Tensor model_loss(const M& model, const torch::Tensor& logits, const torch::Tensor& target,
+                         double label_smoothing = 0.0) {
+  if constexpr (std::is_base_of_v<models::Model, M>) return models_loss(model, logits, target, label_smoothing);
+  else return mean_cross_entropy(logits, target, label_smoothing);  // a plain module (tests): whole logits
+}
 
 // Forward under autocast, loss / accum (the step's mean is the mean of its micro-batch means),
 // times the loss scale, backward: gradients accumulate into .grad. Returns the unscaled micro-batch
@@ -30,7 +44,7 @@ torch::Tensor forward_backward(Model& model, const torch::Tensor& input, const t
   {
     AutocastScope autocast(precision, device);
     auto logits = model.forward(input);  // (B, C) or (B, T, V)
-    loss = mean_cross_entropy(logits, target, label_smoothing);
+    loss = model_loss(model, logits, target, label_smoothing);
   }
   scaler.scale_loss(loss / static_cast<double>(accum)).backward();
   return loss.detach().to(torch::kFloat32);

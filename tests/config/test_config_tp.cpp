@@ -1,0 +1,101 @@
+// dist.tensor_parallel / dist.sequence_parallel: every refusal names file:line:col, the key path and
+// why, before anything starts (exit 2 at the command line).
+#include <catch2/catch.hpp>
+
+#include "config/load.hpp"
+#include "test_util.hpp"
+
+using namespace trainer::config;
+
+namespace {
+
+std::vector<std::string> tp_errors_of(const std::string& yaml, int64_t world = 1, bool builds_mesh = true) {
+  auto dir = trainer::test::scratch_dir("config_tp");
+  auto file = dir / "exp.yaml";
+  trainer::test::write_file(file, yaml);
+  ValidateOptions opts;
+  opts.world_size = world;
+  opts.builds_mesh = builds_mesh;
+  std::vector<std::string> out;
+  try {
+    load_and_validate(file.string(), {}, opts);
+  } catch (const ConfigError& e) {
+    for (const auto& d : e.diagnostics()) {
+      std::string s = d.str();
+      auto p = s.find("exp.yaml");
+      out.push_back(p == std::string::npos ? s : s.substr(p));
+    }
+  }
+  return out;
+}
+
+// lines 1-12; "dist:" is line 13, its first key line 14
+const std::string kTpGpt =
+    "model:\n  arch: gpt\n  vocab_size: 64\n  block_size: 10\n  n_layer: 1\n  n_head: 6\n  n_embd: 12\n"
+    "train:\n  max_steps: 10\n  batch_size: 2\ndata:\n  format: synthetic\n";
+std::string tp_with_dist(const std::string& head, const std::string& dist) { return head + "dist:\n" + dist; }
+
+}  // namespace
+
+TEST_CASE("tensor parallel: a GPT whose heads, MLP width or sequence do not divide by T is refused", "[unit]") {
+  CHECK(tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 3\n"), 3).empty());
+  CHECK(tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n  sequence_parallel: true\n"), 2).empty());
+  auto e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 4\n"), 4);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:14:3: dist.tensor_parallel: model.n_head 6 does not divide by 4 (attention is split over "
+                "the ranks by whole heads)");
+  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 32\n"), 32);
+  REQUIRE(e.size() == 2);
+  CHECK(e[1] == "exp.yaml:14:3: dist.tensor_parallel: the MLP width 4 x model.n_embd = 48 does not divide by 32");
+  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 3\n  sequence_parallel: true\n"), 3);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:15:3: dist.sequence_parallel: model.block_size 10 does not divide by dist.tensor_parallel 3 "
+                "(each rank holds 1/T of the sequence)");
+}
+
+TEST_CASE("tensor parallel: sequence parallel alone has no effect, and T must fit the launcher's world", "[unit]") {
+  auto e = tp_errors_of(tp_with_dist(kTpGpt, "  sequence_parallel: true\n"));
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:14:3: dist.sequence_parallel: has no effect without dist.tensor_parallel > 1");
+  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n"), 3);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:14:3: dist.tensor_parallel: 2 does not divide the world size 3 (the launcher's ranks): the "
+                "mesh is world / T data-parallel groups of T ranks");
+  CHECK(tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n"), 1, /*builds_mesh=*/false).empty());  // eval, predict
+  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n"), 4);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:14:3: dist.tensor_parallel: 2 over a world of 4 ranks makes data parallel 2 x tensor "
+                "parallel 2, which is not supported yet: launch T ranks");
+}
+
+TEST_CASE("tensor parallel: what is not wired with T > 1 is refused at its key", "[unit]") {
+  auto e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n  recovery: in_process\n"), 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:15:3: dist.recovery: in_process with dist.tensor_parallel 2 is not supported (a regroup does "
+                "not rebuild the mesh's groups); use restart");
+  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n  sharding: full\n"), 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:15:3: dist.sharding: 'full' with dist.tensor_parallel 2 is not supported yet; use "
+                "dist.sharding: none");
+  std::string ema = kTpGpt;
+  ema.insert(ema.find("data:"), "  ema:\n    decay: 0.9\n");  // under train:
+  e = tp_errors_of(tp_with_dist(ema, "  tensor_parallel: 2\n"), 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("train.ema.decay: the EMA with dist.tensor_parallel 2 is not supported yet") != std::string::npos);
+}
+
+TEST_CASE("tensor parallel: ResNet and ViT with T > 1 are refused, saying what to use instead", "[unit]") {
+  const std::string resnet = "model:\n  arch: resnet\n  depth: 20\n  num_classes: 10\n  in_channels: 3\n"
+                             "train:\n  max_steps: 10\ndata:\n  format: synthetic\ndist:\n  tensor_parallel: 2\n";
+  auto e = tp_errors_of(resnet, 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:11:3: dist.tensor_parallel: ResNet has no tensor-parallel layers: use dist.sharding: full to "
+                "cut memory instead");
+  const std::string vit = "model:\n  arch: vit\n  image_size: 8\n  patch_size: 4\n  num_layers: 1\n  num_heads: 2\n"
+                          "  hidden_dim: 8\n  mlp_dim: 16\ntrain:\n  max_steps: 10\ndata:\n  format: synthetic\n"
+                          "  synthetic:\n    image_size: 8\ndist:\n  tensor_parallel: 2\n";
+  e = tp_errors_of(vit, 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:16:3: dist.tensor_parallel: ViT tensor parallel is not supported yet: use dist.sharding: "
+                "full to cut memory instead");
+}
