@@ -26,7 +26,7 @@ std::string rerun_config(const fs::path& dir) {
 }
 }  // namespace
 
-TEST_CASE("--set train.max_steps over a config sized in epochs runs that many steps, the warmup clipped", "[e2e]") {
+TEST_CASE("train.max_steps set by --set over a config sized in epochs runs that many steps, the warmup clipped", "[e2e]") {
   auto dir = trainer::test::scratch_dir("rerun_steps");
   const auto cfg = rerun_config(dir);
   auto r = run_trainer("run " + cfg + " --set train.max_steps=3");

@@ -80,7 +80,7 @@ TEST_CASE("a dump still refuses a key edited to a value that does not apply to t
   }
 }
 
-TEST_CASE("--set train.max_steps over a config sized in epochs sizes the run and clips the warmup", "[unit]") {
+TEST_CASE("train.max_steps set by --set over a config sized in epochs sizes the run and clips the warmup", "[unit]") {
   auto dir = trainer::test::scratch_dir("config_rerun_steps");
   trainer::test::write_file(dir / "base.yaml", "schedule: {name: linear, warmup_steps: 300}\n");
   trainer::test::write_file(dir / "exp.yaml", "base: base.yaml\ndata:\n  format: synthetic\ntrain:\n  epochs: 8\n");

@@ -261,3 +261,30 @@ TEST_CASE("in-process recovery matrix: dist.sharding optimizer and full are refu
     CHECK(!fs::exists(dir / sharding / "tiny" / "metrics.jsonl"));
   }
 }
+
+TEST_CASE("in-process recovery matrix: any rank killed in a gradient bucket or right after its vote, with 1 or 2 "
+          "replacements",
+          "[dist][e2e][slow]") {
+  auto dir = test::scratch_dir("recovery_buckets");
+  const auto cfg = recmat::matrix_config(dir);
+  std::vector<recmat::Cell> cells;
+  for (int victim : {0, recmat::kWorld / 2, recmat::kWorld - 1})
+    for (int restarts : {1, 2}) {
+      const std::string v = std::to_string(victim), r = std::to_string(restarts);
+      // a collective of the first generation's training (the gradient buckets, a record's loss mean):
+      // the others are inside the same collective when the victim dies
+      cells.push_back({"bucket_rank" + v + "_restarts" + r, victim, restarts, 0, v + ":collective:120", {}});
+      // after the victim's commit vote for step 30, before its step: the others commit without it
+      cells.push_back({"vote_rank" + v + "_restarts" + r, victim, restarts, 0, v + ":vote:30", {}});
+    }
+  for (const auto& c : cells) {
+    const auto cell_t0 = std::chrono::steady_clock::now();
+    const auto o = recmat::run_cell(dir, c, cfg);
+    recmat::check_cell(dir, c, o);
+    CHECK(o.output.find("TRAINER_INJECT_KILL: rank " + std::to_string(c.victim) + " SIGKILLs itself") != std::string::npos);
+    CHECK(o.output.find("launch: starting a replacement for rank " + std::to_string(c.victim)) != std::string::npos);
+    CHECK(o.rc == 0);
+    WARN(c.name << ": exit " << o.rc << " in "
+                << std::chrono::duration<double>(std::chrono::steady_clock::now() - cell_t0).count() << " s");
+  }
+}
