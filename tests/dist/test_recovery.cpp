@@ -321,9 +321,24 @@ TEST_CASE("in-process recovery: a replacement joins the running group and the wo
     const auto log0 = test::read_file(out / "tiny/logs/rank0.log");
     std::smatch a, b;
     REQUIRE(std::regex_search(log0, a, std::regex(R"(saw a failure after (\d+) committed steps)")));
-    REQUIRE(std::regex_search(log0, b, std::regex(R"(the group grew from 3 to 4 ranks; member 0 \(pid \d+\) continues as )"
-                                                  R"(rank 0 of 4 \(generation 2\) after (\d+) committed steps)")));
-    const int64_t shrunk = std::stoll(a[1]), grown = std::stoll(b[1]);
+    const int64_t shrunk = std::stoll(a[1]);
+    if (!std::regex_search(log0, b, std::regex(R"(the group grew from 3 to 4 ranks; member 0 \(pid \d+\) continues as )"
+                                               R"(rank 0 of 4 \(generation 2\) after (\d+) committed steps)"))) {
+      // a loaded host: the replacement came after the last step. It says so, and the run is the
+      // 4-rank checkpoint at the failure resumed on 3 ranks to the end
+      CHECK(test::read_file(out / ("tiny/logs/rank" + std::to_string(victim) + ".log"))
+                .find("the run ended (finished or stopped) before this replacement could join it") != std::string::npos);
+      const auto three = dir / ("late" + kill.substr(2, 1));
+      auto r3 = test::run_shell(launch(3, cfg, three, " --resume " + (dir / "ref/tiny/checkpoints").string() + "/step-" +
+                                                         std::to_string(shrunk)));
+      INFO(r3.output);
+      REQUIRE(r3.exit_code == 0);
+      const auto last = "tiny/checkpoints/step-" + std::to_string(kRecoverySteps) + "/model.safetensors";
+      CHECK(max_relative_weight_diff(out / last, three / last) <= 1e-6);
+      WARN(kill << ": the replacement came after the last step (a loaded host); checked as 4 then 3 ranks");
+      continue;
+    }
+    const int64_t grown = std::stoll(b[1]);
     REQUIRE(shrunk < grown);
     REQUIRE(grown < kRecoverySteps);
     CHECK(std::regex_search(test::read_file(out / ("tiny/logs/rank" + std::to_string(victim) + ".log")),

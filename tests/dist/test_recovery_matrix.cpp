@@ -178,8 +178,17 @@ void check_cell(const fs::path& dir, const Cell& c, const Outcome& o) {
   CHECK(folders.front().step == kSteps);
   CHECK(verifies(folders.front().path));
   if (!c.worlds.empty()) {
-    INFO("world sizes in step order: " << nlohmann::json(world_changes(train)).dump());
-    CHECK(world_changes(train) == c.worlds);
+    const auto got = world_changes(train);
+    INFO("world sizes in step order: " << nlohmann::json(got).dump());
+    // the last replacement may come too late on a loaded host: the run finishes without it, and the
+    // replacement says so (the late-replacement path); any other difference is wrong
+    const bool late = got.size() + 1 == c.worlds.size() && std::equal(got.begin(), got.end(), c.worlds.begin()) &&
+                      c.worlds.back() > c.worlds[c.worlds.size() - 2];
+    if (late)
+      CHECK(test::read_file(run / "logs" / ("rank" + std::to_string(c.victim) + ".log"))
+                .find("the run ended (finished or stopped) before this replacement could join it") != std::string::npos);
+    else
+      CHECK(got == c.worlds);
   }
 }
 
