@@ -327,7 +327,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("tensor_parallel", c.dist.tensor_parallel, 1, 1024,
       "Tensor parallel size T (Megatron-style, GPT only): each layer's weights are split over T consecutive ranks "
       "(attention by heads, MLP by columns then rows, the vocabulary of the tied embedding / lm_head by rows), so "
-      "every rank computes 1/T of each layer; data parallel runs over world / T. T must divide the world size, "
+      "every rank computes 1/T of each layer; data parallel runs over world / T (replicated DDP over the ranks of "
+      "one tp coordinate: dist.sharding must be none with T > 1 for now). T must divide the world size, "
       "model.n_head and 4 x model.n_embd. Checkpoints hold the full (T = 1) tensors, so a run resumes at any T. "
       "1 = off.");
   k.b("sequence_parallel", c.dist.sequence_parallel,

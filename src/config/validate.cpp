@@ -72,10 +72,6 @@ void validate_tensor_parallel(const LoadedConfig& loaded, const ValidateOptions&
   if (opts.builds_mesh && opts.world_size % t != 0)
     err("dist.tensor_parallel", ts + " does not divide the world size " + std::to_string(opts.world_size) +
                                     " (the launcher's ranks): the mesh is world / T data-parallel groups of T ranks");
-  else if (opts.builds_mesh && opts.world_size / t > 1)
-    err("dist.tensor_parallel", ts + " over a world of " + std::to_string(opts.world_size) +
-                                    " ranks makes data parallel " + std::to_string(opts.world_size / t) +
-                                    " x tensor parallel " + ts + ", which is not supported yet: launch T ranks");
   if (c.dist.recovery == Recovery::InProcess)
     err("dist.recovery", "in_process with dist.tensor_parallel " + ts +
                              " is not supported (a regroup does not rebuild the mesh's groups); use restart");

@@ -15,17 +15,27 @@ namespace {
 
 namespace tpl = tensor_parallel;
 
-// Data parallel 1 (T == world): each tp rank steps its own slices. Nothing to broadcast (every rank
-// built the same full model from the seed and kept its slice), no gradient averaging; after backward
-// the partial gradients of sequence parallel are summed over the tp group; the norm is the mesh's;
-// the fp16 overflow vote is the world's. (dp > 1 comes with GradSync over the mesh's dp group.)
-class TensorParallelOnly final : public DataParallel {
+// The strategy of a tensor-parallel run: the data-parallel strategy over the mesh's dp group (the
+// replicas are the dp ranks of one tp coordinate, their parameters this rank's TP slices), plus what
+// the tp group needs after backward. The inner strategy averages the gradients over dp; then the
+// partial gradients of sequence parallel are summed over tp (both linear: the order does not matter);
+// the norm is the mesh's (after the dp mean every dp replica holds the same gradients, so the tp
+// group's sum of the sharded squares plus the replicated ones once is the global norm); the fp16
+// overflow vote is the whole world's (tp peers see other gradients). At dp 1 the inner strategy is
+// over a group of one: no dp collective, no hook. Replicated only: a sharded inner strategy steps
+// pieces of the slices, whose norm and checkpoint layout this does not know (refused at config load).
+class TensorParallelOver final : public DataParallel {
  public:
-  TensorParallelOnly(dist::DistContext& dist, int64_t tp) : dist_(dist), tp_(tp) {}
-  std::string name() const override { return "tensor parallel " + std::to_string(tp_) + " (data parallel 1)"; }
+  TensorParallelOver(dist::DistContext& dist, int64_t tp, int64_t dp, std::unique_ptr<DataParallel> inner)
+      : dist_(dist), tp_(tp), dp_(dp), inner_(std::move(inner)) {}
+  std::string name() const override {
+    return "tensor parallel " + std::to_string(tp_) + " (data parallel " + std::to_string(dp_) +
+           (dp_ > 1 ? ": " + inner_->name() : "") + ")";
+  }
   void prepare(torch::nn::Module& module, const std::vector<torch::Tensor>& params) override {
     model_ = dynamic_cast<const models::Model*>(&module);
     if (!model_) throw std::logic_error("tensor parallel: the strategy needs a models::Model");
+    inner_->prepare(module, params);  // dp rank 0's slices to its dp peers (the same: one seed), the buckets
     std::set<std::string> partial;
     for (const auto& [name, spec] : model_->shard_specs())
       if (spec.partial_grad) partial.insert(name);
@@ -37,19 +47,38 @@ class TensorParallelOnly final : public DataParallel {
                  tp_, model_->shard_specs().size() - partial.size(),
                  partial.empty() ? "" : fmt::format(", sequence parallel ({} partial-gradient tensors)", partial_.size()));
   }
-  void before_backward(bool) override {}
-  void after_backward() override { tpl::sum_partial_grads(partial_, model_->tp_comm()); }
+  void before_backward(bool last_micro_batch) override { inner_->before_backward(last_micro_batch); }
+  void after_backward() override {
+    inner_->after_backward();  // the mean over dp
+    tpl::sum_partial_grads(partial_, model_->tp_comm());
+  }
+  void commit(int64_t step) override { inner_->commit(step); }
+  std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,
+                                                          const torch::nn::Module& model) override {
+    return inner_->make_optimizer(cfg, model);
+  }
+  const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>& params) const override {
+    return inner_->step_params(params);
+  }
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) override {
     return tp_clip_grad_norm(params, *model_, max_norm);
   }
   void agree_flag(torch::Tensor& flag) override { dist_.all_reduce_sum_async(flag, "fp16 overflow")->wait(); }
-  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
-    return strategy_memory_plan(config::DistConfig{}, 1, model, optim);  // this rank's slices, one replica
+  void after_step() override { inner_->after_step(); }
+  void hold_full_params() const override { inner_->hold_full_params(); }
+  void release_full_params(bool written) const override { inner_->release_full_params(written); }
+  HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const override {
+    return inner_->held_bytes(params, opt);
   }
+  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
+    return inner_->memory_plan(model, optim);  // of this rank's slices, over its dp group
+  }
+  const CheckpointPart& checkpoint_part() const override { return inner_->checkpoint_part(); }
 
  private:
   dist::DistContext& dist_;
-  int64_t tp_;
+  int64_t tp_, dp_;
+  std::unique_ptr<DataParallel> inner_;  // over the mesh's dp group
   const models::Model* model_ = nullptr;
   std::vector<torch::Tensor> partial_;  // sequence parallel's partial_grad parameters
 };
@@ -86,11 +115,12 @@ dist::LaunchEnv TensorParallelRun::data_env(const dist::LaunchEnv& env) const {
 
 std::unique_ptr<DataParallel> TensorParallelRun::make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const {
   if (!mesh_) return nullptr;
-  if (mesh_->size(dist::MeshDim::DP) > 1 || cfg.sharding != config::Sharding::None)
-    throw std::invalid_argument("dist.tensor_parallel " + std::to_string(size()) + " over " +
-                                std::to_string(dist.world_size()) + " ranks: data parallel over the mesh is not "
-                                "supported yet (launch T ranks, dist.sharding none)");
-  return std::make_unique<TensorParallelOnly>(dist, size());
+  const int64_t dp = mesh_->size(dist::MeshDim::DP);
+  if (cfg.sharding != config::Sharding::None)  // config load refuses it first; this guards other callers
+    throw std::invalid_argument("dist.tensor_parallel " + std::to_string(size()) + " with dist.sharding '" +
+                                config::name_of(cfg.sharding) + "' is not supported yet (dist.sharding none)");
+  auto inner = make_data_parallel(dist, mesh_->group(dist::MeshDim::DP), cfg);  // replicated DDP over dp
+  return std::make_unique<TensorParallelOver>(dist, size(), dp, std::move(inner));
 }
 
 torch::Tensor tp_clip_grad_norm(const std::vector<torch::Tensor>& params, const models::Model& model, double max_norm) {

@@ -92,11 +92,13 @@ void log_run_start(const RunStart& r) {
   if (r.dist.active())  // every rank's own log says where its collectives go
     spdlog::info("distributed: rank {} of {} ({}, pid {}), {} over {}", r.env.rank, r.env.world_size, r.env.launcher,
                  ::getpid(), r.dist.backend_name(), dist::describe(r.dist.net()));
-  const int64_t world = r.env.world_size;
+  const int64_t world = r.env.world_size, ranks = r.data_ranks > 0 ? r.data_ranks : world;
+  // tensor parallel: the ranks of one tp group read the same samples, so the batch counts dp ranks
   spdlog::info("device {}, precision {}, {} intra-op threads, world size {}; {} steps of {} samples "
-               "({} per micro-batch x {} accumulation x {} ranks), {} batches per epoch per rank",
+               "({} per micro-batch x {} accumulation x {} {}), {} batches per epoch per rank",
                r.device.str(), config::name_of(r.t.precision), at::get_num_threads(), world, r.total_steps,
-               r.t.batch_size * r.t.grad_accum * world, r.t.batch_size, r.t.grad_accum, world, r.batches_per_epoch);
+               r.t.batch_size * r.t.grad_accum * ranks, r.t.batch_size, r.t.grad_accum, ranks,
+               ranks == world ? "ranks" : "data-parallel ranks", r.batches_per_epoch);
   if (!r.memory) return;
   std::string rows;
   for (const auto& row : r.memory->rows)

@@ -64,6 +64,7 @@ struct RunStart {
   const config::TrainConfig& t;
   int64_t total_steps, batches_per_epoch;
   const MemoryPlan* memory = nullptr;  // the strategy's plan (DataParallel::memory_plan), logged at debug
+  int64_t data_ranks = 0;  // the data-parallel ranks (world / dist.tensor_parallel); 0: the world size
 };
 void log_run_start(const RunStart& r);
 

@@ -119,7 +119,7 @@ class Trainer final : public WorldParts {
 
     planner.release_startup_memory();
     log_run_start(RunStart{*model_, *train_set_, val_set_.get(), *dist_, env_, device_, cfg_.train, total_steps_,
-                           train_loader_->batches_per_epoch(), &memory});
+                           train_loader_->batches_per_epoch(), &memory, data_world()});
   }
 
   // the ranks of one tp group read the same batches: the loader shards over the data-parallel ranks

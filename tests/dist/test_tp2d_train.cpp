@@ -1,0 +1,132 @@
+// 2-D parallel end to end (issue 24): `trainer launch -n 4` of the tiny GPT with dist.tensor_parallel
+// 2, so data parallel 2 x tensor parallel 2 (replicated DDP over the mesh's dp groups {0, 2} and
+// {1, 3}), logs the losses of one process at the same global batch (16) within 1e-6 relative for 10
+// AdamW steps with grad_clip: with grad_accum 2, and with sequence parallel. That equality is the
+// data's check too: the ranks of one tp group must read the same batch and the two dp ranks the two
+// halves of the global one (one process at batch 8, the first half alone, logs other losses).
+// Checkpoints hold the global tensors, written by rank 0 alone: a dp 2 x tp 2 checkpoint resumes in
+// one process, and a one-process checkpoint at dp 2 x tp 2, each continuing the uninterrupted run.
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "ckpt/ckpt_runs.hpp"
+#include "spawn.hpp"
+#include "train_runs.hpp"
+
+using namespace trainer;
+
+namespace tp2d {  // named: the unity build joins the dist tests
+
+constexpr size_t kSteps = 10;
+constexpr double kRel = 1e-6;
+// the global batch 16 in every run: one process at 16, or 8 (or 4 x accumulation 2) on each of 2 dp ranks
+const std::string kArgs = " --set train.max_steps=10 --set train.grad_clip=0.5 --set optim.weight_decay=0.1"
+                          " --set train.global_batch_size=16";
+const std::string k2d = "launch -n 4 -- run ";
+const std::string kTp2 = " --set dist.tensor_parallel=2";
+
+void require_trained(const test::TrainRun& run, size_t steps, int64_t world) {
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  REQUIRE(run.losses.size() == steps);
+  CHECK(run.world_size == world);
+}
+
+// The steps [from, kSteps) within kRel of the reference; the largest relative difference is reported.
+void check_same_losses(const test::TrainRun& ref, const test::TrainRun& b, const char* what, size_t from = 0) {
+  double worst = 0;
+  for (size_t i = from; i < kSteps; ++i) {
+    INFO(what << ", step " << i + 1 << ": " << ref.losses[i] << " vs " << b.losses[i]);
+    const double rel = std::abs(ref.losses[i] - b.losses[i]) / std::abs(ref.losses[i]);
+    worst = std::max(worst, rel);
+    CHECK(rel <= kRel);
+  }
+  WARN(what << ": largest relative loss difference " << worst << " over steps " << from + 1 << "-" << kSteps);
+}
+
+// The final evaluation (the validation split, each dp rank scoring its half, the tp peers the same):
+// the loss and token count of the reference run.
+void check_same_eval(const std::filesystem::path& ref, const std::filesystem::path& b) {
+  auto e1 = test::records(ref / "tiny" / "metrics.jsonl", "eval");
+  auto e2 = test::records(b / "tiny" / "metrics.jsonl", "eval");
+  REQUIRE(!e1.empty());
+  REQUIRE(e1.size() == e2.size());
+  CHECK(e2.back().at("count") == e1.back().at("count"));
+  const double l1 = e1.back().at("loss"), l2 = e2.back().at("loss");
+  CHECK(std::abs(l1 - l2) <= kRel * std::abs(l1));
+}
+
+}  // namespace tp2d
+
+using namespace tp2d;
+
+TEST_CASE("dp 2 x tp 2 logs the losses of one process at the same global batch (also with grad_accum 2 and sequence parallel)",
+          "[dist][e2e][tp][slow]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("tp2d_train");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto single = test::train_tiny_gpt("", "run " + cfg + kArgs + " --set train.batch_size=16", dir / "single");
+  require_trained(single, kSteps, 1);
+
+  auto mesh = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + " --set train.batch_size=8", dir / "mesh");
+  require_trained(mesh, kSteps, 4);
+  CHECK(mesh.output.find("tensor parallel 2 (data parallel 2: replicated (DDP) over dp groups of 2 ranks)") !=
+        std::string::npos);
+  CHECK(mesh.output.find("10 steps of 16 samples (8 per micro-batch x 1 accumulation x 2 data-parallel ranks)") !=
+        std::string::npos);
+  check_same_losses(single, mesh, "dp 2 x tp 2");
+  check_same_eval(dir / "single", dir / "mesh");
+
+  // what the equality above rules out: both dp ranks reading the same half (one process at batch 8)
+  auto half = test::train_tiny_gpt("", "run " + cfg + kArgs + " --set train.batch_size=8 --set train.global_batch_size=8",
+                                   dir / "half");
+  require_trained(half, kSteps, 1);
+  CHECK(std::abs(half.losses[0] - single.losses[0]) > 1e-4);
+
+  auto accum = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + " --set train.batch_size=4", dir / "accum");
+  require_trained(accum, kSteps, 4);
+  CHECK(accum.output.find("(4 per micro-batch x 2 accumulation x 2 data-parallel ranks)") != std::string::npos);
+  check_same_losses(single, accum, "dp 2 x tp 2, grad_accum 2");
+
+  auto sp = test::train_tiny_gpt(
+      "", k2d + cfg + kArgs + kTp2 + " --set dist.sequence_parallel=true --set train.batch_size=8", dir / "sp");
+  require_trained(sp, kSteps, 4);
+  check_same_losses(single, sp, "dp 2 x tp 2, sequence parallel");
+}
+
+TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process checkpoint resumes at dp 2 x tp 2",
+          "[dist][e2e][tp][slow]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("tp2d_resume");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto single = test::train_tiny_gpt("", "run " + cfg + kArgs + " --set train.batch_size=16", dir / "single");
+  require_trained(single, kSteps, 1);
+  const std::string b8 = " --set train.batch_size=8";
+
+  // the checkpoint at step 5 is the run's final one; the same max_steps schedule when resumed
+  auto first = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + b8 + " --set train.max_steps=5", dir / "to_one");
+  require_trained(first, 5, 4);
+  // rank 0 alone writes the checkpoint (no shard files): the global tensors of its tp group
+  const auto step5 = dir / "to_one" / "tiny" / "checkpoints" / "step-5";
+  std::set<std::string> files;
+  for (const auto& e : std::filesystem::directory_iterator(step5)) files.insert(e.path().filename().string());
+  CHECK(files == std::set<std::string>{"manifest.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors",
+                                       "state.json"});
+  CHECK(nlohmann::json::parse(test::read_file(step5 / "state.json")).at("world_size") == 2);  // the dp ranks
+  auto rest = test::train_tiny_gpt("", "run " + cfg + kArgs + b8 + " --resume auto", dir / "to_one");
+  INFO(rest.output);
+  REQUIRE(rest.exit_code == 0);
+  REQUIRE(rest.losses.size() == kSteps);
+  CHECK(rest.output.find("resuming a checkpoint of 2 rank(s) on 1") != std::string::npos);  // the dp ranks
+  check_same_losses(single, rest, "dp 2 x tp 2 -> 1 process", 5);
+
+  auto one = test::train_tiny_gpt("", "run " + cfg + kArgs + b8 + " --set train.max_steps=5", dir / "to_mesh");
+  require_trained(one, 5, 1);
+  auto mesh = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + b8 + " --resume auto", dir / "to_mesh");
+  INFO(mesh.output);
+  REQUIRE(mesh.exit_code == 0);
+  REQUIRE(mesh.losses.size() == kSteps);
+  CHECK(mesh.output.find("resuming a checkpoint of 1 rank(s) on 2") != std::string::npos);
+  check_same_losses(single, mesh, "1 process -> dp 2 x tp 2", 5);
+}
