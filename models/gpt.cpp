@@ -82,7 +82,8 @@ MlpImpl::MlpImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
-  if (tp_fc) return torch::dropout(tp_proj(torch::gelu(tp_fc(x))), dropout_, is_training());  // (B, T, C)
+  if (tp_fc)  // (B, T, C), (B, T/tp, C) with sequence parallel
+    return residual_dropout(tp_proj(torch::gelu(tp_fc(x))), dropout_, is_training(), *comm_, sequence_parallel_);
   auto h = torch::gelu(fused_linear(c_fc, x));                            // (B, T, 4C), exact (erf) GELU as nn.GELU()
   return torch::dropout(fused_linear(c_proj, h), dropout_, is_training());  // (B, T, C)
 }
@@ -149,7 +150,7 @@ torch::Tensor Gpt::forward(const torch::Tensor& idx) {
   // wte is used again by lm_head, so unit 0 is left only after the logits.
   enter_unit(0);
   auto x = embed(idx);  // (B, T, C)
-  x = torch::dropout(x, cfg_.dropout, is_training());
+  x = residual_dropout(x, cfg_.dropout, is_training(), *tp_, popts_.sequence_parallel);  // torch::dropout at T = 1
   for (size_t i = 0; i < transformer->blocks.size(); ++i) {
     auto& block = transformer->blocks[i];
     enter_unit(i + 1);

@@ -15,6 +15,11 @@ namespace trainer::models {
 // model.attention auto in engine/startup/autotune.hpp, through gpt_spec's attention_probe).
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool math,
                                double dropout, bool training);
+// Dropout of an activation outside the tensor-parallel regions (gpt_parallel.cpp): replicated over tp
+// without sequence parallel (the same mask on every tp rank: the default stream, as torch::dropout),
+// a rank's own chunk of the sequence with it (its own mask: tensor_parallel::region_dropout).
+torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, const tensor_parallel::Communicator& comm,
+                               bool sequence_parallel);
 
 // LayerNorm whose bias is optional (nanoGPT's `bias: false`); torch::nn::LayerNorm has both or neither.
 class LayerNormImpl : public torch::nn::Module {
@@ -39,6 +44,7 @@ class CausalSelfAttentionImpl : public torch::nn::Module {
  private:
   torch::Tensor parallel_forward(const torch::Tensor& x);  // (B, T or T/tp, C) -> the same
   tensor_parallel::Communicator* comm_ = nullptr;
+  bool sequence_parallel_ = false;
   int64_t n_head_, n_embd_;
   double dropout_;
   bool math_;  // explicit masked softmax instead of scaled_dot_product_attention ("auto" = sdpa here)
@@ -57,6 +63,8 @@ class MlpImpl : public torch::nn::Module {
 
  private:
   double dropout_;
+  tensor_parallel::Communicator* comm_ = nullptr;  // set by parallelize
+  bool sequence_parallel_ = false;
 };
 TORCH_MODULE(Mlp);
 

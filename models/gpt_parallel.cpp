@@ -12,12 +12,20 @@
 
 #include "models/gpt.hpp"
 #include "tensor_parallel/cross_entropy.hpp"
+#include "tensor_parallel/region_rng.hpp"
 
 namespace trainer::models {
 namespace tpl = tensor_parallel;
 
+torch::Tensor residual_dropout(const torch::Tensor& x, double p, bool training, const tpl::Communicator& comm,
+                               bool sequence_parallel) {
+  if (sequence_parallel && comm.size() > 1) return tpl::region_dropout(x, p, training, comm);
+  return torch::dropout(x, p, training);
+}
+
 void CausalSelfAttentionImpl::parallelize(tpl::Communicator& comm, const tpl::ParallelOptions& opts) {
   comm_ = &comm;
+  sequence_parallel_ = opts.sequence_parallel;
   tp_attn = replace_module("c_attn", tpl::qkv_column_parallel(c_attn->weight, c_attn->bias, n_head_, comm, opts));
   tp_proj = replace_module("c_proj", tpl::RowParallelLinear(c_proj->weight, c_proj->bias, comm, opts));
   c_attn = nullptr;
@@ -33,12 +41,19 @@ torch::Tensor CausalSelfAttentionImpl::parallel_forward(const torch::Tensor& x) 
   auto q = parts[0].view({B, T, nh, hs}).transpose(1, 2);     // (B, nh/tp, T, hs)
   auto k = parts[1].view({B, T, nh, hs}).transpose(1, 2);     // (B, nh/tp, T, hs)
   auto v = parts[2].view({B, T, nh, hs}).transpose(1, 2);     // (B, nh/tp, T, hs)
-  auto y = causal_attention(q, k, v, math_, dropout_, is_training());  // (B, nh/tp, T, hs)
-  y = y.transpose(1, 2).contiguous().view({B, T, C});                  // (B, T, C/tp)
-  return torch::dropout(tp_proj(y), dropout_, is_training());  // (B, T, C), (B, T/tp, C) with sequence parallel
+  torch::Tensor y;
+  {  // the local heads' attention-probability dropout: this tp rank's own stream (region_rng.hpp)
+    tpl::RegionRng rng(q.device(), *comm_, is_training() && dropout_ > 0);
+    y = causal_attention(q, k, v, math_, dropout_, is_training());  // (B, nh/tp, T, hs)
+  }
+  y = y.transpose(1, 2).contiguous().view({B, T, C});  // (B, T, C/tp)
+  // (B, T, C), (B, T/tp, C) with sequence parallel
+  return residual_dropout(tp_proj(y), dropout_, is_training(), *comm_, sequence_parallel_);
 }
 
 void MlpImpl::parallelize(tpl::Communicator& comm, const tpl::ParallelOptions& opts) {
+  comm_ = &comm;
+  sequence_parallel_ = opts.sequence_parallel;
   tp_fc = replace_module("c_fc", tpl::column_parallel(c_fc->weight, c_fc->bias, comm, opts));
   tp_proj = replace_module("c_proj", tpl::RowParallelLinear(c_proj->weight, c_proj->bias, comm, opts));
   c_fc = nullptr;

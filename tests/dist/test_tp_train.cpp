@@ -1,7 +1,8 @@
 // Tensor parallel end to end: `trainer launch -n 2` of the tiny GPT with dist.tensor_parallel 2
 // (fp32, AdamW, grad_clip) logs the losses of the 1-process run within 1e-6 relative for 10 steps,
 // with and without sequence parallel; a tp-2 checkpoint resumes in one process and continues as the
-// uninterrupted run; `trainer run` with a T that does not fit the world exits 2 naming the key.
+// uninterrupted run; `trainer run` with a T that does not fit the world exits 2 naming the key; with
+// dropout, activation checkpointing and a resume repeat the tp ranks' region masks (region_rng.hpp).
 #include <catch2/catch.hpp>
 
 #include "spawn.hpp"
@@ -110,4 +111,30 @@ TEST_CASE("model.init at tp 2 (a padded vocabulary) loads the full file and slic
     INFO("step " << i + 1);
     CHECK(std::abs(one.losses[i] - tp.losses[i]) <= kTpRel * std::abs(one.losses[i]));
   }
+}
+
+TEST_CASE("tp 2 with dropout (sequence parallel): activation checkpointing's recompute and a resume draw the same masks",
+          "[dist][e2e][tp][slow]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("tp_dropout");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  // the attention probabilities draw each tp rank's own stream, the sequence chunks' residual dropout too
+  const std::string tp2 = "launch -n 2 -- run " + cfg + kTpArgs + " --set dist.tensor_parallel=2 --set "
+                          "dist.sequence_parallel=true";
+  auto off = test::train_tiny_gpt("", tp2, dir / "off");
+  tp_require_trained(off, kTpSteps, 2);
+  const std::string drop = " --set model.dropout=0.2";
+  auto plain = test::train_tiny_gpt("", tp2 + drop, dir / "plain");
+  tp_require_trained(plain, kTpSteps, 2);
+  CHECK(std::abs(plain.losses[0] - off.losses[0]) > 1e-4);  // dropout is on
+  auto ckpt = test::train_tiny_gpt("", tp2 + drop + " --set model.activation_checkpointing=true", dir / "ckpt");
+  tp_require_trained(ckpt, kTpSteps, 2);
+  tp_check_same_losses(plain, ckpt);  // the recompute drew the forward's masks (another mask: ~1e-2 apart)
+  auto first = test::train_tiny_gpt("", tp2 + drop + " --set train.max_steps=5", dir / "resumed");
+  tp_require_trained(first, 5, 2);
+  auto rest = test::train_tiny_gpt("", tp2 + drop + " --resume auto", dir / "resumed");
+  INFO(rest.output);
+  REQUIRE(rest.exit_code == 0);
+  REQUIRE(rest.losses.size() == kTpSteps);
+  tp_check_same_losses(plain, rest, 5);  // the region streams come from the checkpoint's default state
 }
