@@ -58,6 +58,20 @@ void check_same_eval(const std::filesystem::path& ref, const std::filesystem::pa
   CHECK(std::abs(l1 - l2) <= kRel * std::abs(l1));
 }
 
+// The gradient norm each step logged (before clipping): the mesh's counts every replicated parameter
+// once, so it is the one-process norm; above train.grad_clip, so the clipping acted.
+void check_same_grad_norms(const std::filesystem::path& ref, const std::filesystem::path& b) {
+  auto r1 = test::records(ref / "tiny" / "metrics.jsonl", "train");
+  auto r2 = test::records(b / "tiny" / "metrics.jsonl", "train");
+  REQUIRE(r1.size() == r2.size());
+  CHECK(r1.front().at("grad_norm").get<double>() > 0.5);
+  for (size_t i = 0; i < r1.size(); ++i) {
+    const double n1 = r1[i].at("grad_norm"), n2 = r2[i].at("grad_norm");
+    INFO("step " << i + 1 << ": grad_norm " << n1 << " vs " << n2);
+    CHECK(std::abs(n1 - n2) <= 1e-5 * n1);
+  }
+}
+
 }  // namespace tp2d
 
 using namespace tp2d;
@@ -78,6 +92,12 @@ TEST_CASE("dp 2 x tp 2 logs the losses of one process at the same global batch (
         std::string::npos);
   check_same_losses(single, mesh, "dp 2 x tp 2");
   check_same_eval(dir / "single", dir / "mesh");
+  check_same_grad_norms(dir / "single", dir / "mesh");
+  // this rank's slices (less than the whole model), and the DDP bucket buffers as large as its gradients
+  const auto one = test::records(dir / "single" / "tiny" / "metrics.jsonl", "train").front();
+  const auto rec = test::records(dir / "mesh" / "tiny" / "metrics.jsonl", "train").front();
+  CHECK(rec.at("param_bytes").get<int64_t>() < one.at("param_bytes").get<int64_t>());
+  CHECK(rec.at("grad_bytes").get<int64_t>() == 2 * rec.at("param_bytes").get<int64_t>());
 
   // what the equality above rules out: both dp ranks reading the same half (one process at batch 8)
   auto half = test::train_tiny_gpt("", "run " + cfg + kArgs + " --set train.batch_size=8 --set train.global_batch_size=8",
@@ -94,6 +114,7 @@ TEST_CASE("dp 2 x tp 2 logs the losses of one process at the same global batch (
       "", k2d + cfg + kArgs + kTp2 + " --set dist.sequence_parallel=true --set train.batch_size=8", dir / "sp");
   require_trained(sp, kSteps, 4);
   check_same_losses(single, sp, "dp 2 x tp 2, sequence parallel");
+  check_same_grad_norms(dir / "single", dir / "sp");  // the partial gradients summed over tp
 }
 
 TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process checkpoint resumes at dp 2 x tp 2",

@@ -5,6 +5,7 @@
 // dropout, activation checkpointing and a resume repeat the tp ranks' region masks (region_rng.hpp).
 #include <catch2/catch.hpp>
 
+#include "ckpt/ckpt_runs.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
 
@@ -53,6 +54,9 @@ TEST_CASE("tp 2 (and with sequence parallel) logs the losses of one process for 
   // the records carry the tp collectives' time
   CHECK(test::read_file(dir / "tp" / "tiny" / "metrics.jsonl").find("\"tp_comm_ms\"") != std::string::npos);
   CHECK(test::read_file(dir / "single" / "tiny" / "metrics.jsonl").find("\"tp_comm_ms\"") == std::string::npos);
+  // data parallel 1: no DDP bucket buffers beside the gradients (a dp group of one averages nothing)
+  const auto rec = test::records(dir / "tp" / "tiny" / "metrics.jsonl", "train").front();
+  CHECK(rec.at("grad_bytes") == rec.at("param_bytes"));
 }
 
 TEST_CASE("a tp 2 checkpoint (global tensors) resumes in one process and continues as the uninterrupted run",

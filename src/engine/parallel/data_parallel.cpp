@@ -109,11 +109,17 @@ class Replicated final : public DataParallel {
   }
   void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) override {
     dp_.broadcast_module(model);
-    sync_ = std::make_unique<dist::GradSync>(dp_, params, bucket_mb_);
+    // a dp group of one (tensor parallel over the whole world) has nothing to average: no bucket
+    // buffers (a copy of the gradients), no hook
+    if (dp_.active()) sync_ = std::make_unique<dist::GradSync>(dp_, params, bucket_mb_);
   }
   // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
-  void before_backward(bool last_micro_batch) override { sync_->set_enabled(last_micro_batch); }
-  void after_backward() override { sync_->finish(); }  // waits for the buckets launched during backward
+  void before_backward(bool last_micro_batch) override {
+    if (sync_) sync_->set_enabled(last_micro_batch);
+  }
+  void after_backward() override {  // waits for the buckets launched during backward
+    if (sync_) sync_->finish();
+  }
   void commit(int64_t step) override { world_.commit_step(step); }
   // tp peers see different gradients: the world agrees (with T = 1 the dp group is the world: nothing)
   void agree_flag(torch::Tensor& flag) override {
