@@ -46,9 +46,9 @@ Drawn draw(const tpl::Communicator& comm, uint64_t seed, bool active = true) {
   return d;
 }
 
-}  // namespace region_rng
+// The cases live in the namespace too: its names hide same-named helpers of the files a unity
+// build puts in the same translation unit.
 
-using namespace region_rng;
 
 TEST_CASE("region dropout: another mask on each tp rank, the same mask again from the same state", "[unit][tp]") {
   RankOf r0(0, 2), r1(1, 2);
@@ -93,3 +93,5 @@ TEST_CASE("region dropout at T = 1 or inactive is torch's dropout on the default
   CHECK(torch::equal(tpl::region_dropout(x, 0.5, true, tpl::solo()) != 0, plain));
   CHECK(torch::equal(tpl::region_dropout(x, 0.5, false, RankOf(0, 2)), x));  // eval: no dropout, no draw
 }
+
+}  // namespace region_rng
