@@ -85,7 +85,7 @@ dist::LaunchEnv TensorParallelRun::data_env(const dist::LaunchEnv& env) const {
 }
 
 std::unique_ptr<DataParallel> TensorParallelRun::make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const {
-  if (!mesh_) return nullptr;
+  if (!mesh_) return make_data_parallel(dist, dist.world_group(), cfg);
   if (mesh_->size(dist::MeshDim::DP) > 1 || cfg.sharding != config::Sharding::None)
     throw std::invalid_argument("dist.tensor_parallel " + std::to_string(size()) + " over " +
                                 std::to_string(dist.world_size()) + " ranks: data parallel over the mesh is not "

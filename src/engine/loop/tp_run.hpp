@@ -27,7 +27,8 @@ class TensorParallelRun {
   // group read the same batches. `env` itself at T = 1.
   dist::LaunchEnv data_env(const dist::LaunchEnv& env) const;
   double seconds() const { return comm_ ? comm_->seconds() : 0.0; }  // in the tp group's collectives so far
-  // The strategy of a tensor-parallel run (data parallel 1 for now: T == world); null at T = 1.
+  // The run's strategy over the current group: at T = 1 make_data_parallel's over the world, else the
+  // tensor-parallel one (data parallel 1 for now: T == world).
   std::unique_ptr<DataParallel> make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const;
 
  private:
