@@ -62,7 +62,7 @@ class CountingParts final : public WorldParts {
  public:
   int rebuilt = 0;
   data::LoaderState pos{0, 8};
-  void rebuild_world(int64_t, const data::LoaderState&) override { ++rebuilt; }
+  void rebuild_world(const data::LoaderState&) override { ++rebuilt; }
   data::LoaderState loader_state() const override { return pos; }
   RunObjects objects() override { throw std::logic_error("a world of one sends no state"); }
   RunPosition position(int64_t) const override { return {}; }
@@ -77,9 +77,10 @@ TEST_CASE("world recovery: a world of one steps, records and agrees alone", "[un
   auto ctx = dist::DistContext::create(dist::LaunchEnv{}, cfg.dist, torch::Device(torch::kCPU), "h");
   REQUIRE_FALSE(ctx->active());
   CountingParts parts;
-  WorldRecovery r(*ctx, cfg, "h", parts);
+  WorldRecovery r(*ctx, dist::LaunchEnv{}, cfg, "h", parts);
   CHECK(r.samples_per_step() == 12);
   CHECK(r.grad_accum() == 3);
+  CHECK(r.env().world_size == 1);  // the launcher's, until a regroup renumbers it
   CHECK_FALSE(r.joined());
   CHECK_FALSE(r.record_pending());
   r.reset_progress();

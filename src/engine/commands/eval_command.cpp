@@ -60,10 +60,8 @@ int eval_run(const EvalArgs& args) {
     throw std::invalid_argument("the config's data has no validation split to evaluate (data.val_path, or "
                                 "data.val_fraction for text)");
   const bool tokens = datasets.val->kind() == data::SampleKind::Tokens;
-  Evaluator evaluator(datasets.val,
-                      EvalSetup{run_loader_options(c, env, m.device, /*train=*/false), m.precision, m.device, tokens,
-                                c.model.channels_last, c.train.eval_steps, config::bytes_per_token(c.data)},
-                      dist.get(), env.world_size);
+  Evaluator evaluator(datasets.val, run_eval_setup(c, env, m.precision, m.device, tokens), dist.get(),
+                      env.world_size);
   const auto t0 = std::chrono::steady_clock::now();
   const EvalResult r = evaluator.run(*m.model);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

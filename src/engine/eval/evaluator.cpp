@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "config/load.hpp"
+
 namespace trainer::engine {
 
 data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist::LaunchEnv& env,
@@ -17,6 +19,17 @@ data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist:
   o.pin_memory = device.is_cuda();
   o.device_index = device.is_cuda() ? device.index() : -1;  // copied to the GPU by the loader's threads
   return o;
+}
+
+EvalSetup run_eval_setup(const config::RunConfig& cfg, const dist::LaunchEnv& env, Precision precision,
+                         const torch::Device& device, bool tokens) {
+  return {.loader = run_loader_options(cfg, env, device, /*train=*/false),
+          .precision = precision,
+          .device = device,
+          .tokens = tokens,
+          .channels_last = cfg.model.channels_last,
+          .max_batches = cfg.train.eval_steps,
+          .bytes_per_token = config::bytes_per_token(cfg.data)};
 }
 
 torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& device, bool channels_last_image) {

@@ -38,6 +38,12 @@ struct EvalSetup {
   double bytes_per_token = 0;   // token models: bits per byte need it (0 = unknown: no bpb)
 };
 
+// The evaluation of a run's config on this rank (`env`: its data-parallel rank and size): the
+// validation loader of run_loader_options, train.eval_steps, data.bytes_per_token. One function for
+// the Trainer and `trainer eval`, so eval scores as the run did.
+EvalSetup run_eval_setup(const config::RunConfig& cfg, const dist::LaunchEnv& env, Precision precision,
+                         const torch::Device& device, bool tokens);
+
 class Evaluator {
  public:
   Evaluator(std::shared_ptr<data::Dataset> val, EvalSetup setup, dist::DistContext* dist, int64_t world_size)

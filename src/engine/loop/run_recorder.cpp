@@ -4,7 +4,7 @@
 
 #include <chrono>
 #include <cmath>
-
+#include <utility>
 
 namespace trainer::engine {
 
@@ -64,8 +64,26 @@ double RunRecorder::epochs_done(const data::DataLoader& loader) const {
   return static_cast<double>(st.epoch) + (per_epoch > 0 ? static_cast<double>(st.samples_consumed) / per_epoch : 0.0);
 }
 
-void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s,
-                        std::optional<double> recorded_loss) {
+void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const RecordSources& s) {
+  record(step, grad_norm, s, std::nullopt);
+}
+
+void RunRecorder::redo_train(int64_t step, const RecordSources& s) {
+  const WorldRecovery& recovery = s.recovery;
+  if (!recovery.recorded_here()) return record(step, recovery.last_grad_norm(), s, std::nullopt);
+  if (!last_local_loss_) return;  // that interval had no loss: no record, on any rank
+  // the writer wrote its line before the failure (on the other ranks the log writes nothing anyway)
+  if (obs::read_history(dir_.metrics_file()).last_step >= step) log_->skip_records_until(step);
+  record(step, recovery.last_grad_norm(), s, last_local_loss_);
+}
+
+void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const RecordSources& s,
+                         std::optional<double> recorded_loss) {
+  // the tp group's collectives in the steps of this interval, per step (measured at every record,
+  // the skipped ones included, so that the next interval starts here)
+  std::optional<double> tp_comm_ms;
+  if (s.tp_seconds && s.times.steps > 0)
+    tp_comm_ms = (*s.tp_seconds - std::exchange(tp_seconds_, *s.tp_seconds)) * 1e3 / static_cast<double>(s.times.steps);
   last_local_loss_.reset();
   if (!recorded_loss && s.steps.loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
     s.times = IntervalTimes{};
@@ -81,7 +99,7 @@ void RunRecorder::train(int64_t step, const torch::Tensor& grad_norm, const Trai
   if (!std::isfinite(r.loss) && !s.scaler.enabled()) throw_nonfinite_loss(r.loss, local_loss, step, env_);
   resume_check_.compare(step, r.loss);
   r.grad_norm = grad_norm.item<double>();
-  if (s.tp_comm_ms) r.tp_comm_ms = *s.tp_comm_ms;
+  if (tp_comm_ms) r.tp_comm_ms = *tp_comm_ms;
   if (s.scaler.enabled()) r.loss_scale = s.scaler.state().scale;
   r.skipped_steps = s.steps.skipped_steps();
   add_measurements(r, s.times,
@@ -101,13 +119,13 @@ void RunRecorder::eval(int64_t step, double epochs, const EvalResult& r, const E
   log_->eval(rec);
 }
 
-void RunRecorder::summary(int64_t step, double epochs, int64_t samples, const std::string& stop_reason,
-                          const EarlyStopping& tracker, int64_t num_parameters, const torch::Device& device) {
+void RunRecorder::summary(int64_t step, const std::string& stop_reason, const RecordSources& src,
+                          const EarlyStopping& tracker, int64_t num_parameters) {
   const double attempt_s = std::chrono::duration<double>(Clock::now() - start_).count();
-  obs::SummaryRecord s{step,           epochs,           samples,         history_.wall_s + attempt_s,
-                       attempt_.attempt, attempt_s,      stop_reason,     tracker.metric(),
-                       tracker.best(),   std::nullopt,   num_parameters,  env_.world_size,
-                       device.str(),     config::name_of(cfg_.train.precision)};
+  obs::SummaryRecord s{step,             epochs_done(src.loader), src.recovery.samples_at(step), history_.wall_s + attempt_s,
+                       attempt_.attempt, attempt_s,               stop_reason,                   tracker.metric(),
+                       tracker.best(),   std::nullopt,            num_parameters,                env_.world_size,
+                       src.device.str(), config::name_of(cfg_.train.precision)};
   if (tracker.best()) s.best_step = tracker.best_step();
   log_->summary(s);
   log_done_line(s);

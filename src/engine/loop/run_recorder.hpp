@@ -4,7 +4,8 @@
 // collective); the run log writes them on rank 0 only (obs::RunLog's primary).
 //
 // The Trainer owns one and calls it; what a record reads of the world (the step runner, the loader,
-// the recovery component) is handed in per call, since a regroup rebuilds those.
+// the recovery component) is handed in per call, since a regroup rebuilds those. What the records
+// carry from one to the next (the last record's loss, the tp group's time so far) is kept here.
 #pragma once
 
 #include <torch/torch.h>
@@ -33,8 +34,8 @@
 
 namespace trainer::engine {
 
-// What one train record reads, as it stands at the record (rebuilt on a regroup).
-struct TrainSources {
+// What the records read of the run, as it stands at the record (a regroup rebuilds these).
+struct RecordSources {
   StepRunner& steps;
   IntervalTimes& times;  // of the interval since the last record; cleared here
   const data::DataLoader& loader;
@@ -44,13 +45,15 @@ struct TrainSources {
   double lr = 0;                   // the schedule's rate of the step recorded
   int64_t tokens_per_sample = 0;   // block size for token models, 0 for images
   torch::Device device{torch::kCPU};
-  std::optional<double> tp_comm_ms;  // tensor parallel: ms per step in the tp group's collectives
+  // tensor parallel: the seconds the tp group's collectives took so far (TensorParallelRun::seconds);
+  // nullopt without it
+  std::optional<double> tp_seconds;
 };
 
 class RunRecorder {
  public:
-  // cfg and env are the Trainer's own copies (a regroup renumbers env, changes train.grad_accum):
-  // read at each record, so they must outlive this.
+  // cfg is the Trainer's own copy, env the current world's (WorldRecovery::env: a regroup renumbers
+  // it): read at each record, so they must outlive this.
   // `tp_size`: dist.tensor_parallel (the ranks of one tp group read the same samples, so an epoch
   // is counted over world / tp_size ranks).
   RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, int64_t total_steps,
@@ -79,16 +82,17 @@ class RunRecorder {
   double epochs_done(const data::DataLoader& loader) const;
   // The train record of `step` (every rank: the loss mean is a collective). Nothing when every step
   // of the interval was skipped (the same on every rank).
-  // `recorded_loss`: this rank's loss of that record as it was computed before a regroup
-  // interrupted the record (its redo), instead of the step runner's.
-  void train(int64_t step, const torch::Tensor& grad_norm, const TrainSources& s,
-             std::optional<double> recorded_loss = std::nullopt);
-  // this rank's loss in the last record (nullopt: it had none): what a redo after a regroup reuses
-  std::optional<double> last_local_loss() const { return last_local_loss_; }
+  void train(int64_t step, const torch::Tensor& grad_norm, const RecordSources& s);
+  // The record of `step` again, on every rank, after a regroup interrupted it
+  // (WorldRecovery::record_pending): a rank that had completed it takes part with the loss it
+  // recorded then (none: that interval had no loss, so no rank records), and the writer does not
+  // write a line metrics.jsonl already holds; the others record it as they would have.
+  void redo_train(int64_t step, const RecordSources& s);
   void eval(int64_t step, double epochs, const EvalResult& r, const EvalResult* ema, double eval_ms,
             const EarlyStopping& tracker);
-  void summary(int64_t step, double epochs, int64_t samples, const std::string& stop_reason,
-               const EarlyStopping& tracker, int64_t num_parameters, const torch::Device& device);
+  // The end of the run at `step`; `tracker`: early stopping's (the best metric and its step).
+  void summary(int64_t step, const std::string& stop_reason, const RecordSources& s, const EarlyStopping& tracker,
+               int64_t num_parameters);
 
  private:
   const config::RunConfig& cfg_;
@@ -101,8 +105,12 @@ class RunRecorder {
   obs::AttemptRecord attempt_;   // this attempt: number, start step, resumed from
   double clock_offset_s_ = 0;    // the training clock at the checkpoint resumed from
   Clock::time_point start_ = Clock::now();
+  // `recorded_loss`: this rank's loss of a record redone (redo_train), instead of the step runner's
+  void record(int64_t step, const torch::Tensor& grad_norm, const RecordSources& s, std::optional<double> recorded_loss);
+
   ResumeCheck resume_check_;
-  std::optional<double> last_local_loss_;
+  std::optional<double> last_local_loss_;  // this rank's loss in the last record (nullopt: it had none)
+  double tp_seconds_ = 0;                   // RecordSources::tp_seconds at the last record
 };
 
 }  // namespace trainer::engine

@@ -114,7 +114,7 @@ dist::LaunchEnv TensorParallelRun::data_env(const dist::LaunchEnv& env) const {
 }
 
 std::unique_ptr<DataParallel> TensorParallelRun::make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const {
-  if (!mesh_) return nullptr;
+  if (!mesh_) return make_data_parallel(dist, dist.world_group(), cfg);
   const int64_t dp = mesh_->size(dist::MeshDim::DP);
   if (cfg.sharding != config::Sharding::None)  // config load refuses it first; this guards other callers
     throw std::invalid_argument("dist.tensor_parallel " + std::to_string(size()) + " with dist.sharding '" +

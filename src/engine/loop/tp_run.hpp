@@ -27,9 +27,10 @@ class TensorParallelRun {
   // group read the same batches. `env` itself at T = 1.
   dist::LaunchEnv data_env(const dist::LaunchEnv& env) const;
   double seconds() const { return comm_ ? comm_->seconds() : 0.0; }  // in the tp group's collectives so far
-  // The strategy of a tensor-parallel run: replicated DDP over the mesh's dp group (a group of one
-  // at dp 1) with the tp group's after-backward sums, norm and world-wide fp16 vote; null at T = 1.
-  // std::invalid_argument for dist.sharding other than none (not supported with T > 1 yet).
+  // The run's strategy over the current group: at T = 1 make_data_parallel's over the world; else
+  // replicated DDP over the mesh's dp group (a group of one at dp 1) with the tp group's
+  // after-backward sums, norm and world-wide fp16 vote. std::invalid_argument for dist.sharding other
+  // than none with T > 1 (not supported yet).
   std::unique_ptr<DataParallel> make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const;
 
  private:

@@ -21,12 +21,13 @@ AfterFailure after_failure(const StepProgress& p, const data::LoaderState& now, 
   return {p.step_done ? now : at_step_start, record_pending || !p.recorded};
 }
 
-WorldRecovery::WorldRecovery(dist::DistContext& dist, const config::RunConfig& cfg, std::string config_hash,
-                             WorldParts& parts)
+WorldRecovery::WorldRecovery(dist::DistContext& dist, const dist::LaunchEnv& env, const config::RunConfig& cfg,
+                             std::string config_hash, WorldParts& parts)
     : dist_(dist),
       cfg_(cfg),
       config_hash_(std::move(config_hash)),
       parts_(parts),
+      env_(env),
       train_(cfg.train),
       samples_(cfg.train.batch_size * cfg.train.grad_accum * config::data_parallel_size(cfg, dist.world_size())),
       last_step_world_(dist.world_size()) {}
@@ -100,15 +101,18 @@ std::optional<WorldRecovery::Joined> WorldRecovery::join() {
   return Joined{shared.pos.step, shared.pos.time_s};
 }
 
-// The samples so far are counted at the world that ran them; then the trainer rebuilds.
+// The samples so far are counted at the world that ran them; then the trainer rebuilds for the new
+// group (env(), grad_accum()).
 void WorldRecovery::change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos) {
   // no step without a micro-batch (a step of none would sync gradients that do not exist)
   if (grad_accum < 1)
     throw std::runtime_error("in-process recovery: accumulation " + std::to_string(grad_accum) + " at step " +
                              std::to_string(step) + " is not a step; the run cannot go on in process");
+  env_.rank = dist_.rank();
+  env_.world_size = dist_.world_size();
   train_.grad_accum = grad_accum;
   samples_.change(step, train_.batch_size * grad_accum * dist_.world_size());
-  parts_.rebuild_world(grad_accum, pos);
+  parts_.rebuild_world(pos);
 }
 
 }  // namespace trainer::engine

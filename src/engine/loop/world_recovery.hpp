@@ -2,7 +2,8 @@
 // apart from the training loop): the state that changes with the world and the decisions a changed
 // world asks for. The Trainer keeps the loop and the wiring: it tells this component where a step
 // stands (begin_step, step_ran, recorded), hands it a DistError, and rebuilds what it is asked to
-// through WorldParts. What is decided here:
+// through WorldParts, for the world this component holds (env: this rank's number and the group's
+// size; grad_accum at that size). What is decided here:
 //   a failure   the survivors regroup (engine/world_change.hpp); the step in flight counts once it
 //               passed its commit vote, else the loader goes back to where it began; a record the
 //               failure interrupted is written again; the first rank 0 after rank 0's loss writes
@@ -22,6 +23,7 @@
 #include "config/config.hpp"
 #include "data/loader.hpp"
 #include "dist/dist_context.hpp"
+#include "dist/launch_env.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/loop/world_change.hpp"
 
@@ -33,8 +35,8 @@ class WorldParts {
   virtual ~WorldParts() = default;
   // The world-size parts for the current group: the strategy (its prepare checks every rank holds
   // the same weights), the loader at `pos` re-sharded, the evaluator, the step runner (the interval's
-  // loss kept), with `grad_accum` micro-batches per step.
-  virtual void rebuild_world(int64_t grad_accum, const data::LoaderState& pos) = 0;
+  // loss kept). WorldRecovery's env() and grad_accum() are the new group's when this is called.
+  virtual void rebuild_world(const data::LoaderState& pos) = 0;
   virtual data::LoaderState loader_state() const = 0;
   virtual RunObjects objects() = 0;
   virtual RunPosition position(int64_t step) const = 0;
@@ -79,9 +81,16 @@ inline bool takes_over_writing(const dist::DistContext::Regrouped& g) { return g
 
 class WorldRecovery {
  public:
-  // `train`: the run's settings (batch_size, grad_accum as chosen at start-up); `config_hash`: of the
-  // config as loaded (a joiner's must be rank 0's).
-  WorldRecovery(dist::DistContext& dist, const config::RunConfig& cfg, std::string config_hash, WorldParts& parts);
+  // `env`: the launcher's; `cfg`: the run's settings (batch_size, grad_accum as chosen at start-up);
+  // `config_hash`: of the config as loaded (a joiner's must be rank 0's).
+  WorldRecovery(dist::DistContext& dist, const dist::LaunchEnv& env, const config::RunConfig& cfg,
+                std::string config_hash, WorldParts& parts);
+
+  // --- the world as it stands (what the trainer builds its world-size parts for) ------------------
+  // The launcher's env with this rank's number and the size of the current group (a regroup
+  // renumbers them); references to it stay valid for this object's life.
+  const dist::LaunchEnv& env() const { return env_; }
+  int64_t grad_accum() const { return train_.grad_accum; }  // micro-batches per step at this world size
 
   // --- the step in flight ------------------------------------------------------------------------
   // The record a failure interrupted on any survivor is to be written before the next step by every
@@ -128,7 +137,6 @@ class WorldRecovery {
   int64_t samples_at(int64_t step) const { return samples_.at(step); }
   int64_t last_step_world() const { return last_step_world_; }  // the ranks that ran the last step
   const torch::Tensor& last_grad_norm() const { return last_norm_; }
-  int64_t grad_accum() const { return train_.grad_accum; }
 
  private:
   void change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos);
@@ -137,6 +145,7 @@ class WorldRecovery {
   const config::RunConfig& cfg_;  // the run's (for the state a joiner receives)
   std::string config_hash_;
   WorldParts& parts_;
+  dist::LaunchEnv env_;        // rank and world_size of the current group
   config::TrainConfig train_;  // batch_size, grad_accum at the current world size
   SampleCount samples_;
   std::optional<RegroupPlan> regroup_;      // the last in-process regroup, until its first step is done

@@ -1,5 +1,7 @@
 #include "engine/optim/schedule.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -11,6 +13,12 @@ int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_
   if (t.max_steps > 0) return t.max_steps;
   const double micro = t.epochs * static_cast<double>(batches_per_epoch);
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(micro / static_cast<double>(t.grad_accum) - 1e-9)));
+}
+
+void warn_if_warmup_clipped(const config::RunConfig& cfg, int64_t total_steps) {
+  if (cfg.train.max_steps == 0 && cfg.schedule.warmup_steps > total_steps)
+    spdlog::warn("schedule.warmup_steps {} is longer than the run ({} steps in train.epochs {}): the schedule clips "
+                 "it to {}", cfg.schedule.warmup_steps, total_steps, cfg.train.epochs, total_steps);
 }
 
 LrSchedule::LrSchedule(const config::ScheduleConfig& cfg, double base_lr, int64_t total_steps)

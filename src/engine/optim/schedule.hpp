@@ -12,6 +12,10 @@ namespace trainer::engine {
 // (at least 1) when the run is sized in epochs. batches_per_epoch is per rank.
 int64_t total_optimizer_steps(const config::TrainConfig& t, int64_t batches_per_epoch);
 
+// A run sized in train.epochs (`total_steps` optimizer steps) shorter than schedule.warmup_steps: the
+// warning that the schedule clips the warmup to the run (a run sized in max_steps is told at load).
+void warn_if_warmup_clipped(const config::RunConfig& cfg, int64_t total_steps);
+
 class LrSchedule {
  public:
   // base_lr: optim.lr; total_steps: optimizer steps of the whole run (the decay reaches the floor there).

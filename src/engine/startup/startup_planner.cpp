@@ -5,6 +5,7 @@
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <stdexcept>
@@ -82,6 +83,16 @@ void StartupPlanner::resolve_attention() {
   write_autotune({{"model.attention", chosen}, {"reason", c.reason}, {"sdpa_ms", c.sdpa_ms},
                   {"math_ms", c.math_ms}});
   spdlog::info("model.attention auto: {} ({})", chosen, c.reason);
+}
+
+Precision StartupPlanner::resolve_model_choices(const data::Dataset& train_set, bool attention_probe) {
+  if (cfg_.train.precision == config::Precision::Auto) {  // first: what follows is measured in the precision
+    const int64_t b = cfg_.train.batch_size > 0 ? cfg_.train.batch_size
+                                                : std::min<int64_t>(16, cfg_.train.global_batch_size / env_.world_size);
+    resolve_precision(train_set, b);
+  }
+  if (attention_probe && cfg_.model.attention == config::Attention::Auto) resolve_attention();
+  return precision_;
 }
 
 Precision StartupPlanner::resolve_precision(const data::Dataset& train_set, int64_t batch) {

@@ -34,6 +34,12 @@ class StartupPlanner {
                  Precision precision, std::filesystem::path run_root)
       : cfg_(cfg), env_(env), dist_(dist), device_(device), precision_(precision), root_(std::move(run_root)) {}
 
+  // The choices measured before the model is built, in this order: train.precision auto (at the
+  // micro-batch train.batch_size, or at most 16 when that is auto too), then model.attention auto
+  // when the family times it (`attention_probe`: ModelSpec::attention_probe is set; a family
+  // without one decides it itself). Returns the run's precision.
+  Precision resolve_model_choices(const data::Dataset& train_set, bool attention_probe);
+
   // train.precision auto -> fp32 | bf16 | fp16 (engine/startup/precision_auto.hpp): kept from autotune.json,
   // or decided by rank 0 (a CPU with native bf16 times a probe of the model at micro-batch `batch` of
   // train_set's samples), taken by every rank. Writes it into the config and returns it; call it first:

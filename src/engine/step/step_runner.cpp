@@ -88,6 +88,23 @@ void StepRunner::enable_graphs(GraphConditions c) {
 }
 
 
+StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision, const torch::Device& device,
+                               bool tokens, int64_t grad_accum, int64_t rank) {
+  return {.grad_accum = grad_accum,
+          .grad_clip = cfg.train.grad_clip,
+          .nonfinite = cfg.train.nonfinite,
+          .precision = precision,
+          .device = device,
+          .tokens = tokens,
+          .channels_last = cfg.model.channels_last,
+          .rank = rank,
+          .label_smoothing = cfg.train.label_smoothing,
+          .mixup = cfg.data.mixup,
+          .cutmix = cfg.data.cutmix,
+          .num_classes = cfg.model.num_classes,
+          .seed = cfg.run.seed};
+}
+
 // One optimizer step: grad_accum micro-batches forward/backward, gradient sync, unscale, clip,
 // step, scale update, zero_grad. No host synchronisation unless fp16 (the scaler's skip
 // decision), `need_norm`, or train.nonfinite skip|rollback (the per-step finiteness check).

@@ -75,6 +75,11 @@ struct StepSettings {
   int64_t seed = 0;                 // run.seed: the mixer's draws
 };
 
+// The step settings of a run's config; `grad_accum` and `rank` are the current world's (an
+// in-process regroup changes them).
+StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision, const torch::Device& device,
+                               bool tokens, int64_t grad_accum, int64_t rank);
+
 class StepRunner {
  public:
   // Reads TRAINER_INJECT_NONFINITE_GRAD (fault injection; see the .cpp).
