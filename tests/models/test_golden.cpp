@@ -9,13 +9,20 @@ using namespace trainer;
 
 namespace {
 constexpr double kTol = 1e-5;  // fp32, same kernels; the observed differences are far below this
+// ResNet-18's golden file was made on a CPU of another instruction set: oneDNN's fp32 convolutions
+// block and sum in another order on an AVX2-only CPU, and through 20 convolutions and BatchNorms the
+// train step's gradients move by up to 2.3e-4 there (logits 3e-5; AMD EPYC, 2026-12-02). A wrong
+// layer, padding, stride or BatchNorm convention changes them at the first digits. The same-CPU check
+// at 1e-5 is tests/python/test_models_interop.py (torchvision's resnet18 run here against the C++
+// export's logits).
+constexpr double kCrossCpuTol = 2e-3;
 
-// |a - b| <= kTol * max(1, |b|) everywhere, reporting the largest absolute difference
-void check_close(const std::string& what, const torch::Tensor& got, const torch::Tensor& want) {
+// |a - b| <= tol * max(1, |b|) everywhere, reporting the largest absolute difference
+void check_close(const std::string& what, const torch::Tensor& got, const torch::Tensor& want, double tol = kTol) {
   INFO(what << ": max abs diff " << test::max_abs_diff(got, want) << ", max |ref| " << want.abs().max().item<double>());
   REQUIRE(got.sizes() == want.sizes());
   CHECK(((got.to(torch::kDouble) - want.to(torch::kDouble)).abs() <=
-         kTol * torch::clamp_min(want.to(torch::kDouble).abs(), 1.0))
+         tol * torch::clamp_min(want.to(torch::kDouble).abs(), 1.0))
             .all()
             .item<bool>());
 }
@@ -33,18 +40,18 @@ TEST_CASE("resnet18 matches torchvision: train-mode logits, loss, gradients, run
   auto logits = model->forward(g["input"]);
   auto loss = torch::nn::functional::cross_entropy(logits, g["target"]);
   loss.backward();
-  check_close("logits_train", logits, g["logits_train"]);
-  check_close("loss", loss.reshape({1}), g["loss"]);
+  check_close("logits_train", logits, g["logits_train"], kCrossCpuTol);
+  check_close("loss", loss.reshape({1}), g["loss"], kCrossCpuTol);
   auto params = model->named_parameters();
   for (const auto& [key, want] : g)
-    if (key.starts_with("grad.")) check_close(key, params[key.substr(5)].grad(), want);
+    if (key.starts_with("grad.")) check_close(key, params[key.substr(5)].grad(), want, kCrossCpuTol);
   auto buffers = model->named_buffers();
   for (const auto& [key, want] : g)
-    if (key.starts_with("after.")) check_close(key, buffers[key.substr(6)], want);
+    if (key.starts_with("after.")) check_close(key, buffers[key.substr(6)], want, kCrossCpuTol);
 
   model->eval();
   torch::NoGradGuard no_grad;
-  check_close("logits_eval", model->forward(g["input"]), g["logits_eval"]);
+  check_close("logits_eval", model->forward(g["input"]), g["logits_eval"], kCrossCpuTol);
 }
 
 TEST_CASE("gpt matches the nanoGPT reference for weights saved by PyTorch, on both attention paths", "[unit]") {
