@@ -72,17 +72,8 @@ void Gpt::parallelize() {
 }
 
 tpl::NamedSpecs Gpt::shard_specs() const {
-  tpl::NamedSpecs out;
-  if (tp_->size() == 1) return out;
-  auto add = [&out](const std::string& prefix, const tpl::NamedSpecs& specs) {
-    for (const auto& [name, spec] : specs) out.emplace_back(prefix + "." + name, spec);
-  };
-  for (const auto& item : named_modules("", /*include_self=*/false)) {
-    const auto& m = item.value();
-    if (const auto* c = m->as<tpl::ColumnParallelLinearImpl>()) add(item.key(), c->shard_specs());
-    else if (const auto* r = m->as<tpl::RowParallelLinearImpl>()) add(item.key(), r->shard_specs());
-    else if (const auto* e = m->as<tpl::VocabParallelEmbeddingImpl>()) add(item.key(), e->shard_specs());
-  }
+  if (tp_->size() == 1) return {};
+  tpl::NamedSpecs out = tpl::layer_shard_specs(*this);
   if (!popts_.sequence_parallel) return out;
   // on its rank's chunk of the sequence only: each rank's gradient is a share of the sum
   for (const auto& p : named_parameters(/*recurse=*/true)) {
@@ -126,12 +117,7 @@ void gpt_parallel_rules(const config::RunConfig& c, const config::ErrFn& err) {
   const int64_t t = c.dist.tensor_parallel;
   if (t <= 1) return;
   const std::string ts = std::to_string(t);
-  if (c.model.n_head % t != 0)
-    err("dist.tensor_parallel", "model.n_head " + std::to_string(c.model.n_head) + " does not divide by " + ts +
-                                    " (attention is split over the ranks by whole heads)");
-  if ((4 * c.model.n_embd) % t != 0)
-    err("dist.tensor_parallel", "the MLP width 4 x model.n_embd = " + std::to_string(4 * c.model.n_embd) +
-                                    " does not divide by " + ts);
+  tp_width_rules(c, c.model.n_head, "model.n_head", 4 * c.model.n_embd, "4 x model.n_embd", err);
   if (c.dist.sequence_parallel && c.model.block_size % t != 0)
     err("dist.sequence_parallel", "model.block_size " + std::to_string(c.model.block_size) + " does not divide by "
                                       "dist.tensor_parallel " + ts + " (each rank holds 1/T of the sequence)");

@@ -134,6 +134,12 @@ struct ModelSpec {
   // every family so far (classes for images, the vocabulary per position for tokens).
 };
 
+// dist.tensor_parallel T's rules shared by the Transformer families (at config load, T > 1 only):
+// `heads` (the key `heads_key`) and the MLP width (`width`, described as `width_text`) divide by T,
+// or err names dist.tensor_parallel and says which does not.
+void tp_width_rules(const config::RunConfig& c, int64_t heads, const std::string& heads_key, int64_t width,
+                    const std::string& width_text, const config::ErrFn& err);
+
 class ModelRegistry {
  public:
   void add(ModelSpec spec);  // a name added twice is std::invalid_argument

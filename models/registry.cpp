@@ -114,4 +114,16 @@ ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& dev
   return model;
 }
 
+void tp_width_rules(const config::RunConfig& c, int64_t heads, const std::string& heads_key, int64_t width,
+                    const std::string& width_text, const config::ErrFn& err) {
+  const int64_t t = c.dist.tensor_parallel;
+  if (t <= 1) return;
+  const std::string ts = std::to_string(t);
+  if (heads % t != 0)
+    err("dist.tensor_parallel", heads_key + " " + std::to_string(heads) + " does not divide by " + ts +
+                                    " (attention is split over the ranks by whole heads)");
+  if (width % t != 0)
+    err("dist.tensor_parallel", "the MLP width " + width_text + " = " + std::to_string(width) + " does not divide by " + ts);
+}
+
 }  // namespace trainer::models

@@ -6,11 +6,13 @@
 #include <stdexcept>
 
 #include "models/checkpoint.hpp"
+#include "tensor_parallel/region_rng.hpp"
 
 namespace trainer::models {
 namespace {
 
 namespace nn = torch::nn;
+namespace tpl = tensor_parallel;
 
 constexpr double kLayerNormEps = 1e-6;  // torchvision's partial(nn.LayerNorm, eps=1e-6)
 
@@ -76,22 +78,42 @@ bool VitAttentionImpl::use_math(const torch::Tensor& x) const {
   return x.is_cpu() && at::autocast::is_autocast_enabled(at::kCPU);
 }
 
+void VitAttentionImpl::parallelize(tpl::Communicator& comm, const tpl::ParallelOptions& opts) {
+  comm_ = &comm;
+  popts_ = opts;
+  // the rows of this rank's heads in each of the q, k, v blocks, kept under nn.MultiheadAttention's names
+  auto qkv = tpl::qkv_column_parallel(in_proj_weight, in_proj_bias, heads_, comm, opts);
+  in_proj_weight.set_data(qkv->weight.detach());
+  in_proj_bias.set_data(qkv->bias.detach());
+  in_proj_specs_.clear();
+  for (const auto& [name, spec] : qkv->shard_specs()) in_proj_specs_.emplace_back("in_proj_" + name, spec);
+  tp_out = replace_module("out_proj", tpl::RowParallelLinear(out_proj->weight, out_proj->bias, comm, opts));
+  out_proj = nullptr;
+}
+
 torch::Tensor VitAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t B = x.size(0), S = x.size(1), D = x.size(2), hs = D / heads_;
-  auto qkv = at::linear(x, in_proj_weight, in_proj_bias).split(D, 2);  // 3 x (B, S, D)
-  auto q = qkv[0].view({B, S, heads_, hs}).transpose(1, 2);           // (B, nh, S, hs)
-  auto k = qkv[1].view({B, S, heads_, hs}).transpose(1, 2);           // (B, nh, S, hs)
-  auto v = qkv[2].view({B, S, heads_, hs}).transpose(1, 2);           // (B, nh, S, hs)
+  const int64_t t = comm_ ? comm_->size() : 1;
+  const int64_t B = x.size(0), S = x.size(1), D = x.size(2), hs = D / heads_, nh = heads_ / t, Dl = D / t;
+  // (B, S, 3D/T): the q, k, v of this rank's heads (all heads at T = 1)
+  auto proj = comm_ ? tpl::column_parallel_linear(x, in_proj_weight, in_proj_bias, *comm_, popts_)
+                    : at::linear(x, in_proj_weight, in_proj_bias);
+  auto qkv = proj.split(Dl, 2);                             // 3 x (B, S, D/T)
+  auto q = qkv[0].view({B, S, nh, hs}).transpose(1, 2);     // (B, nh/T, S, hs)
+  auto k = qkv[1].view({B, S, nh, hs}).transpose(1, 2);     // (B, nh/T, S, hs)
+  auto v = qkv[2].view({B, S, nh, hs}).transpose(1, 2);     // (B, nh/T, S, hs)
   const double p = is_training() ? dropout_ : 0.0;
   torch::Tensor y;
-  if (use_math(x)) {
-    auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));  // (B, nh, S, S)
-    y = torch::matmul(torch::dropout(torch::softmax(att, -1), p, is_training()), v);                  // (B, nh, S, hs)
-  } else {
-    y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p);  // (B, nh, S, hs)
+  {  // at T > 1 the local heads' probability dropout draws this tp rank's own stream (region_rng.hpp)
+    tpl::RegionRng rng(q.device(), comm_ ? *comm_ : tpl::solo(), p > 0);
+    if (use_math(x)) {
+      auto att = torch::matmul(q, k.transpose(-2, -1)) * (1.0 / std::sqrt(static_cast<double>(hs)));  // (B, nh, S, S)
+      y = torch::matmul(torch::dropout(torch::softmax(att, -1), p, is_training()), v);                  // (B, nh, S, hs)
+    } else {
+      y = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p);  // (B, nh, S, hs)
+    }
   }
-  y = y.transpose(1, 2).contiguous().view({B, S, D});  // (B, S, D)
-  return vit_linear(out_proj, y);                      // (B, S, D)
+  y = y.transpose(1, 2).contiguous().view({B, S, Dl});  // (B, S, D/T)
+  return tp_out ? tp_out(y) : vit_linear(out_proj, y);   // (B, S, D): summed over the tp group
 }
 
 EncoderBlockImpl::EncoderBlockImpl(const config::ModelConfig& cfg) : dropout_(cfg.dropout) {
@@ -101,9 +123,9 @@ EncoderBlockImpl::EncoderBlockImpl(const config::ModelConfig& cfg) : dropout_(cf
       register_module("self_attention", VitAttention(D, cfg.num_heads, cfg.attention_dropout, cfg.attention));
   ln_2 = register_module("ln_2", layer_norm(D));
   // a holder named like torchvision's MLP Sequential: GELU and Dropout (children 1, 2, 4) have no state
-  auto mlp = register_module("mlp", std::make_shared<nn::Module>());
-  fc1 = mlp->register_module("0", nn::Linear(D, M));
-  fc2 = mlp->register_module("3", nn::Linear(M, D));
+  mlp_ = register_module("mlp", std::make_shared<nn::Module>());
+  fc1 = mlp_->register_module("0", nn::Linear(D, M));
+  fc2 = mlp_->register_module("3", nn::Linear(M, D));
   // torchvision's MLPBlock init: xavier-uniform weights, N(0, 1e-6) biases
   torch::NoGradGuard no_grad;
   for (auto* l : {fc1.get(), fc2.get()}) {
@@ -112,9 +134,22 @@ EncoderBlockImpl::EncoderBlockImpl(const config::ModelConfig& cfg) : dropout_(cf
   }
 }
 
+void EncoderBlockImpl::parallelize(tpl::Communicator& comm, const tpl::ParallelOptions& opts) {
+  comm_ = &comm;
+  self_attention->parallelize(comm, opts);
+  tp_fc1 = mlp_->replace_module("0", tpl::column_parallel(fc1->weight, fc1->bias, comm, opts));
+  tp_fc2 = mlp_->replace_module("3", tpl::RowParallelLinear(fc2->weight, fc2->bias, comm, opts));
+  fc1 = nullptr;
+  fc2 = nullptr;
+}
+
 torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& input) {
   const bool train = is_training();
   auto x = input + torch::dropout(self_attention(ln_1(input)), dropout_, train);  // (B, S, D)
+  if (tp_fc1) {  // tensor parallel: the hidden units are this rank's M/T, their dropout its own stream
+    auto h = tpl::region_dropout(torch::gelu(tp_fc1(ln_2(x))), dropout_, train, *comm_);  // (B, S, M/T)
+    return x + torch::dropout(tp_fc2(h), dropout_, train);  // (B, S, D): the same mask on every tp rank
+  }
   auto y = torch::gelu(vit_linear(fc1, ln_2(x)));                                 // (B, S, M), exact (erf) GELU
   y = torch::dropout(y, dropout_, train);
   y = torch::dropout(vit_linear(fc2, y), dropout_, train);  // (B, S, D)
@@ -133,7 +168,7 @@ VitEncoderImpl::VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_lengt
   ln = register_module("ln", layer_norm(cfg.hidden_dim));
 }
 
-VisionTransformer::VisionTransformer(const config::ModelConfig& cfg) : cfg_(cfg) {
+VisionTransformer::VisionTransformer(const config::ModelConfig& cfg, const BuildContext& ctx) : cfg_(cfg), tp_(ctx.tp) {
   check_vit_config(cfg);
   const int64_t D = cfg.hidden_dim, p = cfg.patch_size, side = cfg.image_size / p;
   // Members are built in torchvision's order (conv_proj, class_token, encoder, heads) so that the
@@ -148,6 +183,21 @@ VisionTransformer::VisionTransformer(const config::ModelConfig& cfg) : cfg_(cfg)
   nn::init::zeros_(conv_proj->bias);
   nn::init::zeros_(head->weight);  // torchvision starts from a zero head: every class at the same logit
   nn::init::zeros_(head->bias);
+  if (tp_->size() > 1) {
+    if (ctx.sequence_parallel)
+      throw std::invalid_argument("vit: dist.sequence_parallel is not supported (the sequence is the patches and "
+                                  "the class token)");
+    for (auto& block : encoder->blocks) block->parallelize(*tp_, tpl::ParallelOptions{});
+  }
+}
+
+tpl::NamedSpecs VisionTransformer::shard_specs() const {
+  if (tp_->size() == 1) return {};
+  auto out = tpl::layer_shard_specs(*this);  // out_proj, mlp.0, mlp.3
+  for (size_t i = 0; i < encoder->blocks.size(); ++i)
+    for (const auto& [name, spec] : encoder->blocks[i]->self_attention->in_proj_specs())
+      out.emplace_back("encoder.layers.encoder_layer_" + std::to_string(i) + ".self_attention." + name, spec);
+  return out;
 }
 
 torch::Tensor VisionTransformer::forward(const torch::Tensor& input) {
@@ -211,9 +261,15 @@ ModelSpec vit_spec() {
   s.rules.eval_metrics = {"accuracy", "top5", "loss"};
   s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
     vit_key_rules(c.model, err);
-    if (c.dist.tensor_parallel > 1) err("dist.tensor_parallel", "ViT tensor parallel is not supported yet: use dist.sharding: full to cut memory instead");
+    tp_width_rules(c, c.model.num_heads, "model.num_heads", c.model.mlp_dim, "model.mlp_dim", err);
+    if (c.dist.tensor_parallel > 1 && c.dist.sequence_parallel)
+      err("dist.sequence_parallel", "ViT has no sequence-parallel layout (its sequence, the patches and the class "
+                                    "token, seldom divides by dist.tensor_parallel " +
+                                        std::to_string(c.dist.tensor_parallel) + "): leave it off");
   };
-  s.build = [](const config::ModelConfig& c, const BuildContext&) -> ModelPtr { return std::make_shared<VisionTransformer>(c); };
+  s.build = [](const config::ModelConfig& c, const BuildContext& ctx) -> ModelPtr {
+    return std::make_shared<VisionTransformer>(c, ctx);
+  };
   s.layout = "torchvision VisionTransformer (torchvision.models.vit_b_16 and friends)";
   return s;
 }

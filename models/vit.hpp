@@ -5,6 +5,11 @@
 // encoder.layers.encoder_layer_0.self_attention.in_proj_weight, heads.head.weight, ...), so a
 // VisionTransformer (vit_b_16 with the defaults) loads the exported file with strict=True. torchvision
 // hard-wires 3 input channels; model.in_channels changes only conv_proj's input width.
+// dist.tensor_parallel T > 1 (docs/TENSOR_PARALLEL.md): the full model is built from the seed, then each
+// block keeps its slices under the same names: in_proj_weight / in_proj_bias the q, k, v rows of its
+// num_heads / T heads (column parallel), out_proj the same heads' input columns (row parallel), mlp.0
+// column parallel, mlp.3 row parallel. conv_proj, class_token, pos_embedding, the LayerNorms and
+// heads.head stay replicated: the logits are whole and the loss is the plain cross entropy.
 #pragma once
 
 #include "models/model.hpp"
@@ -18,11 +23,20 @@ class VitAttentionImpl : public torch::nn::Module {
  public:
   VitAttentionImpl(int64_t dim, int64_t heads, double dropout, config::Attention attention);
   torch::Tensor forward(const torch::Tensor& x);  // (B, S, D) -> (B, S, D)
-  torch::Tensor in_proj_weight, in_proj_bias;     // (3D, D), (3D)
+  torch::Tensor in_proj_weight, in_proj_bias;     // (3D, D), (3D); (3D/T, D), (3D/T) at T > 1
   torch::nn::Linear out_proj{nullptr};
+  // tensor parallel: in_proj_* become this rank's heads' rows (qkv_column_parallel's, adopted under
+  // nn.MultiheadAttention's names), out_proj a RowParallelLinear under its name (out_proj is then null)
+  void parallelize(tensor_parallel::Communicator& comm, const tensor_parallel::ParallelOptions& opts);
+  tensor_parallel::RowParallelLinear tp_out{nullptr};
+  // in_proj_weight's and in_proj_bias's specs (names relative to this module); empty at T = 1
+  const tensor_parallel::NamedSpecs& in_proj_specs() const { return in_proj_specs_; }
 
  private:
   bool use_math(const torch::Tensor& x) const;
+  tensor_parallel::Communicator* comm_ = nullptr;  // set by parallelize
+  tensor_parallel::ParallelOptions popts_;
+  tensor_parallel::NamedSpecs in_proj_specs_;
   int64_t heads_;
   double dropout_;
   config::Attention attention_;
@@ -38,9 +52,16 @@ class EncoderBlockImpl : public torch::nn::Module {
   torch::nn::LayerNorm ln_1{nullptr}, ln_2{nullptr};
   VitAttention self_attention{nullptr};
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};  // mlp.0, mlp.3
+  // tensor parallel: the attention's parallelize, mlp.0 column parallel and mlp.3 row parallel under
+  // the same names (fc1 / fc2 are then null)
+  void parallelize(tensor_parallel::Communicator& comm, const tensor_parallel::ParallelOptions& opts);
+  tensor_parallel::ColumnParallelLinear tp_fc1{nullptr};
+  tensor_parallel::RowParallelLinear tp_fc2{nullptr};
 
  private:
   double dropout_;
+  std::shared_ptr<torch::nn::Module> mlp_;  // the holder of "0" and "3"
+  tensor_parallel::Communicator* comm_ = nullptr;  // set by parallelize
 };
 TORCH_MODULE(EncoderBlock);
 
@@ -56,7 +77,9 @@ TORCH_MODULE(VitEncoder);
 
 class VisionTransformer : public Model {
  public:
-  explicit VisionTransformer(const config::ModelConfig& cfg);
+  // ctx.tp of T > 1 ranks: the full model from the seed, then each block's slices (see the top);
+  // ctx.sequence_parallel at T > 1 is std::invalid_argument (refused at config load)
+  explicit VisionTransformer(const config::ModelConfig& cfg, const BuildContext& ctx = {});
   // (B, in_channels, image_size, image_size) -> logits (B, num_classes)
   torch::Tensor forward(const torch::Tensor& x) override;
   InputKind input_kind() const override { return InputKind::Image; }
@@ -70,8 +93,13 @@ class VisionTransformer : public Model {
   VitEncoder encoder{nullptr};
   torch::nn::Linear head{nullptr};  // heads.head
 
+  // tensor parallel (model.hpp): the blocks' sliced parameters; the logits stay whole (no vocab shard)
+  tensor_parallel::NamedSpecs shard_specs() const override;
+  tensor_parallel::Communicator& tp_comm() const override { return *tp_; }
+
  private:
   config::ModelConfig cfg_;
+  tensor_parallel::Communicator* tp_ = &tensor_parallel::solo();
 };
 
 ModelSpec vit_spec();

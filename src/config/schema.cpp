@@ -325,16 +325,17 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "when it divides; `trainer launch --max-restarts K` starts replacement ranks that join the running group "
       "(needs `trainer launch`, Gloo, dist.sharding none; docs/LAUNCHING.md says what it covers).");
   k.i("tensor_parallel", c.dist.tensor_parallel, 1, 1024,
-      "Tensor parallel size T (Megatron-style, GPT only): each layer's weights are split over T consecutive ranks "
-      "(attention by heads, MLP by columns then rows, the vocabulary of the tied embedding / lm_head by rows), so "
-      "every rank computes 1/T of each layer; data parallel runs over world / T (replicated DDP over the ranks of "
-      "one tp coordinate: dist.sharding must be none with T > 1 for now). T must divide the world size, "
-      "model.n_head and 4 x model.n_embd. Checkpoints hold the full (T = 1) tensors, so a run resumes at any T. "
-      "1 = off.");
+      "Tensor parallel size T (Megatron-style, GPT and ViT): each layer's weights are split over T consecutive "
+      "ranks (attention by heads, MLP by columns then rows, GPT's vocabulary of the tied embedding / lm_head by "
+      "rows; ViT's patch embedding and head stay whole), so every rank computes 1/T of each layer; data parallel "
+      "runs over world / T (replicated DDP over the ranks of one tp coordinate: dist.sharding must be none with "
+      "T > 1 for now). T must divide the world size, and model.n_head and 4 x model.n_embd (GPT) or "
+      "model.num_heads and model.mlp_dim (ViT). Checkpoints hold the full (T = 1) tensors, so a run resumes at any "
+      "T. 1 = off.");
   k.b("sequence_parallel", c.dist.sequence_parallel,
       "With dist.tensor_parallel > 1: LayerNorm, dropout and the residual stream run on 1/T of the sequence "
-      "(all-gather / reduce-scatter in place of the all-reduces: fewer activation bytes per rank); "
-      "model.block_size must divide by T.");
+      "(all-gather / reduce-scatter in place of the all-reduces: fewer activation bytes per rank); GPT only "
+      "(model.block_size must divide by T).");
 
   k.prefix = "checkpoint";
   k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");

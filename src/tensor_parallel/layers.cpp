@@ -32,8 +32,13 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::Tensor& full_wei
   }
 }
 
+torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     Communicator& comm, const ParallelOptions& opts) {
+  return torch::nn::functional::linear(enter_region(x, comm, opts), weight, bias);
+}
+
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  auto y = torch::nn::functional::linear(enter_region(x, *comm_, opts_), weight, bias);
+  auto y = column_parallel_linear(x, weight, bias, *comm_, opts_);
   return gather_output_ ? gather_from_region(y, *comm_) : y;
 }
 
@@ -114,6 +119,20 @@ NamedSpecs VocabParallelEmbeddingImpl::shard_specs() const {
   s.ranges = {{shard_.start, shard_.end}};
   s.real = shard_.vocab;
   return {{"weight", s}};
+}
+
+NamedSpecs layer_shard_specs(const torch::nn::Module& root) {
+  NamedSpecs out;
+  auto add = [&out](const std::string& prefix, const NamedSpecs& specs) {
+    for (const auto& [name, spec] : specs) out.emplace_back(prefix + "." + name, spec);
+  };
+  for (const auto& item : root.named_modules("", /*include_self=*/false)) {
+    const auto& m = item.value();
+    if (const auto* c = m->as<ColumnParallelLinearImpl>()) add(item.key(), c->shard_specs());
+    else if (const auto* r = m->as<RowParallelLinearImpl>()) add(item.key(), r->shard_specs());
+    else if (const auto* e = m->as<VocabParallelEmbeddingImpl>()) add(item.key(), e->shard_specs());
+  }
+  return out;
 }
 
 torch::Tensor parallel_lm_logits(const torch::Tensor& x, const torch::Tensor& local_weight, Communicator& comm,

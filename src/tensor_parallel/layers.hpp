@@ -94,6 +94,16 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
 };
 TORCH_MODULE(VocabParallelEmbedding);
 
+// What ColumnParallelLinear computes, on a weight and bias held elsewhere (under a model's own names,
+// such as torchvision's self_attention.in_proj_weight): x enters the region (copy_to_region, or
+// gather_from_sequence with sequence parallel), then x W^T + b with this rank's rows W, b.
+torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                     Communicator& comm, const ParallelOptions& opts = {});
+
+// The specs of every ColumnParallelLinear, RowParallelLinear and VocabParallelEmbedding under `root`,
+// named as root.named_parameters() names them ("<module path>.weight", ...).
+NamedSpecs layer_shard_specs(const torch::nn::Module& root);
+
 // The tied lm_head: logits over this rank's vocabulary rows, never gathered (feed them to
 // vocab_parallel_cross_entropy). x is whole (copy_to_region) or, with sequence parallel, sharded
 // along seq_dim (gather_from_sequence). local_weight: the embedding's [V_padded / T, C].

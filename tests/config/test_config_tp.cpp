@@ -86,18 +86,32 @@ TEST_CASE("tensor parallel: what is not wired with T > 1 is refused at its key",
   CHECK(e[0].find("train.ema.decay: the EMA with dist.tensor_parallel 2 is not supported yet") != std::string::npos);
 }
 
-TEST_CASE("tensor parallel: ResNet and ViT with T > 1 are refused, saying what to use instead", "[unit]") {
+TEST_CASE("tensor parallel: ResNet with T > 1 is refused, saying what to use instead", "[unit]") {
   const std::string resnet = "model:\n  arch: resnet\n  depth: 20\n  num_classes: 10\n  in_channels: 3\n"
                              "train:\n  max_steps: 10\ndata:\n  format: synthetic\ndist:\n  tensor_parallel: 2\n";
   auto e = tp_errors_of(resnet, 2);
   REQUIRE(e.size() == 1);
   CHECK(e[0] == "exp.yaml:11:3: dist.tensor_parallel: ResNet has no tensor-parallel layers: use dist.sharding: full to "
                 "cut memory instead");
+}
+
+TEST_CASE("tensor parallel: a ViT whose heads or MLP width do not divide by T, or with sequence parallel, is refused",
+          "[unit]") {
+  // "dist:" is line 15, its first key line 16
   const std::string vit = "model:\n  arch: vit\n  image_size: 8\n  patch_size: 4\n  num_layers: 1\n  num_heads: 2\n"
                           "  hidden_dim: 8\n  mlp_dim: 16\ntrain:\n  max_steps: 10\ndata:\n  format: synthetic\n"
-                          "  synthetic:\n    image_size: 8\ndist:\n  tensor_parallel: 2\n";
-  e = tp_errors_of(vit, 2);
+                          "  synthetic:\n    image_size: 8\ndist:\n";
+  CHECK(tp_errors_of(vit + "  tensor_parallel: 2\n", 2).empty());
+  CHECK(tp_errors_of(vit + "  tensor_parallel: 2\n", 4).empty());  // dp 2 x tp 2
+  auto e = tp_errors_of(vit + "  tensor_parallel: 4\n", 4);
   REQUIRE(e.size() == 1);
-  CHECK(e[0] == "exp.yaml:16:3: dist.tensor_parallel: ViT tensor parallel is not supported yet: use dist.sharding: "
-                "full to cut memory instead");
+  CHECK(e[0] == "exp.yaml:16:3: dist.tensor_parallel: model.num_heads 2 does not divide by 4 (attention is split over "
+                "the ranks by whole heads)");
+  e = tp_errors_of(vit + "  tensor_parallel: 3\n", 3);
+  REQUIRE(e.size() == 2);
+  CHECK(e[1] == "exp.yaml:16:3: dist.tensor_parallel: the MLP width model.mlp_dim = 16 does not divide by 3");
+  e = tp_errors_of(vit + "  tensor_parallel: 2\n  sequence_parallel: true\n", 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:17:3: dist.sequence_parallel: ViT has no sequence-parallel layout (its sequence, the patches "
+                "and the class token, seldom divides by dist.tensor_parallel 2): leave it off");
 }
