@@ -7,8 +7,9 @@ Exit 77 (skipped) when a prerequisite is missing.
 """
 import json
 import os
-import subprocess
 import sys
+
+from tp_export_runs import export_single_and_tp
 
 SKIP = 77
 
@@ -69,22 +70,9 @@ def main():
     cfg = os.path.join(work, "tiny_vit.yaml")
     with open(cfg, "w") as f:
         f.write(TINY_VIT)
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    exported = {}
-    for mode in ("single", "tp"):
-        out = os.path.join(work, mode)
-        cmd = [bin_path, "run", cfg] if mode == "single" else \
-            [bin_path, "launch", "-n", "2", "--", "run", cfg, "--set", "dist.tensor_parallel=2"]
-        run = subprocess.run(cmd + ["--out-dir", out], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-        if run.returncode != 0:
-            print(run.stdout[-3000:])
-            print(f"FAILED: the {mode} run exited {run.returncode}")
-            return 1
-        path = os.path.join(work, f"{mode}.safetensors")
-        subprocess.run([bin_path, "export", os.path.join(out, "tiny", "checkpoints"), "--out", path], env=env,
-                       check=True)
-        exported[mode] = path
+    exported = export_single_and_tp(bin_path, work, cfg)
+    if exported is None:
+        return 1
 
     torch.manual_seed(0)
     images = torch.randn(3, 1, 8, 8)
