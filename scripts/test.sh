@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite (what CI runs). Extra arguments go to ctest, e.g. scripts/test.sh -LE slow
+# The test suite (what CI runs): every test but those labelled slow ([slow] cases: the recovery
+# chaos matrices and the SLURM requeue, minutes each on a 2-core host). Extra arguments go to ctest,
+# e.g. scripts/test.sh -R '^config\.'
+#   --all      the slow ones too (the whole suite; run it before a change to recovery lands)
 #   --stress   run it with a CPU hog on every core for the whole run (a host at load ~2 x cores, as a
 #              shared CI machine is); the tests' deadlines stay what they are and must hold
 # TRAINER_TEST_TIMEOUT_SCALE=F (default 1) multiplies every deadline inside the tests and ctest's
@@ -8,10 +11,17 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 build_dir=${TRAINER_BUILD_DIR:-$repo/build}
 stress=0
+all=0
 args=()
 for a in "$@"; do
-  if [ "$a" = --stress ]; then stress=1; else args+=("$a"); fi
+  case "$a" in
+    --stress) stress=1 ;;
+    --all) all=1 ;;
+    *) args+=("$a") ;;
+  esac
 done
+# ctest's -L / -LE are regular expressions over the labels ("<area>" and "<area>-slow")
+if [ "$all" = 0 ]; then args=(-LE slow "${args[@]}"); fi
 scale=${TRAINER_TEST_TIMEOUT_SCALE:-1}
 limit=$(awk -v s="$scale" 'BEGIN { if (s + 0 <= 0) exit 1; printf "%d", 900 * s + 0.5 }') ||
   { echo "TRAINER_TEST_TIMEOUT_SCALE=$scale is not a positive number" >&2; exit 2; }

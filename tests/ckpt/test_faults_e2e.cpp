@@ -46,7 +46,7 @@ bool contains(const std::string& haystack, const std::string& needle) {
 
 TEST_CASE("kill -9 ten times at random moments: every resume works and the final weights are bitwise those of an "
           "uninterrupted run",
-          "[e2e][slow]") {
+          "[e2e]") {
   auto dir = trainer::test::scratch_dir("kill9_loop");
   // an endless run (constant learning rate: the step count does not shape the schedule), killed ten
   // times at random moments of start-up, training, checkpointing and resuming

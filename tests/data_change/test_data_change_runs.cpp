@@ -181,13 +181,13 @@ TEST_CASE("data change: a text file truncated to 0 bytes under a run ends it wit
   check_error_exit("text", Change::Truncate, "truncate");
 }
 
-TEST_CASE("data change: text deleted or replaced under a run: exit 65, a checkpoint, the file named", "[e2e][slow]") {
+TEST_CASE("data change: text deleted or replaced under a run: exit 65, a checkpoint, the file named", "[e2e]") {
   check_error_exit("text", Change::Delete, "delete");
   check_error_exit("text", Change::Replace, "replace");
 }
 
 TEST_CASE("data change: llm.c and nanoGPT shards truncated, deleted or replaced: exit 65 and a checkpoint",
-          "[e2e][slow]") {
+          "[e2e]") {
   for (const char* format : {"llmc", "nanogpt"}) {
     check_error_exit(format, Change::Truncate, "truncate");
     check_error_exit(format, Change::Delete, "delete");
@@ -196,7 +196,7 @@ TEST_CASE("data change: llm.c and nanoGPT shards truncated, deleted or replaced:
 }
 
 TEST_CASE("data change: IDX and CIFAR files truncated, deleted or replaced: exit 65 and a checkpoint",
-          "[e2e][slow]") {
+          "[e2e]") {
   for (const char* format : {"idx", "cifar"}) {
     check_error_exit(format, Change::Truncate, "truncate");
     check_error_exit(format, Change::Delete, "delete");
@@ -241,7 +241,7 @@ TEST_CASE("data change: under on_change reload a replaced or truncated text file
   check_reload("text", Change::Truncate, "truncate", 56);
 }
 
-TEST_CASE("data change: under on_change reload replaced shards, IDX and CIFAR files are reopened", "[e2e][slow]") {
+TEST_CASE("data change: under on_change reload replaced shards, IDX and CIFAR files are reopened", "[e2e]") {
   check_reload("llmc", Change::Replace, "replace", 157);     // 2800 tokens, 10% validation
   check_reload("nanogpt", Change::Replace, "replace", 157);
   check_reload("idx", Change::Replace, "replace", 160);

@@ -15,7 +15,7 @@
 using namespace trainer;
 namespace fs = std::filesystem;
 
-TEST_CASE("slurm.sbatch: USR1 saves a checkpoint, exits 75, requeues, resumes and completes", "[dist][e2e][slurm]") {
+TEST_CASE("slurm.sbatch: USR1 saves a checkpoint, exits 75, requeues, resumes and completes", "[dist][e2e][slurm][slow]") {
   auto dir = test::scratch_dir("slurm_requeue");
   std::string why;
   auto cluster = test::SlurmCluster::start(dir / "cluster", &why);

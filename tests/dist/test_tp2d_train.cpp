@@ -77,7 +77,7 @@ void check_same_grad_norms(const std::filesystem::path& ref, const std::filesyst
 
 
 TEST_CASE("dp 2 x tp 2 logs the losses of one process at the same global batch (also with grad_accum 2 and sequence parallel)",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_train");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -118,7 +118,7 @@ TEST_CASE("dp 2 x tp 2 logs the losses of one process at the same global batch (
 }
 
 TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process checkpoint resumes at dp 2 x tp 2",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_resume");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -153,7 +153,7 @@ TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process che
   check_same_losses(single, mesh, "1 process -> dp 2 x tp 2", 5);
 }
 
-TEST_CASE("dp 2 x tp 2 in bf16 stays within 3e-3 of one process in bf16 after 20 steps", "[dist][e2e][tp][slow]") {
+TEST_CASE("dp 2 x tp 2 in bf16 stays within 3e-3 of one process in bf16 after 20 steps", "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_bf16");
   auto cfg = test::write_tiny_gpt_config(dir).string();

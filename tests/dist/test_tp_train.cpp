@@ -97,7 +97,7 @@ TEST_CASE("tp 2 (and with sequence parallel) logs the losses of one process for 
 }
 
 TEST_CASE("ViT at tp 2 logs the losses of one process for 10 AdamW steps with grad_clip, and resumes in one process",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp_vit_train");
   test::write_file(dir / "tiny_vit.yaml", kTpVitYaml);
@@ -183,7 +183,7 @@ TEST_CASE("model.init at tp 2 (a padded vocabulary) loads the full file and slic
 }
 
 TEST_CASE("tp 2 with dropout (sequence parallel): activation checkpointing's recompute and a resume draw the same masks",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp_dropout");
   auto cfg = test::write_tiny_gpt_config(dir).string();

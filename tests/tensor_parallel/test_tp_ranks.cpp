@@ -139,19 +139,19 @@ TEST_CASE("every tensor-parallel op, layer and block at T=2 equals one process (
 }
 
 TEST_CASE("every tensor-parallel op, layer and block at T=4 (vocabulary 50257 padded) equals one process",
-          "[dist][tp][slow]") {
+          "[dist][tp]") {
   auto files = run_world(4, 4, "tp4");
   check_mesh_facts(files, 4);
   CHECK(compare_with_reference(files, 4) > 60);
 }
 
-TEST_CASE("a 2-D mesh dp 2 x tp 2: its groups' collectives, and both tp groups equal one process", "[dist][tp][slow]") {
+TEST_CASE("a 2-D mesh dp 2 x tp 2: its groups' collectives, and both tp groups equal one process", "[dist][tp]") {
   auto files = run_world(4, 2, "dp2tp2");
   check_mesh_facts(files, 2);
   CHECK(compare_with_reference(files, 2) > 120);  // each of the two tp groups
 }
 
-TEST_CASE("a mesh of T=1 over 2 ranks builds no subgroup and its layers are plain torch on each rank", "[dist][tp][slow]") {
+TEST_CASE("a mesh of T=1 over 2 ranks builds no subgroup and its layers are plain torch on each rank", "[dist][tp]") {
   auto files = run_world(2, 1, "tp1");
   check_mesh_facts(files, 1);
   CHECK(compare_with_reference(files, 1) > 120);  // each rank is its own tp group
