@@ -84,9 +84,11 @@ class SlurmCluster {
       return false;
     }
     const std::string host = run_shell("hostname -s").output.substr(0, run_shell("hostname -s").output.find('\n'));
+    // cred_expire (default 120 s) is also how long a requeued job waits before it starts again
+    // (slurm.conf(5)): 20 s lets a requeue test wait for the job itself instead of a fixed time.
     write_file(conf_, "ClusterName=trainertest\nSlurmctldHost=" + host + "(127.0.0.1)\n"
                "SlurmctldPort=" + std::to_string(free_tcp_port()) + "\nSlurmdPort=" + std::to_string(free_tcp_port()) + "\n"
-               "AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=" + d + "/munge.sock\n"
+               "AuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=" + d + "/munge.sock,cred_expire=20\n"
                "SlurmUser=root\nSlurmdUser=root\nStateSaveLocation=" + d + "/state\nSlurmdSpoolDir=" + d + "/spool\n"
                "SlurmctldPidFile=" + d + "/slurmctld.pid\nSlurmdPidFile=" + d + "/slurmd.pid\n"
                "SlurmctldLogFile=" + d + "/log/slurmctld.log\nSlurmdLogFile=" + d + "/log/slurmd.log\n"
