@@ -86,7 +86,9 @@ class TensorParallelOver final : public DataParallel {
       if (sharded_params.count(sources[i].unsafeGetTensorImpl())) sharded_.insert(steps[i].unsafeGetTensorImpl());
       if (partial_params.count(sources[i].unsafeGetTensorImpl())) partial_.push_back(steps[i]);
     }
-    if (inner_->shards_gradients() && !partial_.empty()) check_same_layout(params);
+    // a collective of the tp group: decided by what every tp rank knows alike (the model's specs), not
+    // by this rank's pieces (a dp rank may own no piece of a partial-gradient parameter)
+    if (inner_->shards_gradients() && !partial.empty()) check_same_layout(params);
     spdlog::info("{}: tp rank {} of {} holds its slices of {} parameter tensors{}", name(), model_->tp_comm().rank(),
                  tp_, sharded.size(),
                  partial.empty() ? "" : fmt::format(", sequence parallel ({} partial-gradient tensors)", partial_.size()));
@@ -190,6 +192,7 @@ torch::Tensor mesh_clip_grad_norm(const std::vector<torch::Tensor>& step_params,
                                   tpl::Communicator& tp, double max_norm) {
   std::vector<torch::Tensor> own, replicated;
   torch::TensorOptions opts = torch::TensorOptions().dtype(torch::kFloat64);
+  if (dp) opts = opts.device(dp->device());  // a dp rank may own no piece with a gradient
   for (const auto& p : step_params) {
     if (!p.grad().defined()) continue;
     opts = opts.device(p.grad().device());
