@@ -76,7 +76,7 @@ test::TrainRun mesh_run(const std::string& cfg, const std::string& sharding, con
 
 TEST_CASE("dp 2 x tp 2 with dist.sharding optimizer, gradients and full logs the losses of one process (also with "
           "grad_accum 2)",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_shard");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -107,7 +107,7 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding optimizer, gradients and full logs the
 }
 
 TEST_CASE("dp 2 x tp 2 with dist.sharding: odd widths split unevenly over dp, and sequence parallel",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_shard_odd");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -147,7 +147,7 @@ void check_same_tensors(const std::filesystem::path& a, const std::filesystem::p
 
 TEST_CASE("dp 2 x tp 2 with dist.sharding full checkpoints the global tensors: they resume in one process, at tp 2 "
           "and from one process",
-          "[dist][e2e][tp][slow]") {
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_shard_resume");
   auto cfg = test::write_tiny_gpt_config(dir).string();
