@@ -312,7 +312,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "gradients = ZeRO-2 (also the gradients are reduce-scattered bucket by bucket during backward, each rank "
       "keeps its 1/N); full = ZeRO-3 (the parameters too: each unit of the model, a block or stage, is "
       "all-gathered just before its forward and its backward and freed after; dist.bucket_mb unused). No effect "
-      "on a single process.");
+      "on a single process; with dist.tensor_parallel over the world / T data-parallel ranks.");
   k.s("store", c.dist.store, "Rendezvous: \"\" = TCPStore at MASTER_ADDR:MASTER_PORT, or file:///shared/path.");
   k.s("interface", c.dist.interface,
       "Network interface of the collectives (Gloo binds and advertises its IPv4 address; NCCL gets it as "
@@ -328,8 +328,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Tensor parallel size T (Megatron-style, GPT and ViT): each layer's weights are split over T consecutive "
       "ranks (attention by heads, MLP by columns then rows, GPT's vocabulary of the tied embedding / lm_head by "
       "rows; ViT's patch embedding and head stay whole), so every rank computes 1/T of each layer; data parallel "
-      "runs over world / T (replicated DDP over the ranks of one tp coordinate: dist.sharding must be none with "
-      "T > 1 for now). T must divide the world size, and model.n_head and 4 x model.n_embd (GPT) or "
+      "runs over world / T (the ranks of one tp coordinate: replicated DDP, or dist.sharding's ZeRO-1/2/3 with "
+      "the rank's slices as its parameters). T must divide the world size, and model.n_head and 4 x model.n_embd (GPT) or "
       "model.num_heads and model.mlp_dim (ViT). Checkpoints hold the full (T = 1) tensors, so a run resumes at any "
       "T. 1 = off.");
   k.b("sequence_parallel", c.dist.sequence_parallel,

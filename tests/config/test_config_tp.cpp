@@ -62,12 +62,13 @@ TEST_CASE("tensor parallel: sequence parallel alone has no effect, and T must fi
   CHECK(e[0] == "exp.yaml:14:3: dist.tensor_parallel: 2 does not divide the world size 3 (the launcher's ranks): the "
                 "mesh is world / T data-parallel groups of T ranks");
   CHECK(tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n"), 1, /*builds_mesh=*/false).empty());  // eval, predict
-  // 2-D: data parallel 2 x tensor parallel 2 (replicated over dp) is accepted; sharded over dp is not yet
+  // 2-D: data parallel 2 x tensor parallel 2, replicated or sharded over dp (and at dp 1 sharding nothing)
   CHECK(tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n"), 4).empty());
-  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n  sharding: optimizer\n"), 4);
-  REQUIRE(e.size() == 1);
-  CHECK(e[0] == "exp.yaml:15:3: dist.sharding: 'optimizer' with dist.tensor_parallel 2 is not supported yet; use "
-                "dist.sharding: none");
+  for (const char* s : {"optimizer", "gradients", "full"}) {
+    CHECK(tp_errors_of(tp_with_dist(kTpGpt, std::string("  tensor_parallel: 2\n  sharding: ") + s + "\n"), 4).empty());
+    CHECK(tp_errors_of(tp_with_dist(kTpGpt, std::string("  tensor_parallel: 2\n  sharding: ") + s +
+                                                "\n  sequence_parallel: true\n"), 4).empty());
+  }
 }
 
 TEST_CASE("tensor parallel: what is not wired with T > 1 is refused at its key", "[unit]") {
@@ -75,10 +76,6 @@ TEST_CASE("tensor parallel: what is not wired with T > 1 is refused at its key",
   REQUIRE(e.size() == 1);
   CHECK(e[0] == "exp.yaml:15:3: dist.recovery: in_process with dist.tensor_parallel 2 is not supported (a regroup does "
                 "not rebuild the mesh's groups); use restart");
-  e = tp_errors_of(tp_with_dist(kTpGpt, "  tensor_parallel: 2\n  sharding: full\n"), 2);
-  REQUIRE(e.size() == 1);
-  CHECK(e[0] == "exp.yaml:15:3: dist.sharding: 'full' with dist.tensor_parallel 2 is not supported yet; use "
-                "dist.sharding: none");
   std::string ema = kTpGpt;
   ema.insert(ema.find("data:"), "  ema:\n    decay: 0.9\n");  // under train:
   e = tp_errors_of(tp_with_dist(ema, "  tensor_parallel: 2\n"), 2);

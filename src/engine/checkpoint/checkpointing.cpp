@@ -21,7 +21,8 @@ std::optional<GlobalState> gather_global_state(const RunObjects& objs) {
   io::NamedTensors live;
   for (auto& [name, t] : io::named_state(objs.model)) live.emplace_back(name, t.detach());
   for (auto& [name, t] : gather_global(objs.model, live)) g.model.emplace_back(name, t.to(torch::kCPU));
-  auto opt = optimizer_state_tensors(objs.optimizer, objs.model);  // CPU copies
+  // CPU copies of whole (TP-local) tensors; sharded over dp: gathered over it first (a collective)
+  auto opt = checkpoint_part(objs).whole_optimizer_state(objs.optimizer, objs.model);
   for (auto& [name, t] : opt) t = t.to(objs.device);               // the tp group's collectives run on the device
   for (auto& [name, t] : gather_global(objs.model, opt)) g.optimizer.emplace_back(name, t.to(torch::kCPU));
   return g;

@@ -48,7 +48,8 @@ inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
 }
 
 // Tensor parallel (checkpoint/tp_state.hpp): the model's and the optimizer's global tensors, gathered
-// over the tp group. Every rank calls it (a collective) before rank 0 captures; nullopt when no
+// over the tp group (an optimizer state sharded over dp gathered over dp first: the strategy part's
+// whole_optimizer_state). Every rank calls it (a collective) before rank 0 captures; nullopt when no
 // parameter is sharded.
 struct GlobalState {
   io::NamedTensors model, optimizer;

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <functional>
 #include <set>
 #include <stdexcept>
 
@@ -15,36 +16,81 @@ namespace {
 
 namespace tpl = tensor_parallel;
 
+// The checkpoint part of a tensor-parallel run: always the replicated layout (rank 0 writes the global
+// tensors that checkpointing's gather_global_state assembles over tp), whatever the inner strategy;
+// a sharded inner one (dp) hands over its optimizer state gathered over dp first and, on restore,
+// keeps its pieces of this rank's slices. So a checkpoint holds no layout: it resumes at any (dp, tp,
+// sharding).
+class TensorParallelCheckpoint final : public CheckpointPart {
+ public:
+  explicit TensorParallelCheckpoint(const DataParallel& inner) : inner_(inner) {}
+  io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
+    return inner_.checkpoint_part().whole_optimizer_state(opt, model);
+  }
+  void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                      const io::NamedTensors& full) const override {
+    inner_.checkpoint_part().load_optimizer(opt, model, full);
+  }
+
+ private:
+  const DataParallel& inner_;
+};
+
+// A hash of the trainable parameters' shapes and dtypes: a sharded strategy's layout is a function of
+// them (and of the config, the same on every rank), so equal hashes over tp mean that each tp rank's
+// pieces cover the same elements of its slice.
+int64_t shapes_hash(const std::vector<torch::Tensor>& params) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const auto& p : params) {
+    mix(static_cast<uint64_t>(p.scalar_type()));
+    for (auto d : p.sizes()) mix(static_cast<uint64_t>(d));
+  }
+  return static_cast<int64_t>(h >> 1);
+}
+
 // The strategy of a tensor-parallel run: the data-parallel strategy over the mesh's dp group (the
-// replicas are the dp ranks of one tp coordinate, their parameters this rank's TP slices), plus what
-// the tp group needs after backward. The inner strategy averages the gradients over dp; then the
-// partial gradients of sequence parallel are summed over tp (both linear: the order does not matter);
-// the norm is the mesh's (after the dp mean every dp replica holds the same gradients, so the tp
-// group's sum of the sharded squares plus the replicated ones once is the global norm); the fp16
-// overflow vote is the whole world's (tp peers see other gradients). At dp 1 the inner strategy is
-// over a group of one: no dp collective, no hook. Replicated only: a sharded inner strategy steps
-// pieces of the slices, whose norm and checkpoint layout this does not know (refused at config load).
+// replicas are the dp ranks of one tp coordinate, their parameters this rank's TP slices: replicated
+// DDP, or dist.sharding's pieces of the slices), plus what the tp group needs after backward. The
+// inner strategy averages the gradients over dp; then the partial gradients of sequence parallel are
+// summed over tp (both linear: the order does not matter; sharded, on the pieces, which cover the
+// same elements on every tp rank: prepare checks it); the norm is the mesh's (mesh_clip_grad_norm);
+// the fp16 overflow vote is the whole world's (tp peers see other gradients). At dp 1 the inner
+// strategy is over a group of one: no dp collective, no hook. The checkpoint part writes global
+// tensors whatever the inner layout (TensorParallelCheckpoint).
 class TensorParallelOver final : public DataParallel {
  public:
-  TensorParallelOver(dist::DistContext& dist, int64_t tp, int64_t dp, std::unique_ptr<DataParallel> inner)
-      : dist_(dist), tp_(tp), dp_(dp), inner_(std::move(inner)) {}
+  TensorParallelOver(dist::DistContext& dist, dist::Group& dp, int64_t tp, std::unique_ptr<DataParallel> inner)
+      : dist_(dist), dp_(dp), tp_(tp), inner_(std::move(inner)), checkpoint_(*inner_) {}
   std::string name() const override {
-    return "tensor parallel " + std::to_string(tp_) + " (data parallel " + std::to_string(dp_) +
-           (dp_ > 1 ? ": " + inner_->name() : "") + ")";
+    return "tensor parallel " + std::to_string(tp_) + " (data parallel " + std::to_string(dp_.size()) +
+           (dp_.size() > 1 ? ": " + inner_->name() : "") + ")";
   }
   void prepare(torch::nn::Module& module, const std::vector<torch::Tensor>& params) override {
     model_ = dynamic_cast<const models::Model*>(&module);
     if (!model_) throw std::logic_error("tensor parallel: the strategy needs a models::Model");
     inner_->prepare(module, params);  // dp rank 0's slices to its dp peers (the same: one seed), the buckets
-    std::set<std::string> partial;
-    for (const auto& [name, spec] : model_->shard_specs())
+    std::set<std::string> sharded, partial;
+    for (const auto& [name, spec] : model_->shard_specs()) {
+      if (!spec.replicated()) sharded.insert(name);
       if (spec.partial_grad) partial.insert(name);
-    std::set<const void*> trained;
-    for (const auto& p : params) trained.insert(p.unsafeGetTensorImpl());
-    for (const auto& p : module.named_parameters(/*recurse=*/true))
-      if (partial.count(p.key()) && trained.count(p.value().unsafeGetTensorImpl())) partial_.push_back(p.value());
+    }
+    std::set<const void*> sharded_params, partial_params;
+    for (const auto& p : module.named_parameters(/*recurse=*/true)) {
+      if (sharded.count(p.key())) sharded_params.insert(p.value().unsafeGetTensorImpl());
+      if (partial.count(p.key())) partial_params.insert(p.value().unsafeGetTensorImpl());
+    }
+    const auto& steps = inner_->step_params(params);
+    const auto sources = inner_->step_param_sources(params);
+    for (size_t i = 0; i < steps.size(); ++i) {
+      if (sharded_params.count(sources[i].unsafeGetTensorImpl())) sharded_.insert(steps[i].unsafeGetTensorImpl());
+      if (partial_params.count(sources[i].unsafeGetTensorImpl())) partial_.push_back(steps[i]);
+    }
+    // a collective of the tp group: decided by what every tp rank knows alike (the model's specs), not
+    // by this rank's pieces (a dp rank may own no piece of a partial-gradient parameter)
+    if (inner_->shards_gradients() && !partial.empty()) check_same_layout(params);
     spdlog::info("{}: tp rank {} of {} holds its slices of {} parameter tensors{}", name(), model_->tp_comm().rank(),
-                 tp_, model_->shard_specs().size() - partial.size(),
+                 tp_, sharded.size(),
                  partial.empty() ? "" : fmt::format(", sequence parallel ({} partial-gradient tensors)", partial_.size()));
   }
   void before_backward(bool last_micro_batch) override { inner_->before_backward(last_micro_batch); }
@@ -60,8 +106,14 @@ class TensorParallelOver final : public DataParallel {
   const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>& params) const override {
     return inner_->step_params(params);
   }
-  torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& params, double max_norm) override {
-    return tp_clip_grad_norm(params, *model_, max_norm);
+  std::vector<torch::Tensor> step_param_sources(const std::vector<torch::Tensor>& params) const override {
+    return inner_->step_param_sources(params);
+  }
+  bool shards_gradients() const override { return inner_->shards_gradients(); }
+  torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) override {
+    auto is_sharded = [this](const torch::Tensor& t) { return sharded_.count(t.unsafeGetTensorImpl()) > 0; };
+    return mesh_clip_grad_norm(step_params, is_sharded, inner_->shards_gradients() ? &dp_ : nullptr,
+                               model_->tp_comm(), max_norm);
   }
   void agree_flag(torch::Tensor& flag) override { dist_.all_reduce_sum_async(flag, "fp16 overflow")->wait(); }
   void after_step() override { inner_->after_step(); }
@@ -73,14 +125,29 @@ class TensorParallelOver final : public DataParallel {
   MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
     return inner_->memory_plan(model, optim);  // of this rank's slices, over its dp group
   }
-  const CheckpointPart& checkpoint_part() const override { return inner_->checkpoint_part(); }
+  const CheckpointPart& checkpoint_part() const override { return checkpoint_; }
 
  private:
+  // Sequence parallel over dp shards: the pieces of a partial-gradient slice are summed over tp
+  // element by element, so every tp rank must cut its slices into the same pieces.
+  void check_same_layout(const std::vector<torch::Tensor>& params) const {
+    auto& comm = model_->tp_comm();
+    auto mine = torch::tensor({shapes_hash(params)}, torch::kInt64).to(params.front().device());
+    auto all = comm.all_gather(mine, 0).cpu();
+    for (int64_t r = 0; r < comm.size(); ++r)
+      if (all[r].item<int64_t>() != all[0].item<int64_t>())
+        throw std::invalid_argument("dist.sequence_parallel with dist.sharding: tp rank " + std::to_string(r) +
+                                    " holds parameters of other shapes than tp rank 0, so their shards differ");
+  }
+
   dist::DistContext& dist_;
-  int64_t tp_, dp_;
+  dist::Group& dp_;
+  int64_t tp_;
   std::unique_ptr<DataParallel> inner_;  // over the mesh's dp group
+  TensorParallelCheckpoint checkpoint_;
   const models::Model* model_ = nullptr;
-  std::vector<torch::Tensor> partial_;  // sequence parallel's partial_grad parameters
+  std::set<const void*> sharded_;       // the step params cut from TP-sharded parameters
+  std::vector<torch::Tensor> partial_;  // the step params of sequence parallel's partial_grad parameters
 };
 
 torch::Tensor squared_norm(const std::vector<torch::Tensor>& grads, const torch::TensorOptions& opts) {
@@ -115,32 +182,29 @@ dist::LaunchEnv TensorParallelRun::data_env(const dist::LaunchEnv& env) const {
 
 std::unique_ptr<DataParallel> TensorParallelRun::make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const {
   if (!mesh_) return make_data_parallel(dist, dist.world_group(), cfg);
-  const int64_t dp = mesh_->size(dist::MeshDim::DP);
-  if (cfg.sharding != config::Sharding::None)  // config load refuses it first; this guards other callers
-    throw std::invalid_argument("dist.tensor_parallel " + std::to_string(size()) + " with dist.sharding '" +
-                                config::name_of(cfg.sharding) + "' is not supported yet (dist.sharding none)");
-  auto inner = make_data_parallel(dist, mesh_->group(dist::MeshDim::DP), cfg);  // replicated DDP over dp
-  return std::make_unique<TensorParallelOver>(dist, size(), dp, std::move(inner));
+  auto& dp = mesh_->group(dist::MeshDim::DP);
+  auto inner = make_data_parallel(dist, dp, cfg);  // replicated DDP or dist.sharding's, over dp
+  return std::make_unique<TensorParallelOver>(dist, dp, size(), std::move(inner));
 }
 
-torch::Tensor tp_clip_grad_norm(const std::vector<torch::Tensor>& params, const models::Model& model, double max_norm) {
-  std::set<const void*> sharded;
-  const auto specs = model.shard_specs();
-  std::set<std::string> sharded_names;
-  for (const auto& [name, spec] : specs)
-    if (!spec.replicated()) sharded_names.insert(name);
-  for (const auto& p : model.named_parameters(/*recurse=*/true))
-    if (sharded_names.count(p.key())) sharded.insert(p.value().unsafeGetTensorImpl());
+torch::Tensor mesh_clip_grad_norm(const std::vector<torch::Tensor>& step_params,
+                                  const std::function<bool(const torch::Tensor&)>& tp_sharded, dist::Group* dp,
+                                  tpl::Communicator& tp, double max_norm) {
   std::vector<torch::Tensor> own, replicated;
   torch::TensorOptions opts = torch::TensorOptions().dtype(torch::kFloat64);
-  for (const auto& p : params) {
+  if (dp) opts = opts.device(dp->device());  // a dp rank may own no piece with a gradient
+  for (const auto& p : step_params) {
     if (!p.grad().defined()) continue;
     opts = opts.device(p.grad().device());
-    (sharded.count(p.unsafeGetTensorImpl()) ? own : replicated).push_back(p.grad());
+    (tp_sharded(p) ? own : replicated).push_back(p.grad());
   }
-  auto sq = squared_norm(own, opts);  // every tp rank reaches the all-reduce, with or without gradients
-  model.tp_comm().all_reduce(sq, tpl::ReduceOp::Sum);
-  auto total = (sq + squared_norm(replicated, opts)).sqrt().to(torch::kFloat32);
+  // [sharded, replicated]; every rank reaches the collectives, with or without gradients
+  auto sq = torch::stack({squared_norm(own, opts), squared_norm(replicated, opts)});
+  if (dp) dp->all_reduce(sq, dist::Reduce::Sum, "grad norm");  // the dp shards' pieces of each slice
+  // the slices summed over tp; a replicated gradient is the same on every tp rank: tp rank 0's, once
+  if (tp.rank() != 0) sq.select(0, 1).zero_();
+  tp.all_reduce(sq, tpl::ReduceOp::Sum);
+  auto total = sq.sum().sqrt().to(torch::kFloat32);
   if (max_norm > 0) {
     std::vector<torch::Tensor> grads = own;
     grads.insert(grads.end(), replicated.begin(), replicated.end());

@@ -4,6 +4,7 @@
 // today's: the model over solo(), make_data_parallel over the world.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "dist/device_mesh.hpp"
@@ -28,9 +29,9 @@ class TensorParallelRun {
   dist::LaunchEnv data_env(const dist::LaunchEnv& env) const;
   double seconds() const { return comm_ ? comm_->seconds() : 0.0; }  // in the tp group's collectives so far
   // The run's strategy over the current group: at T = 1 make_data_parallel's over the world; else
-  // replicated DDP over the mesh's dp group (a group of one at dp 1) with the tp group's
-  // after-backward sums, norm and world-wide fp16 vote. std::invalid_argument for dist.sharding other
-  // than none with T > 1 (not supported yet).
+  // make_data_parallel's (replicated DDP or dist.sharding's) over the mesh's dp group (a group of one
+  // at dp 1: nothing shared) with the tp group's after-backward sums, norm and world-wide fp16 vote,
+  // and a checkpoint part that writes global tensors.
   std::unique_ptr<DataParallel> make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const;
 
  private:
@@ -39,9 +40,14 @@ class TensorParallelRun {
   bool sequence_parallel_ = false;
 };
 
-// The gradient norm of a tensor-parallel model's gradients: the squared norms of the sharded
-// parameters summed over the tp group, the replicated ones (the same on every tp rank) counted once.
-// A collective of the tp group. Clips to max_norm (0 = off) as engine::clip_grad_norm does.
-torch::Tensor tp_clip_grad_norm(const std::vector<torch::Tensor>& params, const models::Model& model, double max_norm);
+// The global gradient norm of a tensor-parallel model's step params (DataParallel::step_params: whole
+// gradients, or this rank's pieces of them when `dp` is given: the strategy shards them over dp),
+// which it returns after clipping their gradients to max_norm (0 = off) as engine::clip_grad_norm
+// does. `tp_sharded(p)`: p is (a piece of) a TP slice. The squares of each kind are summed over dp
+// (when sharded), then those of the slices over tp, the replicated ones (the same on every tp rank)
+// counted once: tp rank 0's. A collective of dp (when given) and of the tp group, on every rank.
+torch::Tensor mesh_clip_grad_norm(const std::vector<torch::Tensor>& step_params,
+                                  const std::function<bool(const torch::Tensor&)>& tp_sharded, dist::Group* dp,
+                                  tensor_parallel::Communicator& tp, double max_norm);
 
 }  // namespace trainer::engine

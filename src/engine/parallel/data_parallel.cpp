@@ -32,6 +32,11 @@ void CheckpointPart::load_optimizer(torch::optim::Optimizer& opt, const torch::n
   load_optimizer_state(opt, model, full);
 }
 
+io::NamedTensors CheckpointPart::whole_optimizer_state(const torch::optim::Optimizer& opt,
+                                                      const torch::nn::Module& model) const {
+  return optimizer_state_tensors(opt, model);
+}
+
 const CheckpointPart& replicated_checkpoint_part() {
   static const CheckpointPart part;
   return part;

@@ -45,6 +45,10 @@ class CheckpointPart {
   virtual std::string shard_group() const { return ""; }
   virtual io::NamedTensors shard_tensors(const torch::optim::Optimizer&, const torch::nn::Module&) const { return {}; }
   virtual nlohmann::json shard_layout(const torch::nn::Module&) const { return nullptr; }
+  // This rank's optimizer state in the replicated layout, whole tensors per parameter name (what
+  // optimizer.safetensors holds): a tensor-parallel run gathers it over tp before rank 0 writes it.
+  // Sharded: the pieces gathered over the dp group, a collective of it (every dp rank, the same point).
+  virtual io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const;
   // Loads optimizer state given in the replicated layout (whole tensors per parameter name).
   virtual void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                               const io::NamedTensors& full) const;
@@ -79,6 +83,16 @@ class DataParallel {
   virtual const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>& params) const {
     return params;
   }
+  // For each tensor of step_params(params), in its order, the parameter of `params` whose gradient it
+  // holds: the tensor itself when replicated, the parameter a sharded strategy's piece is cut from
+  // (so a wrapper tells the pieces of tensor-parallel slices from those of replicated parameters).
+  virtual std::vector<torch::Tensor> step_param_sources(const std::vector<torch::Tensor>& params) const {
+    return params;
+  }
+  // True when the gradients of step_params() are this rank's part of gradients sharded over the dp
+  // group (a sum of their squares is summed over the dp group for the whole); false when each rank
+  // holds whole gradients.
+  virtual bool shards_gradients() const { return false; }
   // Clips the gradients of step_params() to max_norm (0 = off) by their global norm, which it
   // returns. Sharded: the squared norms of the slices are summed over the dp group first (the norm
   // of this rank's whole, TP-local, gradient).

@@ -81,6 +81,80 @@ nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module
 
 namespace {
 
+// The tensor of `field` in one parameter's state, undefined when it keeps none.
+torch::Tensor state_field(const torch::optim::OptimizerParamState& st, const std::string& field) {
+  torch::Tensor out;
+  visit_state_tensors(st, [&](const char* f, const torch::Tensor& t) {
+    if (field == f) out = t;
+  });
+  return out;
+}
+
+}  // namespace
+
+io::NamedTensors gather_shard_optimizer(const dist::ShardSync& sync, dist::Group& dp, const torch::optim::Optimizer& opt,
+                                        const torch::nn::Module& model) {
+  torch::NoGradGuard no_grad;
+  (void)optim_state_kind(opt);  // SGD or AdamW, else a clear error
+  const auto names = shard_param_names(sync, model);
+  std::vector<std::string> fields;
+  for (const std::string f : all_optim_state_names())
+    if (f != "step") fields.push_back(f);
+  const size_t n = sync.params().size(), nf = fields.size();
+  auto state_of = [&](const dist::OwnedPiece& pc) -> const torch::optim::OptimizerParamState* {
+    auto it = opt.state().find(pc.value.unsafeGetTensorImpl());
+    return it == opt.state().end() ? nullptr : it->second.get();
+  };
+  // What the ranks hold, agreed by a MAX over dp (a rank may own no piece of a parameter): per field,
+  // whether some piece keeps it; per parameter 0 (no state anywhere), 1 (state, no step: SGD) or its
+  // AdamW step + 2 (the same in every piece)
+  auto held = torch::zeros({static_cast<int64_t>(nf + n)}, torch::kInt64);
+  auto h = held.accessor<int64_t, 1>();
+  for (const auto& pc : sync.pieces()) {
+    const auto* st = state_of(pc);
+    if (!st) continue;
+    for (size_t f = 0; f < nf; ++f)
+      if (state_field(*st, fields[f]).defined()) h[f] = 1;
+    const auto step = state_step(*st);
+    h[nf + pc.param] = step ? *step + 2 : 1;
+  }
+  held = held.to(dp.device());
+  dp.all_reduce(held, dist::Reduce::Max, "optimizer state held");
+  held = held.cpu().contiguous();
+  const std::vector<int64_t> g(held.data_ptr<int64_t>(), held.data_ptr<int64_t>() + held.numel());
+  // each field, bucket by bucket: every rank's owned chunk (zeros where it keeps nothing) gathered
+  std::vector<std::map<std::string, torch::Tensor>> whole(n);
+  for (size_t bi = 0; bi < sync.buckets().size(); ++bi) {
+    const auto& b = sync.buckets()[bi];
+    for (size_t f = 0; f < nf; ++f) {
+      if (g[f] == 0) continue;
+      auto chunk = torch::zeros({b.chunk}, b.flat_param.options());
+      for (const auto& pc : sync.pieces()) {
+        const auto* st = pc.bucket == bi ? state_of(pc) : nullptr;
+        if (auto t = st ? state_field(*st, fields[f]) : torch::Tensor(); t.defined())
+          chunk.narrow(0, pc.chunk_offset, pc.len).copy_(t.reshape({-1}));
+      }
+      const auto flat = dp.all_gather(chunk, 0, "optimizer state " + fields[f]);  // (padded)
+      for (size_t j = 0; j < b.params.size(); ++j) {
+        const auto& p = sync.params()[b.params[j]];
+        if (g[nf + b.params[j]] == 0) continue;
+        // the parameter's elements in storage order, as its bucket holds them
+        auto view = flat.as_strided(p.sizes(), p.strides(), flat.storage_offset() + b.offsets[j]);
+        whole[b.params[j]][fields[f]] = torch::empty(p.sizes(), flat.options().device(torch::kCPU)).copy_(view);
+      }
+    }
+  }
+  io::NamedTensors out;  // in parameter order, step first: optimizer_state_tensors' form
+  for (size_t i = 0; i < n; ++i) {
+    if (g[nf + i] > 1) out.emplace_back(names[i] + ".step", torch::tensor(g[nf + i] - 2, torch::kInt64));
+    for (const auto& f : fields)
+      if (auto it = whole[i].find(f); it != whole[i].end()) out.emplace_back(names[i] + "." + f, it->second);
+  }
+  return out;
+}
+
+namespace {
+
 using ShardMaps = std::vector<std::map<std::string, torch::Tensor>>;  // per rank: its shard's tensors
 
 // One state field of one parameter assembled from every rank's piece into its global shape;

@@ -7,7 +7,9 @@
 //                                            shape and strides and every rank's [begin, begin+len)
 //
 // r and N are the dp group's rank and size (ShardSync's group): the world's without tensor parallel;
-// "world_size" in state.json is that N.
+// "world_size" in state.json is that N. With tensor parallel no shard files are written: the state is
+// gathered over dp (gather_shard_optimizer), then over tp, into the global tensors rank 0 writes as
+// optimizer.safetensors (engine/loop/tp_run's checkpoint part).
 //
 // The store's manifest holds each shard file's sha256 and size, so a missing or corrupt shard is
 // refused naming the file. Loading always goes through the replicated layout (whole tensors per
@@ -40,16 +42,23 @@ nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module
 // assembled by their layout. Throws io::CheckpointError naming the file that lacks a piece.
 io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, const std::filesystem::path& from);
 
+// This rank's whole parameters' optimizer state in the replicated layout ("<param>.<field>" in the
+// parameter's shape, "<param>.step"), the pieces of every rank of the sync's group `dp` all-gathered
+// bucket by bucket: a collective of `dp`. Tensor parallel writes these (gathered over tp) instead of
+// shard files, so the checkpoint holds global tensors whatever the layout.
+io::NamedTensors gather_shard_optimizer(const dist::ShardSync& sync, dist::Group& dp, const torch::optim::Optimizer& opt,
+                                        const torch::nn::Module& model);
+
 // Replaces the optimizer's state (keyed by the pieces) by this rank's slices of `full`.
 void load_shard_optimizer(const dist::ShardSync& sync, torch::optim::Optimizer& opt, const torch::nn::Module& model,
                           const io::NamedTensors& full);
 
 // A sharded strategy's part of a checkpoint (DataParallel::checkpoint_part): the functions above over
-// its sync, for rank `rank` of the `world` ranks of its dp group (the sync's group: the world
-// without tensor parallel).
+// its sync and the sync's group `dp` (the world without tensor parallel, both outlive this).
 class ShardedCheckpoint final : public CheckpointPart {
  public:
-  ShardedCheckpoint(const dist::ShardSync& sync, int64_t rank, int64_t world) : sync_(sync), rank_(rank), world_(world) {}
+  ShardedCheckpoint(const dist::ShardSync& sync, dist::Group& dp)
+      : sync_(sync), dp_(dp), rank_(dp.rank()), world_(dp.size()) {}
   bool sharded_state() const override { return true; }
   std::string shard_group() const override { return shard_group_name(rank_, world_); }
   io::NamedTensors shard_tensors(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
@@ -62,10 +71,14 @@ class ShardedCheckpoint final : public CheckpointPart {
                       const io::NamedTensors& full) const override {
     load_shard_optimizer(sync_, opt, model, full);
   }
+  io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
+    return gather_shard_optimizer(sync_, dp_, opt, model);
+  }
 
  private:
   const dist::ShardSync& sync_;
-  int64_t rank_, world_;
+  dist::Group& dp_;
+  int64_t rank_, world_;  // in the dp group, as the shard files are named
 };
 
 }  // namespace trainer::engine

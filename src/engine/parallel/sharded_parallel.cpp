@@ -79,7 +79,7 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
     sync_ = std::make_unique<dist::ShardSync>(dp_, params, cfg_.bucket_mb, mode);
   }
   pieces_ = sync_->piece_values();
-  checkpoint_ = std::make_unique<ShardedCheckpoint>(*sync_, dp_.rank(), dp_.size());  // shard r of the dp group
+  checkpoint_ = std::make_unique<ShardedCheckpoint>(*sync_, dp_);  // shard r of the dp group
   int64_t owned = 0, padded = 0;
   for (const auto& pc : sync_->pieces()) owned += pc.len;
   for (const auto& b : sync_->buckets()) padded += b.padded;
@@ -127,6 +127,12 @@ std::unique_ptr<torch::optim::Optimizer> ShardedParallel::make_optimizer(const c
     if (it != group_of.end()) plans[it->second].params.push_back(pc.value);
   }
   return build_optimizer(cfg, plans);
+}
+
+std::vector<torch::Tensor> ShardedParallel::step_param_sources(const std::vector<torch::Tensor>&) const {
+  std::vector<torch::Tensor> out;
+  for (const auto& pc : sync_->pieces()) out.push_back(sync_->params()[pc.param]);
+  return out;
 }
 
 torch::Tensor ShardedParallel::clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) {

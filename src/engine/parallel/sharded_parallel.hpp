@@ -39,6 +39,8 @@ class ShardedParallel final : public DataParallel {
   const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>&) const override {
     return pieces_;
   }
+  std::vector<torch::Tensor> step_param_sources(const std::vector<torch::Tensor>&) const override;
+  bool shards_gradients() const override { return true; }
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) override;
   void agree_flag(torch::Tensor& flag) override;
   void after_step() override { sync_->gather_params(); }
