@@ -50,14 +50,17 @@ void check_two_ranks_stop(const std::string& format, Change change, const std::s
   const std::string what = d.file.string() + ": the data file changed while the run was using it: " +
                            what_of(change, d, size_before);
   const std::regex saved("saved a checkpoint at step (\\d+); exiting with code 65");
-  std::smatch m;
+  std::vector<int64_t> steps;  // the step each rank says it saved at
   for (int r : {0, 1}) {
     const std::string own = rank_log(dir, r);
     INFO("rank " << r << ":\n" << own);
     CHECK(contains(own, what));
+    std::smatch m;
     REQUIRE(std::regex_search(own, m, saved));
+    steps.push_back(std::stoll(m[1].str()));
   }
-  const int64_t step = std::stoll(m[1].str());
+  CHECK(steps[0] == steps[1]);
+  const int64_t step = steps[0];
   CHECK(step > 3);
   CHECK(step >= last_train_step(run.metrics()));  // at or after the last record
   CHECK(fs::exists(dir / ("runs/exp/checkpoints/step-" + std::to_string(step)) / "manifest.json"));
