@@ -176,8 +176,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.c("on_bad_sample", d.on_bad_sample, {"error", "skip"}, "A sample that fails to decode: stop, or skip and count it.");
   k.e("on_change", d.on_change,
       "A data file truncated, deleted, replaced or modified while the run uses it (checked at each epoch boundary "
-      "and when a read fails): error saves a checkpoint and exits 65, naming the file; reload reopens the data, "
-      "logs it and goes on from the start of the next epoch (single-process runs; see docs/RELIABILITY.md).");
+      "and when a read fails; several ranks agree at the step-boundary vote): error saves a checkpoint and exits "
+      "65 on every rank, naming the file; reload reopens the data on every rank together, logs it and goes on from "
+      "the start of the next epoch (see docs/RELIABILITY.md).");
   k.i("limit_samples", d.limit_samples, 0, 9.2e18, "Use only the first N training samples (0 = all).");
   k.f("bytes_per_token", d.bytes_per_token, 0, 1e6,
       "tokens: mean bytes of text per token (e.g. about 4.2 for GPT-2 BPE on English web text), so that eval reports "

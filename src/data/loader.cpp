@@ -167,6 +167,17 @@ void DataLoader::restore(const LoaderState& s) {
 
 int64_t DataLoader::batches_per_epoch() const { return sampler_.batches_per_epoch(); }
 
+bool DataLoader::check_due(int64_t n) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SamplerPosition pos = delivered_;  // the plans of the next n deliveries, as next() will make them
+  for (int64_t i = 0; i < n; ++i) {
+    const auto plan = sampler_.next(pos);
+    if (!plan) return false;
+    if (plan->epoch != checked_epoch_) return true;
+  }
+  return false;
+}
+
 int64_t DataLoader::live_workers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(workers_.size());

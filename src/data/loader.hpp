@@ -73,6 +73,11 @@ class DataLoader {
   LoaderState state() const;    // position after the last batch returned
   void restore(const LoaderState& s);  // the next batches are exactly those that would have followed
   int64_t batches_per_epoch() const;   // per rank
+  // Whether one of the next `n` batches is checked against the files before it is handed over (the
+  // first of an epoch, or the first after a restore): a multi-rank run agrees on the files' state
+  // before such a step (engine/loop/world_recovery.hpp), as ranks cannot agree on a change found
+  // inside a step. The same answer on every rank (a pure function of the global position).
+  bool check_due(int64_t n) const;
   const Dataset& dataset() const { return *dataset_; }
   int64_t live_workers() const;        // threads currently running (for tests)
 

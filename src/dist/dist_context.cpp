@@ -299,4 +299,46 @@ std::vector<bool> DistContext::any_of(const std::vector<bool>& flags) {
 }
 
 
+std::string DistContext::first_text(const std::string& mine, const std::string& what) {
+  if (!active()) return mine;
+  constexpr int64_t kTextBytes = 2048;  // a file path and what happened to it
+  auto buf = torch::zeros({kTextBytes}, torch::kUInt8);
+  std::memcpy(buf.data_ptr(), mine.data(), std::min<size_t>(mine.size(), kTextBytes - 1));
+  auto all = all_gather(buf.to(device_), what).cpu();  // (world, kTextBytes)
+  for (int64_t r = 0; r < world_size_; ++r) {
+    auto row = all[r].contiguous();
+    std::string s(reinterpret_cast<const char*>(row.data_ptr()), kTextBytes);
+    s = s.substr(0, s.find('\0'));
+    if (!s.empty()) return s;
+  }
+  return "";
+}
+
+namespace {
+std::string note_key(const std::string& ns, int64_t rank) { return ns + "note/" + std::to_string(rank); }
+}  // namespace
+
+void DistContext::leave_note(const std::string& text) {
+  if (!active() || !impl_ || !impl_->store) return;
+  try {
+    impl_->store->set(note_key(impl_->key_ns, rank_), std::vector<uint8_t>(text.begin(), text.end()));
+  } catch (const std::exception&) {  // the store is gone: the peers say "a peer was lost"
+  }
+}
+
+std::string DistContext::peer_note() {
+  if (!active() || !impl_ || !impl_->store) return "";
+  try {
+    for (int64_t r = 0; r < world_size_; ++r) {
+      if (r == rank_) continue;
+      const auto key = note_key(impl_->key_ns, r);
+      if (!impl_->store->check({key})) continue;
+      const auto v = impl_->store->get(key);
+      return "rank " + std::to_string(r) + ": " + std::string(v.begin(), v.end());
+    }
+  } catch (const std::exception&) {
+  }
+  return "";
+}
+
 }  // namespace trainer::dist

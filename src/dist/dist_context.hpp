@@ -129,6 +129,17 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   void broadcast_tensor(torch::Tensor& t, const std::string& what);
   // Several any() flags in one all-reduce.
   std::vector<bool> any_of(const std::vector<bool>& flags);
+  // The first non-empty `mine` of the ranks (in rank order), on every rank: what one rank found
+  // when the ranks agreed that some rank found something (a changed data file). One all-gather.
+  std::string first_text(const std::string& mine, const std::string& what);
+
+  // A rank that ends the job on its own, between collectives its peers may already wait in (a data
+  // file changed under a step it cannot finish), leaves why in the store first: a peer whose
+  // collective then fails reads it (peer_note) and says why instead of "a peer was lost". Keyed by
+  // rank; nothing when inactive. peer_note: the first note another rank left, "" when none or when
+  // the store cannot be read (rank 0 hosted it and is gone).
+  void leave_note(const std::string& text);
+  std::string peer_note();
 
   // TRAINER_INJECT_KILL at an engine moment (tests and drills of dist.recovery in_process):
   // RANK:save:STEP (the checkpoint of STEP written but its manifest, i.e. mid-save), RANK:eval:STEP

@@ -331,6 +331,8 @@ class RankGroup {
         kill_at_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
         signal_all(SIGTERM);
       }
+    } else if (code != 0 && terminating_) {  // each rank's own ending after a failure (65 on every rank, ...)
+      write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(code) + "\n");
     }
   }
 

@@ -91,8 +91,16 @@ TEST_CASE("world recovery: a world of one steps, records and agrees alone", "[un
   CHECK(r.last_grad_norm().item<double>() == 1.5);
   r.recorded();
   CHECK(r.samples_at(5) == 60);
-  // no signal and no recovery store: no stop, nobody to admit
-  CHECK_FALSE(r.agree_stop(/*step=*/10, /*log_step=*/false, /*final_step=*/false));
+  // no signal and no recovery store: no stop, nobody to admit; one process does not look at its data
+  // here (its loader's own check ends the run: no peer to agree with)
+  bool looked = false;
+  const auto b = r.agree_stop(/*step=*/10, /*log_step=*/false, /*final_step=*/false, /*data_due=*/true, [&] {
+    looked = true;
+    return std::string("changed");
+  });
+  CHECK_FALSE(b.stop);
+  CHECK(b.data_change.empty());
+  CHECK_FALSE(looked);
   CHECK_FALSE(r.grow_due());
   CHECK(parts.rebuilt == 0);
 }

@@ -283,18 +283,15 @@ int CheckpointManager::stop_for_signal(int64_t step, int64_t start_step) {
 }
 
 int CheckpointManager::stop_for_data_change(int64_t step, int64_t start_step, const std::string& what) {
-  if (dist_ && dist_->active()) {
-    spdlog::error("{}; this rank stops without a checkpoint (a multi-rank run cannot agree on a save here: the last "
-                  "periodic checkpoint stays) and exits with code {}",
-                  what, kExitDataChanged);
-  } else if (step == start_step) {
+  if (step == start_step) {
     spdlog::error("{}; nothing new to save before step {}; exiting with code {}", what, step + 1, kExitDataChanged);
   } else {
-    save(step, SaveKind::DataChanged);
+    save(step, SaveKind::DataChanged);  // every rank: they agreed on the change at this step boundary
     spdlog::error("{}; saved a checkpoint at step {}; exiting with code {} (run the same command again to resume "
                   "on the data as they are now)",
                   what, step, kExitDataChanged);
   }
+  if (dist_) dist_->barrier();
   return kExitDataChanged;
 }
 

@@ -70,10 +70,10 @@ class CheckpointManager {
   // to save: the run resumes where it stands). A save that fails throws (exit 74) instead.
   int stop_for_signal(int64_t step, int64_t start_step);
 
-  // A data file changed under the run (data.on_change error, or a reload that failed): the same
-  // as a stop signal's checkpoint at this step boundary, then kExitDataChanged (65). A multi-rank
-  // run cannot agree on a save with ranks that may still be in a step: it exits without one (the
-  // periodic checkpoints stay). A save that fails throws (exit 74).
+  // A data file changed under the run (data.on_change error, or a reload that failed), agreed by
+  // every rank at this step boundary (engine/loop/data_change.hpp): the same as a stop signal's
+  // checkpoint (every rank, sharded strategies included, then a barrier), then kExitDataChanged
+  // (65). A save that fails throws (exit 74).
   int stop_for_data_change(int64_t step, int64_t start_step, const std::string& what);
 
   // checkpoint.requeue under SLURM: `scontrol requeue` this job (rank 0) before exiting 75.

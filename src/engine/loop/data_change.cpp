@@ -5,35 +5,90 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-namespace trainer::engine {
+#include "config/exit_codes.hpp"
 
-std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, const data::DataChanged& change,
-                                                const data::Dataset& old_train, const data::LoaderState& pos,
-                                                int64_t step, bool multi_rank) {
-  if (cfg.data.on_change != config::OnChange::Reload) return std::nullopt;
-  if (multi_rank) {
-    spdlog::error("data.on_change: reload is for one-process runs; this multi-rank run stops instead");
-    return std::nullopt;
+namespace trainer::engine {
+namespace {
+
+// This rank's reopened data: the datasets, or the error that stops the run.
+data::DatasetPair reopen_here(const config::RunConfig& cfg, const data::Dataset& old_train) {
+  auto fresh = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
+  if (fresh.train->sample_shape() != old_train.sample_shape())
+    throw data::DataError(fmt::format("{}: the reopened training samples have shape {}, before {}", cfg.data.path,
+                                      fmt::join(fresh.train->sample_shape(), "x"),
+                                      fmt::join(old_train.sample_shape(), "x")));
+  if (fresh.train->size() < cfg.train.batch_size)
+    throw data::DataError(fmt::format("{}: {} training samples now, fewer than one batch of {}", cfg.data.path,
+                                      fresh.train->size(), cfg.train.batch_size));
+  return fresh;
+}
+
+// Several ranks: every one reopened, and they count the same samples (a file that changed again
+// between their reopens would give their samplers different orders). "" agreed, else why not.
+std::string reopen_disagreement(dist::DistContext& dist, bool ok, int64_t size) {
+  if (!dist.active()) return "";
+  auto mine = torch::tensor({ok ? int64_t{1} : int64_t{0}, size}, torch::kInt64).to(dist.device());
+  const auto all = dist.all_gather(mine, "data reload").cpu();
+  for (int64_t r = 0; r < dist.world_size(); ++r) {
+    if (all[r][0].item<int64_t>() == 0) return fmt::format("rank {} could not reopen the data (its log says why)", r);
+    if (all[r][1].item<int64_t>() != all[0][1].item<int64_t>())
+      return fmt::format("rank {} counts {} training samples, rank 0 {}", r, all[r][1].item<int64_t>(),
+                         all[0][1].item<int64_t>());
   }
+  return "";
+}
+
+}  // namespace
+
+std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, const std::string& change,
+                                                const data::Dataset& old_train, const data::LoaderState& pos,
+                                                int64_t step, dist::DistContext& dist) {
+  if (cfg.data.on_change != config::OnChange::Reload) return std::nullopt;
   ReopenedData r;
   try {
-    r.data = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
-    if (r.data.train->sample_shape() != old_train.sample_shape())
-      throw data::DataError(fmt::format("{}: the reopened training samples have shape {}, before {}", cfg.data.path,
-                                        fmt::join(r.data.train->sample_shape(), "x"),
-                                        fmt::join(old_train.sample_shape(), "x")));
-    if (r.data.train->size() < cfg.train.batch_size)
-      throw data::DataError(fmt::format("{}: {} training samples now, fewer than one batch of {}", cfg.data.path,
-                                        r.data.train->size(), cfg.train.batch_size));
+    r.data = reopen_here(cfg, old_train);
   } catch (const data::DataError& e) {
     spdlog::error("data.on_change: reload: the changed data cannot be reopened: {}", e.what());
+  }
+  const bool ok = r.data.train != nullptr;
+  if (const auto why = reopen_disagreement(dist, ok, ok ? r.data.train->size() : 0); !why.empty()) {
+    if (ok) spdlog::error("data.on_change: reload: the ranks cannot go on together: {}", why);
     return std::nullopt;
   }
+  if (!ok) return std::nullopt;
   r.resume_at = {pos.samples_consumed > 0 ? pos.epoch + 1 : pos.epoch, 0};
-  spdlog::warn("{}; data.on_change: reload: reopened the data ({}, was {} samples); training goes on at step {} "
+  const std::string ranks = dist.active() ? fmt::format(" on all {} ranks together", dist.world_size()) : "";
+  spdlog::warn("{}; data.on_change: reload: reopened the data ({}, was {} samples){}; training goes on at step {} "
                "from the start of epoch {} (the run keeps its length in steps)",
-               change.what(), r.data.train->describe(), old_train.size(), step + 1, r.resume_at.epoch);
+               change, r.data.train->describe(), old_train.size(), ranks, step + 1, r.resume_at.epoch);
   return r;
+}
+
+std::string look_at_files(const data::Dataset& train) {
+  try {
+    train.check_unchanged();
+    return "";
+  } catch (const data::DataChanged& e) {
+    return e.what();
+  }
+}
+
+int stop_alone_for_data_change(dist::DistContext& dist, const std::string& what, int64_t step) {
+  dist.leave_note(what);
+  spdlog::error("{}; found inside step {} on this rank, while the other ranks may be in the step's collectives: no "
+                "checkpoint can be agreed here, the last saved one stays (the run resumes from it); exiting with code "
+                "{}, and the other ranks too",
+                what, step + 1, kExitDataChanged);
+  return kExitDataChanged;
+}
+
+std::optional<int> stop_after_peer_data_change(dist::DistContext& dist, const std::string& failure, int64_t step) {
+  const std::string note = dist.peer_note();
+  if (note.empty()) return std::nullopt;
+  spdlog::error("{}; that rank stopped inside step {} and this rank's collective failed ({}): no checkpoint can be "
+                "agreed here, the last saved one stays (the run resumes from it); exiting with code {}",
+                note, step + 1, failure, kExitDataChanged);
+  return kExitDataChanged;
 }
 
 }  // namespace trainer::engine

@@ -54,8 +54,10 @@ class Trainer final : public WorldParts {
     const int rc = dist_->joining() && !join_running_group() ? kExitOk : train_loop();
     // after a stop signal's checkpoint the process is on its way out: the handlers stay, so that more
     // signals of the burst (schedulers repeat SIGTERM) cannot kill it before exit 75 (found by the
-    // SIGTERM-burst test once saves got faster); otherwise the previous handlers come back
-    if (rc != kExitSavedAfterSignal) restore_stop_handlers();
+    // SIGTERM-burst test once saves got faster); so after a data change's exit 65, which the other
+    // ranks reach too while `trainer launch` may already be terminating them; otherwise the previous
+    // handlers come back
+    if (rc != kExitSavedAfterSignal && rc != kExitDataChanged) restore_stop_handlers();
     return rc;
   }
 
@@ -200,10 +202,18 @@ class Trainer final : public WorldParts {
   }
 
   // --- the loop ----------------------------------------------------------------------------------
-  // Signals only set a flag; every rank acts on it at the same step boundary (WorldRecovery::agree_stop).
-  bool stop_agreed(int64_t step, bool log_step) { return recovery_->agree_stop(step, log_step, step_is_final(step)); }
+  enum class Next { Go, Signal, EarlyStop, DataChanged };
+  // Signals only set a flag, and a rank's look at its data files is its own: every rank acts on them
+  // at the same step boundary (WorldRecovery::agree_stop). A change agreed is kept in agreed_change_.
+  Next boundary_vote(int64_t step, bool log_step) {
+    const auto b = recovery_->agree_stop(step, log_step, step_is_final(step),
+                                         train_loader_->check_due(recovery_->grad_accum()),
+                                         [this] { return look_at_files(*train_set_); });
+    agreed_change_ = b.data_change;
+    if (!agreed_change_.empty()) return Next::DataChanged;
+    return b.stop ? Next::Signal : Next::Go;
+  }
 
-  enum class Next { Go, Signal, EarlyStop };
   // One step (loop_.step advances) and what follows it: the non-finite policy, the record, the stop
   // check, checkpoint and evaluation, an agreed growth. The recovery component hears how far it got.
   Next step_and_after() {
@@ -222,7 +232,7 @@ class Trainer final : public WorldParts {
     records_->log().step_done(step);
     if (log_step) records_->train(step, outcome.grad_norm, record_sources(step));
     recovery_->recorded();
-    if (stop_agreed(step, log_step)) return Next::Signal;
+    if (const Next n = boundary_vote(step, log_step); n != Next::Go) return n;
     const bool early = milestones_.after_step(step, step_is_final(step), *ckpt_);  // periodic save, evaluation
     if (early) evaluation_->log_early_stop(step);
     if (recovery_->grow_due() && !early) recovery_->grow(step);  // last: a joiner's first collective is the next step's
@@ -249,11 +259,15 @@ class Trainer final : public WorldParts {
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
       return kExitOk;
     }
-    // (a replacement joined the others mid-run: they are past this check)
-    if (!recovery_->joined() && stop_agreed(start_step_, /*log_step=*/true))
-      return ckpt_->stop_for_signal(start_step_, start_step_);
-    std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     loop_.step = start_step_;
+    // (a replacement joined the others mid-run: they are past this check)
+    if (!recovery_->joined()) {
+      const Next first = boundary_vote(start_step_, /*log_step=*/true);
+      if (first == Next::Signal) return ckpt_->stop_for_signal(start_step_, start_step_);
+      if (first == Next::DataChanged)
+        if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
+    }
+    std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     loop_.profiler = std::make_unique<obs::StepProfiler>(cfg_.profile.start_step, cfg_.profile.steps,
                                                          dir_.root / "profile", env().rank, device_.is_cuda(),
                                                          cfg_.profile.record_shapes);
@@ -271,25 +285,47 @@ class Trainer final : public WorldParts {
         const Next next = recovering([this] { return step_and_after(); }).value_or(Next::Go);
         if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
         if (next == Next::EarlyStop) stop_reason = "early_stopping";
-      } catch (const data::DataChanged& e) {  // data.on_change: a checkpoint and exit 65, or the data reopened
-        if (const auto rc = on_data_change(e)) return *rc;
+        if (next == Next::DataChanged)  // agreed at the boundary: a checkpoint and exit 65, or the data reopened
+          if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
+      } catch (const data::DataChanged& e) {  // inside the step: one process gives it up; several ranks cannot
+        if (dist_->active()) return stop_alone_for_data_change(*dist_, e.what(), loop_.step);
+        if (const auto rc = on_data_change(e.what(), recovery_->resume_point())) return *rc;
+      } catch (const dist::DistError& e) {  // (not recovered in process) a peer may have stopped for changed data
+        if (const auto rc = stop_after_peer_data_change(*dist_, e.what(), loop_.step)) return *rc;
+        throw;
       }
     }
   }
 
-  // A data file changed under the run (engine/loop/data_change.hpp): the step in flight is given up;
-  // the run stops with a checkpoint of the last completed step (its exit code), or, under
-  // data.on_change reload, goes on with the data reopened (nullopt).
-  std::optional<int> on_data_change(const data::DataChanged& e) {
-    const auto pos = recovery_->resume_point();
-    auto fresh = reopen_changed_data(cfg_, e, *train_set_, pos, loop_.step, dist_->active());
+  // A data file changed under the run, agreed by every rank (engine/loop/data_change.hpp); `pos`: where
+  // the last completed step left the loader (a step in flight is given up). The run stops with a
+  // checkpoint of that step (its exit code), or, under data.on_change reload, goes on with the data
+  // reopened (nullopt).
+  std::optional<int> on_data_change(const std::string& what, const data::LoaderState& pos) {
+    auto fresh = reopen_changed_data(cfg_, what, *train_set_, pos, loop_.step, *dist_);
     if (!fresh) {
       train_loader_->restore(pos);
-      return ckpt_->stop_for_data_change(loop_.step, start_step_, e.what());
+      return ckpt_->stop_for_data_change(loop_.step, start_step_, what);
     }
     std::tie(train_set_, val_set_) = std::tie(fresh->data.train, fresh->data.val);
-    rebuild_world(fresh->resume_at);
+    rebuild_data(fresh->resume_at);
     return std::nullopt;
+  }
+
+  // After a reload: the parts that read the data (the loader at `pos`, the evaluator, the step runner
+  // with the interval's loss). The strategy and the optimizer are the world's: they stay. A step
+  // given up in one process leaves partial gradients; several ranks agreed at a boundary, after the
+  // step's zero_grad (and a sharded strategy's gradient views must stay).
+  void rebuild_data(const data::LoaderState& pos) {
+    if (!dist_->active())
+      for (auto& p : params_) p.mutable_grad().reset();
+    auto interval = steps_->interval();
+    steps_.reset();  // it refers to the loader replaced here
+    train_loader_ = make_train_loader();
+    train_loader_->restore(pos);
+    evaluation_->set_evaluator(val_set_ ? make_evaluator() : nullptr);
+    steps_ = make_step_runner();
+    steps_->take_over(interval);
   }
 
   // The end of the run: the last evaluation and the final checkpoint (each once, a regroup during the
@@ -331,6 +367,7 @@ class Trainer final : public WorldParts {
   Milestones milestones_{cfg_, [this](int64_t step) { return evaluate(step); }};  // periodic and final saves, evaluations
   std::unique_ptr<CheckpointManager> ckpt_;  // after the objects it saves and restores
   std::unique_ptr<RunRecorder> records_;     // the clock, the attempt and the records, rank 0 writing
+  std::string agreed_change_;  // the data change the ranks agreed on at the last boundary ("" none)
   struct {
     int64_t step = 0;
     IntervalTimes times;  // of the interval since the last record

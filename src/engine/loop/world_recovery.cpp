@@ -48,16 +48,18 @@ void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Ten
   }
 }
 
-bool WorldRecovery::agree_stop(int64_t step, bool log_step, bool final_step) {
-  const bool check = log_step || step % kStopCheckEvery == 0;
+WorldRecovery::Boundary WorldRecovery::agree_stop(int64_t step, bool log_step, bool final_step, bool data_due,
+                                                  const std::function<std::string()>& check_data) {
+  const bool check = log_step || step % kStopCheckEvery == 0 || data_due;
   if (!dist_.active()) {  // one process: every step, for free (a regrouped one still admits replacements)
     grow_due_ = check && !final_step && dist_.propose_growth();
-    return stop_requested();
+    return {stop_requested(), ""};
   }
-  if (!check) return false;
-  const auto flags = dist_.any_of({stop_requested(), !final_step && dist_.propose_growth()});
+  if (!check) return {};
+  const std::string mine = check_data();  // a stat per file: cheap next to the collective
+  const auto flags = dist_.any_of({stop_requested(), !final_step && dist_.propose_growth(), !mine.empty()});
   grow_due_ = flags[1];
-  return flags[0];
+  return {flags[0], flags[2] ? dist_.first_text(mine, "data change") : ""};
 }
 
 void WorldRecovery::grow(int64_t step) {

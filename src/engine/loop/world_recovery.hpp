@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -110,10 +111,21 @@ class WorldRecovery {
   data::LoaderState resume_point() const { return progress_.step_done ? parts_.loader_state() : loader_at_step_start_; }
 
   // --- the step boundary -------------------------------------------------------------------------
-  // Whether the ranks agree to stop for a signal after `step`; the same agreement says whether rank 0
-  // proposed to admit waiting replacements (grow_due). With several ranks agreeing costs a collective
-  // and a host sync: only on log steps and every kStopCheckEvery steps (the same steps on every rank).
-  bool agree_stop(int64_t step, bool log_step, bool final_step);
+  // What the ranks agreed at a step boundary.
+  struct Boundary {
+    bool stop = false;        // a stop signal: a checkpoint, exit 75
+    std::string data_change;  // a data file changed: what the first rank that found it says ("" none)
+  };
+  // Whether the ranks agree to stop for a signal after `step`, and whether a data file changed on
+  // any rank (`check_data`: this rank's look at its files, "" unchanged; the loader's own check
+  // inside a step is one rank's, which its peers, waiting in the step's collectives, cannot hear).
+  // The same agreement says whether rank 0 proposed to admit waiting replacements (grow_due). With
+  // several ranks agreeing costs a collective and a host sync: only on log steps, every
+  // kStopCheckEvery steps and when `data_due` (the next step's batches begin an epoch: the loader
+  // checks the files then), the same steps on every rank. One process: the signal alone (its
+  // loader's check ends the run at once: no peer to agree with).
+  Boundary agree_stop(int64_t step, bool log_step, bool final_step, bool data_due,
+                      const std::function<std::string()>& check_data);
   bool grow_due() const { return grow_due_; }
   // Every rank at the boundary after `step` admits the replacements (grow_due).
   void grow(int64_t step);

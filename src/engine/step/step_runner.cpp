@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <sstream>
@@ -42,6 +43,19 @@ std::multiset<int64_t> injected_nonfinite_steps() {
   return out;
 }
 
+// TRAINER_INJECT_READ_FAILURE=RANK:STEP: fault injection for tests and drills. On that rank the
+// first batch of that optimizer step (1-based) fails as a read of a truncated mapping does (a
+// DataChanged inside the step), once: a rank's read failing while its peers go on into the step.
+int64_t injected_read_failure(int64_t rank) {
+  const char* v = std::getenv("TRAINER_INJECT_READ_FAILURE");
+  if (!v) return -1;
+  long long r = -1, step = -1;
+  char tail = 0;
+  if (std::sscanf(v, "%lld:%lld%c", &r, &step, &tail) != 2 || r < 0 || step < 1)
+    throw std::invalid_argument(std::string("TRAINER_INJECT_READ_FAILURE: '") + v + "' is not RANK:STEP (0:5, ...)");
+  return r == rank ? step : -1;
+}
+
 }  // namespace
 
 std::string number_text(double v) {
@@ -51,7 +65,10 @@ std::string number_text(double v) {
 
 
 StepRunner::StepRunner(StepParts parts, StepSettings settings)
-    : parts_(std::move(parts)), set_(std::move(settings)), inject_nonfinite_(injected_nonfinite_steps()) {
+    : parts_(std::move(parts)),
+      set_(std::move(settings)),
+      inject_nonfinite_(injected_nonfinite_steps()),
+      inject_read_failure_(injected_read_failure(set_.rank)) {
   if (BatchMixer::wanted(set_.mixup, set_.cutmix)) {
     mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.rank);
     spdlog::info("data.mixup/cutmix: mixup alpha {}, cutmix alpha {}, prob {}, switch_prob {} (one lambda per "
@@ -124,6 +141,12 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     } else {
       RECORD_USER_SCOPE("trainer::next_batch");
       batch = parts_.loader.next();
+    }
+    if (step + 1 == inject_read_failure_ && micro == 0) {
+      inject_read_failure_ = -1;
+      throw data::DataChanged(parts_.loader.dataset().describe(),
+                              "a read failed inside step " + std::to_string(step + 1) + " on rank " +
+                                  std::to_string(set_.rank) + " (TRAINER_INJECT_READ_FAILURE, fault injection)");
     }
     if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
     times.data_ms += ms_since(t0);

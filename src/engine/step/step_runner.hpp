@@ -130,6 +130,7 @@ class StepRunner {
   torch::Tensor loss_sum_;
   int64_t loss_count_ = 0, skipped_steps_ = 0;
   std::multiset<int64_t> inject_nonfinite_;  // TRAINER_INJECT_NONFINITE_GRAD
+  int64_t inject_read_failure_ = -1;          // TRAINER_INJECT_READ_FAILURE: the step (1-based) of this rank
 };
 
 }  // namespace trainer::engine

@@ -1,0 +1,145 @@
+// Data files that change under a 2-rank run (`trainer launch -n 2`, Gloo; issue 31): the ranks look at
+// their files at the boundary vote and agree, so a change seen by any rank ends the whole job as one
+// process ends: a checkpoint by the usual collective save at the last completed step, exit 65 on every
+// rank, the file named in every rank's log; under data.on_change: reload both ranks reopen the data
+// together and train on. A read that fails inside a step on one rank (TRAINER_INJECT_READ_FAILURE)
+// ends every rank with 65 within dist.timeout_s, no hang; no checkpoint can be agreed there, the
+// last periodic one stays. Each run waits for a metrics record past step 3 before the change.
+#include <catch2/catch.hpp>
+#include <signal.h>
+
+#include <chrono>
+#include <regex>
+
+#include "data_change/data_change_runs.hpp"
+
+using namespace trainer::test;
+using namespace trainer::test::data_change;
+
+namespace {
+
+const char* kLaunch2 = "launch -n 2 -- ";
+const char* kDistTimeout = "dist: {timeout_s: 60}\n";
+
+std::string rank_log(const fs::path& dir, int rank) {
+  return read_file(dir / ("runs/exp/logs/rank" + std::to_string(rank) + ".log"));
+}
+
+// The launcher's line for each rank that ended with `code` (the first failing one, then the others).
+int ranks_exited_with(const std::string& log, int code) {
+  const std::regex line("launch: rank \\d exited with code " + std::to_string(code) + "\\b");
+  return static_cast<int>(std::distance(std::sregex_iterator(log.begin(), log.end(), line), std::sregex_iterator()));
+}
+
+// `change` while 2 ranks train on `format` (on_change: error): every rank exits 65 naming the file,
+// after one checkpoint at the step they agreed on: the last one recorded. `dist`: the run's dist section.
+void check_two_ranks_stop(const std::string& format, Change change, const std::string& tag,
+                          const std::string& dist = kDistTimeout) {
+  auto dir = scratch_dir("data_change_2r_" + format + "_" + tag);
+  const DataSet d = data_set(format, dir);
+  d.write(0, d.folder);
+  const int64_t size_before = static_cast<int64_t>(fs::file_size(d.file));
+  BackgroundRun run(dir, config_for(d, "error") + dist, kLaunch2);
+  REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
+  apply(change, d);
+  const int rc = wait_rc(dir / "run.rc", 180);
+  const std::string log = run.log();
+  INFO(format << " " << tag << ":\n" << log);
+  CHECK(rc == 65);
+  CHECK(ranks_exited_with(log, 65) == 2);  // every rank's own exit code, as the launcher reaped it
+  const std::string what = d.file.string() + ": the data file changed while the run was using it: " +
+                           what_of(change, d, size_before);
+  const std::regex saved("saved a checkpoint at step (\\d+); exiting with code 65");
+  std::vector<int64_t> steps;  // the step each rank says it saved at
+  for (int r : {0, 1}) {
+    const std::string own = rank_log(dir, r);
+    INFO("rank " << r << ":\n" << own);
+    CHECK(contains(own, what));
+    std::smatch m;
+    REQUIRE(std::regex_search(own, m, saved));
+    steps.push_back(std::stoll(m[1].str()));
+  }
+  CHECK(steps[0] == steps[1]);
+  const int64_t step = steps[0];
+  CHECK(step > 3);
+  CHECK(step >= last_train_step(run.metrics()));  // at or after the last record
+  CHECK(fs::exists(dir / ("runs/exp/checkpoints/step-" + std::to_string(step)) / "manifest.json"));
+}
+
+}  // namespace
+
+TEST_CASE("data change, 2 ranks: a token shard truncated or replaced ends every rank with 65 after one checkpoint",
+          "[e2e][dist]") {
+  check_two_ranks_stop("nanogpt", Change::Truncate, "truncate");
+  check_two_ranks_stop("llmc", Change::Replace, "replace");
+}
+
+TEST_CASE("data change, 2 ranks: an IDX file replaced under dist.sharding gradients ends every rank with 65 after one "
+          "checkpoint", "[e2e][dist]") {
+  // the collective save of a sharded run: every rank's optimizer shard in the checkpoint
+  check_two_ranks_stop("idx", Change::Replace, "replace", "dist: {timeout_s: 60, sharding: gradients}\n");
+}
+
+TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a replaced shard together and train on",
+          "[e2e][dist]") {
+  auto dir = scratch_dir("data_reload_2r_nanogpt");
+  const DataSet d = data_set("nanogpt", dir);
+  d.write(0, d.folder);
+  BackgroundRun run(dir, config_for(d, "reload") + kDistTimeout, kLaunch2);
+  REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
+  apply(Change::Replace, d);
+  // 2800 tokens, 10% validation: (2520 - 1) / 16 = 157 windows, on each rank
+  const std::regex reloaded("\\[rank(\\d)\\] [^\\n]*data.on_change: reload: reopened the data \\([^\\n]*157 windows[^\\n]*, "
+                            "was 112 samples\\) on all 2 ranks together; training goes on at step (\\d+)");
+  auto both = [&] {
+    const std::string log = run.log();
+    return std::distance(std::sregex_iterator(log.begin(), log.end(), reloaded), std::sregex_iterator()) == 2;
+  };
+  REQUIRE(wait_for(both, 180));
+  const std::string at_reload = run.log();
+  INFO(at_reload);
+  std::vector<int64_t> steps;
+  for (auto it = std::sregex_iterator(at_reload.begin(), at_reload.end(), reloaded); it != std::sregex_iterator(); ++it)
+    steps.push_back(std::stoll((*it)[2].str()));
+  REQUIRE(steps.size() == 2);
+  CHECK(steps[0] == steps[1]);  // the same boundary on both ranks
+  REQUIRE(wait_for([&] { return run.past_step(steps[0] + 3); }, 180));
+  // the launcher (the parent of rank 0) forwards SIGTERM to both ranks: a checkpoint and 75
+  const pid_t rank0 = lock_holder(dir / "runs/exp/.lock");
+  const auto stat = read_file("/proc/" + std::to_string(rank0) + "/stat");
+  const pid_t launcher = static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4)));
+  REQUIRE(::kill(launcher, SIGTERM) == 0);
+  CHECK(wait_rc(dir / "run.rc", 180) == 75);
+}
+
+TEST_CASE("data change, 2 ranks: a read failing inside a step on one rank ends both with 65 within dist.timeout_s",
+          "[e2e][dist]") {
+  auto dir = scratch_dir("data_change_2r_inject");
+  const DataSet d = data_set("nanogpt", dir);
+  d.write(0, d.folder);
+  BackgroundRun run(dir, config_for(d, "error") + kDistTimeout + "checkpoint: {every_steps: 2}\n", kLaunch2,
+                    "TRAINER_INJECT_READ_FAILURE=1:6");
+  // from rank 1's failure (its line in the log) to the end of the launch: not the 60 s of dist.timeout_s
+  REQUIRE(wait_for([&] { return contains(rank_log(dir, 1), "found inside step 6 on this rank"); }, 240));
+  const auto t0 = std::chrono::steady_clock::now();
+  const int rc = wait_rc(dir / "run.rc", 240);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = run.log();
+  INFO(log);
+  CHECK(rc == 65);
+  CHECK(ranks_exited_with(log, 65) == 2);
+  const std::string failed = "a read failed inside step 6 on rank 1 (TRAINER_INJECT_READ_FAILURE, fault injection)";
+  const std::string own = rank_log(dir, 1), peer = rank_log(dir, 0);
+  CHECK(contains(own, failed));
+  CHECK(contains(own, "found inside step 6 on this rank"));
+  CHECK(contains(peer, "rank 1: "));
+  CHECK(contains(peer, failed));
+  CHECK(contains(peer, "that rank stopped inside step 6 and this rank's collective failed"));
+  CHECK(contains(peer, "no checkpoint can be agreed here, the last saved one stays"));
+  // the periodic checkpoint before the failing step stays, and nothing later was saved
+  CHECK(fs::exists(dir / "runs/exp/checkpoints/step-4/manifest.json"));
+  CHECK_FALSE(fs::exists(dir / "runs/exp/checkpoints/step-6"));
+  CHECK(last_train_step(run.metrics()) == 5);
+  WARN("2 ranks, one read failing inside step 6: the launch ended " << wall_s << " s after it (dist.timeout_s 60)");
+  CHECK(wall_s < 60);
+}
