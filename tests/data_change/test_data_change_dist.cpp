@@ -88,20 +88,22 @@ TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a repl
   BackgroundRun run(dir, config_for(d, "reload") + kDistTimeout, kLaunch2);
   REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
   apply(Change::Replace, d);
-  // 2800 tokens, 10% validation: (2520 - 1) / 16 = 157 windows, on each rank
-  const std::regex reloaded("\\[rank(\\d)\\] [^\\n]*data.on_change: reload: reopened the data \\([^\\n]*157 windows[^\\n]*, "
+  // 2800 tokens, 10% validation: (2520 - 1) / 16 = 157 windows, on each rank; each rank says so in
+  // its own log (runs/exp/logs/rank<N>.log: rank 1's warnings are not on the launcher's output)
+  const std::regex reloaded("data.on_change: reload: reopened the data \\([^\\n]*157 windows[^\\n]*, "
                             "was 112 samples\\) on all 2 ranks together; training goes on at step (\\d+)");
+  std::vector<int64_t> steps(2, -1);
   auto both = [&] {
-    const std::string log = run.log();
-    return std::distance(std::sregex_iterator(log.begin(), log.end(), reloaded), std::sregex_iterator()) == 2;
+    for (int r = 0; r < 2; ++r) {
+      const std::string log = rank_log(dir, r);
+      std::smatch m;
+      if (!std::regex_search(log, m, reloaded)) return false;
+      steps[r] = std::stoll(m[1].str());
+    }
+    return true;
   };
+  INFO(run.log());
   REQUIRE(wait_for(both, 180));
-  const std::string at_reload = run.log();
-  INFO(at_reload);
-  std::vector<int64_t> steps;
-  for (auto it = std::sregex_iterator(at_reload.begin(), at_reload.end(), reloaded); it != std::sregex_iterator(); ++it)
-    steps.push_back(std::stoll((*it)[2].str()));
-  REQUIRE(steps.size() == 2);
   CHECK(steps[0] == steps[1]);  // the same boundary on both ranks
   REQUIRE(wait_for([&] { return run.past_step(steps[0] + 3); }, 180));
   // the launcher (the parent of rank 0) forwards SIGTERM to both ranks: a checkpoint and 75
