@@ -127,8 +127,10 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding: odd widths split unevenly over dp, an
 // magnitude of each tensor. The key block of c_attn.bias ([C, 2C) of q, k, v) is left out: its
 // gradient is zero in exact arithmetic (a shift of every key by one vector leaves the softmax as it
 // is), so AdamW steps each layout's rounding noise by about lr (measured 2.2e-4 of the tensor's
-// largest magnitude after 5 steps, against 1.6e-5 for every other tensor), with no effect on the
-// logits. A slice put in the wrong place would differ by the weights' own size.
+// largest magnitude after 5 steps). Other small-gradient elements do the same on a smaller scale
+// (5.6e-5 at worst for the rest of the model, 1.4e-5 for the optimizer state, AVX2 EPYC), so the
+// bound is 1e-3: what it checks is the layout (names, shapes, where each slice and piece lands; the
+// losses check the arithmetic at 1e-6), and a misplaced slice differs by the weights' own size.
 void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b, double rel) {
   auto fa = io::load_safetensors(a.string()), fb = io::load_safetensors(b.string());
   std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
@@ -175,8 +177,8 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding full checkpoints the global tensors: t
   CHECK(files == std::set<std::string>{"manifest.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors",
                                        "state.json"});
   const auto one5 = dir / "one" / "tiny" / "checkpoints" / "step-5";
-  check_same_tensors(one5 / "model.safetensors", step5 / "model.safetensors", 1e-4);
-  check_same_tensors(one5 / "optimizer.safetensors", step5 / "optimizer.safetensors", 1e-4);
+  check_same_tensors(one5 / "model.safetensors", step5 / "model.safetensors", 1e-3);
+  check_same_tensors(one5 / "optimizer.safetensors", step5 / "optimizer.safetensors", 1e-3);
 
   std::filesystem::copy(dir / "full", dir / "full_tp2", std::filesystem::copy_options::recursive);
   auto rest = test::train_tiny_gpt("", "run " + cfg + kArgs + b8 + " --resume auto", dir / "full");
