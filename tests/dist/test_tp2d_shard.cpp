@@ -16,56 +16,18 @@
 #include "ckpt/ckpt_runs.hpp"
 #include "io/safetensors.hpp"
 #include "spawn.hpp"
+#include "tp2d_runs.hpp"
 #include "train_runs.hpp"
 
 using namespace trainer;
 
 namespace tp2dshard {  // named: the unity build joins the dist tests
 
-constexpr size_t kSteps = 10;
-constexpr double kRel = 1e-6;
-const std::string kArgs = " --set train.max_steps=10 --set train.grad_clip=0.5 --set optim.weight_decay=0.1"
-                          " --set train.global_batch_size=16";
-const std::string k2d = "launch -n 4 -- run ";
-const std::string kTp2 = " --set dist.tensor_parallel=2";
+using namespace test::tp2d;
+
 // odd widths: n_embd 34 (heads of 17), a vocabulary of 33 (padded to 34 at tp 2), so a tp rank's
 // c_attn bias has 51 elements; with 2 KiB buckets parameters straddle the dp ranks' chunks unevenly
 const std::string kOdd = " --set model.n_embd=34 --set model.vocab_size=33 --set dist.bucket_mb=0.002";
-
-void require_trained(const test::TrainRun& run, size_t steps, int64_t world) {
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  REQUIRE(run.losses.size() == steps);
-  CHECK(run.world_size == world);
-}
-
-void check_losses(const test::TrainRun& ref, const test::TrainRun& b, const char* what, size_t from = 0) {
-  double worst = 0;
-  for (size_t i = from; i < kSteps; ++i) {
-    INFO(what << ", step " << i + 1 << ": " << ref.losses[i] << " vs " << b.losses[i]);
-    const double rel = std::abs(ref.losses[i] - b.losses[i]) / std::abs(ref.losses[i]);
-    worst = std::max(worst, rel);
-    CHECK(rel <= kRel);
-  }
-  WARN(what << ": largest relative loss difference " << worst << " over steps " << from + 1 << "-" << kSteps << " ("
-            << b.seconds << " s)");
-}
-
-// Each step's logged gradient norm (before clipping) is one process's; the first is above the clip.
-void check_grad_norms(const std::filesystem::path& ref, const std::filesystem::path& b, const char* what) {
-  auto r1 = test::records(ref / "tiny" / "metrics.jsonl", "train");
-  auto r2 = test::records(b / "tiny" / "metrics.jsonl", "train");
-  REQUIRE(r1.size() == r2.size());
-  CHECK(r1.front().at("grad_norm").get<double>() > 0.5);
-  double worst = 0;
-  for (size_t i = 0; i < r1.size(); ++i) {
-    const double n1 = r1[i].at("grad_norm"), n2 = r2[i].at("grad_norm");
-    INFO(what << ", step " << i + 1 << ": grad_norm " << n1 << " vs " << n2);
-    worst = std::max(worst, std::abs(n1 - n2) / n1);
-    CHECK(std::abs(n1 - n2) <= 1e-5 * n1);
-  }
-  WARN(what << ": largest relative grad_norm difference " << worst);
-}
 
 test::TrainRun mesh_run(const std::string& cfg, const std::string& sharding, const std::string& extra,
                         const std::filesystem::path& out) {
@@ -85,25 +47,25 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding optimizer, gradients and full logs the
 
   auto z1 = mesh_run(cfg, "optimizer", " --set train.batch_size=8", dir / "z1");
   CHECK(z1.output.find("tensor parallel 2 (data parallel 2: sharded optimizer state (ZeRO-1))") != std::string::npos);
-  check_losses(single, z1, "dp 2 x tp 2, sharding optimizer");
-  check_grad_norms(dir / "single", dir / "z1", "sharding optimizer");
+  check_same_losses(single, z1, "dp 2 x tp 2, sharding optimizer");
+  check_same_grad_norms(dir / "single", dir / "z1", "sharding optimizer");
 
   auto z2 = mesh_run(cfg, "gradients", " --set train.batch_size=4", dir / "z2");
   CHECK(z2.output.find("(4 per micro-batch x 2 accumulation x 2 data-parallel ranks)") != std::string::npos);
-  check_losses(single, z2, "dp 2 x tp 2, sharding gradients, grad_accum 2");
-  check_grad_norms(dir / "single", dir / "z2", "sharding gradients, grad_accum 2");
+  check_same_losses(single, z2, "dp 2 x tp 2, sharding gradients, grad_accum 2");
+  check_same_grad_norms(dir / "single", dir / "z2", "sharding gradients, grad_accum 2");
 
   auto z3 = mesh_run(cfg, "full", " --set train.batch_size=8", dir / "z3");
   CHECK(z3.output.find("(ZeRO-3))") != std::string::npos);
-  check_losses(single, z3, "dp 2 x tp 2, sharding full");
-  check_grad_norms(dir / "single", dir / "z3", "sharding full");
+  check_same_losses(single, z3, "dp 2 x tp 2, sharding full");
+  check_same_grad_norms(dir / "single", dir / "z3", "sharding full");
   // a rank holds its dp half of its tp half of the optimizer state: about a quarter of one process's
   const auto one = test::records(dir / "single" / "tiny" / "metrics.jsonl", "train").back();
   const auto rec = test::records(dir / "z3" / "tiny" / "metrics.jsonl", "train").back();
   CHECK(rec.at("optim_state_bytes").get<int64_t>() < one.at("optim_state_bytes").get<int64_t>() / 3);
 
   auto z3a = mesh_run(cfg, "full", " --set train.batch_size=4", dir / "z3a");
-  check_losses(single, z3a, "dp 2 x tp 2, sharding full, grad_accum 2");
+  check_same_losses(single, z3a, "dp 2 x tp 2, sharding full, grad_accum 2");
 }
 
 TEST_CASE("dp 2 x tp 2 with dist.sharding: odd widths split unevenly over dp, and sequence parallel",
@@ -115,12 +77,12 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding: odd widths split unevenly over dp, an
   require_trained(single, kSteps, 1);
 
   auto z2 = mesh_run(cfg, "gradients", kOdd + " --set train.batch_size=8", dir / "z2");
-  check_losses(single, z2, "odd widths, sharding gradients");
-  check_grad_norms(dir / "single", dir / "z2", "odd widths, sharding gradients");
+  check_same_losses(single, z2, "odd widths, sharding gradients");
+  check_same_grad_norms(dir / "single", dir / "z2", "odd widths, sharding gradients");
   // the sequence-parallel partial gradients (LayerNorms, row biases) summed over tp on the dp pieces
   auto z3 = mesh_run(cfg, "full", kOdd + " --set dist.sequence_parallel=true --set train.batch_size=4", dir / "z3");
-  check_losses(single, z3, "odd widths, sharding full, sequence parallel, grad_accum 2");
-  check_grad_norms(dir / "single", dir / "z3", "odd widths, sharding full, sequence parallel");
+  check_same_losses(single, z3, "odd widths, sharding full, sequence parallel, grad_accum 2");
+  check_same_grad_norms(dir / "single", dir / "z3", "odd widths, sharding full, sequence parallel");
 }
 
 // The tensors of two checkpoint files: the same names and shapes, values within `rel` of the larger
@@ -185,20 +147,20 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding full checkpoints the global tensors: t
   INFO(rest.output);
   REQUIRE(rest.exit_code == 0);
   REQUIRE(rest.losses.size() == kSteps);
-  check_losses(single, rest, "(dp 2, tp 2, full) -> 1 process", 5);
+  check_same_losses(single, rest, "(dp 2, tp 2, full) -> 1 process", 5);
 
   auto tp2 = test::train_tiny_gpt("", "launch -n 2 -- run " + cfg + kArgs + kTp2 + b8 + " --resume auto", dir / "full_tp2");
   INFO(tp2.output);
   REQUIRE(tp2.exit_code == 0);
   REQUIRE(tp2.losses.size() == kSteps);
-  check_losses(single, tp2, "(dp 2, tp 2, full) -> (dp 1, tp 2, none)", 5);
+  check_same_losses(single, tp2, "(dp 2, tp 2, full) -> (dp 1, tp 2, none)", 5);
 
   auto mesh = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + " --set dist.sharding=full" + b8 + " --resume auto",
                                    dir / "one");
   INFO(mesh.output);
   REQUIRE(mesh.exit_code == 0);
   REQUIRE(mesh.losses.size() == kSteps);
-  check_losses(single, mesh, "1 process -> (dp 2, tp 2, full)", 5);
+  check_same_losses(single, mesh, "1 process -> (dp 2, tp 2, full)", 5);
 }
 
 }  // namespace tp2dshard

@@ -13,38 +13,14 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "spawn.hpp"
+#include "tp2d_runs.hpp"
 #include "train_runs.hpp"
 
 using namespace trainer;
 
 namespace tp2d {  // named: the unity build joins the dist tests
 
-constexpr size_t kSteps = 10;
-constexpr double kRel = 1e-6;
-// the global batch 16 in every run: one process at 16, or 8 (or 4 x accumulation 2) on each of 2 dp ranks
-const std::string kArgs = " --set train.max_steps=10 --set train.grad_clip=0.5 --set optim.weight_decay=0.1"
-                          " --set train.global_batch_size=16";
-const std::string k2d = "launch -n 4 -- run ";
-const std::string kTp2 = " --set dist.tensor_parallel=2";
-
-void require_trained(const test::TrainRun& run, size_t steps, int64_t world) {
-  INFO(run.output);
-  REQUIRE(run.exit_code == 0);
-  REQUIRE(run.losses.size() == steps);
-  CHECK(run.world_size == world);
-}
-
-// The steps [from, kSteps) within kRel of the reference; the largest relative difference is reported.
-void check_same_losses(const test::TrainRun& ref, const test::TrainRun& b, const char* what, size_t from = 0) {
-  double worst = 0;
-  for (size_t i = from; i < kSteps; ++i) {
-    INFO(what << ", step " << i + 1 << ": " << ref.losses[i] << " vs " << b.losses[i]);
-    const double rel = std::abs(ref.losses[i] - b.losses[i]) / std::abs(ref.losses[i]);
-    worst = std::max(worst, rel);
-    CHECK(rel <= kRel);
-  }
-  WARN(what << ": largest relative loss difference " << worst << " over steps " << from + 1 << "-" << kSteps);
-}
+using namespace test::tp2d;
 
 // The final evaluation (the validation split, each dp rank scoring its half, the tp peers the same):
 // the loss and token count of the reference run.
@@ -58,23 +34,8 @@ void check_same_eval(const std::filesystem::path& ref, const std::filesystem::pa
   CHECK(std::abs(l1 - l2) <= kRel * std::abs(l1));
 }
 
-// The gradient norm each step logged (before clipping): the mesh's counts every replicated parameter
-// once, so it is the one-process norm; above train.grad_clip, so the clipping acted.
-void check_same_grad_norms(const std::filesystem::path& ref, const std::filesystem::path& b) {
-  auto r1 = test::records(ref / "tiny" / "metrics.jsonl", "train");
-  auto r2 = test::records(b / "tiny" / "metrics.jsonl", "train");
-  REQUIRE(r1.size() == r2.size());
-  CHECK(r1.front().at("grad_norm").get<double>() > 0.5);
-  for (size_t i = 0; i < r1.size(); ++i) {
-    const double n1 = r1[i].at("grad_norm"), n2 = r2[i].at("grad_norm");
-    INFO("step " << i + 1 << ": grad_norm " << n1 << " vs " << n2);
-    CHECK(std::abs(n1 - n2) <= 1e-5 * n1);
-  }
-}
-
 // The cases live in the namespace too: its names hide same-named helpers of the files a unity
 // build puts in the same translation unit.
-
 
 TEST_CASE("dp 2 x tp 2 logs the losses of one process at the same global batch (also with grad_accum 2 and sequence parallel)",
           "[dist][e2e][tp]") {
