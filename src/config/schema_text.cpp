@@ -1,0 +1,138 @@
+// The schema's text helpers: type names, values and defaults as YAML text, and "did you mean".
+#include "config/schema.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <sstream>
+
+namespace trainer::config {
+
+std::string type_name(const FieldInfo& f) {
+  switch (f.type) {
+    case FieldType::Bool: return "bool";
+    case FieldType::Int: return f.accepts_auto ? "int | auto" : "int";
+    case FieldType::Float: return "float";
+    case FieldType::String: return "string";
+    case FieldType::Path: return "path";
+    case FieldType::FloatList: return "list of float";
+    case FieldType::StringList: return f.regex ? "list of regex" : "list of string";
+    case FieldType::PrefixMap: return "map of prefix to prefix";
+    case FieldType::GroupList: return "list of {match, lr, weight_decay}";
+    case FieldType::Choice: {
+      std::string s;
+      for (const auto& c : f.choices) s += (s.empty() ? "" : " | ") + (c.empty() ? std::string("\"\"") : c);
+      return s;
+    }
+  }
+  return "?";
+}
+
+namespace {
+std::string float_text(double v) {
+  if (std::isinf(v)) return v > 0 ? ".inf" : "-.inf";
+  if (std::isnan(v)) return ".nan";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);  // shortest text that reads back exactly
+  std::string s(buf, end);
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";  // keep it a float in YAML
+  return s;
+}
+std::string quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') out += '\\';
+    out += ch;
+  }
+  return out + "\"";
+}
+// The collection keys as YAML flow text: ["a", "b"], {"module.": ""}, [{match: "x", lr: 0.1}].
+std::string collection_text(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quote(v[i]);
+  return s + "]";
+}
+std::string collection_text(const PrefixPairs& v) {
+  std::string s = "{";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + quote(v[i].first) + ": " + quote(v[i].second);
+  return s + "}";
+}
+std::string collection_text(const std::vector<ParamGroupRule>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    s += std::string(i ? ", " : "") + "{match: " + quote(v[i].match);
+    if (v[i].lr) s += ", lr: " + float_text(*v[i].lr);
+    if (v[i].weight_decay) s += ", weight_decay: " + float_text(*v[i].weight_decay);
+    s += "}";
+  }
+  return s + "]";
+}
+}  // namespace
+
+std::string value_text(const FieldInfo& f) {
+  if (const auto* e = std::get_if<EnumRef>(&f.ref)) return quote(f.choices.at(e->get()));
+  return std::visit(
+      [&](const auto& r) -> std::string {
+        using R = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<R, EnumRef>) return "";  // handled above
+        else {
+          const auto& v = *r;
+          using T = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
+          else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && v == 0 ? "auto" : std::to_string(v);
+          else if constexpr (std::is_same_v<T, double>) return float_text(v);
+          else if constexpr (std::is_same_v<T, std::string>) return quote(v);
+          else if constexpr (std::is_same_v<T, std::vector<double>>) {
+            std::string s = "[";
+            for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + float_text(v[i]);
+            return s + "]";
+          } else {
+            return collection_text(v);  // train.freeze, model.init.rename, optim.groups
+          }
+        }
+      },
+      f.ref);
+}
+
+std::string default_text(const FieldInfo& f) {
+  static RunConfig defaults;
+  static const std::vector<FieldInfo> fields = describe_fields(defaults);
+  for (const auto& d : fields)
+    if (d.key == f.key) return value_text(d);
+  return "";
+}
+
+namespace {
+size_t levenshtein(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j)
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+}  // namespace
+
+std::string did_you_mean(const std::string& unknown, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_score = SIZE_MAX;
+  for (const auto& c : candidates) {
+    size_t d = levenshtein(unknown, c);
+    bool close = d <= std::max<size_t>(2, std::min(unknown.size(), c.size()) / 3);
+    // "lr_rate" -> "lr", "batch" -> "batch_size": a known name that starts the unknown one or v.v.
+    bool prefix = c.size() >= 2 && unknown.size() >= 2 &&
+                  (unknown.rfind(c, 0) == 0 || c.rfind(unknown, 0) == 0);
+    if (!close && !prefix) continue;
+    size_t score = close ? d : d + 100;  // prefer a close spelling over a prefix
+    if (score < best_score) {
+      best_score = score;
+      best = c;
+    }
+  }
+  return best;
+}
+
+}  // namespace trainer::config
