@@ -14,11 +14,13 @@
 #      (bf16, batch 128) without and with train.cuda_graphs next to PyTorch eager (the graphs ratio);
 #   5. dist.sharding full on GPT-2 124M (bf16, block 1024, synthetic tokens, 20 steps) next to none:
 #      on 2 ranks over NCCL when there are two GPUs, else a world of one (where full shards nothing:
-#      the check is that it runs the none path and logs none's losses); losses, tokens/s, held bytes.
+#      the check is that it runs the none path and logs none's losses); losses, tokens/s, held bytes;
+#   6. dist.tensor_parallel: tp 2 over NCCL against one rank of the same global batch on two GPUs, or
+#      on one GPU dist.tensor_parallel 1 (today's path: no tp collective, step 5's none losses).
 # The whole check is meant to fit in 8 minutes; the benchmark shrinks (--quick) or is skipped when the
 # build left too little of DEVICE_CHECK_BUDGET_S.
 # Reports: device_check.log, gpu_tests_<area>.log, bench_cuda_compare.{md,json}, bench_cuda_graphs.{md,json},
-#   sharding_full_{none,full}.log and sharding_full.txt.
+#   sharding_full_{none,full}.log, sharding_full.txt, tp_{base,tp}.log and tensor_parallel.txt.
 # Environment: PYTHON (python3), BUILD_DIR (build-device), JOBS (nproc), DEVICE_CHECK_BUDGET_S (480),
 #   DEVICE_CHECK_REQUIRE_GPU=1 (exit 2 instead of 0 when there is no CUDA device), OUT (results folder).
 # Exit: 0 checked (or no GPU), 1 a build, test or benchmark failed, 2 no GPU with REQUIRE_GPU.
@@ -233,6 +235,51 @@ for mode, rs in recs.items():
 tol = 1e-2  # a world of one differs only by non-deterministic CUDA kernels
 print(f"full vs none: max relative loss difference {worst:.3g} (tolerance {tol:g})")
 sys.exit(0 if len(recs["full"]) == len(recs["none"]) == 20 and worst <= tol else 1)
+PY
+fi
+# --- 8. tensor parallel: GPT-2 124M ----------------------------------------------------------------
+# Two GPUs: tp 2 over NCCL (the region all-reduces, the vocab-parallel loss on CUDA) against one rank
+# of the same global batch. One GPU: dist.tensor_parallel 1 stated explicitly is today's path at no
+# cost: no tp_comm_ms in its records, its losses those of step 7's none run.
+left=$(( budget - $(elapsed) - 5 ))
+if [ $left -lt 60 ] || [ ! -f "${full_cfg:-}" ]; then
+  say "tensor parallel check skipped: ${left}s left"
+else
+  tp_args=("$trainer_bin" run "$full_cfg" --force --resume never --set dist.tensor_parallel=1)
+  tp_ranks=1
+  if [ "${cuda_count:-0}" -ge 2 ]; then
+    tp_ranks=2
+    tp_args=("$trainer_bin" launch -n 2 -- run "$full_cfg" --force --resume never --set dist.tensor_parallel=2
+             --set train.batch_size=16)
+    # the baseline: one rank with the whole global batch (tp 2 is one data-parallel rank of 16)
+    timeout $(( left / 2 )) "$trainer_bin" run "$full_cfg" --force --resume never --set train.batch_size=16 \
+      --out-dir "$build/tp/base" >"$results/tp_base.log" 2>&1 ||
+      { say "tensor parallel baseline FAILED (log: $results/tp_base.log)"; status=1; }
+  else
+    mkdir -p "$build/tp" && rm -rf "$build/tp/base" && cp -r "$build/sharding-full/none" "$build/tp/base"
+  fi
+  say "tensor parallel $tp_ranks against one rank, GPT-2 124M"
+  timeout $(( left / 2 )) "${tp_args[@]}" --out-dir "$build/tp/tp" >"$results/tp_tp.log" 2>&1 ||
+    { say "tensor parallel $tp_ranks FAILED (log: $results/tp_tp.log)"; status=1; }
+  "$py" - "$build/tp" "$tp_ranks" <<'PY' | tee "$results/tensor_parallel.txt" || status=1
+import json, os, sys
+root, tp = sys.argv[1], int(sys.argv[2])
+recs = {}
+for name in ("base", "tp"):
+    path = os.path.join(root, name, "gpt2_full", "metrics.jsonl")
+    if not os.path.exists(path):
+        sys.exit(f"tensor parallel {name}: no metrics ({path})")
+    recs[name] = [r for r in map(json.loads, open(path)) if r.get("kind") == "train"]
+worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(recs["base"], recs["tp"]))
+for name, rs in recs.items():
+    last = rs[-1]
+    print(f"{name}: {len(rs)} steps, loss {rs[0]['loss']:.4f} -> {last['loss']:.4f}, "
+          f"{last.get('tokens_per_s', 0):.0f} tok/s, tp_comm_ms {last.get('tp_comm_ms', 'absent')}")
+tol = 1e-2  # bf16: the tp layout rounds its partial sums differently
+comm_ok = tp > 1 or all("tp_comm_ms" not in r for r in recs["tp"])
+print(f"tp {tp} vs one rank: max relative loss difference {worst:.3g} (tolerance {tol:g}); "
+      f"tp 1 runs no tp collective: {comm_ok}")
+sys.exit(0 if len(recs["tp"]) == len(recs["base"]) == 20 and worst <= tol and comm_ok else 1)
 PY
 fi
 say "done in $(elapsed)s (status $status); results in $results"
