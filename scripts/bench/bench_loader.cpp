@@ -3,6 +3,8 @@
 //   (block 256), and a generated folder of 512 JPEGs of 64x64 (resized to 56).
 // Usage: bench_loader [WORK_DIR] [WORKERS]   (WORK_DIR: where the generated files go)
 #include <chrono>
+#include <cstring>
+#include <vector>
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -10,9 +12,11 @@
 
 #include <fmt/format.h>
 
+#include "data/file_watch.hpp"
 #include "data/image_decode.hpp"
 #include "data/loader.hpp"
 #include "data/prepare_text.hpp"
+#include "models/builtin.hpp"
 
 using namespace trainer;
 namespace fs = std::filesystem;
@@ -41,6 +45,40 @@ void report(const std::string& name, const std::shared_ptr<data::Dataset>& ds, i
                 measure(ds, batch, w, batches));
 }
 
+// What the SIGBUS guard costs a token window (issue 31): (block + 1) uint16 tokens copied out of a
+// mapping at pseudo-random offsets through guarded_copy, and through a plain memcpy, in this binary.
+void guard_cost(const fs::path& file, int64_t block) {
+  const auto bytes = static_cast<int64_t>(fs::file_size(file));
+  const size_t n = static_cast<size_t>(block + 1) * 2;
+  if (bytes < static_cast<int64_t>(n) * 2) return;
+  FILE* f = std::fopen(file.c_str(), "rb");
+  std::vector<char> src(static_cast<size_t>(bytes)), dst(n);  // the bytes in memory: no page faults timed
+  if (std::fread(src.data(), 1, src.size(), f) != src.size()) std::fprintf(stderr, "short read of %s\n", file.c_str());
+  std::fclose(f);
+  auto time_copies = [&](bool guarded) {
+    uint64_t x = 88172645463325252ull, sum = 0;
+    const int64_t copies = 2'000'000;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t k = 0; k < copies; ++k) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      const char* from = src.data() + x % static_cast<uint64_t>(bytes - static_cast<int64_t>(n));
+      if (guarded) {
+        if (!data::guarded_copy(dst.data(), from, n)) std::abort();
+      } else {
+        std::memcpy(dst.data(), from, n);
+      }
+      sum += static_cast<unsigned char>(dst[k % n]);  // keeps the copies
+    }
+    const double ns = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() * 1e9 / copies;
+    if (sum == 1) std::printf(" ");
+    return ns;
+  };
+  time_copies(false);  // warm-up
+  const double plain = time_copies(false), guarded = time_copies(true);
+  std::printf("%-44s plain memcpy %6.1f ns, guarded_copy %6.1f ns a window (+%.1f ns)\n",
+              fmt::format("token window copy, block {}", block).c_str(), plain, guarded, guarded - plain);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -50,6 +88,7 @@ int main(int argc, char** argv) {
                  "  WORK_DIR (default: $TMPDIR/trainer_bench_loader) receives the generated data\n";
     return argv[1] == std::string("-h") || argv[1] == std::string("--help") ? 0 : 2;
   }
+  models::register_builtin_archs();  // the data readers ask the model family for its input rules
   fs::path work = argc > 1 ? argv[1] : fs::temp_directory_path() / "trainer_bench_loader";
   int64_t max_workers = argc > 2 ? std::stoll(argv[2]) : 2;
   fs::create_directories(work);
@@ -88,6 +127,11 @@ int main(int argc, char** argv) {
   t.format = config::DataFormat::Tokens;
   t.path = (work / "shards").string();
   report("token shards, block 256, B=64", data::create_datasets(t, gpt, 0).train, 64, 400, max_workers);
+  for (const auto& e : fs::directory_iterator(work / "shards"))
+    if (e.path().filename().string().find("train") != std::string::npos) {
+      guard_cost(e.path(), 256);
+      break;
+    }
 
   // JPEG folder: 512 images 64x64 in 8 classes
   fs::path jpg = work / "jpeg";

@@ -31,7 +31,7 @@ void register_arch(ArchRules rules) {
 const std::vector<ArchRules>& arch_infos() {
   std::lock_guard lock(arch_mutex());
   if (arch_table().empty())
-    throw std::logic_error("no model family is registered: call models::register_builtin_models() at start-up");
+    throw std::logic_error("no model family is registered: call models::register_builtin_archs() (models/builtin.hpp) at start-up");
   return arch_table();
 }
 

@@ -1,7 +1,7 @@
 // What the config layer knows of each model family: the facts and rules that must be checked before
 // any model exists (validate(), the data readers' checks of data against model). Config is the
 // lowest layer and cannot include models/, so each family's ModelSpec (models/model_spec.hpp)
-// registers its ArchRules here at start-up (models::register_builtin_models); nothing in src/
+// registers its ArchRules here at start-up (models::register_builtin_archs); nothing in src/
 // names a family.
 #pragma once
 
@@ -30,7 +30,7 @@ struct ArchRules {
 // Adds a family. A name registered twice is std::logic_error (register once, at start-up).
 void register_arch(ArchRules rules);
 // Every registered family, sorted by name. std::logic_error when none is registered: the program
-// forgot models::register_builtin_models (a loud failure, never an empty list of known archs).
+// forgot models::register_builtin_archs (a loud failure, never an empty list of known archs).
 const std::vector<ArchRules>& arch_infos();
 std::vector<std::string> arch_names();           // sorted
 const ArchRules* find_arch(const std::string& name);  // nullptr for an unknown arch

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <regex>
 
@@ -85,7 +86,10 @@ TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a repl
   auto dir = scratch_dir("data_reload_2r_nanogpt");
   const DataSet d = data_set("nanogpt", dir);
   d.write(0, d.folder);
-  BackgroundRun run(dir, config_for(d, "reload") + kDistTimeout, kLaunch2);
+  // an evaluation after every step: the one due at the step where the ranks reload still runs
+  const std::string config = std::regex_replace(config_for(d, "reload"), std::regex("eval_every: 0"),
+                                                "eval_every: 1, eval_steps: 1");
+  BackgroundRun run(dir, config + kDistTimeout, kLaunch2);
   REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
   apply(Change::Replace, d);
   // 2800 tokens, 10% validation: (2520 - 1) / 16 = 157 windows, on each rank; each rank says so in
@@ -106,6 +110,12 @@ TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a repl
   REQUIRE(wait_for(both, 180));
   CHECK(steps[0] == steps[1]);  // the same boundary on both ranks
   REQUIRE(wait_for([&] { return run.past_step(steps[0] + 3); }, 180));
+  std::vector<int64_t> evaluated;  // the steps with an eval record: every one, the reload's included
+  for (const auto& r : records(run.metrics(), "eval")) evaluated.push_back(r.at("step").get<int64_t>());
+  for (int64_t s = 1; s <= steps[0] + 2; ++s) {
+    INFO("step " << s);
+    CHECK(std::count(evaluated.begin(), evaluated.end(), s) == 1);
+  }
   // the launcher (the parent of rank 0) forwards SIGTERM to both ranks: a checkpoint and 75
   const pid_t rank0 = lock_holder(dir / "runs/exp/.lock");
   const auto stat = read_file("/proc/" + std::to_string(rank0) + "/stat");
@@ -114,12 +124,14 @@ TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a repl
   CHECK(wait_rc(dir / "run.rc", 180) == 75);
 }
 
-TEST_CASE("data change, 2 ranks: a read failing inside a step on one rank ends both with 65 within dist.timeout_s",
-          "[e2e][dist]") {
-  auto dir = scratch_dir("data_change_2r_inject");
+namespace {
+
+// A read failing inside step 6 on rank 1 (TRAINER_INJECT_READ_FAILURE) under the run's `dist` section.
+void check_read_failure_in_step(const std::string& tag, const std::string& dist) {
+  auto dir = scratch_dir("data_change_2r_inject_" + tag);
   const DataSet d = data_set("nanogpt", dir);
   d.write(0, d.folder);
-  BackgroundRun run(dir, config_for(d, "error") + kDistTimeout + "checkpoint: {every_steps: 2}\n", kLaunch2,
+  BackgroundRun run(dir, config_for(d, "error") + dist + "checkpoint: {every_steps: 2}\n", kLaunch2,
                     "TRAINER_INJECT_READ_FAILURE=1:6");
   // from rank 1's failure (its line in the log) to the end of the launch: not the 60 s of dist.timeout_s
   REQUIRE(wait_for([&] { return contains(rank_log(dir, 1), "found inside step 6 on this rank"); }, 240));
@@ -142,6 +154,20 @@ TEST_CASE("data change, 2 ranks: a read failing inside a step on one rank ends b
   CHECK(fs::exists(dir / "runs/exp/checkpoints/step-4/manifest.json"));
   CHECK_FALSE(fs::exists(dir / "runs/exp/checkpoints/step-6"));
   CHECK(last_train_step(run.metrics()) == 5);
-  WARN("2 ranks, one read failing inside step 6: the launch ended " << wall_s << " s after it (dist.timeout_s 60)");
+  WARN("2 ranks, one read failing inside step 6 (" << tag << "): the launch ended " << wall_s
+                                                   << " s after it (dist.timeout_s 60)");
   CHECK(wall_s < 60);
+}
+
+}  // namespace
+
+TEST_CASE("data change, 2 ranks: a read failing inside a step on one rank ends both with 65 within dist.timeout_s",
+          "[e2e][dist]") {
+  check_read_failure_in_step("plain", kDistTimeout);
+}
+
+TEST_CASE("data change, 2 ranks, dist.recovery in_process: a rank stopped for changed data is not a lost peer: both "
+          "end with 65", "[e2e][dist]") {
+  // without the note, the survivor would regroup alone and train on over the changed data
+  check_read_failure_in_step("in_process", "dist: {timeout_s: 60, recovery: in_process}\n");
 }

@@ -131,3 +131,28 @@ TEST_CASE("data change: under on_change reload a deleted file cannot be reopened
   REQUIRE(std::regex_search(log, m, std::regex("saved a checkpoint at step (\\d+); exiting with code 65")));
   CHECK(fs::exists(dir / ("runs/exp/checkpoints/step-" + m[1].str()) / "manifest.json"));
 }
+
+TEST_CASE("data change: the validation shard truncated under a run (its own val_path) ends it with exit 65 naming it",
+          "[e2e]") {
+  // the evaluation never runs here (eval_every 0): the change is found by the boundary's look at the
+  // files, the validation split's as well as the training one's
+  auto dir = scratch_dir("data_change_val_truncate");
+  const DataSet d = data_set("nanogpt", dir);
+  d.write(0, d.folder);
+  const fs::path val = d.folder / "val_000.bin";
+  write_file(val, uint16_tokens(600, 5));
+  const std::string config = std::regex_replace(config_for(d, "error"), std::regex("path: ([^,]+),"),
+                                                "path: $1, val_path: " + val.string() + ",");
+  BackgroundRun run(dir, config);
+  REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
+  fs::resize_file(val, 0);
+  const int rc = wait_rc(dir / "run.rc", 180);
+  const std::string log = run.log();
+  INFO(log);
+  CHECK(rc == 65);
+  CHECK(contains(log, val.string() + ": the data file changed while the run was using it: it was truncated from 1200 "
+                                     "to 0 bytes"));
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, std::regex("saved a checkpoint at step (\\d+); exiting with code 65")));
+  CHECK(fs::exists(dir / ("runs/exp/checkpoints/step-" + m[1].str()) / "manifest.json"));
+}

@@ -208,10 +208,18 @@ class Trainer final : public WorldParts {
   Next boundary_vote(int64_t step, bool log_step) {
     const auto b = recovery_->agree_stop(step, log_step, step_is_final(step),
                                          train_loader_->check_due(recovery_->grad_accum()),
-                                         [this] { return look_at_files(*train_set_); });
+                                         [this] { return look_at_data_files(); });
     agreed_change_ = b.data_change;
     if (!agreed_change_.empty()) return Next::DataChanged;
     return b.stop ? Next::Signal : Next::Go;
+  }
+
+  // The training files, then the validation files (which the evaluation reads through the same
+  // mappings): the first change found, "" none.
+  std::string look_at_data_files() const {
+    std::string change = look_at_files(*train_set_);
+    if (change.empty() && val_set_) change = look_at_files(*val_set_);
+    return change;
   }
 
   // One step (loop_.step advances) and what follows it: the non-finite policy, the record, the stop
@@ -233,6 +241,12 @@ class Trainer final : public WorldParts {
     if (log_step) records_->train(step, outcome.grad_norm, record_sources(step));
     recovery_->recorded();
     if (const Next n = boundary_vote(step, log_step); n != Next::Go) return n;
+    return milestones_after(step);
+  }
+
+  // The periodic save and evaluation due after `step`, then an agreed growth; also after a data reload
+  // agreed at that step's boundary (the reload does not skip them).
+  Next milestones_after(int64_t step) {
     const bool early = milestones_.after_step(step, step_is_final(step), *ckpt_);  // periodic save, evaluation
     if (early) evaluation_->log_early_stop(step);
     if (recovery_->grow_due() && !early) recovery_->grow(step);  // last: a joiner's first collective is the next step's
@@ -248,6 +262,9 @@ class Trainer final : public WorldParts {
       return f();
     } catch (const dist::DistError& e) {
       if (!dist_->recovery()) throw;
+      // a peer that stopped for changed data (its note in the store) is not a lost peer: train_loop's
+      // handler stops this rank too, exit 65, instead of regrouping without it
+      if (!dist_->peer_note().empty()) throw;
       if (recovery_->recover(e.what(), loop_.step)) take_over_writing();
       return std::nullopt;
     }
@@ -285,8 +302,12 @@ class Trainer final : public WorldParts {
         const Next next = recovering([this] { return step_and_after(); }).value_or(Next::Go);
         if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
         if (next == Next::EarlyStop) stop_reason = "early_stopping";
-        if (next == Next::DataChanged)  // agreed at the boundary: a checkpoint and exit 65, or the data reopened
+        if (next == Next::DataChanged) {  // agreed at the boundary: a checkpoint and exit 65, or the data reopened
           if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
+          // reopened: the save and evaluation due at this step still run (on the reopened data)
+          if (recovering([this] { return milestones_after(loop_.step); }).value_or(Next::Go) == Next::EarlyStop)
+            stop_reason = "early_stopping";
+        }
       } catch (const data::DataChanged& e) {  // inside the step: one process gives it up; several ranks cannot
         if (dist_->active()) return stop_alone_for_data_change(*dist_, e.what(), loop_.step);
         if (const auto rc = on_data_change(e.what(), recovery_->resume_point())) return *rc;

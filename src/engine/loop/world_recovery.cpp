@@ -53,7 +53,9 @@ WorldRecovery::Boundary WorldRecovery::agree_stop(int64_t step, bool log_step, b
   const bool check = log_step || step % kStopCheckEvery == 0 || data_due;
   if (!dist_.active()) {  // one process: every step, for free (a regrouped one still admits replacements)
     grow_due_ = check && !final_step && dist_.propose_growth();
-    return {stop_requested(), ""};
+    // the files are looked at as several ranks do: the loader's own look covers the training files
+    // at epoch boundaries only, not the validation ones
+    return {stop_requested(), check ? check_data() : ""};
   }
   if (!check) return {};
   const std::string mine = check_data();  // a stat per file: cheap next to the collective

@@ -122,8 +122,9 @@ class WorldRecovery {
   // The same agreement says whether rank 0 proposed to admit waiting replacements (grow_due). With
   // several ranks agreeing costs a collective and a host sync: only on log steps, every
   // kStopCheckEvery steps and when `data_due` (the next step's batches begin an epoch: the loader
-  // checks the files then), the same steps on every rank. One process: the signal alone (its
-  // loader's check ends the run at once: no peer to agree with).
+  // checks the files then), the same steps on every rank. One process: the signal and its own
+  // look at the files on those steps (no peer to agree with; the loader's look at epoch boundaries
+  // covers the training files only).
   Boundary agree_stop(int64_t step, bool log_step, bool final_step, bool data_due,
                       const std::function<std::string()>& check_data);
   bool grow_due() const { return grow_due_; }
