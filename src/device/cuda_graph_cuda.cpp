@@ -16,7 +16,9 @@
 
 namespace trainer::device {
 
-namespace {
+// A named namespace, not an anonymous one: CudaGraph::Impl (external linkage) holds a Graph, and a
+// member whose type has internal linkage is GCC's -Wsubobject-linkage.
+namespace cuda_graph_detail {
 
 // An at::cuda::CUDAGraph whose failed capture can be cleaned up. When capture_end() throws (CUDA
 // invalidated the capture), ATen leaves the caching allocators routing to the graph's private pool
@@ -57,7 +59,8 @@ struct Graph : at::cuda::CUDAGraph {
   }
 };
 
-}  // namespace
+}  // namespace cuda_graph_detail
+using cuda_graph_detail::Graph;
 
 struct CudaGraph::Impl {
   std::unique_ptr<Graph> graph;

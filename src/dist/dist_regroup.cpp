@@ -29,7 +29,10 @@ bool is_subset(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
 
 std::string join_ids(const std::vector<int64_t>& ids) {
   std::string out;
-  for (size_t i = 0; i < ids.size(); ++i) out += (i ? "," : "") + std::to_string(ids[i]);
+  for (size_t i = 0; i < ids.size(); ++i) {  // appends, not "," + string: GCC 12's -Wstringop-overflow false positive
+    if (i) out += ',';
+    out += std::to_string(ids[i]);
+  }
   return out;
 }
 

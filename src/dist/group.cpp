@@ -38,7 +38,10 @@ namespace {
 
 std::string rank_list(const std::vector<int64_t>& ranks) {
   std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  for (size_t i = 0; i < ranks.size(); ++i) {  // appends, not "," + string (GCC 12's -Wstringop-overflow)
+    if (i) s += ',';
+    s += std::to_string(ranks[i]);
+  }
   return s;
 }
 

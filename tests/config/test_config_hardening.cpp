@@ -139,7 +139,7 @@ TEST_CASE("run.name must be one safe folder name", "[unit]") {
         std::vector<std::string>{"--set run.name=: run.name: is empty; a run needs a name (its folder under run.out_dir)"});
   CHECK(hardening_errors(kHead + "run:\n  name: ''\n").size() == 1);
   CHECK(hardening_errors(kHead + "run:\n  name:\n").size() == 1);  // null = empty
-  for (const std::string bad : std::vector<std::string>{"../x", "a/b", "/etc", "x/..", "a\\b"}) {
+  for (const std::string& bad : std::vector<std::string>{"../x", "a/b", "/etc", "x/..", "a\\b"}) {
     INFO(bad);
     CHECK(hardening_errors(kHead, {"run.name=" + bad}) ==
           std::vector<std::string>{"--set run.name=" + bad + ": run.name: '" + bad + "' " + sep});
@@ -147,7 +147,7 @@ TEST_CASE("run.name must be one safe folder name", "[unit]") {
   CHECK(hardening_errors(kHead, {"run.name=a\tb"}) ==
         std::vector<std::string>{"--set run.name=a\\x09b: run.name: 'a\\x09b' has a control character"});
   CHECK(hardening_errors(kHead, {"run.name=" + std::string(256, 'x')}).size() == 1);
-  for (const std::string ok : std::vector<std::string>{"exp-1.2_b", "...", ".hidden", "with space", std::string(255, 'x')}) {
+  for (const std::string& ok : std::vector<std::string>{"exp-1.2_b", "...", ".hidden", "with space", std::string(255, 'x')}) {
     INFO(ok);
     CHECK(hardening_errors(kHead, {"run.name=" + ok}).empty());
   }

@@ -6,6 +6,7 @@
 #include <torch/cuda.h>
 
 #include "test_util.hpp"
+#include <fmt/format.h>
 
 namespace {
 
@@ -16,11 +17,12 @@ std::string self_exe() { return std::filesystem::read_symlink("/proc/self/exe").
 TEST_CASE("a GPU-only case run alone without a GPU exits 77: ctest reports it skipped", "[unit]") {
   const std::string gpu_case = "*NVML reports a utilisation between 0 and 100*";
   const std::string unit_case = "NVML bus ids are domain:bus:device.0 in upper-case hex";
-  auto alone = trainer::test::run_shell("'" + self_exe() + "' '" + gpu_case + "'");
+  // fmt::format, not "'" + string: GCC 12's -Wstringop-overflow false positive on literal + std::string
+  auto alone = trainer::test::run_shell(fmt::format("'{}' '{}'", self_exe(), gpu_case));
   INFO(alone.output);
   CHECK(alone.exit_code == (torch::cuda::is_available() ? 0 : 77));
   if (!torch::cuda::is_available()) CHECK(alone.output.find("skipped: no CUDA device") != std::string::npos);
-  auto mixed = trainer::test::run_shell("'" + self_exe() + "' '" + gpu_case + "," + unit_case + "'");
+  auto mixed = trainer::test::run_shell(fmt::format("'{}' '{},{}'", self_exe(), gpu_case, unit_case));
   INFO(mixed.output);
   CHECK(mixed.exit_code == 0);
   CHECK(mixed.output.find("2 test cases") != std::string::npos);

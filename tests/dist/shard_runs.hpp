@@ -18,6 +18,7 @@
 #include "dist/launcher.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
+#include <fmt/format.h>
 
 namespace trainer::shard_test {
 
@@ -154,7 +155,7 @@ inline std::string shard_launch(int world, const std::string& mode, const std::s
 }
 
 inline test::CommandResult shard_trainer(const std::string& args) {
-  return test::run_shell("\"" + std::string(TRAINER_BIN) + "\" " + args);
+  return test::run_shell(fmt::format("\"{}\" {}", TRAINER_BIN, args));  // (literal + string: GCC 12 false positive)
 }
 
 // A run of `world` ranks in `mode` under `out`, the whole 12 steps; its step-6 checkpoint is the

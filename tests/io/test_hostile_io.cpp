@@ -12,6 +12,7 @@
 #include "io/safetensors.hpp"
 #include "test_util.hpp"
 #include "skip.hpp"
+#include <fmt/format.h>
 
 using namespace trainer;
 using namespace trainer::test;
@@ -68,7 +69,7 @@ TEST_CASE("fuzz: safetensors headers with random shapes, offsets, dtypes and len
         if (rng() % 2 && elem.count(dtype) && numel < 64) bytes = numel * elem.at(dtype);
         begin = cursor, end = begin + bytes, cursor = end;
       }
-      header["t" + std::to_string(t)] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, end}}};
+      header[fmt::format("t{}", t)] = {{"dtype", dtype}, {"shape", shape}, {"data_offsets", {begin, end}}};
     }
     const std::string text = header.dump();
     const uint64_t len = rng() % 4 ? text.size() : extreme_u64(rng);

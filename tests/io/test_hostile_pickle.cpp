@@ -15,6 +15,7 @@
 #include "hostile_util.hpp"
 #include "io/torch_pickle.hpp"
 #include "test_util.hpp"
+#include <fmt/format.h>
 
 using namespace trainer;
 using namespace trainer::test;
@@ -187,7 +188,7 @@ TEST_CASE("hostile pickle: opcode-level mutations of real torch.save files load 
     for (int i = 0; i < 250; ++i) {
       std::string bad = pickle;
       for (int k = 0, n = 1 + static_cast<int>(rng() % 3); k < n; ++k) bad = hp_mutate(bad, rng);
-      const std::string path = std::string("m") + std::to_string(i) + "_" + name;
+      const std::string path = fmt::format("m{}_{}", i, name);
       const std::string err = hp_verdict(path, hp_write(archive, bad));
       INFO(name << " mutation " << i << ": " << err);
       CHECK(err.find("NOT A TorchSaveError") == std::string::npos);

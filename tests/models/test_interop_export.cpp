@@ -5,6 +5,7 @@
 
 #include "model_test_util.hpp"
 #include "test_util.hpp"
+#include <fmt/format.h>
 
 using namespace trainer;
 
@@ -64,7 +65,7 @@ TEST_CASE("interop export: vit safetensors with reference logits, vit_b_16's lay
   std::string layout;
   for (const auto& [name, t] : io::named_state(*test::make_model(b16))) {
     layout += name + " ";
-    for (int64_t i = 0; i < t.dim(); ++i) layout += (i ? "," : "") + std::to_string(t.size(i));
+    for (int64_t i = 0; i < t.dim(); ++i) layout += fmt::format("{}{}", i ? "," : "", t.size(i));
     layout += "\n";
   }
   test::write_file(dir / "vit_b_16_layout.txt", layout);

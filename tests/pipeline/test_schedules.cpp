@@ -11,6 +11,7 @@
 #include "pipeline/schedule.hpp"
 #include "pipeline/timeline.hpp"
 #include "pipeline/validate.hpp"
+#include <fmt/format.h>
 
 using namespace trainer::pipeline;
 using Catch::Matchers::Contains;
@@ -22,7 +23,7 @@ const Schedule kAll[] = {Schedule::GPipe, Schedule::OneFOneB, Schedule::Interlea
 std::string compute_row(const Program& p, size_t rank) {
   std::string s;
   for (const auto& a : p[rank])
-    if (is_compute(a.op)) s += (s.empty() ? "" : " ") + std::string(op_name(a.op)) + std::to_string(a.micro);
+    if (is_compute(a.op)) s += fmt::format("{}{}{}", s.empty() ? "" : " ", op_name(a.op), a.micro);
   return s;
 }
 
