@@ -9,6 +9,7 @@
 #include "config/load.hpp"
 #include "data/prepare_text.hpp"
 #include "dist/launcher.hpp"
+#include "engine/commands/bench_data.hpp"
 #include "engine/commands/commands.hpp"
 #include "obs/report.hpp"
 #include "engine/commands/eval_command.hpp"
@@ -157,6 +158,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   predict->add_option("--output", pa.output, "Write the results to this file instead of stdout");
 
+  trainer::engine::BenchDataArgs bd;
+  auto* bench_data = app.add_subcommand("bench-data", "The configured input pipeline alone (no model): samples/s "
+                                                      "per worker count and where a sample's time goes");
+  add_config_args(bench_data, bd);
+  bench_data->add_option("--workers", bd.workers, "Worker counts to measure, e.g. 1,2,4 (default: 1, 2 and "
+                                                  "data.workers)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{0}, int64_t{256}));
+  bench_data->add_option("--batches", bd.batches, "Timed batches per worker count, after a warm-up")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  bench_data->add_flag("--val", bd.validation, "The validation pipeline (resize + centre crop) instead of training's");
+  bench_data->add_option("--run", bd.run_dir, "A run directory: how many workers keep its step fed (its "
+                                              "metrics.jsonl's rate without the data wait)");
+
   auto* env = app.add_subcommand("env", "LibTorch, CUDA/cuDNN/NCCL, threads, CPU math libraries, launcher");
   auto* keys = app.add_subcommand("config-keys", "Print every config key with its type, default and meaning");
 
@@ -188,6 +204,7 @@ int main(int argc, char** argv) {
     pa.has_prompt = prompt_opt->count() > 0;
     return trainer::engine::cmd_predict(pa);
   }
+  if (*bench_data) return trainer::engine::cmd_bench_data(bd);
   if (*env) return trainer::engine::cmd_env();
   if (*keys) return trainer::engine::cmd_config_keys();
   return trainer::kExitUsage;

@@ -16,6 +16,7 @@
 #include "data/dataset.hpp"
 #include "config/file_read.hpp"
 #include "data/file_util.hpp"
+#include "data/stage_clock.hpp"
 
 namespace trainer::data {
 namespace {
@@ -23,6 +24,7 @@ namespace {
 enum class ImageType { Jpeg, Png, Unknown };
 
 std::vector<uint8_t> read_all(const std::string& path) {
+  const StageTimer timer(Stage::Read);
   const RegularFile f = RegularFile::open<DataError>(path, kMaxImageFileBytes, "an image file");
   std::vector<uint8_t> out(f.size());
   if (std::string why = f.read_at(out.data(), out.size(), 0); !why.empty()) throw DataError(path + ": " + why);
@@ -244,12 +246,14 @@ DecodedImage decode_any(const std::string& path, int64_t channels, int64_t min_s
 
 DecodedImage decode_image(const std::string& path, int64_t channels, int64_t min_side, std::vector<uint8_t>& out,
                           std::vector<uint8_t>& interleaved) {
+  const StageTimer timer(Stage::Decode);  // the file's read included (Stage::Read tells it apart)
   return decode_any(path, channels, min_side, out, interleaved, false);
 }
 
 RegionImage decode_image_region(const std::string& path, int64_t channels,
                                 const std::function<CropBox(int64_t, int64_t)>& choose, int64_t out_h, int64_t out_w,
                                 std::vector<uint8_t>& out, std::vector<uint8_t>& interleaved) {
+  const StageTimer timer(Stage::Decode);  // the file's read included (Stage::Read tells it apart)
   std::vector<uint8_t> bytes = read_all(path);
   if (sniff(bytes) == ImageType::Jpeg) return decode_jpeg_region(path, bytes, channels, choose, out_h, out_w, out, interleaved);
   std::vector<uint8_t> whole;  // PNG (or not an image: the same error as decode_image's)

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "data/stage_clock.hpp"
+
 namespace trainer::data {
 
 DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions opts)
@@ -39,6 +41,7 @@ Batch DataLoader::build(const BatchPlan& plan) const {
   int64_t rows = 0;
   for (int64_t p = plan.begin; p < plan.end; ++p) {
     const int64_t index = sampler_.index_at(plan.epoch, p);
+    const StageTimer timer(Stage::Sample);
     if (dataset_->fill(index, plan.epoch, opts_.train, raw_ptr + rows * sample_bytes_, t_ptr + rows * target_numel_))
       ++rows;
   }
@@ -49,7 +52,11 @@ Batch DataLoader::build(const BatchPlan& plan) const {
     raw = raw.narrow(0, 0, rows);
     target = target.narrow(0, 0, rows);
   }
-  Batch batch{dataset_->finish(raw, opts_.pin_memory), target, plan.epoch};
+  Batch batch{[&] {
+                const StageTimer timer(Stage::Collate);
+                return dataset_->finish(raw, opts_.pin_memory);
+              }(),
+              target, plan.epoch};
   if (opts_.device_index >= 0 && opts_.pin_memory) {
     auto on_device = device::copy_to_device_async({batch.input, batch.target}, opts_.device_index, batch.copied);
     batch.input = on_device[0];

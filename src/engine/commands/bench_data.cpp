@@ -1,0 +1,146 @@
+#include "engine/commands/bench_data.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include <fmt/format.h>
+
+#include "config/exit_codes.hpp"
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "data/stage_clock.hpp"
+#include "engine/commands/command_common.hpp"
+#include "obs/logging.hpp"
+
+namespace trainer::engine {
+namespace {
+
+struct Measured {
+  int64_t workers = 0, samples = 0;
+  double seconds = 0;
+  std::array<int64_t, data::kStages> stage_ns{};
+  double samples_per_s() const { return seconds > 0 ? static_cast<double>(samples) / seconds : 0; }
+  double per_worker() const { return samples_per_s() / static_cast<double>(std::max<int64_t>(1, workers)); }
+};
+
+// `batches` batches of the pipeline after a warm-up (threads started, the first batches built):
+// the wall time, and the stages' thread time over the timed part (batches prefetched during the
+// warm-up are partly built: the split is of the work done while timing, the rate of batches delivered).
+Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConfig& cfg, int64_t workers,
+                 int64_t batches, bool train) {
+  data::LoaderOptions o;
+  o.batch_size = cfg.train.batch_size;
+  o.workers = workers;
+  o.prefetch = std::max<int64_t>(4, 2 * workers);
+  o.seed = cfg.run.seed;
+  o.train = train;
+  data::DataLoader loader(ds, o);
+  Measured m;
+  m.workers = workers;
+  for (int64_t k = 0; k < std::max<int64_t>(2, workers); ++k)
+    if (!loader.next()) throw std::invalid_argument("the validation split is shorter than the warm-up batches");
+  data::StageClock::enable(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t k = 0; k < batches; ++k) {
+    auto b = loader.next();
+    if (!b) break;  // the end of a validation pass
+    m.samples += b->input.size(0);
+  }
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  m.stage_ns = data::StageClock::totals();
+  data::StageClock::enable(false);
+  return m;
+}
+
+// "read 3 %, decode 71 %, augment 20 %, collate 6 %" of the stages' summed thread time.
+std::string split_text(const Measured& m) {
+  using data::Stage;
+  auto at = [&](Stage s) { return static_cast<double>(m.stage_ns[static_cast<size_t>(s)]); };
+  const double read = at(Stage::Read), decode = std::max(0.0, at(Stage::Decode) - read),
+               augment = std::max(0.0, at(Stage::Sample) - at(Stage::Decode)), collate = at(Stage::Collate);
+  const double total = read + decode + augment + collate;
+  if (total <= 0) return "-";
+  auto pct = [&](double v) { return static_cast<int>(std::lround(100 * v / total)); };
+  return fmt::format("read {} %, decode {} %, augment {} %, collate {} %", pct(read), pct(decode), pct(augment),
+                     pct(collate));
+}
+
+// The run's rate without its data wait: median over its train records (the first one left out: it
+// holds start-up) of samples_per_s x step_ms / (step_ms - data_wait_ms). nullopt without records.
+std::optional<std::pair<double, size_t>> step_rate(const std::string& run_dir) {
+  const std::string path = run_dir + "/metrics.jsonl";
+  std::ifstream in(path);
+  if (!in) throw std::invalid_argument(fmt::format("--run {}: no metrics.jsonl there ({})", run_dir, path));
+  std::vector<double> rates;
+  std::string line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || j.value("kind", "") != "train") continue;
+    if (std::exchange(first, false)) continue;
+    const double sps = j.value("samples_per_s", 0.0), step = j.value("step_ms", 0.0), wait = j.value("data_wait_ms", 0.0);
+    if (sps > 0 && step > wait) rates.push_back(sps * step / (step - wait));
+  }
+  if (rates.empty()) return std::nullopt;
+  std::sort(rates.begin(), rates.end());
+  return std::make_pair(rates[rates.size() / 2], rates.size());
+}
+
+int bench(const BenchDataArgs& args) {
+  const auto env = dist::detect_launch_env();
+  const auto loaded = load_checked(args, env);
+  obs::init_console_logging(loaded.cfg.log.level);
+  const auto& cfg = loaded.cfg;
+  if (cfg.train.batch_size <= 0)
+    throw std::invalid_argument("train.batch_size is auto (chosen by measuring the model): give one with "
+                                "--set train.batch_size=N");
+  if (args.batches < 1) throw std::invalid_argument("--batches must be at least 1");
+  std::vector<int64_t> workers = args.workers;
+  if (workers.empty()) workers = {1, 2, cfg.data.workers};
+  for (int64_t w : workers)
+    if (w < 0 || w > 256) throw std::invalid_argument(fmt::format("--workers {}: give 0 to 256", w));
+  std::sort(workers.begin(), workers.end());
+  workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
+  const auto rate = args.run_dir.empty() ? std::nullopt : step_rate(args.run_dir);  // before minutes of measuring
+  auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
+  auto ds = args.validation ? sets.val : sets.train;
+  if (!ds) throw std::invalid_argument("the config's data has no validation split (data.val_path, data.val_fraction)");
+  std::cout << fmt::format("bench-data {} ({} pipeline): {}; batch {}, {} timed batches per worker count\n",
+                           args.config, args.validation ? "validation" : "training", ds->describe(),
+                           cfg.train.batch_size, args.batches)
+            << "(rates are this machine's now: other processes' load counts; stages are thread time, summed over "
+               "the workers)\n"
+            << fmt::format("{:>7}  {:>11}  {:>12}  {}\n", "workers", "samples/s", "per worker", "where the time goes");
+  Measured best;
+  for (int64_t w : workers) {
+    const Measured m = measure(ds, cfg, w, args.batches, !args.validation);
+    std::cout << fmt::format("{:>7}  {:>11.1f}  {:>12.1f}  {}\n", w, m.samples_per_s(), m.per_worker(), split_text(m))
+              << std::flush;
+    if (w > 0 && m.per_worker() > best.per_worker()) best = m;
+  }
+  if (!args.run_dir.empty()) {
+    if (!rate) {
+      std::cout << fmt::format("--run {}: no train records after the first to read a step rate from\n", args.run_dir);
+    } else if (best.workers > 0) {
+      const auto needed = static_cast<int64_t>(std::ceil(rate->first / best.per_worker()));
+      std::cout << fmt::format("the run in {} consumes {:.1f} samples/s without its data wait (median of {} "
+                               "records); at {:.1f} samples/s a worker (measured with {}) about {} worker(s) keep "
+                               "it fed (data.workers: {})\n",
+                               args.run_dir, rate->first, rate->second, best.per_worker(), best.workers, needed,
+                               cfg.data.workers);
+    }
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+int cmd_bench_data(const BenchDataArgs& args) {
+  return run_command([&] { return bench(args); });
+}
+
+}  // namespace trainer::engine

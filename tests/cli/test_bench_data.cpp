@@ -1,0 +1,96 @@
+// `trainer bench-data CONFIG`: the configured input pipeline without a model. Its rates are this
+// machine's (not checked); what is checked: a line per worker count, the stage split of a JPEG
+// folder (read, decode, augment, collate) adding up to 100 %, the workers it says keep a run fed
+// (the run's rate without its data wait over the measured rate per worker, rounded up), bad
+// arguments (exit 2, named).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <regex>
+
+#include "data/fixtures.hpp"
+#include "test_util.hpp"
+
+using namespace trainer;
+using test::run_trainer;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string folder_config(const fs::path& dir) {
+  test::write_image_folder(dir / "images", {"a", "b"}, 12, 40, 48, /*png=*/false);
+  const auto file = dir / "bd.yaml";
+  test::write_file(file, "run: {name: bd, seed: 1}\n"
+                         "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 3, num_classes: 2}\n"
+                         "data: {format: image_folder, path: " + (dir / "images").string() +
+                         ", image_size: 24, workers: 1, augment: {hflip: true, random_resized_crop: true}}\n"
+                         "train: {batch_size: 4, max_steps: 5}\n");
+  return file.string();
+}
+
+}  // namespace
+
+TEST_CASE("bench-data: a line per worker count, the JPEG pipeline's stages adding up to 100 %", "[e2e]") {
+  auto dir = test::scratch_dir("bench_data_folder");
+  const auto cfg = folder_config(dir);
+  auto r = run_trainer("bench-data " + cfg + " --workers 0,2,1 --batches 3");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("(training pipeline): image_folder ") != std::string::npos);
+  const std::regex row(R"(\n\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)  read (\d+) %, decode (\d+) %, augment (\d+) %, collate (\d+) %)");
+  std::vector<int> seen;
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), row); it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    seen.push_back(std::stoi(m[1].str()));
+    CHECK(std::stod(m[2].str()) > 0);
+    const int sum = std::stoi(m[4].str()) + std::stoi(m[5].str()) + std::stoi(m[6].str()) + std::stoi(m[7].str());
+    CHECK(std::abs(sum - 100) <= 2);  // each rounded to a whole percent
+    CHECK(std::stoi(m[5].str()) > 0);  // a JPEG folder decodes
+  }
+  CHECK(seen == std::vector<int>{0, 1, 2});  // sorted, each once
+  auto v = run_trainer("bench-data " + cfg + " --val --workers 1 --batches 2");
+  INFO(v.output);
+  CHECK(v.exit_code == 2);  // no validation split configured
+  CHECK(v.output.find("has no validation split") != std::string::npos);
+}
+
+TEST_CASE("bench-data --run: the workers that keep a run fed, from its rate without the data wait", "[e2e]") {
+  auto dir = test::scratch_dir("bench_data_run");
+  const auto cfg = folder_config(dir);
+  // the first record (start-up) is left out; the others: 100 samples/s at 10 ms a step, 5 of them waiting
+  // for data, so the step alone runs at 200 samples/s (median of 3)
+  test::write_file(dir / "run/metrics.jsonl",
+                   "{\"kind\": \"train\", \"step\": 1, \"samples_per_s\": 1, \"step_ms\": 900, \"data_wait_ms\": 0}\n"
+                   "{\"kind\": \"eval\", \"step\": 1, \"loss\": 1.0}\n"
+                   "{\"kind\": \"train\", \"step\": 2, \"samples_per_s\": 100, \"step_ms\": 10, \"data_wait_ms\": 5}\n"
+                   "{\"kind\": \"train\", \"step\": 3, \"samples_per_s\": 90, \"step_ms\": 10, \"data_wait_ms\": 4}\n"
+                   "{\"kind\": \"train\", \"step\": 4, \"samples_per_s\": 120, \"step_ms\": 10, \"data_wait_ms\": 5}\n");
+  auto r = run_trainer("bench-data " + cfg + " --workers 1 --batches 3 --run " + (dir / "run").string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  std::smatch m;
+  REQUIRE(std::regex_search(r.output, m, std::regex(R"(consumes ([0-9.]+) samples/s without its data wait \(median of 3 records\); at ([0-9.]+) samples/s a worker \(measured with 1\) about (\d+) worker\(s\))")));
+  CHECK(m[1].str() == "200.0");  // 90 x 10 / 6 = 150, 100 x 10 / 5 = 200, 120 x 10 / 5 = 240
+  const double per_worker = std::stod(m[2].str());
+  REQUIRE(per_worker > 0);
+  const int64_t needed = std::stoll(m[3].str());
+  CHECK(needed >= 1);
+  // the printed per-worker rate is rounded to 0.1: the count is the ceiling of 200 over the exact one
+  CHECK(needed >= static_cast<int64_t>(std::ceil(200 / (per_worker + 0.05))));
+  CHECK(needed <= static_cast<int64_t>(std::ceil(200 / std::max(0.05, per_worker - 0.05))));
+}
+
+TEST_CASE("bench-data: bad arguments exit 2 and say what is wrong", "[e2e]") {
+  auto dir = test::scratch_dir("bench_data_bad");
+  const auto cfg = folder_config(dir);
+  auto many = run_trainer("bench-data " + cfg + " --workers 1,300");
+  CHECK(many.exit_code == 2);
+  CHECK(many.output.find("--workers") != std::string::npos);
+  auto no_run = run_trainer("bench-data " + cfg + " --workers 1 --run " + (dir / "nowhere").string());
+  INFO(no_run.output);
+  CHECK(no_run.exit_code == 2);
+  CHECK(no_run.output.find("no metrics.jsonl there") != std::string::npos);
+  auto bad_key = run_trainer("bench-data " + cfg + " --set data.workerz=1");
+  CHECK(bad_key.exit_code == 2);
+  CHECK(bad_key.output.find("data.workerz") != std::string::npos);
+}
