@@ -216,26 +216,11 @@ YAML
       --out-dir "$build/sharding-full/$mode" >"$results/sharding_full_$mode.log" 2>&1 ||
       { say "dist.sharding $mode on $full_ranks rank(s) FAILED (log: $results/sharding_full_$mode.log)"; status=1; }
   done
-  "$py" - "$build/sharding-full" "$full_ranks" <<'PY' | tee "$results/sharding_full.txt" || status=1
-import json, os, sys
-root, ranks = sys.argv[1], int(sys.argv[2])
-recs = {}
-for mode in ("none", "full"):
-    path = os.path.join(root, mode, "gpt2_full", "metrics.jsonl")
-    if not os.path.exists(path):
-        sys.exit(f"dist.sharding {mode}: no metrics ({path})")
-    recs[mode] = [r for r in map(json.loads, open(path)) if r.get("kind") == "train"]
-worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(recs["none"], recs["full"]))
-for mode, rs in recs.items():
-    last = rs[-1]
-    print(f"{mode} ({ranks} rank(s)): {len(rs)} steps, loss {rs[0]['loss']:.4f} -> {last['loss']:.4f}, "
-          f"{last.get('tokens_per_s', 0):.0f} tok/s, held bytes params/grads/optimizer "
-          f"{last.get('param_bytes')}/{last.get('grad_bytes')}/{last.get('optim_state_bytes')}")
-# bf16 with grad_clip: the sharded norm differs in its last bits, bf16 rounding amplifies it
-tol = 1e-2  # a world of one differs only by non-deterministic CUDA kernels
-print(f"full vs none: max relative loss difference {worst:.3g} (tolerance {tol:g})")
-sys.exit(0 if len(recs["full"]) == len(recs["none"]) == 20 and worst <= tol else 1)
-PY
+  # bf16 with grad_clip: the sharded norm differs in its last bits, bf16 rounding amplifies it; a
+  # world of one differs only by non-deterministic CUDA kernels
+  "$py" "$repo/scripts/bench/compare_runs.py" "$build/sharding-full" none full --run gpt2_full --steps 20 --tol 1e-2 \
+    --show param_bytes grad_bytes optim_state_bytes --label "full vs none on $full_ranks rank(s)" |
+    tee "$results/sharding_full.txt" || status=1
 fi
 # --- 8. tensor parallel: GPT-2 124M ----------------------------------------------------------------
 # Two GPUs: tp 2 over NCCL (the region all-reduces, the vocab-parallel loss on CUDA) against one rank
@@ -261,26 +246,10 @@ else
   say "tensor parallel $tp_ranks against one rank, GPT-2 124M"
   timeout $(( left / 2 )) "${tp_args[@]}" --out-dir "$build/tp/tp" >"$results/tp_tp.log" 2>&1 ||
     { say "tensor parallel $tp_ranks FAILED (log: $results/tp_tp.log)"; status=1; }
-  "$py" - "$build/tp" "$tp_ranks" <<'PY' | tee "$results/tensor_parallel.txt" || status=1
-import json, os, sys
-root, tp = sys.argv[1], int(sys.argv[2])
-recs = {}
-for name in ("base", "tp"):
-    path = os.path.join(root, name, "gpt2_full", "metrics.jsonl")
-    if not os.path.exists(path):
-        sys.exit(f"tensor parallel {name}: no metrics ({path})")
-    recs[name] = [r for r in map(json.loads, open(path)) if r.get("kind") == "train"]
-worst = max(abs(a["loss"] - b["loss"]) / abs(a["loss"]) for a, b in zip(recs["base"], recs["tp"]))
-for name, rs in recs.items():
-    last = rs[-1]
-    print(f"{name}: {len(rs)} steps, loss {rs[0]['loss']:.4f} -> {last['loss']:.4f}, "
-          f"{last.get('tokens_per_s', 0):.0f} tok/s, tp_comm_ms {last.get('tp_comm_ms', 'absent')}")
-tol = 1e-2  # bf16: the tp layout rounds its partial sums differently
-comm_ok = tp > 1 or all("tp_comm_ms" not in r for r in recs["tp"])
-print(f"tp {tp} vs one rank: max relative loss difference {worst:.3g} (tolerance {tol:g}); "
-      f"tp 1 runs no tp collective: {comm_ok}")
-sys.exit(0 if len(recs["tp"]) == len(recs["base"]) == 20 and worst <= tol and comm_ok else 1)
-PY
+  # bf16: the tp layout rounds its partial sums differently; tp 1 must run no tp collective
+  absent=(); [ "$tp_ranks" = 1 ] && absent=(--absent tp_comm_ms)
+  "$py" "$repo/scripts/bench/compare_runs.py" "$build/tp" base tp --run gpt2_full --steps 20 --tol 1e-2 --show tp_comm_ms \
+    "${absent[@]}" --label "tp $tp_ranks vs one rank" | tee "$results/tensor_parallel.txt" || status=1
 fi
 say "done in $(elapsed)s (status $status); results in $results"
 exit $status
