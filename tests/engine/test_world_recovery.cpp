@@ -91,16 +91,25 @@ TEST_CASE("world recovery: a world of one steps, records and agrees alone", "[un
   CHECK(r.last_grad_norm().item<double>() == 1.5);
   r.recorded();
   CHECK(r.samples_at(5) == 60);
-  // no signal and no recovery store: no stop, nobody to admit; one process does not look at its data
-  // here (its loader's own check ends the run: no peer to agree with)
+  // no signal and no recovery store: no stop, nobody to admit; one process looks at its data files on
+  // the boundary steps as several ranks do (the loader's own look covers the training files at epoch
+  // boundaries only), and what it finds is the boundary's change
   bool looked = false;
   const auto b = r.agree_stop(/*step=*/10, /*log_step=*/false, /*final_step=*/false, /*data_due=*/true, [&] {
     looked = true;
     return std::string("changed");
   });
   CHECK_FALSE(b.stop);
-  CHECK(b.data_change.empty());
-  CHECK_FALSE(looked);
+  CHECK(b.data_change == "changed");
+  CHECK(looked);
   CHECK_FALSE(r.grow_due());
+  // a step that is no boundary (not logged, not a multiple of 10, no epoch begins): no look
+  looked = false;
+  const auto quiet = r.agree_stop(/*step=*/11, /*log_step=*/false, /*final_step=*/false, /*data_due=*/false, [&] {
+    looked = true;
+    return std::string("changed");
+  });
+  CHECK(quiet.data_change.empty());
+  CHECK_FALSE(looked);
   CHECK(parts.rebuilt == 0);
 }
