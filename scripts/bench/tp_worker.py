@@ -172,7 +172,7 @@ def main():
     # no weight decay: torch's AdamW would decay every parameter, the trainer's not biases and norms
     opt = torch.optim.AdamW(model.parameters(), lr=a.lr, weight_decay=0.0)
     dp_group = mesh["dp"].get_group() if dp > 1 and not a.fsdp else None
-    times, losses, saved = [], [], 0
+    times, losses, norms, saved = [], [], [], 0
     for step in range(a.steps):
         t0 = time.perf_counter()
         counter = SavedBytes()
@@ -186,7 +186,7 @@ def main():
                 g = p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad
                 dist.all_reduce(g, group=dp_group)
                 g.div_(dp)
-        clip_grad_norm(model.parameters(), a.grad_clip, mesh)
+        norms.append(clip_grad_norm(model.parameters(), a.grad_clip, mesh))
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = loss.detach().clone()
@@ -198,7 +198,8 @@ def main():
     if rank == 0:
         with open(a.out, "w") as f:
             json.dump({"samples_per_s": a.batch * dp / med, "peak_rss_mb": resource.getrusage(
-                resource.RUSAGE_SELF).ru_maxrss / 1024.0, "losses": losses, "saved_activation_bytes": saved}, f)
+                resource.RUSAGE_SELF).ru_maxrss / 1024.0, "losses": losses, "grad_norms": norms,
+                       "saved_activation_bytes": saved}, f)
     dist.barrier()
     # no destroy_process_group / interpreter teardown: Gloo's threads at exit have aborted a
     # finished run ("terminate called without an active exception") after the figures were written

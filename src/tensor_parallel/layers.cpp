@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "tensor_parallel/mappings.hpp"
+#include "tensor_parallel/sequence_linear.hpp"
 
 namespace trainer::tensor_parallel {
 namespace {
@@ -34,6 +35,8 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(const torch::Tensor& full_wei
 
 torch::Tensor column_parallel_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                      Communicator& comm, const ParallelOptions& opts) {
+  if (opts.sequence_parallel && comm.size() > 1)  // keeps only the sequence chunk for backward
+    return sequence_gather_linear(x, weight, bias, comm, opts.seq_dim);
   return torch::nn::functional::linear(enter_region(x, comm, opts), weight, bias);
 }
 
@@ -137,6 +140,8 @@ NamedSpecs layer_shard_specs(const torch::nn::Module& root) {
 
 torch::Tensor parallel_lm_logits(const torch::Tensor& x, const torch::Tensor& local_weight, Communicator& comm,
                                  ParallelOptions opts) {
+  if (opts.sequence_parallel && comm.size() > 1)  // keeps only the sequence chunk for backward
+    return sequence_gather_linear(x, local_weight, torch::Tensor(), comm, opts.seq_dim);
   return torch::matmul(enter_region(x, comm, opts), local_weight.t());
 }
 
