@@ -48,6 +48,11 @@ struct LoaderOptions {
   // train = false: the pass covers only the first `eval_samples` samples of the split (0 = all), shared
   // among the ranks as a whole split is, so that every world size scores the same samples (train.eval_steps)
   int64_t eval_samples = 0;
+  // false: the files are not looked at before an epoch's first batch; the caller looks instead, at
+  // the steps check_due() names (a multi-rank run's boundary vote: a change the loader found inside a
+  // step could not be agreed on by the ranks). A replaced file then reads its old contents, a
+  // truncated one faults into the guarded copy (DataChanged from the read), until the caller's look.
+  bool look_at_epoch_start = true;
 };
 
 struct Batch {

@@ -8,6 +8,7 @@
 #include <catch2/catch.hpp>
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <regex>
 
@@ -85,7 +86,11 @@ TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a repl
   auto dir = scratch_dir("data_reload_2r_nanogpt");
   const DataSet d = data_set("nanogpt", dir);
   d.write(0, d.folder);
-  BackgroundRun run(dir, config_for(d, "reload") + kDistTimeout, kLaunch2);
+  // an evaluation after every step: the one due at the step where the ranks reload still runs, and a
+  // replacement landing in it (between the vote and the next read) is found at the next vote
+  const std::string config = std::regex_replace(config_for(d, "reload"), std::regex("eval_every: 0"),
+                                                "eval_every: 1, eval_steps: 1");
+  BackgroundRun run(dir, config + kDistTimeout, kLaunch2);
   REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
   apply(Change::Replace, d);
   // 2800 tokens, 10% validation: (2520 - 1) / 16 = 157 windows, on each rank; each rank says so in
@@ -106,6 +111,12 @@ TEST_CASE("data change, 2 ranks: under on_change reload both ranks reopen a repl
   REQUIRE(wait_for(both, 180));
   CHECK(steps[0] == steps[1]);  // the same boundary on both ranks
   REQUIRE(wait_for([&] { return run.past_step(steps[0] + 3); }, 180));
+  std::vector<int64_t> evaluated;  // the steps with an eval record: every one, the reload's included
+  for (const auto& r : records(run.metrics(), "eval")) evaluated.push_back(r.at("step").get<int64_t>());
+  for (int64_t s = 1; s <= steps[0] + 2; ++s) {
+    INFO("step " << s);
+    CHECK(std::count(evaluated.begin(), evaluated.end(), s) == 1);
+  }
   // the launcher (the parent of rank 0) forwards SIGTERM to both ranks: a checkpoint and 75
   const pid_t rank0 = lock_holder(dir / "runs/exp/.lock");
   const auto stat = read_file("/proc/" + std::to_string(rank0) + "/stat");

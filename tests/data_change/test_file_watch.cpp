@@ -122,6 +122,33 @@ TEST_CASE("file watch: the loader reports a replaced text file at the next epoch
   }
 }
 
+TEST_CASE("file watch: a loader told not to look at epoch starts reads a replaced file's old contents on",
+          "[unit]") {
+  // a multi-rank run looks at its files at the boundary vote only (look_at_epoch_start false): the
+  // epoch after a replacement comes from the old mapping until the caller's look finds the change,
+  // and check_due still names the step that begins the epoch, where the caller looks
+  auto dir = scratch_dir("watch_loader_nolook");
+  const fs::path f = dir / "t.txt";
+  write_file(f, std::string(16 * 8 + 1, 'a'));  // 8 windows of 16 + 1: two batches of 4 per epoch
+  auto pair = data::create_datasets(plain_data_cfg("text", f), gpt(16), 0);
+  data::LoaderOptions o;
+  o.batch_size = 4;
+  o.workers = 0;
+  o.look_at_epoch_start = false;
+  data::DataLoader loader(pair.train, o);
+  REQUIRE(loader.next());
+  REQUIRE(loader.next());  // the end of epoch 0
+  CHECK(loader.check_due(1));  // the next batch begins epoch 1: the caller looks before it
+  replace_file(f, std::string(16 * 8 + 1, 'b'));
+  auto b = loader.next();  // epoch 1, from the old mapping: no error from the loader
+  REQUIRE(b);
+  CHECK(b->epoch == 1);
+  CHECK(b->input[0][0].item<int64_t>() == 'a');
+  CHECK_FALSE(loader.check_due(1));  // within epoch 1
+  CHECK(changed_message([&] { pair.train->check_unchanged(); }) ==
+        f.string() + ": the data file changed while the run was using it: it was replaced by another file");
+}
+
 TEST_CASE("file watch: IDX and CIFAR files held in memory are checked against their stamps", "[unit]") {
   auto dir = scratch_dir("watch_memory");
   write_idx(dir / "idx", "train", std::vector<int>(12, 1), 4, 4, false);

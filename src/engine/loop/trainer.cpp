@@ -118,14 +118,18 @@ class Trainer final : public WorldParts {
   const dist::LaunchEnv& env() const { return recovery_->env(); }
   // the ranks of one tp group read the same batches: the loader shards over the data-parallel ranks
   std::unique_ptr<data::DataLoader> make_train_loader() const {
-    return std::make_unique<data::DataLoader>(train_set_,
-                                              run_loader_options(cfg_, tp_.data_env(env()), device_, /*train=*/true));
+    auto o = run_loader_options(cfg_, tp_.data_env(env()), device_, /*train=*/true);
+    // several ranks look at their files at the boundary vote only: the loader's own look inside the
+    // next step would find a change made between the vote and that step alone (RELIABILITY.md)
+    o.look_at_epoch_start = !dist_->active();
+    return std::make_unique<data::DataLoader>(train_set_, o);
   }
   int64_t data_world() const { return tp_.data_env(env()).world_size; }
 
   std::unique_ptr<Evaluator> make_evaluator() {  // the tp ranks of a group score the same batches
-    return std::make_unique<Evaluator>(val_set_, run_eval_setup(cfg_, tp_.data_env(env()), precision_, device_, tokens_),
-                                       dist_.get(), data_world());
+    auto setup = run_eval_setup(cfg_, tp_.data_env(env()), precision_, device_, tokens_);
+    setup.loader.look_at_epoch_start = !dist_->active();  // as the training loader's (make_train_loader)
+    return std::make_unique<Evaluator>(val_set_, std::move(setup), dist_.get(), data_world());
   }
 
   std::unique_ptr<StepRunner> make_step_runner() {
