@@ -332,7 +332,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "runs over world / T (the ranks of one tp coordinate: replicated DDP, or dist.sharding's ZeRO-1/2/3 with "
       "the rank's slices as its parameters). T must divide the world size, and model.n_head and 4 x model.n_embd (GPT) or "
       "model.num_heads and model.mlp_dim (ViT). Checkpoints hold the full (T = 1) tensors, so a run resumes at any "
-      "T. 1 = off.");
+      "T. train.ema keeps the rank's slices of the shadow; train.batch_size auto and `trainer check --memory` "
+      "measure one rank's slices. 1 = off.");
   k.b("sequence_parallel", c.dist.sequence_parallel,
       "With dist.tensor_parallel > 1: LayerNorm, dropout and the residual stream run on 1/T of the sequence "
       "(all-gather / reduce-scatter in place of the all-reduces: fewer activation bytes per rank); GPT only "

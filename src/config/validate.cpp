@@ -75,10 +75,6 @@ void validate_tensor_parallel(const LoadedConfig& loaded, const ValidateOptions&
   if (c.dist.recovery == Recovery::InProcess)
     err("dist.recovery", "in_process with dist.tensor_parallel " + ts +
                              " is not supported (a regroup does not rebuild the mesh's groups); use restart");
-  if (c.train.ema.decay > 0)
-    err("train.ema.decay", "the EMA with dist.tensor_parallel " + ts + " is not supported yet");
-  if (c.train.batch_size == 0)
-    err("train.batch_size", "auto with dist.tensor_parallel " + ts + " is not supported yet: give the micro-batch");
 }
 }  // namespace
 

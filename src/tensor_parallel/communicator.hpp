@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace trainer::tensor_parallel {
 
@@ -34,6 +35,29 @@ class SoloCommunicator final : public Communicator {
   void all_reduce(torch::Tensor&, ReduceOp) override {}
   torch::Tensor all_gather(const torch::Tensor& t, int64_t) override { return t; }
   torch::Tensor reduce_scatter(const torch::Tensor& t, int64_t) override { return t; }
+};
+
+// One rank of a tp group of `size` without its peers: the collectives return tensors of the right
+// shapes (all_gather: `size` copies of this rank's tensor, reduce_scatter: this rank's chunk, all_reduce:
+// the input), not the right values. For measuring what a rank of the mesh allocates in one process
+// (`trainer check --memory`, train.batch_size auto's probe: engine/startup/memory_plan.hpp); never
+// for training.
+class StandInCommunicator final : public Communicator {
+ public:
+  StandInCommunicator(int64_t rank, int64_t size) : rank_(rank), size_(size) {}
+  int64_t rank() const override { return rank_; }
+  int64_t size() const override { return size_; }
+  void all_reduce(torch::Tensor&, ReduceOp) override {}
+  torch::Tensor all_gather(const torch::Tensor& t, int64_t dim) override {
+    return torch::cat(std::vector<torch::Tensor>(static_cast<size_t>(size_), t), dim);
+  }
+  torch::Tensor reduce_scatter(const torch::Tensor& t, int64_t dim) override {
+    const int64_t n = t.size(dim) / size_;
+    return t.narrow(dim, rank_ * n, n).contiguous();
+  }
+
+ private:
+  int64_t rank_, size_;
 };
 
 inline Communicator& solo() {

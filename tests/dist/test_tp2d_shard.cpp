@@ -85,38 +85,6 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding: odd widths split unevenly over dp, an
   check_same_grad_norms(dir / "single", dir / "z3", "odd widths, sharding full, sequence parallel");
 }
 
-// The tensors of two checkpoint files: the same names and shapes, values within `rel` of the larger
-// magnitude of each tensor. The key block of c_attn.bias ([C, 2C) of q, k, v) is left out: its
-// gradient is zero in exact arithmetic (a shift of every key by one vector leaves the softmax as it
-// is), so AdamW steps each layout's rounding noise by about lr (measured 2.2e-4 of the tensor's
-// largest magnitude after 5 steps). Other small-gradient elements do the same on a smaller scale
-// (5.6e-5 at worst for the rest of the model, 1.4e-5 for the optimizer state, AVX2 EPYC), so the
-// bound is 1e-3: what it checks is the layout (names, shapes, where each slice and piece lands; the
-// losses check the arithmetic at 1e-6), and a misplaced slice differs by the weights' own size.
-void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b, double rel) {
-  auto fa = io::load_safetensors(a.string()), fb = io::load_safetensors(b.string());
-  std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
-  std::set<std::string> na, nb;
-  for (const auto& [k, v] : ta) na.insert(k);
-  for (const auto& [k, v] : tb) nb.insert(k);
-  REQUIRE(na == nb);
-  double worst = 0;
-  for (const auto& [k, t] : ta) {
-    INFO(a.filename().string() << ": " << k);
-    REQUIRE(t.sizes() == tb.at(k).sizes());
-    auto x = t.to(torch::kFloat64), y = tb.at(k).to(torch::kFloat64);
-    if (k.size() >= 16 && k.compare(k.size() - 16, 16, "attn.c_attn.bias") == 0) {
-      const int64_t c = x.size(0) / 3;
-      x = torch::cat({x.narrow(0, 0, c), x.narrow(0, 2 * c, c)});
-      y = torch::cat({y.narrow(0, 0, c), y.narrow(0, 2 * c, c)});
-    }
-    const double scale = std::max(x.abs().max().item<double>(), 1e-30);
-    const double d = (x - y).abs().max().item<double>() / scale;
-    worst = std::max(worst, d);
-    CHECK(d <= rel);
-  }
-  WARN(a.filename().string() << ": largest difference " << worst << " of a tensor's largest magnitude");
-}
 
 TEST_CASE("dp 2 x tp 2 with dist.sharding full checkpoints the global tensors: they resume in one process, at tp 2 "
           "and from one process",

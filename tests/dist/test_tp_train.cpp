@@ -7,6 +7,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "spawn.hpp"
+#include "tp2d_runs.hpp"
 #include "train_runs.hpp"
 
 using namespace trainer;
@@ -17,42 +18,6 @@ constexpr size_t kTpSteps = 10;
 constexpr double kTpRel = 1e-6;
 const std::string kTpArgs = " --set train.max_steps=10 --set train.grad_clip=0.5 --set optim.weight_decay=0.1";
 
-// A small ViT on synthetic 8x8 images: 4 patches + the class token (a sequence of 5, which sequence
-// parallel could not split over 2), 2 heads and mlp_dim 32 over tp 2.
-constexpr const char* kTpVitYaml = R"(run:
-  name: tiny
-  seed: 3
-  deterministic: true
-model:
-  arch: vit
-  in_channels: 1
-  num_classes: 4
-  image_size: 8
-  patch_size: 4
-  num_layers: 2
-  num_heads: 2
-  hidden_dim: 16
-  mlp_dim: 32
-data:
-  format: synthetic
-  workers: 1
-  synthetic:
-    num_samples: 1024
-    val_samples: 32
-    image_size: 8
-train:
-  batch_size: 8
-  device: cpu
-  threads: 1
-  log_every: 1
-optim:
-  name: adamw
-  lr: 0.01
-dist:
-  timeout_s: 60
-log:
-  progress: "off"
-)";
 
 void tp_require_trained(const test::TrainRun& run, size_t steps, int64_t world) {
   INFO(run.output);
@@ -100,7 +65,7 @@ TEST_CASE("ViT at tp 2 logs the losses of one process for 10 AdamW steps with gr
           "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp_vit_train");
-  test::write_file(dir / "tiny_vit.yaml", kTpVitYaml);
+  test::write_file(dir / "tiny_vit.yaml", test::tp2d::kTinyVitYaml);
   const auto cfg = (dir / "tiny_vit.yaml").string();
   auto single = test::train_tiny_gpt("", "run " + cfg + kTpArgs, dir / "single");
   tp_require_trained(single, kTpSteps, 1);

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <string>
 
 #include "ckpt/ckpt_runs.hpp"
+#include "io/safetensors.hpp"
 #include "train_runs.hpp"
 
 namespace trainer::test::tp2d {
@@ -23,6 +26,43 @@ inline const std::string kArgs = " --set train.max_steps=10 --set train.grad_cli
                                  " --set train.global_batch_size=16";
 inline const std::string k2d = "launch -n 4 -- run ";
 inline const std::string kTp2 = " --set dist.tensor_parallel=2";
+
+// A small ViT on synthetic 8x8 images: 4 patches + the class token (a sequence of 5, which sequence
+// parallel could not split over 2), 2 heads and mlp_dim 32 over tp 2.
+inline constexpr const char* kTinyVitYaml = R"(run:
+  name: tiny
+  seed: 3
+  deterministic: true
+model:
+  arch: vit
+  in_channels: 1
+  num_classes: 4
+  image_size: 8
+  patch_size: 4
+  num_layers: 2
+  num_heads: 2
+  hidden_dim: 16
+  mlp_dim: 32
+data:
+  format: synthetic
+  workers: 1
+  synthetic:
+    num_samples: 1024
+    val_samples: 32
+    image_size: 8
+train:
+  batch_size: 8
+  device: cpu
+  threads: 1
+  log_every: 1
+optim:
+  name: adamw
+  lr: 0.01
+dist:
+  timeout_s: 60
+log:
+  progress: "off"
+)";
 
 inline void require_trained(const TrainRun& run, size_t steps, int64_t world) {
   INFO(run.output);
@@ -60,6 +100,39 @@ inline void check_same_grad_norms(const std::filesystem::path& ref, const std::f
     CHECK(std::abs(n1 - n2) <= 1e-5 * n1);
   }
   WARN(what << ": largest relative grad_norm difference " << worst);
+}
+
+// The tensors of two checkpoint files: the same names and shapes, values within `rel` of the larger
+// magnitude of each tensor. The key block of c_attn.bias ([C, 2C) of q, k, v) is left out: its
+// gradient is zero in exact arithmetic (a shift of every key by one vector leaves the softmax as it
+// is), so AdamW steps each layout's rounding noise by about lr (measured 2.2e-4 of the tensor's
+// largest magnitude after 5 steps). Other small-gradient elements do the same on a smaller scale
+// (5.6e-5 at worst for the rest of the model, 1.4e-5 for the optimizer state, AVX2 EPYC), so the
+// bound is 1e-3: what it checks is the layout (names, shapes, where each slice and piece lands; the
+// losses check the arithmetic at 1e-6), and a misplaced slice differs by the weights' own size.
+inline void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b, double rel) {
+  auto fa = io::load_safetensors(a.string()), fb = io::load_safetensors(b.string());
+  std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
+  std::set<std::string> na, nb;
+  for (const auto& [k, v] : ta) na.insert(k);
+  for (const auto& [k, v] : tb) nb.insert(k);
+  REQUIRE(na == nb);
+  double worst = 0;
+  for (const auto& [k, t] : ta) {
+    INFO(a.filename().string() << ": " << k);
+    REQUIRE(t.sizes() == tb.at(k).sizes());
+    auto x = t.to(torch::kFloat64), y = tb.at(k).to(torch::kFloat64);
+    if (k.size() >= 16 && k.compare(k.size() - 16, 16, "attn.c_attn.bias") == 0) {
+      const int64_t c = x.size(0) / 3;
+      x = torch::cat({x.narrow(0, 0, c), x.narrow(0, 2 * c, c)});
+      y = torch::cat({y.narrow(0, 0, c), y.narrow(0, 2 * c, c)});
+    }
+    const double scale = std::max(x.abs().max().item<double>(), 1e-30);
+    const double d = (x - y).abs().max().item<double>() / scale;
+    worst = std::max(worst, d);
+    CHECK(d <= rel);
+  }
+  WARN(a.filename().string() << ": largest difference " << worst << " of a tensor's largest magnitude");
 }
 
 }  // namespace trainer::test::tp2d

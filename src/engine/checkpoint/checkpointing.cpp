@@ -25,6 +25,11 @@ std::optional<GlobalState> gather_global_state(const RunObjects& objs) {
   auto opt = checkpoint_part(objs).whole_optimizer_state(objs.optimizer, objs.model);
   for (auto& [name, t] : opt) t = t.to(objs.device);               // the tp group's collectives run on the device
   for (auto& [name, t] : gather_global(objs.model, opt)) g.optimizer.emplace_back(name, t.to(torch::kCPU));
+  if (objs.ema) {  // the shadow holds the live model's slices under the same names: the model's specs apply
+    io::NamedTensors shadow;
+    for (auto& [name, t] : io::named_state(objs.ema->model())) shadow.emplace_back(name, t.detach());
+    for (auto& [name, t] : gather_global(objs.model, shadow)) g.ema.emplace_back(name, t.to(torch::kCPU));
+  }
   return g;
 }
 
@@ -43,7 +48,9 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   c.groups["rng"] = rng_state_tensors(objs.device);
   if (objs.ema) {
     io::NamedTensors ema_state;
-    for (auto& [name, t] : io::named_state(objs.ema->model())) ema_state.emplace_back(name, t.detach().to(torch::kCPU));
+    if (global) ema_state = global->ema;
+    else
+      for (auto& [name, t] : io::named_state(objs.ema->model())) ema_state.emplace_back(name, t.detach().to(torch::kCPU));
     c.groups["ema"] = std::move(ema_state);
     c.state["ema"] = {{"decay", objs.ema->decay()}, {"every", objs.ema->config().every}};
   }
@@ -69,9 +76,11 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
 
 namespace {
 
-// The EMA weights of a checkpoint; one saved without them (EMA turned on for the resumed run) starts
-// the EMA from the restored weights, and says so.
-void restore_ema(const io::CheckpointContent& content, const std::filesystem::path& from, Ema& ema) {
+// The EMA weights of a checkpoint (global tensors: tensor parallel keeps the slices of `live`, the
+// model the shadow mirrors); one saved without them (EMA turned on for the resumed run) starts the EMA
+// from the restored weights, and says so.
+void restore_ema(const io::CheckpointContent& content, const std::filesystem::path& from, const models::Model& live,
+                 Ema& ema) {
   auto it = content.groups.find("ema");
   if (it == content.groups.end()) {
     spdlog::warn("{}: no EMA weights in this checkpoint (saved without train.ema): the EMA starts from the "
@@ -82,7 +91,7 @@ void restore_ema(const io::CheckpointContent& content, const std::filesystem::pa
   }
   io::SafetensorsFile f;
   f.path = (from / "ema.safetensors").string();
-  f.tensors = it->second;
+  f.tensors = take_local(live, it->second);
   io::load_state_into(ema.model(), f, /*strict=*/true);
 }
 
@@ -131,7 +140,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     }
     checkpoint_part(objs).load_optimizer(objs.optimizer, objs.model, optimizer);  // a sharded run takes its slices
     restore_rng_state(group("rng"), objs.device);
-    if (objs.ema) restore_ema(content, from, *objs.ema);
+    if (objs.ema) restore_ema(content, from, objs.model, *objs.ema);
     objs.scaler.load_state(sc);
     objs.tracker.restore(best, best_step, evals_without);
     const std::string hash = s.value(io::kStateConfigHash, "");

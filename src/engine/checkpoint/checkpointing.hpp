@@ -52,7 +52,7 @@ inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
 // whole_optimizer_state). Every rank calls it (a collective) before rank 0 captures; nullopt when no
 // parameter is sharded.
 struct GlobalState {
-  io::NamedTensors model, optimizer;
+  io::NamedTensors model, optimizer, ema;  // ema: train.ema's shadow, gathered like the model
 };
 std::optional<GlobalState> gather_global_state(const RunObjects& objs);
 

@@ -174,18 +174,19 @@ struct MemoryColumn {
 // The model as configured, with model.activation_checkpointing `ac`: its plan under the run's
 // strategy, its step measured as the run probes (up to 64, and with batch_size auto not beyond the
 // samples per rank per step).
-MemoryColumn probe_column(const config::RunConfig& c, int64_t world_size, const torch::Device& device,
+MemoryColumn probe_column(const config::RunConfig& c, int64_t dp_size, const torch::Device& device,
                           const std::vector<int64_t>& shape, int64_t classes, bool ac) {
-  const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(world_size, 1);
+  const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(dp_size, 1);
   const int64_t probe_cap = c.train.batch_size == 0 ? std::min<int64_t>(64, per_rank) : 64;
-  auto mc = c.model;
-  mc.activation_checkpointing = ac;
+  auto probe_cfg = c;
+  probe_cfg.model.activation_checkpointing = ac;
   torch::manual_seed(c.run.seed);
-  auto model = models::build_model_on(mc, device);
+  auto probe = build_probe_model(probe_cfg, device);  // at tensor parallel: one rank's slices
+  auto& model = probe.model;
   const bool image = model->input_kind() == models::InputKind::Image;
   const int64_t b1 = image ? 2 : 1;
   return {ac ? "activation checkpointing" : "no checkpointing",
-          strategy_memory_plan(c.dist, world_size, *model, c.optim),
+          strategy_memory_plan(c.dist, dp_size, *model, c.optim),
           probe_activations(*model, shape, classes, c.train.precision, device, c.model.channels_last && image, b1,
                             2 * b1, /*max_b2=*/probe_cap)};
 }
@@ -219,8 +220,9 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
                   int64_t classes, double budget_gb) {
   const auto device = device::select_device(c.train.device, env.local_rank);
   check_precision_supported(c.train.precision, device);
-  const std::vector<MemoryColumn> cols = {probe_column(c, env.world_size, device, shape, classes, false),
-                                          probe_column(c, env.world_size, device, shape, classes, true)};
+  const int64_t dp = config::data_parallel_size(c, env.world_size);  // per rank of the mesh: its slices
+  const std::vector<MemoryColumn> cols = {probe_column(c, dp, device, shape, classes, false),
+                                          probe_column(c, dp, device, shape, classes, true)};
   const auto mb = budget_gb > 0 ? memory_budget(budget_gb, "--memory-gb", device, env.local_world_size)
                                 : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
                                                 env.local_world_size);
@@ -229,6 +231,10 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
             << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
             << cols[0].probe.b2 << " without checkpointing, " << cols[1].probe.b1 << " and " << cols[1].probe.b2
             << " with):\n";
+  if (c.dist.tensor_parallel > 1)
+    std::cout << "  (one rank of the mesh: its slices at tp " << c.dist.tensor_parallel << " and " << dp
+              << " data-parallel rank(s); its step measured in this process with stand-in collectives that give "
+                 "their tensors' shapes)\n";
   auto row = [&](const std::string& name, auto value) {
     std::cout << "  " << std::left << std::setw(34) << name;
     for (const auto& col : cols) std::cout << std::right << std::setw(26) << value(col);
@@ -250,7 +256,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
       [&](const MemoryColumn& col) { return largest_in_budget(col, mb.bytes); });
   std::cout << "  (budget: " << mb.source << ")\n";
   if (c.train.batch_size == 0)
-    print_auto_pick(c, env.world_size, device, cols[c.model.activation_checkpointing ? 1 : 0], mb.bytes);
+    print_auto_pick(c, dp, device, cols[c.model.activation_checkpointing ? 1 : 0], mb.bytes);
 }
 
 // train.precision auto as the run would decide it on this machine (the probe included when the data were

@@ -85,7 +85,7 @@ class Trainer final : public WorldParts {
     parallel_ = tp_.make_strategy(*dist_, cfg_.dist);
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
-    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get());  // the broadcast weights
+    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get(), tp_.build_context());  // the broadcast weights
 
     if (cfg_.train.batch_size == 0) planner.choose_micro_batch(*train_set_);
     // once the micro-batch is chosen; from here the world is recovery_'s (env(), grad_accum())

@@ -14,6 +14,18 @@
 
 namespace trainer::engine {
 
+ProbeModel build_probe_model(const config::RunConfig& cfg, const torch::Device& device) {
+  ProbeModel p;
+  models::BuildContext ctx;
+  if (cfg.dist.tensor_parallel > 1) {
+    p.comm = std::make_unique<tensor_parallel::StandInCommunicator>(0, cfg.dist.tensor_parallel);
+    ctx.tp = p.comm.get();
+    ctx.sequence_parallel = cfg.dist.sequence_parallel;
+  }
+  p.model = models::build_model_on(cfg.model, device, ctx);
+  return p;
+}
+
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,
                                   int64_t vocab_or_classes, Precision precision, const torch::Device& device,
                                   bool channels_last, int64_t b1, int64_t b2, int64_t max_b2) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -47,6 +48,17 @@ struct ActivationProbe {
 ActivationProbe probe_activations(models::Model& model, const std::vector<int64_t>& sample_shape,
                                   int64_t vocab_or_classes, Precision precision, const torch::Device& device,
                                   bool channels_last, int64_t b1, int64_t b2, int64_t max_b2 = 0);
+
+// The model as one rank of the run's mesh holds it, for measuring (its weights do not matter): at
+// dist.tensor_parallel T > 1 built over a stand-in tp communicator (tensor_parallel/communicator.hpp:
+// the collectives' shapes, no peers), so its parameters are one rank's slices (every rank's slices
+// have the same shapes: the vocabulary is padded) and a probe step allocates what a rank's does, the
+// gathered tensors included, in one process without collectives. `comm` outlives `model`.
+struct ProbeModel {
+  std::unique_ptr<tensor_parallel::Communicator> comm;
+  models::ModelPtr model;
+};
+ProbeModel build_probe_model(const config::RunConfig& cfg, const torch::Device& device);
 
 // The divisors of `per_rank` (samples per rank per optimizer step), largest first: the micro-batches
 // that keep the global batch exact with a whole number of accumulation steps.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "config/load.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "engine/startup/autotune.hpp"
@@ -154,13 +155,16 @@ int64_t StartupPlanner::agree_on_smallest(const std::vector<int64_t>& candidates
 // (see memory_plan.hpp), the same on every rank (the smallest choice wins); grad_accum follows, so
 // train.global_batch_size is kept. The probe runs on a separate model and restores the generators.
 void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
-  const int64_t per_rank = cfg_.train.global_batch_size / env_.world_size;
+  // the ranks of one tp group read the same batches: the samples per step are the dp ranks'
+  const int64_t dp = config::data_parallel_size(cfg_, env_.world_size);
+  const int64_t per_rank = cfg_.train.global_batch_size / dp;
   const auto candidates = micro_batch_candidates(per_rank);
   // a resumed run keeps its micro-batch (BatchNorm statistics depend on it, and the resume check
-  // compares losses) unless the world size, the global batch or the budget changed
-  const nlohmann::json key = {{"world_size", env_.world_size},
-                              {"global_batch_size", cfg_.train.global_batch_size},
-                              {"memory_budget_gb", cfg_.train.memory_budget_gb}};
+  // compares losses) unless the world size, the global batch, the budget or the mesh changed
+  nlohmann::json key = {{"world_size", env_.world_size},
+                        {"global_batch_size", cfg_.train.global_batch_size},
+                        {"memory_budget_gb", cfg_.train.memory_budget_gb}};
+  if (cfg_.dist.tensor_parallel > 1) key["tensor_parallel"] = cfg_.dist.tensor_parallel;
   int64_t kept_b = 0;
   if (env_.rank == 0) {
     const auto saved = read_autotune();
@@ -179,13 +183,15 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
     cfg_.train.grad_accum = per_rank / b;
     spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {} (kept "
                  "from {})",
-                 b, cfg_.train.grad_accum, env_.world_size, cfg_.train.global_batch_size, autotune_file().string());
+                 b, cfg_.train.grad_accum, dp, cfg_.train.global_batch_size, autotune_file().string());
     return;
   }
   const auto rng = rng_state_tensors(device_);
-  auto probe_model = models::build_model_on(cfg_.model, device_);  // it measures sizes; its weights do not matter
+  // it measures sizes (a rank's slices at tensor parallel); its weights do not matter
+  auto probe_parts = build_probe_model(cfg_, device_);
+  auto& probe_model = probe_parts.model;
   const bool image = probe_model->input_kind() == models::InputKind::Image;
-  const auto fixed = strategy_memory_plan(cfg_.dist, env_.world_size, *probe_model, cfg_.optim).fixed;
+  const auto fixed = strategy_memory_plan(cfg_.dist, dp, *probe_model, cfg_.optim).fixed;
   const int64_t b1 = image ? 2 : 1;
   const auto probe = probe_activations(*probe_model, train_set.sample_shape(), train_set.num_classes(),
                                        precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,
@@ -232,11 +238,13 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
   write_autotune({{"train.batch_size", entry}});
   spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {}; estimated "
                "{} of a {} budget ({}): {} held + a step of {} + {} per sample x {} (measured by the {} "
-               "at micro-batches {} and {})",
-               chosen, cfg_.train.grad_accum, env_.world_size, cfg_.train.global_batch_size,
+               "at micro-batches {} and {}{})",
+               chosen, cfg_.train.grad_accum, dp, cfg_.train.global_batch_size,
                bytes_text(static_cast<double>(fixed.total()) + probe.at(chosen)), bytes_text(budget), budget_source,
                bytes_text(static_cast<double>(fixed.total())), bytes_text(probe.intercept()),
-               bytes_text(probe.per_sample()), chosen, probe.how, probe.b1, probe.b2);
+               bytes_text(probe.per_sample()), chosen, probe.how, probe.b1, probe.b2,
+               cfg_.dist.tensor_parallel > 1 ? fmt::format(", on one rank's slices of tp {}", cfg_.dist.tensor_parallel)
+                                             : std::string());
 }
 
 void StartupPlanner::release_startup_memory() {

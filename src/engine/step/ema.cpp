@@ -54,10 +54,10 @@ void Ema::after_step(int64_t steps_done) {
 }
 
 std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
-                              const DataParallel* parallel) {
+                              const DataParallel* parallel, const models::BuildContext& ctx) {
   auto gen = at::detail::getDefaultCPUGenerator();
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
-  auto shadow = models::build_model_on(cfg.model, device);
+  auto shadow = models::build_model_on(cfg.model, device, ctx);
   gen.set_state(saved);
   shadow->eval();  // it is only ever evaluated
   spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,

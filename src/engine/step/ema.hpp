@@ -55,7 +55,10 @@ class Ema {
 // (which never loads model.init: the shadow copies the live weights), moved to `device`, channels-last
 // like the model.
 // Building it leaves torch's CPU generator as it was, so the run trains the same with and without EMA.
+// `ctx`: the live model's (dist.tensor_parallel: the shadow holds the same slices as the live model,
+// pairwise, and is evaluated over the same tp group; its checkpoint tensors are gathered like the
+// model's, engine/optim/tp_state.hpp).
 std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
-                              const DataParallel* parallel = nullptr);
+                              const DataParallel* parallel = nullptr, const models::BuildContext& ctx = {});
 
 }  // namespace trainer::engine

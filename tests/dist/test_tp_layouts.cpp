@@ -1,0 +1,90 @@
+// Checkpoints free of layout and the ViT at 2-D (issue 24). A checkpoint written at (dp 2, tp 2,
+// dist.sharding full) holds the global tensors, so it resumes at tp 4, at dp 4 (fully sharded) and in
+// one process, each continuing the uninterrupted one-process run within 1e-6 relative. The ViT at
+// dp 2 x tp 2, replicated and fully sharded over dp, logs the losses of one process at the same
+// global batch.
+#include <catch2/catch.hpp>
+
+#include "ckpt/ckpt_runs.hpp"
+#include "spawn.hpp"
+#include "tp2d_runs.hpp"
+#include "train_runs.hpp"
+
+using namespace trainer;
+
+namespace tp_layouts {  // named: the unity build joins the dist tests
+
+using namespace test::tp2d;
+
+TEST_CASE("a (dp 2, tp 2, full) checkpoint resumes at tp 4, at dp 4 fully sharded and in one process, each "
+          "continuing the uninterrupted run",
+          "[dist][e2e][tp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("tp_layouts_resume");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  // 4 heads (of width 8), so that tp 4 splits them; every run at the global batch 16
+  const std::string args = kArgs + " --set model.n_head=4";
+  auto single = test::train_tiny_gpt("", "run " + cfg + args + " --set train.batch_size=16", dir / "single");
+  require_trained(single, kSteps, 1);
+
+  auto first = test::train_tiny_gpt("", k2d + cfg + args + kTp2 +
+                                            " --set dist.sharding=full --set train.batch_size=8 --set train.max_steps=5",
+                                    dir / "a");
+  require_trained(first, 5, 4);
+  const auto ckpt = (dir / "a" / "tiny" / "checkpoints" / "step-5").string();
+
+  struct Layout {
+    const char* name;
+    std::string command;  // what resumes the checkpoint
+    const char* says;     // the resume's log line: the checkpoint's dp ranks on this run's
+  };
+  const std::vector<Layout> layouts = {
+      {"tp 4", k2d + cfg + args + " --set dist.tensor_parallel=4 --set train.batch_size=16",
+       "resuming a checkpoint of 2 rank(s) on 1"},
+      {"dp 4, full", k2d + cfg + args + " --set dist.sharding=full --set train.batch_size=4",
+       "resuming a checkpoint of 2 rank(s) on 4"},
+      {"one process", "run " + cfg + args + " --set train.batch_size=16", "resuming a checkpoint of 2 rank(s) on 1"},
+  };
+  for (const auto& l : layouts) {
+    const auto out = dir / (std::string("b_") + std::to_string(&l - layouts.data()));
+    // (its metrics start at step 6: not train_tiny_gpt, which reads a run from step 1)
+    auto rest = test::run_trainer(l.command + " --resume " + ckpt + " --out-dir " + out.string());
+    INFO(l.name << "\n" << rest.output);
+    REQUIRE(rest.exit_code == 0);
+    CHECK(rest.output.find(l.says) != std::string::npos);
+    // the resumed run logs steps 6-10 only
+    const auto losses = test::train_losses(out / "tiny" / "metrics.jsonl");
+    REQUIRE(losses.size() == 5);
+    double worst = 0;
+    for (const auto& [step, loss] : losses) {
+      INFO(l.name << ", step " << step << ": " << loss << " vs " << single.losses[step - 1]);
+      REQUIRE(step > 5);
+      const double rel = std::abs(loss - single.losses[step - 1]) / std::abs(single.losses[step - 1]);
+      worst = std::max(worst, rel);
+      CHECK(rel <= kRel);
+    }
+    WARN("(dp 2, tp 2, full) -> " << l.name << ": largest relative loss difference over steps 6-10 " << worst);
+  }
+}
+
+TEST_CASE("the ViT at dp 2 x tp 2, replicated and fully sharded over dp, logs the losses of one process at the same "
+          "global batch",
+          "[dist][e2e][tp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("tp_layouts_vit");
+  test::write_file(dir / "tiny_vit.yaml", kTinyVitYaml);
+  const auto cfg = (dir / "tiny_vit.yaml").string();
+  auto single = test::train_tiny_gpt("", "run " + cfg + kArgs + " --set train.batch_size=16", dir / "single");
+  require_trained(single, kSteps, 1);
+  CHECK(std::abs(single.losses.back() - single.losses.front()) > 1e-3);  // it trains
+  for (const std::string sharding : {"none", "full"}) {
+    auto mesh = test::train_tiny_gpt(
+        "", k2d + cfg + kArgs + kTp2 + " --set train.batch_size=8 --set dist.sharding=" + sharding, dir / sharding);
+    require_trained(mesh, kSteps, 4);
+    CHECK(mesh.output.find("tensor parallel 2 (data parallel 2") != std::string::npos);
+    check_same_losses(single, mesh, ("ViT dp 2 x tp 2, sharding " + sharding).c_str());
+    check_same_grad_norms(dir / "single", dir / sharding, ("ViT, sharding " + sharding).c_str());
+  }
+}
+
+}  // namespace tp_layouts
