@@ -1,5 +1,7 @@
 #include "io/checkpoint.hpp"
 
+#include "io/tensor_parts.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -248,11 +250,14 @@ CheckpointContent load_checkpoint(const fs::path& dir) {
   verify_checkpoint(dir);
   CheckpointContent c;
   const auto manifest = nlohmann::json::parse(read_text(dir / kManifestName, kMaxManifestBytes, "a checkpoint manifest"));
+  std::map<std::string, SafetensorsFile> files;  // by group; the metadata of a group in parts says its ranges
   for (const auto& [name, entry] : manifest["files"].items()) {
     const fs::path file = dir / name;
     if (file.extension() != ".safetensors") continue;
     try {
-      c.groups[file.stem().string()] = load_safetensors(file.string()).tensors;
+      auto f = load_safetensors(file.string());
+      c.groups[file.stem().string()] = f.tensors;
+      files[file.stem().string()] = std::move(f);
     } catch (const SafetensorsError& e) {
       throw CheckpointError(e.what());
     }
@@ -262,6 +267,7 @@ CheckpointContent load_checkpoint(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail(dir / kStateName, std::string("invalid JSON: ") + e.what());
   }
+  assemble_checkpoint_parts(c, files, dir);  // a tensor-parallel run's parts: the global tensors
   return c;
 }
 
@@ -323,8 +329,9 @@ fs::path CheckpointStore::save(int64_t step, const CheckpointContent& content) {
     };
     for (const auto& [name, tensors] : content.groups) {
       try {
-        save_safetensors((tmp / (name + ".safetensors")).string(), tensors,
-                         {{"checkpoint_group", name}, {"step", std::to_string(step)}});
+        std::map<std::string, std::string> meta = {{"checkpoint_group", name}, {"step", std::to_string(step)}};
+        if (auto m = content.metadata.find(name); m != content.metadata.end()) meta.insert(m->second.begin(), m->second.end());
+        save_safetensors((tmp / (name + ".safetensors")).string(), tensors, meta);
       } catch (const SafetensorsError& e) {
         throw CheckpointError(e.what());
       }

@@ -9,9 +9,11 @@
 // bf16 the 2-D run stays within 3e-3 of one process at step 20.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
 
 #include "ckpt/ckpt_runs.hpp"
+#include "io/safetensors.hpp"
 #include "spawn.hpp"
 #include "tp2d_runs.hpp"
 #include "train_runs.hpp"
@@ -90,12 +92,23 @@ TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process che
   // the checkpoint at step 5 is the run's final one; the same max_steps schedule when resumed
   auto first = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + b8 + " --set train.max_steps=5", dir / "to_one");
   require_trained(first, 5, 4);
-  // rank 0 alone writes the checkpoint (no shard files): the global tensors of its tp group
+  // the tp ranks of dp 0 write the checkpoint, a part each (the dp replicas hold the same slices)
   const auto step5 = dir / "to_one" / "tiny" / "checkpoints" / "step-5";
   std::set<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(step5)) files.insert(e.path().filename().string());
-  CHECK(files == std::set<std::string>{"manifest.json", "model.safetensors", "optimizer.safetensors", "rng.safetensors",
-                                       "state.json"});
+  CHECK(files == std::set<std::string>{"manifest.json", "model-tp0of2.safetensors", "model-tp1of2.safetensors",
+                                       "optimizer-tp0of2.safetensors", "optimizer-tp1of2.safetensors",
+                                       "rng.safetensors", "state.json"});
+  // part 1: tp rank 1's slices only, under the global names, with their global ranges (q, k and v rows
+  // of its head), no replicated tensor (part 0 holds those)
+  const auto part1 = io::load_safetensors((step5 / "model-tp1of2.safetensors").string());
+  std::map<std::string, torch::Tensor> p1(part1.tensors.begin(), part1.tensors.end());
+  REQUIRE(p1.count("transformer.h.0.attn.c_attn.weight") == 1);
+  CHECK(p1.at("transformer.h.0.attn.c_attn.weight").sizes() == torch::IntArrayRef({48, 32}));  // 3 x 16 of [96, 32]
+  CHECK(p1.count("transformer.wpe.weight") == 0);
+  const auto ranges = nlohmann::json::parse(part1.metadata.at("tensor_ranges"));
+  CHECK(ranges.at("transformer.h.0.attn.c_attn.weight").at("ranges") == nlohmann::json::parse("[[16,32],[48,64],[80,96]]"));
+  CHECK(ranges.at("transformer.h.0.attn.c_attn.weight").at("shape") == nlohmann::json::parse("[96,32]"));
   CHECK(nlohmann::json::parse(test::read_file(step5 / "state.json")).at("world_size") == 2);  // the dp ranks
   auto rest = test::train_tiny_gpt("", "run " + cfg + kArgs + b8 + " --resume auto", dir / "to_one");
   INFO(rest.output);

@@ -14,6 +14,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor_parts.hpp"
 #include "train_runs.hpp"
 
 namespace trainer::test::tp2d {
@@ -102,7 +103,7 @@ inline void check_same_grad_norms(const std::filesystem::path& ref, const std::f
   WARN(what << ": largest relative grad_norm difference " << worst);
 }
 
-// The tensors of two checkpoint files: the same names and shapes, values within `rel` of the larger
+// The tensors of one group of two checkpoints: the same names and shapes, values within `rel` of the larger
 // magnitude of each tensor. The key block of c_attn.bias ([C, 2C) of q, k, v) is left out: its
 // gradient is zero in exact arithmetic (a shift of every key by one vector leaves the softmax as it
 // is), so AdamW steps each layout's rounding noise by about lr (measured 2.2e-4 of the tensor's
@@ -110,8 +111,10 @@ inline void check_same_grad_norms(const std::filesystem::path& ref, const std::f
 // (5.6e-5 at worst for the rest of the model, 1.4e-5 for the optimizer state, AVX2 EPYC), so the
 // bound is 1e-3: what it checks is the layout (names, shapes, where each slice and piece lands; the
 // losses check the arithmetic at 1e-6), and a misplaced slice differs by the weights' own size.
-inline void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b, double rel) {
-  auto fa = io::load_safetensors(a.string()), fb = io::load_safetensors(b.string());
+// `group` of the checkpoint folders `a` and `b`: one file, or a tensor-parallel run's parts assembled.
+inline void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& group,
+                               double rel) {
+  auto fa = io::load_checkpoint_group(a, group), fb = io::load_checkpoint_group(b, group);
   std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
   std::set<std::string> na, nb;
   for (const auto& [k, v] : ta) na.insert(k);
@@ -119,7 +122,7 @@ inline void check_same_tensors(const std::filesystem::path& a, const std::filesy
   REQUIRE(na == nb);
   double worst = 0;
   for (const auto& [k, t] : ta) {
-    INFO(a.filename().string() << ": " << k);
+    INFO(a.string() << " " << group << ": " << k);
     REQUIRE(t.sizes() == tb.at(k).sizes());
     auto x = t.to(torch::kFloat64), y = tb.at(k).to(torch::kFloat64);
     if (k.size() >= 16 && k.compare(k.size() - 16, 16, "attn.c_attn.bias") == 0) {
@@ -132,7 +135,7 @@ inline void check_same_tensors(const std::filesystem::path& a, const std::filesy
     worst = std::max(worst, d);
     CHECK(d <= rel);
   }
-  WARN(a.filename().string() << ": largest difference " << worst << " of a tensor's largest magnitude");
+  WARN(group << ": largest difference " << worst << " of a tensor's largest magnitude");
 }
 
 }  // namespace trainer::test::tp2d

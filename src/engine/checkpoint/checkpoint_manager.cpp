@@ -13,6 +13,7 @@
 #include "engine/parallel/sharded_checkpoint.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor_parts.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -144,14 +145,51 @@ std::string CheckpointManager::stage_shards(int64_t step, std::map<std::string, 
   return what;
 }
 
+std::string CheckpointManager::stage_tp_parts(int64_t step, const TpParts& parts,
+                                              std::map<std::string, std::filesystem::path>& staged) {
+  std::string what;
+  const bool stages = parts.writes && parts.part > 0;  // part 0 is rank 0's: written into the folder itself
+  if (stages)
+    for (const auto& [group, part] : parts.groups) {
+      const auto name = io::part_group_name(group, parts.part, parts.parts);
+      const auto file = io::staged_shard_path(dir_, step, name);
+      try {
+        io::save_safetensors(file.string(), part.tensors,
+                             {{"checkpoint_group", name}, {"step", std::to_string(step)},
+                              {io::kRangesKey, io::encode_ranges(part.ranges)}});
+      } catch (const std::exception& e) {
+        what = "rank " + std::to_string(env_.rank) + " could not write its part " + file.string() + ": " + e.what();
+        break;
+      }
+    }
+  // the writers' pids name the staged files (a store removes those of dead writers); -1: writes none
+  auto mine = torch::tensor({static_cast<int64_t>(::getpid()), what.empty() ? int64_t{0} : int64_t{1},
+                             stages ? parts.part : int64_t{-1}},
+                            torch::kInt64);
+  auto all = dist_->all_gather(mine.to(dist_->device()), "tensor-parallel part staging").cpu();
+  for (int64_t r = 0; r < env_.world_size; ++r) {
+    if (all[r][1].item<int64_t>() != 0 && what.empty())
+      what = "rank " + std::to_string(r) + " could not write its tensor-parallel part (its log says why)";
+    const int64_t k = all[r][2].item<int64_t>();
+    if (k <= 0) continue;
+    for (const auto& [group, part] : parts.groups) {
+      const auto name = io::part_group_name(group, k, parts.parts);
+      staged[name] = io::staged_shard_path(dir_, step, name, all[r][0].item<int64_t>());
+    }
+  }
+  return what;
+}
+
 bool CheckpointManager::save(int64_t step, SaveKind kind) {
   FullParams whole(objs_.parallel, /*write=*/false);  // dist.sharding full: rank 0 writes the whole model
-  const auto global = gather_global_state(objs_);      // tensor parallel: every tp rank, before rank 0 writes
+  // tensor parallel: each tp rank of dp rank 0 writes its slices (every rank takes part: the dp gather)
+  const auto parts = dist_ && dist_->active() ? tp_parts(objs_) : std::nullopt;
   int failure = 0;  // 1: the save failed, 2: non-finite weights
   std::string what;
-  std::map<std::string, std::filesystem::path> staged;  // sharded: every rank's shard file
-  const bool sharded = checkpoint_part(objs_).sharded_state() && dist_ && dist_->active();
+  std::map<std::string, std::filesystem::path> staged;  // sharded: every rank's shard file; tp: every part
+  const bool sharded = !parts && checkpoint_part(objs_).sharded_state() && dist_ && dist_->active();
   if (sharded) what = stage_shards(step, staged);
+  if (parts) what = stage_tp_parts(step, *parts, staged);
   if (!what.empty()) {
     failure = 1;
     if (env_.rank != 0) what.clear();  // rank 0 reports it; the outcome is agreed below
@@ -163,7 +201,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
              "' holds inf/NaN values (the previous checkpoints are kept)";
     } else {
       try {
-        auto content = capture_checkpoint(cfg_, objs_, position_(step), global ? &*global : nullptr);
+        auto content = capture_checkpoint(cfg_, objs_, position_(step), parts ? &*parts : nullptr);
         content.staged = staged;
         if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);
@@ -186,6 +224,11 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
     std::error_code ec;
     std::filesystem::remove(io::staged_shard_path(dir_, step, checkpoint_part(objs_).shard_group()), ec);
   }
+  if (parts && parts->part > 0 && failure != 0)  // so is a staged part
+    for (const auto& [group, part] : parts->groups) {
+      std::error_code ec;
+      std::filesystem::remove(io::staged_shard_path(dir_, step, io::part_group_name(group, parts->part, parts->parts)), ec);
+    }
   if (failure == 2) throw std::runtime_error(what);
   if (failure == 0) {
     failed_in_row_ = 0;

@@ -92,6 +92,9 @@ class CheckpointManager {
   // returns rank 0's content with every rank's staged file to move in (undefined on other ranks),
   // or the failure text (agreed: any rank's failure fails the save on all).
   std::string stage_shards(int64_t step, std::map<std::string, std::filesystem::path>& staged);
+  // Tensor parallel: the tp ranks of dp rank 0 but rank 0 write their parts next to the folder; the
+  // same agreement as stage_shards.
+  std::string stage_tp_parts(int64_t step, const TpParts& parts, std::map<std::string, std::filesystem::path>& staged);
 
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;

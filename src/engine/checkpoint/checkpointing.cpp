@@ -5,6 +5,7 @@
 
 #include "config/load.hpp"
 #include "engine/optim/tp_state.hpp"
+#include "io/tensor_parts.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
 #include "engine/optim/train_state.hpp"
 #include "io/safetensors.hpp"
@@ -15,45 +16,60 @@ std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::fi
   return cfg.checkpoint.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(cfg.checkpoint.dir);
 }
 
-std::optional<GlobalState> gather_global_state(const RunObjects& objs) {
+std::optional<TpParts> tp_parts(const RunObjects& objs) {
   if (!tp_sharded(objs.model)) return std::nullopt;
-  GlobalState g;
+  TpParts p;
+  p.part = objs.model.tp_comm().rank();
+  p.parts = objs.model.tp_comm().size();
+  p.writes = checkpoint_part(objs).writes_tp_part();
+  const bool whole = p.part == 0;  // the replicated tensors: part 0 alone
   io::NamedTensors live;
   for (auto& [name, t] : io::named_state(objs.model)) live.emplace_back(name, t.detach());
-  for (auto& [name, t] : gather_global(objs.model, live)) g.model.emplace_back(name, t.to(torch::kCPU));
-  // CPU copies of whole (TP-local) tensors; sharded over dp: gathered over it first (a collective)
+  // whole (TP-local) tensors; sharded over dp: gathered over it first (a collective of every rank)
   auto opt = checkpoint_part(objs).whole_optimizer_state(objs.optimizer, objs.model);
-  for (auto& [name, t] : opt) t = t.to(objs.device);               // the tp group's collectives run on the device
-  for (auto& [name, t] : gather_global(objs.model, opt)) g.optimizer.emplace_back(name, t.to(torch::kCPU));
+  if (!p.writes) return p;
+  auto on_cpu = [](LocalPart part) {
+    for (auto& [name, t] : part.tensors) t = t.to(torch::kCPU);
+    return part;
+  };
+  p.groups["model"] = on_cpu(local_part(objs.model, live, whole));
+  p.groups["optimizer"] = on_cpu(local_part(objs.model, opt, whole));
   if (objs.ema) {  // the shadow holds the live model's slices under the same names: the model's specs apply
     io::NamedTensors shadow;
     for (auto& [name, t] : io::named_state(objs.ema->model())) shadow.emplace_back(name, t.detach());
-    for (auto& [name, t] : gather_global(objs.model, shadow)) g.ema.emplace_back(name, t.to(torch::kCPU));
+    p.groups["ema"] = on_cpu(local_part(objs.model, shadow, whole));
   }
-  return g;
+  return p;
 }
 
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos,
-                                         const GlobalState* global) {
+                                         const TpParts* parts) {
   io::CheckpointContent c;
-  io::NamedTensors model_state;
-  if (global) model_state = global->model;
-  else
+  if (parts) {  // part 0 here; the other tp ranks staged theirs (checkpoint_manager.cpp)
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& [group, part] : parts->groups) {
+      const auto name = io::part_group_name(group, 0, parts->parts);
+      c.groups[name] = part.tensors;
+      c.metadata[name] = {{io::kRangesKey, io::encode_ranges(part.ranges)}};
+      groups.push_back(group);
+    }
+    c.state[io::kStateTensorParts] = {{"parts", parts->parts}, {"groups", groups}};
+  } else {
+    io::NamedTensors model_state;
     for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));
-  c.groups["model"] = std::move(model_state);
-  if (const auto& part = checkpoint_part(objs); part.sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
-    c.state["optimizer_shards"] = part.shard_layout(objs.model);
-  else
-    c.groups["optimizer"] = global ? global->optimizer : optimizer_state_tensors(objs.optimizer, objs.model);
-  c.groups["rng"] = rng_state_tensors(objs.device);
-  if (objs.ema) {
-    io::NamedTensors ema_state;
-    if (global) ema_state = global->ema;
+    c.groups["model"] = std::move(model_state);
+    if (const auto& part = checkpoint_part(objs); part.sharded_state())  // every rank writes its shard (checkpoint_manager.cpp)
+      c.state["optimizer_shards"] = part.shard_layout(objs.model);
     else
+      c.groups["optimizer"] = optimizer_state_tensors(objs.optimizer, objs.model);
+    if (objs.ema) {
+      io::NamedTensors ema_state;
       for (auto& [name, t] : io::named_state(objs.ema->model())) ema_state.emplace_back(name, t.detach().to(torch::kCPU));
-    c.groups["ema"] = std::move(ema_state);
-    c.state["ema"] = {{"decay", objs.ema->decay()}, {"every", objs.ema->config().every}};
+      c.groups["ema"] = std::move(ema_state);
+    }
   }
+  c.groups["rng"] = rng_state_tensors(objs.device);
+  if (objs.ema) c.state["ema"] = {{"decay", objs.ema->decay()}, {"every", objs.ema->config().every}};
 
   auto& s = c.state;
   s["step"] = pos.step;

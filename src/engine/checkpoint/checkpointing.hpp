@@ -20,6 +20,7 @@
 #include "engine/eval/early_stopping.hpp"
 #include "engine/step/ema.hpp"
 #include "engine/optim/loss_scaler.hpp"
+#include "engine/optim/tp_state.hpp"
 #include "io/checkpoint.hpp"
 #include "models/model.hpp"
 
@@ -47,18 +48,22 @@ inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
   return objs.parallel ? objs.parallel->checkpoint_part() : replicated_checkpoint_part();
 }
 
-// Tensor parallel (checkpoint/tp_state.hpp): the model's and the optimizer's global tensors, gathered
-// over the tp group (an optimizer state sharded over dp gathered over dp first: the strategy part's
-// whole_optimizer_state). Every rank calls it (a collective) before rank 0 captures; nullopt when no
-// parameter is sharded.
-struct GlobalState {
-  io::NamedTensors model, optimizer, ema;  // ema: train.ema's shadow, gathered like the model
+// Tensor parallel (engine/optim/tp_state.hpp, io/tensor_parts.hpp): a checkpoint in parts, one per tp
+// rank of dp rank 0's tp group, each its rank's slices of the model, the optimizer state and the EMA
+// under their global names with their ranges (the replicated tensors in part 0). No tp collective; an
+// optimizer state sharded over dp is gathered over dp first (the strategy part's
+// whole_optimizer_state: a collective of every rank). nullopt when no parameter is sharded.
+struct TpParts {
+  int64_t part = 0, parts = 1;  // this rank's tp rank and the tp size
+  bool writes = false;          // of dp rank 0's tp group: its part goes into the checkpoint
+  std::map<std::string, LocalPart> groups;  // "model", "optimizer", "ema"
 };
-std::optional<GlobalState> gather_global_state(const RunObjects& objs);
+std::optional<TpParts> tp_parts(const RunObjects& objs);
 
-// `global` (tensor parallel): written in place of this rank's slices.
+// `parts` (tensor parallel, rank 0's): its groups as part 0 (the other parts are staged by their
+// ranks) and state.json's tensor_parts.
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos,
-                                         const GlobalState* global = nullptr);
+                                         const TpParts* parts = nullptr);
 
 // Loads everything into `objs` and returns where the run stands. Throws io::CheckpointError /
 // std::runtime_error naming the checkpoint and what does not fit (another model, optimizer, a

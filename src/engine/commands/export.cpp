@@ -14,6 +14,7 @@
 #include "config/schema.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor_parts.hpp"
 #include "models/model.hpp"
 
 namespace trainer::engine {
@@ -75,13 +76,19 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   auto loaded = config::load_config_text(state[io::kStateConfigYaml].get<std::string>(), state_path.string());
   config::RunConfig cfg = loaded.cfg;
 
-  const fs::path weights_path = dir / (ema ? "ema.safetensors" : "model.safetensors");
-  if (!fs::exists(weights_path))
+  const std::string group = ema ? "ema" : "model";
+  bool in_parts = false;  // state.json's tensor_parts lists the group
+  if (state.contains(io::kStateTensorParts) && state[io::kStateTensorParts].is_object())
+    for (const auto& g : state[io::kStateTensorParts].value("groups", nlohmann::json::array()))
+      in_parts = in_parts || g == group;
+  const fs::path weights_path = dir / (group + ".safetensors");
+  if (!in_parts && !fs::exists(weights_path))
     throw io::CheckpointError(weights_path.string() + (ema ? ": missing: this checkpoint holds no EMA weights (the run "
                                                              "had train.ema.decay 0)"
                                                            : ": missing (no model weights)"));
   auto model = models::builtin_models().create(cfg.model);
-  io::load_state_into(*model, io::load_safetensors(weights_path.string()), /*strict=*/true);
+  // a tensor-parallel run's parts assembled into the global tensors
+  io::load_state_into(*model, io::load_checkpoint_group(dir, group), /*strict=*/true);
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
   for (auto& [name, t] : io::named_state(*model))

@@ -14,6 +14,7 @@
 #include "engine/startup/startup_planner.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensor_parts.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -65,7 +66,7 @@ InferWeights infer_from_checkpoint(const fs::path& step_dir) {
   } catch (const config::ConfigError& e) {
     throw io::CheckpointError(state_path.string() + ": the run's config does not load here: " + e.what());
   }
-  w.file = io::load_safetensors((step_dir / "model.safetensors").string());
+  w.file = io::load_checkpoint_group(step_dir, "model");  // a tensor-parallel run's parts assembled
   return w;
 }
 

@@ -16,14 +16,15 @@ namespace {
 
 namespace tpl = tensor_parallel;
 
-// The checkpoint part of a tensor-parallel run: always the replicated layout (rank 0 writes the global
-// tensors that checkpointing's gather_global_state assembles over tp), whatever the inner strategy;
-// a sharded inner one (dp) hands over its optimizer state gathered over dp first and, on restore,
-// keeps its pieces of this rank's slices. So a checkpoint holds no layout: it resumes at any (dp, tp,
-// sharding).
+// The checkpoint part of a tensor-parallel run: the tp ranks of dp rank 0 each write their slices in
+// the replicated layout's names (checkpointing's tp_parts, io/tensor_parts.hpp), whatever the inner
+// strategy; a sharded inner one (dp) hands over its optimizer state gathered over dp first and, on
+// restore, keeps its pieces of this rank's slices. So a checkpoint holds global names, shapes and
+// ranges, no layout of the run: it resumes at any (dp, tp, sharding).
 class TensorParallelCheckpoint final : public CheckpointPart {
  public:
-  explicit TensorParallelCheckpoint(const DataParallel& inner) : inner_(inner) {}
+  TensorParallelCheckpoint(const DataParallel& inner, bool dp_rank0) : inner_(inner), dp_rank0_(dp_rank0) {}
+  bool writes_tp_part() const override { return dp_rank0_; }
   io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
     return inner_.checkpoint_part().whole_optimizer_state(opt, model);
   }
@@ -34,6 +35,7 @@ class TensorParallelCheckpoint final : public CheckpointPart {
 
  private:
   const DataParallel& inner_;
+  bool dp_rank0_;
 };
 
 // A hash of the trainable parameters' shapes and dtypes: a sharded strategy's layout is a function of
@@ -61,7 +63,7 @@ int64_t shapes_hash(const std::vector<torch::Tensor>& params) {
 class TensorParallelOver final : public DataParallel {
  public:
   TensorParallelOver(dist::DistContext& dist, dist::Group& dp, int64_t tp, std::unique_ptr<DataParallel> inner)
-      : dist_(dist), dp_(dp), tp_(tp), inner_(std::move(inner)), checkpoint_(*inner_) {}
+      : dist_(dist), dp_(dp), tp_(tp), inner_(std::move(inner)), checkpoint_(*inner_, dp.rank() == 0) {}
   std::string name() const override {
     return "tensor parallel " + std::to_string(tp_) + " (data parallel " + std::to_string(dp_.size()) +
            (dp_.size() > 1 ? ": " + inner_->name() : "") + ")";

@@ -93,6 +93,35 @@ io::NamedTensors gather_global(const models::Model& m, const io::NamedTensors& l
   return out;
 }
 
+LocalPart local_part(const models::Model& m, const io::NamedTensors& local, bool with_whole) {
+  const auto specs = sharded_specs(m);
+  torch::NoGradGuard no_grad;
+  LocalPart out;
+  for (const auto& [name, t] : local) {
+    const auto spec = spec_for(specs, name, t.dim());
+    if (!spec) {
+      if (with_whole) out.tensors.emplace_back(name, t.detach());
+      continue;
+    }
+    // the padding rows are the tail of the last ranks' slices: clip the ranges to the real extent
+    io::PartRanges r;
+    r.dim = spec->dim;
+    r.shape = spec->global_shape;
+    const int64_t real = spec->real >= 0 ? spec->real : r.shape[r.dim];
+    r.shape[r.dim] = real;
+    int64_t kept = 0;
+    for (const auto& [b, e] : spec->ranges)
+      if (b < real) {
+        r.ranges.emplace_back(b, std::min(e, real));
+        kept += std::min(e, real) - b;
+      }
+    if (kept == 0) continue;  // all padding: nothing of the global tensor
+    out.tensors.emplace_back(name, t.detach().narrow(spec->dim, 0, kept).contiguous());
+    out.ranges[name] = std::move(r);
+  }
+  return out;
+}
+
 io::NamedTensors take_local(const models::Model& m, const io::NamedTensors& global) {
   const auto specs = sharded_specs(m);
   if (specs.empty()) return global;

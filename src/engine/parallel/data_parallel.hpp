@@ -49,6 +49,9 @@ class CheckpointPart {
   // optimizer.safetensors holds): a tensor-parallel run gathers it over tp before rank 0 writes it.
   // Sharded: the pieces gathered over the dp group, a collective of it (every dp rank, the same point).
   virtual io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const;
+  // Tensor parallel: whether this rank's part goes into a checkpoint written in parts (its tp group is
+  // dp rank 0's; the dp replicas hold the same slices). Not asked without tensor parallel.
+  virtual bool writes_tp_part() const { return true; }
   // Loads optimizer state given in the replicated layout (whole tensors per parameter name).
   virtual void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                               const io::NamedTensors& full) const;
