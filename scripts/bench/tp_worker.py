@@ -95,34 +95,52 @@ class SavedBytes:
         return t
 
 
-def clip_grad_norm(params, max_norm, mesh):
-    """The global L2 norm over the mesh, each element counted once: a gradient's squares summed over
-    the mesh dimensions it is sharded on (its DTensor placements), replicated ones taken as they are
-    (torch's clip_grad_norm_ cannot mix DTensor and plain parameters)."""
-    from torch.distributed.tensor import Shard
-    by_dims = {}
-    grads = []
+def clip_grad_norm(params, max_norm):
+    """The global L2 norm over the mesh, each element counted once, and the gradients scaled by
+    min(1, max_norm / (norm + 1e-6)) in fp32 as torch's clip_grad_norm_ and the trainer's
+    mesh_clip_grad_norm do (not at max_norm 0). A DTensor gradient's local squares are summed over
+    every dimension of its own mesh that it is not replicated on; a plain gradient (the same on every
+    rank) is taken as it is (torch's clip_grad_norm_ cannot mix DTensor and plain parameters).
+    Under SequenceParallel the LayerNorms' gradients come out of backward Partial(sum), each rank's
+    sequence chunk's share: they are summed into Replicate first (AdamW's DTensor ops would sum them
+    anyway): the squares of the shares do not add up to the square of their sum.
+
+    A placement indexes the DTensor's own device_mesh, not the run's (dp, tp) mesh: under
+    parallelize_module that is the 1-D tp sub-mesh, so placement 0 is tp, and under FSDP2 the dp
+    sub-mesh or the 2-D (dp, tp) one. Reading it against the run's mesh summed a tp-sharded gradient
+    over dp instead of tp: at tp 2 the norm saw each rank's half of the cut weights only (0.73 of the
+    true norm on bench_tp.py's model), and bench_tp.py's PyTorch rows drifted from one process's (and
+    the trainer's) by 5.5e-3 from the third loss on (Adam's second update is the first to feel the
+    clipping's scale); scripts/bench/tp_gap_check.py measures it.
+    FSDP2 cuts a tp-sharded weight's dim 0 over dp with _StridedShard, which is no Shard (nor
+    is_shard()): so every placement that is not Replicate counts as a cut here."""
+    from torch.distributed.tensor import Replicate
+    sums, grads = {}, []
     for p in params:
         if p.grad is None:
             continue
+        key = None
+        if hasattr(p.grad, "_local_tensor"):
+            if any(pl.is_partial() for pl in p.grad.placements):  # SequenceParallel's norms: sum them now
+                p.grad = p.grad.redistribute(p.grad.device_mesh,
+                                             [Replicate() if pl.is_partial() else pl for pl in p.grad.placements])
+            dims = tuple(i for i, pl in enumerate(p.grad.placements) if not isinstance(pl, Replicate))
+            key = (p.grad.device_mesh, dims) if dims else None
         g = p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad
-        dims = tuple(i for i, pl in enumerate(getattr(p.grad, "placements", ())) if isinstance(pl, Shard))
-        by_dims[dims] = by_dims.get(dims, 0.0) + g.double().pow(2).sum()
+        sums[key] = sums.get(key, 0.0) + g.double().pow(2).sum()  # same order on every rank: same collectives
         grads.append(g)
     total = torch.zeros((), dtype=torch.float64)
-    for dims, sq in by_dims.items():
+    for key, sq in sums.items():
         sq = torch.as_tensor(sq, dtype=torch.float64).clone()
-        if len(dims) == mesh.ndim:
-            dist.all_reduce(sq)
-        elif len(dims) == 1:
-            dist.all_reduce(sq, group=mesh.get_group(dims[0]))
+        if key is not None:
+            mesh, dims = key
+            for i in dims:  # the sum over a product of mesh dimensions, one dimension at a time
+                dist.all_reduce(sq, group=mesh.get_group(i))
         total += sq
-    norm = total.sqrt().item()
-    scale = max_norm / (norm + 1e-6)
-    if scale < 1:
-        for g in grads:
-            g.mul_(scale)
-    return norm
+    norm = total.sqrt().float()
+    if max_norm > 0 and grads:  # train.grad_clip 0 is off: the norm is still reported
+        torch._foreach_mul_(grads, (max_norm / (norm + 1e-6)).clamp_max(1.0))
+    return norm.item()
 
 
 def main():
@@ -186,7 +204,7 @@ def main():
                 g = p.grad._local_tensor if hasattr(p.grad, "_local_tensor") else p.grad
                 dist.all_reduce(g, group=dp_group)
                 g.div_(dp)
-        norms.append(clip_grad_norm(model.parameters(), a.grad_clip, mesh))
+        norms.append(clip_grad_norm(model.parameters(), a.grad_clip))
         opt.step()
         opt.zero_grad(set_to_none=True)
         mean = loss.detach().clone()
