@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <ctime>
 
 namespace trainer::obs {
 
@@ -24,12 +25,27 @@ std::string format_duration(double seconds) {
   return fmt::format("{:02}:{:02}", s / 60, s % 60);
 }
 
-std::string format_progress_line(int64_t step, int64_t total, double steps_per_s, double loss, int width) {
+std::string format_progress_line(int64_t step, int64_t total, double steps_per_s, std::optional<double> loss,
+                                 int width) {
   const double frac = total > 0 ? std::clamp(static_cast<double>(step) / static_cast<double>(total), 0.0, 1.0) : 0.0;
   const int filled = static_cast<int>(frac * width);
   std::string bar = std::string(filled, '#') + std::string(width - filled, '.');
   std::string eta = steps_per_s > 0 ? format_duration(static_cast<double>(total - step) / steps_per_s) : "--:--";
-  return fmt::format("[{}] {}/{} steps  {:.2f} it/s  ETA {}  loss {:.4f}", bar, step, total, steps_per_s, eta, loss);
+  return fmt::format("[{}] {}/{} steps  {:.2f} it/s  ETA {}  loss {}", bar, step, total, steps_per_s, eta,
+                     loss ? fmt::format("{:.4f}", *loss) : std::string("--"));
+}
+
+std::string format_eta_line(int64_t from_step, double from_s, int64_t step, double time_s, int64_t total,
+                            double now) {
+  const double per_step = (time_s - from_s) / static_cast<double>(std::max<int64_t>(step - from_step, 1));
+  const double left = per_step * static_cast<double>(std::max<int64_t>(total - step, 0));
+  const auto end = static_cast<std::time_t>(now + left);
+  std::tm utc{};
+  gmtime_r(&end, &utc);
+  char at[32];
+  std::strftime(at, sizeof at, "%Y-%m-%d %H:%M UTC", &utc);
+  return fmt::format("ETA: {} of {} steps left at {:.3f} s/step (measured over steps {}-{}): {} more, ending about {}",
+                     std::max<int64_t>(total - step, 0), total, per_step, from_step, step, format_duration(left), at);
 }
 
 std::string format_train_line(const TrainRecord& r, int64_t total_steps) {

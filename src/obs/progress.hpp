@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "obs/logging.hpp"
@@ -21,7 +22,15 @@ bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty, const GetE
 bool progress_bar_wanted(const std::string& mode, bool stdout_is_tty);  // the process environment
 
 // "[#####.....]  50/100 steps  12.3 it/s  ETA 00:04  loss 1.234", `width` characters of bar.
-std::string format_progress_line(int64_t step, int64_t total, double steps_per_s, double loss, int width = 30);
+// The log's ETA line, once `done_steps` steps have run since the first record (`from_step` at
+// `from_s` on the run clock, the start-up left out): the steps left at the rate measured between the
+// two records, and the UTC time it would end, from `now` (unix seconds).
+std::string format_eta_line(int64_t from_step, double from_s, int64_t step, double time_s, int64_t total,
+                            double now);
+
+// `loss`: the last logged loss; none before the first log step ("loss --", never a made-up 0).
+std::string format_progress_line(int64_t step, int64_t total, double steps_per_s, std::optional<double> loss,
+                                 int width = 30);
 std::string format_duration(double seconds);  // "1:02:03", "04:05"
 
 // One line for a train record: "step 10/100 | epoch 0.31 | loss 2.3012 | lr 1.00e-03 | ...".
@@ -51,7 +60,7 @@ class ProgressDisplay : public ConsoleOverlay {
   bool enabled_;
   int64_t total_;
   FILE* out_;
-  double loss_ = 0;
+  std::optional<double> loss_;  // none until the first train record
   std::mutex mu_;
   bool drawn_ = false;  // the bar is on the screen now
   bool hidden_ = false;  // hide() took it off for a log line: show() puts it back

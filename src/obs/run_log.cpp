@@ -1,5 +1,6 @@
 #include "obs/run_log.hpp"
 
+#include <ctime>
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -108,6 +109,16 @@ void RunLog::train(const TrainRecord& r) {
   progress_.clear();
   spdlog::info("{}{}", format_train_line(r, opts_.total_steps),
                replayed ? " (recomputed after the resume; not logged again)" : "");
+  // the ETA, once: from the first record this process logged (its start-up left out) to the first
+  // one at least kEtaAfterSteps later, unless the run is over by then
+  if (eta_from_step_ < 0) {
+    eta_from_step_ = r.step;
+    eta_from_s_ = r.time_s;
+  } else if (!eta_logged_ && r.step - eta_from_step_ >= kEtaAfterSteps && r.step < opts_.total_steps) {
+    eta_logged_ = true;
+    spdlog::info("{}", format_eta_line(eta_from_step_, eta_from_s_, r.step, r.time_s, opts_.total_steps,
+                                       static_cast<double>(std::time(nullptr))));
+  }
   progress_.update(r.step);
 }
 

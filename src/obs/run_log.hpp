@@ -46,6 +46,11 @@ class RunLog {
   RunLogOptions opts_;
   int jsonl_fd_ = -1;
   int64_t replay_until_ = -1, write_failures_ = 0;
+  // the ETA line: the first train record this process logged (its step and run clock), once logged
+  int64_t eta_from_step_ = -1;
+  double eta_from_s_ = 0;
+  bool eta_logged_ = false;
+  static constexpr int64_t kEtaAfterSteps = 20;
   std::unique_ptr<TensorBoardWriter> tb_;
   ProgressDisplay progress_;
 };

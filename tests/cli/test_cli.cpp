@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "ckpt/ckpt_runs.hpp"
 #include "config/load.hpp"
 #include "test_util.hpp"
 
@@ -114,4 +115,25 @@ TEST_CASE("check prints the GPT-2 124M parameter count", "[e2e]") {
   // vocab 50304, block 1024, 12 x 768, no biases, lm_head tied: V*C + T*C + L*(12*C*C + 2*C) + C
   // = 124,373,760 (nanoGPT prints 123.59M because it leaves out the position embeddings)
   CHECK(r.output.find("model: gpt, 124373760 parameters") != std::string::npos);
+}
+
+TEST_CASE("trainer run logs an ETA line 20 steps after its first record, once, and none when the run ends first",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("eta_line");
+  trainer::test::write_file(dir / "c.yaml", trainer::test::tiny_config("eta", 40));
+  auto r = trainer::test::run_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  // the first record is step 1; the ETA is measured from it to step 21 (log_every 1)
+  const auto at = r.output.find("ETA: 19 of 40 steps left at ");
+  REQUIRE(at != std::string::npos);
+  CHECK(r.output.find("(measured over steps 1-21)", at) != std::string::npos);
+  CHECK(r.output.find("ETA: ", at + 1) == std::string::npos);  // once
+  CHECK(r.output.find("step 21/40") < at);                      // after step 21's line
+
+  auto short_run = trainer::test::run_trainer("run " + (dir / "c.yaml").string() + " --set train.max_steps=15 --set run.name=short "
+                                              "--out-dir " + (dir / "runs").string());
+  INFO(short_run.output);
+  REQUIRE(short_run.exit_code == 0);
+  CHECK(short_run.output.find("ETA: ") == std::string::npos);
 }

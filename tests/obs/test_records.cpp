@@ -67,6 +67,13 @@ TEST_CASE("progress line and durations", "[unit]") {
   CHECK(format_duration(65) == "01:05");
   CHECK(format_duration(3725) == "1:02:05");
   CHECK(format_progress_line(50, 100, 10.0, 1.5, 10) == "[#####.....] 50/100 steps  10.00 it/s  ETA 00:05  loss 1.5000");
+  // before the first log step there is no loss to show (not 0.0000)
+  CHECK(format_progress_line(3, 100, 1.0, std::nullopt, 10) == "[..........] 3/100 steps  1.00 it/s  ETA 01:37  loss --");
+  // the ETA line: 20 steps from step 1 (t = 4 s) to step 21 (t = 14 s) is 0.5 s a step; 179 steps left
+  // end 89.5 s after 2026-12-03 07:00:00 UTC (1796281200)
+  CHECK(format_eta_line(1, 4.0, 21, 14.0, 200, 1796281200.0) ==
+        "ETA: 179 of 200 steps left at 0.500 s/step (measured over steps 1-21): 01:30 more, ending about 2026-12-03 "
+        "07:01 UTC");
   auto xterm = [](const char* n) -> const char* { return std::string(n) == "TERM" ? "xterm" : nullptr; };
   CHECK(progress_bar_wanted("auto", true, xterm));
   CHECK_FALSE(progress_bar_wanted("auto", false, xterm));
