@@ -27,22 +27,28 @@ struct Measured {
   double per_worker() const { return samples_per_s() / static_cast<double>(std::max<int64_t>(1, workers)); }
 };
 
-// `batches` batches of the pipeline after a warm-up (threads started, the first batches built):
-// the wall time, and the stages' thread time over the timed part (batches prefetched during the
-// warm-up are partly built: the split is of the work done while timing, the rate of batches delivered).
+// `batches` batches of the pipeline after a warm-up: the wall time, and the stages' thread time
+// over the timed part. The warm-up starts the threads and drains what they queued before the first
+// batch was asked for (the buffer plus one batch in flight per worker), so the timed batches are
+// built while timing: without the drain, batches queued while the dataset opened were counted at
+// the rate of popping a queue (millions of samples/s, no stage time at all).
 Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConfig& cfg, int64_t workers,
                  int64_t batches, bool train) {
   data::LoaderOptions o;
   o.batch_size = cfg.train.batch_size;
   o.workers = workers;
-  o.prefetch = std::max<int64_t>(4, 2 * workers);
+  o.prefetch = std::max<int64_t>(1, workers);  // enough to keep each worker busy, little to drain
   o.seed = cfg.run.seed;
   o.train = train;
   data::DataLoader loader(ds, o);
   Measured m;
   m.workers = workers;
-  for (int64_t k = 0; k < std::max<int64_t>(2, workers); ++k)
-    if (!loader.next()) throw std::invalid_argument("the validation split is shorter than the warm-up batches");
+  const int64_t warm_up = std::max<int64_t>(2, o.prefetch + workers + 1);
+  for (int64_t k = 0; k < warm_up; ++k)
+    if (!loader.next())
+      throw std::invalid_argument(fmt::format(
+          "the {} split has fewer than the {} warm-up batches that {} worker(s) need at batch {}",
+          train ? "training" : "validation", warm_up, workers, o.batch_size));
   data::StageClock::enable(true);
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t k = 0; k < batches; ++k) {
