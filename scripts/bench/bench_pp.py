@@ -22,7 +22,8 @@ its p2p waits over its step time.
     scripts/bench/bench_pp.py [--trainer build/trainer] [--steps 10] [--quick] [--only pp2,dp]
 
 --quick: a tiny model (6 layers, width 64, a global batch of 8) for 3 steps at 4 microbatches,
-PyTorch at pp 2 only: a smoke test of both sides (1-2 minutes on 2 cores), not a measurement.
+PyTorch at pp 2 only: a smoke test of both sides (about 2 minutes on 2 cores, most of it
+PyTorch's start-up under torchrun), not a measurement.
 --only: comma-separated substrings of the row names (1proc, dp2, dp4, pp2-1f1b-m4, ...); the
 one-process reference and the dp rows of the pipelines' worlds run whenever a pipeline row does.
 
