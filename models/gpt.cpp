@@ -149,21 +149,32 @@ torch::Tensor Gpt::forward(const torch::Tensor& idx) {
   // units (see units()): 0 embeddings, 1..n_layer the blocks, n_layer + 1 the head (ln_f). The tied
   // wte is used again by lm_head, so unit 0 is left only after the logits.
   enter_unit(0);
-  auto x = embed(idx);  // (B, T, C)
-  x = residual_dropout(x, cfg_.dropout, is_training(), *tp_, popts_.sequence_parallel);  // torch::dropout at T = 1
-  for (size_t i = 0; i < transformer->blocks.size(); ++i) {
-    auto& block = transformer->blocks[i];
-    enter_unit(i + 1);
-    if (cfg_.activation_checkpointing)
-      x = checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, T, C)
-    else
-      x = block->forward(x);  // (B, T, C)
-    x = leave_unit(i + 1, x);
+  auto x = unit_forward(0, idx);  // (B, T, C)
+  for (size_t i = 1; i <= transformer->blocks.size(); ++i) {
+    enter_unit(i);
+    x = leave_unit(i, unit_forward(i, x));  // (B, T, C)
   }
   const size_t head = transformer->blocks.size() + 1;
   enter_unit(head);
   x = leave_unit(head, transformer->ln_f(x));                          // (B, T, C)
   return leave_unit(0, lm_logits(x));  // (B, T, V): lm_head tied to wte
+}
+
+// Unit i alone (forward above is these in order, with the gate around them; the head split in two so
+// that the tied wte's gate leaves after the logits): 0 the embeddings and their dropout, 1..n_layer
+// the blocks, n_layer + 1 ln_f and the logits.
+torch::Tensor Gpt::unit_forward(size_t i, const torch::Tensor& x) {
+  const size_t n = transformer->blocks.size();
+  if (i == 0)
+    return residual_dropout(embed(x), cfg_.dropout, is_training(), *tp_, popts_.sequence_parallel);  // (B, T, C)
+  if (i <= n) {
+    auto& block = transformer->blocks[i - 1];
+    if (cfg_.activation_checkpointing)
+      return checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, T, C)
+    return block->forward(x);  // (B, T, C)
+  }
+  if (i == n + 1) return lm_logits(transformer->ln_f(x));  // (B, T, V): lm_head tied to wte
+  return Model::unit_forward(i, x);
 }
 
 torch::Tensor Gpt::embed(const torch::Tensor& idx) {
@@ -194,7 +205,7 @@ std::vector<ModelUnit> Gpt::units() const {
     const std::string name = "transformer.h." + std::to_string(i);
     u.push_back({name, {name + "."}, true});
   }
-  u.push_back({"head", {"transformer.ln_f."}, false});  // lm_head is wte (tied): in "embeddings"
+  u.push_back({"head", {"transformer.ln_f."}, false, {"transformer.wte.weight"}});  // lm_head is wte (tied): in "embeddings"
   return u;
 }
 
@@ -205,6 +216,14 @@ ModelSpec gpt_spec() {
   s.rules.keys = {"model.vocab_size", "model.block_size", "model.n_layer", "model.n_head",
                   "model.n_embd",     "model.dropout",    "model.bias",    "model.attention"};
   s.rules.eval_metrics = {"loss", "ppl", "bpb"};
+  // pipeline stages: units() from the config, each with its forward FLOPs per sample of block_size tokens
+  s.rules.pipeline_units = [](const config::ModelConfig& m) {
+    const auto T = static_cast<double>(m.block_size), C = static_cast<double>(m.n_embd);
+    std::vector<config::ArchUnit> u{{"embeddings", 2 * T * C}};
+    for (int64_t i = 0; i < m.n_layer; ++i) u.push_back({"transformer.h." + std::to_string(i), T * 24 * C * C + 4 * T * T * C});
+    u.push_back({"head", T * (2 * static_cast<double>(m.vocab_size) * C + 5 * C)});  // ln_f and the tied lm_head
+    return u;
+  };
   s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
     gpt_key_rules(c.model, err);
     if (c.data.format == config::DataFormat::Text && c.model.vocab_size < 256)

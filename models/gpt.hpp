@@ -102,6 +102,7 @@ class Gpt : public Model, public io::TiedState {
   // nanoGPT's estimate: (6 N + 12 n_layer T n_embd) per token, N without the position embedding.
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
   std::vector<ModelUnit> units() const override;  // embeddings (with the tied lm_head), h.0.., head
+  torch::Tensor unit_forward(size_t i, const torch::Tensor& x) override;  // a pipeline stage's piece
   bool gates_units() const override { return true; }
   // lm_head.weight is transformer.wte.weight (registered once, so optimizers see it once)
   std::vector<std::pair<std::string, std::string>> tied_names() const override {

@@ -31,6 +31,9 @@ struct ModelUnit {
   std::string name;                   // "transformer.h.0", "layer1", "embeddings", "head"
   std::vector<std::string> prefixes;  // parameter-name prefixes it owns, each ending in "." or a full name
   bool checkpointed = false;          // a block that activation checkpointing wraps
+  // Parameters of other units this one's forward also reads (tied weights: GPT's head reads
+  // transformer.wte.weight, which "embeddings" owns). A pipeline stage holding this unit keeps a copy.
+  std::vector<std::string> reads = {};
 };
 
 // The index in `units` of the unit owning parameter `name` (a prefix ending in "." that starts it,
@@ -62,6 +65,12 @@ class Model : public torch::nn::Module {
   virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
   int64_t num_parameters() const;  // unique parameters (tied weights counted once)
   virtual std::vector<ModelUnit> units() const = 0;
+  // Pipeline parallel (dist.pipeline_parallel, docs/PIPELINE.md): the forward of units [first, last]
+  // alone, no unit gate. `x` is the model's input when first == 0, else what unit first - 1 returned;
+  // the result is what unit last + 1 reads, or forward's logits when `last` is the final unit.
+  // Chaining ranges that cover every unit runs forward's operations in forward's order, so the
+  // result is forward's bit for bit. std::invalid_argument for a range outside units().
+  torch::Tensor forward_units(const torch::Tensor& x, int64_t first, int64_t last);
   // train(true) switches every submodule to training mode except those named here, which stay in
   // eval mode (train.freeze_bn: a frozen BatchNorm keeps its running statistics).
   void train(bool on = true) override;
@@ -93,6 +102,9 @@ class Model : public torch::nn::Module {
     if (gate_) gate_->enter(i);
   }
   torch::Tensor leave_unit(size_t i, torch::Tensor y) { return gate_ ? gate_->leave(i, std::move(y)) : y; }
+  // Unit i's forward (forward_units): a family with pipeline stages overrides it; the default throws
+  // (the config refuses dist.pipeline_parallel for a family whose ArchRules have no pipeline_units).
+  virtual torch::Tensor unit_forward(size_t i, const torch::Tensor& x);
 
  private:
   std::vector<std::shared_ptr<torch::nn::Module>> kept_in_eval_;

@@ -44,6 +44,20 @@ ModelPtr ModelRegistry::create(const config::ModelConfig& cfg, const BuildContex
   return spec(cfg.arch).build(cfg, ctx);
 }
 
+torch::Tensor Model::forward_units(const torch::Tensor& x, int64_t first, int64_t last) {
+  const auto n = static_cast<int64_t>(units().size());
+  if (first < 0 || last >= n || first > last)
+    throw std::invalid_argument("model " + arch() + ": units " + std::to_string(first) + ".." + std::to_string(last) +
+                                " are not a range of its " + std::to_string(n) + " units");
+  torch::Tensor y = x;
+  for (int64_t i = first; i <= last; ++i) y = unit_forward(static_cast<size_t>(i), y);
+  return y;
+}
+
+torch::Tensor Model::unit_forward(size_t, const torch::Tensor&) {
+  throw std::invalid_argument("model.arch " + arch() + " has no pipeline stages (dist.pipeline_parallel)");
+}
+
 void Model::train(bool on) {
   torch::nn::Module::train(on);
   if (on)

@@ -206,25 +206,31 @@ torch::Tensor VisionTransformer::forward(const torch::Tensor& input) {
     throw std::invalid_argument("vit expects images (B, " + std::to_string(cfg_.in_channels) + ", " +
                                 std::to_string(n) + ", " + std::to_string(n) + ") (model.in_channels, model.image_size), got " +
                                 vit_shape_text(input));
-  const int64_t B = input.size(0);
-  enter_unit(0);  // units(): 0 embeddings, 1..num_layers the blocks, then the head
-  auto x = conv_proj(input).flatten(2).transpose(1, 2);                   // (B, N, D), N = (image / patch)^2
-  x = torch::cat({class_token.expand({B, -1, -1}), x}, 1);  // (B, N + 1, D)
-  x = torch::dropout(x + encoder->pos_embedding, cfg_.dropout, is_training());  // (B, N + 1, D)
-  x = leave_unit(0, x);
-  for (size_t i = 0; i < encoder->blocks.size(); ++i) {
-    auto& block = encoder->blocks[i];
-    enter_unit(i + 1);
-    if (cfg_.activation_checkpointing)
-      x = checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, N + 1, D)
-    else
-      x = block->forward(x);  // (B, N + 1, D)
-    x = leave_unit(i + 1, x);
+  torch::Tensor x = input;
+  for (size_t i = 0; i <= encoder->blocks.size() + 1; ++i) {  // units(): 0 embeddings, 1..num_layers the blocks, the head
+    enter_unit(i);
+    x = leave_unit(i, unit_forward(i, x));
   }
-  const size_t last = encoder->blocks.size() + 1;
-  enter_unit(last);
-  x = encoder->ln(x).select(1, 0);                // (B, D): the class token
-  return leave_unit(last, vit_linear(head, x));  // (B, num_classes)
+  return x;  // (B, num_classes)
+}
+
+// Unit i alone (forward runs them in order with the gate around each): pipeline stages run ranges of them.
+torch::Tensor VisionTransformer::unit_forward(size_t i, const torch::Tensor& x) {
+  const size_t n = encoder->blocks.size();
+  if (i == 0) {
+    const int64_t B = x.size(0);
+    auto y = conv_proj(x).flatten(2).transpose(1, 2);                  // (B, N, D), N = (image / patch)^2
+    y = torch::cat({class_token.expand({B, -1, -1}), y}, 1);            // (B, N + 1, D)
+    return torch::dropout(y + encoder->pos_embedding, cfg_.dropout, is_training());  // (B, N + 1, D)
+  }
+  if (i <= n) {
+    auto& block = encoder->blocks[i - 1];
+    if (cfg_.activation_checkpointing)
+      return checkpoint(*block, [&block](const torch::Tensor& t) { return block->forward(t); }, x);  // (B, N + 1, D)
+    return block->forward(x);  // (B, N + 1, D)
+  }
+  if (i == n + 1) return vit_linear(head, encoder->ln(x).select(1, 0));  // (B, D): the class token -> (B, num_classes)
+  return Model::unit_forward(i, x);
 }
 
 double VisionTransformer::train_flops_per_sample(const std::vector<int64_t>& shape) const {
@@ -255,6 +261,17 @@ ModelSpec vit_spec() {
   s.rules.name = "vit";
   s.rules.input = config::ArchInput::Image;
   s.rules.fixed_image_size = true;  // the position embedding has one entry per patch
+  // pipeline stages: units() from the config, each with its forward FLOPs per image (as train_flops_per_sample)
+  s.rules.pipeline_units = [](const config::ModelConfig& m) {
+    const auto p = static_cast<double>(m.patch_size), D = static_cast<double>(m.hidden_dim);
+    const double N = std::floor(static_cast<double>(m.image_size) / p) * std::floor(static_cast<double>(m.image_size) / p);
+    const double S = N + 1, M = static_cast<double>(m.mlp_dim);
+    std::vector<config::ArchUnit> u{{"embeddings", 2 * N * static_cast<double>(m.in_channels) * p * p * D + S * D}};
+    const double block = 2 * S * D * 3 * D + 2 * 2 * S * S * D + 2 * S * D * D + 2 * 2 * S * D * M;
+    for (int64_t i = 0; i < m.num_layers; ++i) u.push_back({"encoder.layers.encoder_layer_" + std::to_string(i), block});
+    u.push_back({"head", 2 * D * static_cast<double>(m.num_classes) + 5 * D});
+    return u;
+  };
   s.rules.keys = {"model.in_channels", "model.num_classes", "model.dropout",   "model.attention",
                   "model.image_size",  "model.patch_size",  "model.num_layers", "model.num_heads",
                   "model.hidden_dim",  "model.mlp_dim",     "model.attention_dropout"};

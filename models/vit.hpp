@@ -86,6 +86,7 @@ class VisionTransformer : public Model {
   std::string arch() const override { return "vit"; }
   double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
   std::vector<ModelUnit> units() const override;  // embeddings, encoder_layer_0.., head
+  torch::Tensor unit_forward(size_t i, const torch::Tensor& x) override;  // a pipeline stage's piece
   bool gates_units() const override { return true; }
 
   torch::nn::Conv2d conv_proj{nullptr};

@@ -18,6 +18,13 @@ enum class ArchInput { Image, Tokens };
 // Reports one problem: the key path it belongs to (its file:line:col is looked up) and the message.
 using ErrFn = std::function<void(const std::string& key, const std::string& msg)>;
 
+// One of a model's units as the config knows it before the model exists (pipeline stages): its name
+// (Model::units()'s) and its estimated forward cost per sample, in FLOPs.
+struct ArchUnit {
+  std::string name;
+  double cost = 0;
+};
+
 struct ArchRules {
   std::string name;                       // the model.arch value
   ArchInput input = ArchInput::Image;
@@ -25,6 +32,9 @@ struct ArchRules {
   std::vector<std::string> keys;          // the family's own model.* keys (full paths); others do not apply
   std::vector<std::string> eval_metrics;  // what its evaluation reports; the first is the default to watch
   std::function<void(const RunConfig&, const ErrFn&)> check;  // its cross-key rules (may be empty)
+  // dist.pipeline_parallel: the units of the model `cfg` describes, in forward order, as its
+  // Model::units() names them, with their costs. Empty: the family has no pipeline stages.
+  std::function<std::vector<ArchUnit>(const ModelConfig&)> pipeline_units;
 };
 
 // Adds a family. A name registered twice is std::logic_error (register once, at start-up).

@@ -209,6 +209,15 @@ struct ScheduleConfig {
   bool operator==(const ScheduleConfig&) const = default;
 };
 
+// dist.pipeline (docs/PIPELINE.md): how the stages of dist.pipeline_parallel P > 1 run.
+struct PipelineConfig {
+  int64_t microbatches = 0;  // M: each batch is split into M microbatches (0 = auto)
+  PipeSchedule schedule = PipeSchedule::OneFOneB;
+  int64_t virtual_stages = 1;       // v: stages per rank (interleaved_1f1b)
+  std::vector<std::string> stages;  // [] = auto (balanced by cost), else P x v unit ranges "A-B" / "A"
+  bool operator==(const PipelineConfig&) const = default;
+};
+
 struct DistConfig {
   Backend backend = Backend::Auto;  // auto | gloo | nccl
   double timeout_s = 300.0;
@@ -219,6 +228,8 @@ struct DistConfig {
   Recovery recovery = Recovery::Restart;  // restart | in_process (dist.recovery)
   int64_t tensor_parallel = 1;    // T: ranks that share each layer (dist.tensor_parallel); dp = world / T
   bool sequence_parallel = false;  // LayerNorm / dropout regions on 1/T of the sequence (dist.sequence_parallel)
+  int64_t pipeline_parallel = 1;  // P: stages of the model's depth, the mesh's outermost dimension
+  PipelineConfig pipeline;
   bool operator==(const DistConfig&) const = default;
 };
 

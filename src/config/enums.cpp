@@ -34,6 +34,10 @@ template <> const std::vector<std::string>& choices_of<Sharding>() {
   static const std::vector<std::string> n = {"none", "optimizer", "gradients", "full"};
   return n;
 }
+template <> const std::vector<std::string>& choices_of<PipeSchedule>() {
+  static const std::vector<std::string> n = {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"};
+  return n;
+}
 template <> const std::vector<std::string>& choices_of<Recovery>() {
   static const std::vector<std::string> n = {"restart", "in_process"};
   return n;

@@ -23,6 +23,7 @@ enum class NormalizeMode { MeanStd, Minmax, None };  // data.normalize.mode
 enum class DeviceKind { Auto, Cpu, Cuda };           // train.device
 enum class Backend { Auto, Gloo, Nccl };             // dist.backend
 enum class OnChange { Error, Reload };               // data.on_change
+enum class PipeSchedule { GPipe, OneFOneB, Interleaved1F1B, ZeroBubble };  // dist.pipeline.schedule
 
 // The YAML names of an enum's values, index = the value. Specialised for each enum above.
 template <class E>
@@ -41,6 +42,7 @@ template <> const std::vector<std::string>& choices_of<NormalizeMode>();
 template <> const std::vector<std::string>& choices_of<DeviceKind>();
 template <> const std::vector<std::string>& choices_of<Backend>();
 template <> const std::vector<std::string>& choices_of<OnChange>();
+template <> const std::vector<std::string>& choices_of<PipeSchedule>();
 
 // What a data.format gives: images (idx, cifar, image_folder), tokens (text, tokens); synthetic
 // gives either, as the model asks.

@@ -90,8 +90,19 @@ std::optional<size_t> first_invalid_utf8(const std::string& s);
 // `s` for a message: stray bytes and control characters written as \xNN, the rest as is.
 std::string printable(const std::string& s);
 
-// The ranks that read different data: world / dist.tensor_parallel (the tp ranks of one group read
-// the same batches), or world_size when T does not divide it (a command that builds no mesh).
+// dist.pipeline_parallel's checks, called by validate(): the family has stages, the mesh fits the
+// world, the schedule and virtual stages agree, the stage list covers every unit once, the
+// microbatches divide the batch, and what pipeline runs do not support is refused.
+void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts,
+                       const std::function<void(const std::string&, const std::string&)>& err);
+
+// dist.pipeline.microbatches, auto resolved: the largest divisor of train.batch_size up to
+// 2 x P x virtual_stages (1 when the batch size is auto or P is 1).
+int64_t pipeline_microbatches(const RunConfig& cfg);
+
+// The ranks that read different data: world / (dist.tensor_parallel x dist.pipeline_parallel) (the
+// tp and pp ranks of one data-parallel coordinate read the same batches), or world_size when that
+// does not divide it (a command that builds no mesh).
 int64_t data_parallel_size(const RunConfig& cfg, int64_t world_size);
 
 // Fill derived values: grad_accum from global_batch_size, global_batch_size from the rest, over the

@@ -17,8 +17,14 @@ class CollectionReader {
 
   void strings(const YAML::Node& n) {
     std::vector<std::string> v;
+    if (f_.accepts_auto && n.IsScalar() && n.Scalar() == "auto") {  // stored as the empty list
+      std::get<std::vector<std::string>*>(f_.ref)->clear();
+      return;
+    }
     if (!n.IsNull()) {  // "freeze:" with nothing = none
-      if (!n.IsSequence()) return error(where_, "expected a list of strings such as ['^fc\\.'], got " + shown(n));
+      if (!n.IsSequence())
+        return error(where_, std::string("expected a list of strings such as ") +
+                                 (f_.accepts_auto ? "[\"0-2\", \"3-5\"] or auto" : "['^fc\\.']") + ", got " + shown(n));
       bool ok = true;
       for (const auto& e : n) {
         std::string s;

@@ -57,6 +57,12 @@ struct Builder {
     f.ref = &v;
     f.regex = true;
   }
+  // a list of strings that also takes the word `auto`, stored as the empty list
+  void strings_or_auto(const std::string& n, std::vector<std::string>& v, const std::string& doc) {
+    auto& f = add(n, FieldType::StringList, doc);
+    f.ref = &v;
+    f.accepts_auto = true;
+  }
   void prefixes(const std::string& n, PrefixPairs& v, const std::string& doc) {
     add(n, FieldType::PrefixMap, doc).ref = &v;
   }
@@ -338,6 +344,32 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "With dist.tensor_parallel > 1: LayerNorm, dropout and the residual stream run on 1/T of the sequence "
       "(all-gather / reduce-scatter in place of the all-reduces: fewer activation bytes per rank); GPT only "
       "(model.block_size must divide by T).");
+  k.i("pipeline_parallel", c.dist.pipeline_parallel, 1, 1024,
+      "Pipeline parallel size P (GPT and ViT): the model's units (embeddings, blocks, head) are cut into P x "
+      "dist.pipeline.virtual_stages stages over P ranks that pass activations forward and gradients back, "
+      "point to point; the outermost mesh dimension (rank = (pp_rank x D + dp_rank) x T + tp_rank, D the data-parallel size), so tensor "
+      "parallel stays within a host and the stages may cross hosts. P x dist.tensor_parallel must divide the "
+      "world size; data parallel runs over the rest. Each rank builds the whole model once (the same "
+      "initialisation as one process) and keeps its stages' parameters. Checkpoints hold the one-process "
+      "tensors, so a run resumes at any P. 1 = off.");
+  k.prefix = "dist.pipeline";
+  k.i("microbatches", c.dist.pipeline.microbatches, 1, 1e6,
+      "M: each batch (train.batch_size per data-parallel rank) is split into M equal microbatches that flow "
+      "through the stages; the gradients are the batch's, as one process computes them (M must divide "
+      "train.batch_size). auto = the largest divisor of train.batch_size up to 2 x P x virtual_stages. "
+      "M < P works (with more bubble).");
+  k.out.back().accepts_auto = true;
+  k.e("schedule", c.dist.pipeline.schedule,
+      "The order each rank runs its forwards and backwards in (`trainer check` draws it with its bubble): gpipe "
+      "(all forwards, then all backwards: M microbatches' activations held), 1f1b (one forward one backward after "
+      "a warm-up: at most P held), interleaved_1f1b (virtual_stages > 1 stages a rank, less bubble), zero_bubble "
+      "(ZB-H1: the backward split into its input half and its weight half, weight halves fill the idle slots).");
+  k.i("virtual_stages", c.dist.pipeline.virtual_stages, 1, 64,
+      "Stages per rank (interleaved_1f1b only; 1 for the others): rank r holds stages r, r + P, r + 2P, ...");
+  k.strings_or_auto("stages", c.dist.pipeline.stages,
+      "The units each stage holds, in forward order: auto = balanced by the units' estimated cost (any unit count, "
+      "divisible by the stages or not), or P x virtual_stages entries \"A-B\" (units A to B, inclusive) or \"A\" "
+      "(one unit); `trainer check` lists the units. Every unit exactly once, in order.");
 
   k.prefix = "checkpoint";
   k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");

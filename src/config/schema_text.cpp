@@ -16,7 +16,7 @@ std::string type_name(const FieldInfo& f) {
     case FieldType::String: return "string";
     case FieldType::Path: return "path";
     case FieldType::FloatList: return "list of float";
-    case FieldType::StringList: return f.regex ? "list of regex" : "list of string";
+    case FieldType::StringList: return f.regex ? "list of regex" : f.accepts_auto ? "list of string | auto" : "list of string";
     case FieldType::PrefixMap: return "map of prefix to prefix";
     case FieldType::GroupList: return "list of {match, lr, weight_decay}";
     case FieldType::Choice: {
@@ -86,6 +86,8 @@ std::string value_text(const FieldInfo& f) {
             std::string s = "[";
             for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + float_text(v[i]);
             return s + "]";
+          } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            return f.accepts_auto && v.empty() ? "auto" : collection_text(v);  // dist.pipeline.stages: [] is auto
           } else {
             return collection_text(v);  // train.freeze, model.init.rename, optim.groups
           }

@@ -79,7 +79,8 @@ void validate_tensor_parallel(const LoadedConfig& loaded, const ValidateOptions&
 }  // namespace
 
 int64_t data_parallel_size(const RunConfig& c, int64_t world_size) {
-  const int64_t w = std::max<int64_t>(world_size, 1), t = std::max<int64_t>(c.dist.tensor_parallel, 1);
+  const int64_t w = std::max<int64_t>(world_size, 1),
+                t = std::max<int64_t>(c.dist.tensor_parallel, 1) * std::max<int64_t>(c.dist.pipeline_parallel, 1);
   return w % t == 0 ? w / t : w;
 }
 
@@ -201,6 +202,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
       err("dist.recovery", "in_process needs the store `trainer launch` hosts (it outlives every rank); dist.store must be \"\"");
   }
   validate_tensor_parallel(loaded, opts, err);
+  validate_pipeline(loaded, opts, err);
   if (const auto& i = c.dist.interface; !i.empty()) {
     const bool plain = i.size() <= 15 && i.find_first_of("/ \t\n:") == std::string::npos && i != "." && i != "..";
     if (!plain)

@@ -84,7 +84,7 @@ std::pair<int64_t, std::vector<std::string>> parts_of(const nlohmann::json& stat
 }  // namespace
 
 std::string part_group_name(const std::string& group, int64_t part, int64_t parts) {
-  return group + "-tp" + std::to_string(part) + "of" + std::to_string(parts);
+  return group + "-part" + std::to_string(part) + "of" + std::to_string(parts);
 }
 
 std::string encode_ranges(const std::map<std::string, PartRanges>& ranges) {
@@ -104,8 +104,6 @@ NamedTensors assemble_parts(const std::vector<SafetensorsFile>& parts) {
   for (size_t k = 0; k < parts.size(); ++k) {
     ranges.push_back(decode_ranges(parts[k]));
     for (const auto& [name, t] : parts[k].tensors) tensors[k][name] = &t;
-    for (const auto& [name, t] : parts[k].tensors)  // a later part holds slices only
-      if (k > 0 && !ranges[k].count(name)) parts_fail(parts[k].path, name + ": a whole tensor in a part other than part 0");
   }
   // the names in part 0's order, then any only later parts hold (a slice that is all padding is
   // left out of its part, so a part may lack a name; the coverage check finds a real gap)
@@ -123,8 +121,15 @@ NamedTensors assemble_parts(const std::vector<SafetensorsFile>& parts) {
         first = &rk->second;
         first_t = tensors[k].at(name);
       }
-    if (!first) {  // whole: part 0's (later parts hold no whole tensor, checked above)
-      out.emplace_back(name, *tensors[0].at(name));
+    if (!first) {  // whole: held by exactly one part (tp rank 0 of the stage that owns it)
+      const torch::Tensor* whole = nullptr;
+      for (size_t k = 0; k < parts.size(); ++k) {
+        auto it = tensors[k].find(name);
+        if (it == tensors[k].end()) continue;
+        if (whole) parts_fail(parts[k].path, name + ": a whole tensor that another part holds too");
+        whole = it->second;
+      }
+      out.emplace_back(name, *whole);
       continue;
     }
     const auto& shape = first->shape;

@@ -1,12 +1,13 @@
 // Checkpoint groups written in parts (a tensor-parallel run: every rank of the tp group writes the
 // slices it holds, no rank gathers the model). Part k of P of group "model" is the file
-// "model-tp<k>of<P>.safetensors". Every tensor is stored under its global name; a part that holds a
+// "model-part<k>of<P>.safetensors". Every tensor is stored under its global name; a part that holds a
 // slice says in its metadata (kRangesKey, JSON) the tensor's global shape and the ranges along one
 // dimension its slice covers, in the order they are concatenated in the file:
 //
 //   {"transformer.h.0.attn.c_attn.weight": {"dim": 0, "shape": [96, 32], "ranges": [[0, 16], [32, 48], [64, 80]]}}
 //
-// A tensor without ranges is whole (replicated: only part 0 holds it). state.json's "tensor_parts"
+// A tensor without ranges is whole and held by exactly one part (replicated over tp: tp rank 0's part
+// of the pipeline stage that owns it; part 0 without pipeline parallel). state.json's "tensor_parts"
 // ({"parts": P, "groups": ["model", ...]}) says which groups are in parts. Reading assembles the
 // global tensors, so nothing downstream (resume at any layout, export, eval) knows a checkpoint was
 // written in parts; every element must be covered exactly once.
@@ -36,7 +37,7 @@ struct PartRanges {
   std::vector<std::pair<int64_t, int64_t>> ranges;     // [begin, end) along dim, concatenated in order
 };
 
-// "model-tp1of2"
+// "model-part1of2"
 std::string part_group_name(const std::string& group, int64_t part, int64_t parts);
 
 std::string encode_ranges(const std::map<std::string, PartRanges>& ranges);

@@ -23,6 +23,8 @@ nlohmann::json to_json(const TrainRecord& r) {
   put(j, "tokens_per_s", r.tokens_per_s);
   put(j, "comm_ms", r.comm_ms);
   put(j, "tp_comm_ms", r.tp_comm_ms);
+  put(j, "pp_wait_ms", r.pp_wait_ms);
+  put(j, "pp_bubble", r.pp_bubble);
   put(j, "rss_mb", r.rss_mb);
   put(j, "peak_rss_mb", r.peak_rss_mb);
   put(j, "cuda_allocated_mb", r.cuda_allocated_mb);
@@ -87,6 +89,8 @@ std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r) {
   opt("perf/tokens_per_s", r.tokens_per_s);
   opt("perf/comm_ms", r.comm_ms);
   opt("perf/tp_comm_ms", r.tp_comm_ms);
+  opt("perf/pp_wait_ms", r.pp_wait_ms);
+  opt("perf/pp_bubble", r.pp_bubble);
   opt("perf/mfu", r.mfu);
   opt("memory/rss_mb", r.rss_mb);
   opt("memory/peak_rss_mb", r.peak_rss_mb);

@@ -28,6 +28,9 @@ struct TrainRecord {
   double step_ms = 0, data_wait_ms = 0, compute_ms = 0, optim_ms = 0;  // per step, averaged
   std::optional<double> comm_ms;     // gradient all-reduce wait; multi-process runs only
   std::optional<double> tp_comm_ms;  // in the tensor-parallel group's collectives; dist.tensor_parallel > 1 only
+  // dist.pipeline_parallel > 1: rank 0's stage waiting for its neighbours' activations and gradients,
+  // per step, and that as a share of the step time (the measured bubble)
+  std::optional<double> pp_wait_ms, pp_bubble;
   std::optional<double> rss_mb, peak_rss_mb;
   std::optional<double> cuda_allocated_mb, cuda_reserved_mb, cuda_peak_allocated_mb;
   std::optional<double> gpu_util_pct;  // NVML: percent of the last sample period a kernel ran

@@ -14,14 +14,14 @@ namespace fs = std::filesystem;
 namespace {
 
 // 12 steps of 16 samples (global_batch_size), a checkpoint at step 6.
-const std::string kArgs = " --set train.global_batch_size=16 --set train.max_steps=12 --set checkpoint.every_steps=6";
+const std::string kResumeArgs = " --set train.global_batch_size=16 --set train.max_steps=12 --set checkpoint.every_steps=6";
 
 std::string launcher(int world) { return world == 1 ? "run " : "launch -n " + std::to_string(world) + " -- run "; }
 
 void check_resume_across(int saved_world, int resumed_world, const std::string& scratch) {
   auto dir = test::scratch_dir(scratch);
   auto cfg = test::write_tiny_gpt_config(dir).string();
-  auto full = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" " + launcher(saved_world) + cfg + kArgs +
+  auto full = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" " + launcher(saved_world) + cfg + kResumeArgs +
                               " --out-dir " + (dir / "full").string());
   INFO(full.output);
   REQUIRE(full.exit_code == 0);
@@ -30,7 +30,7 @@ void check_resume_across(int saved_world, int resumed_world, const std::string& 
   // the second run starts from the first one's step-6 checkpoint, on the other world size
   fs::create_directories(dir / "resumed/tiny/checkpoints");
   fs::copy(dir / "full/tiny/checkpoints/step-6", dir / "resumed/tiny/checkpoints/step-6", fs::copy_options::recursive);
-  auto resumed = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" " + launcher(resumed_world) + cfg + kArgs +
+  auto resumed = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" " + launcher(resumed_world) + cfg + kResumeArgs +
                                  " --out-dir " + (dir / "resumed").string());
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);

@@ -105,8 +105,8 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding full checkpoints the global tensors: t
   const auto step5 = dir / "full" / "tiny" / "checkpoints" / "step-5";
   std::set<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(step5)) files.insert(e.path().filename().string());
-  CHECK(files == std::set<std::string>{"manifest.json", "model-tp0of2.safetensors", "model-tp1of2.safetensors",
-                                       "optimizer-tp0of2.safetensors", "optimizer-tp1of2.safetensors",
+  CHECK(files == std::set<std::string>{"manifest.json", "model-part0of2.safetensors", "model-part1of2.safetensors",
+                                       "optimizer-part0of2.safetensors", "optimizer-part1of2.safetensors",
                                        "rng.safetensors", "state.json"});
   const auto one5 = dir / "one" / "tiny" / "checkpoints" / "step-5";
   check_same_tensors(one5, step5, "model", 1e-3);

@@ -96,12 +96,12 @@ TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process che
   const auto step5 = dir / "to_one" / "tiny" / "checkpoints" / "step-5";
   std::set<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(step5)) files.insert(e.path().filename().string());
-  CHECK(files == std::set<std::string>{"manifest.json", "model-tp0of2.safetensors", "model-tp1of2.safetensors",
-                                       "optimizer-tp0of2.safetensors", "optimizer-tp1of2.safetensors",
+  CHECK(files == std::set<std::string>{"manifest.json", "model-part0of2.safetensors", "model-part1of2.safetensors",
+                                       "optimizer-part0of2.safetensors", "optimizer-part1of2.safetensors",
                                        "rng.safetensors", "state.json"});
   // part 1: tp rank 1's slices only, under the global names, with their global ranges (q, k and v rows
   // of its head), no replicated tensor (part 0 holds those)
-  const auto part1 = io::load_safetensors((step5 / "model-tp1of2.safetensors").string());
+  const auto part1 = io::load_safetensors((step5 / "model-part1of2.safetensors").string());
   std::map<std::string, torch::Tensor> p1(part1.tensors.begin(), part1.tensors.end());
   REQUIRE(p1.count("transformer.h.0.attn.c_attn.weight") == 1);
   CHECK(p1.at("transformer.h.0.attn.c_attn.weight").sizes() == torch::IntArrayRef({48, 32}));  // 3 x 16 of [96, 32]

@@ -12,6 +12,7 @@
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/hardening_util.hpp"
 #include "dist/launcher.hpp"
+#include "launchers.hpp"
 #include "skip.hpp"
 #include "spawn.hpp"
 #include "tp2d_runs.hpp"
@@ -23,19 +24,6 @@ namespace tp_launchers {  // named: the unity build joins the dist tests
 
 namespace fs = std::filesystem;
 using namespace test::tp2d;
-
-std::string venv_torchrun() {
-  const char* venv = std::getenv("TRAINER_VENV");
-  const char* home = std::getenv("HOME");
-  return (venv ? std::string(venv) : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
-         "/bin/torchrun";
-}
-
-std::string installed_mpirun() {
-  auto r = test::run_shell("command -v mpirun");
-  if (r.exit_code != 0 || r.output.empty()) return "";
-  return r.output.substr(0, r.output.find('\n'));
-}
 
 // The same losses, bit for bit: the launcher only decides who starts the ranks.
 void check_identical(const test::TrainRun& run, const test::TrainRun& ref, const char* what) {
@@ -61,8 +49,8 @@ TEST_CASE("torchrun and mpirun start dp 2 x tp 2 as trainer launch -n 4 does: th
   auto ref = test::train_tiny_gpt("", k2d + cfg + kMesh, dir / "launch");
   require_trained(ref, kSteps, 4);
 
-  const std::string torchrun = venv_torchrun();
-  const std::string mpirun = installed_mpirun();
+  const std::string torchrun = test::venv_torchrun();
+  const std::string mpirun = test::installed_mpirun();
   if (fs::exists(torchrun)) {
     // torchrun's agent hosts the store at the master port; the four ranks connect to it
     auto run = test::train_tiny_gpt(torchrun + " --no_python --nproc_per_node 4 --master_addr 127.0.0.1 --master_port " +

@@ -8,14 +8,10 @@
 #include <random>
 
 #include "pipeline/partition.hpp"
+#include "pipeline/unit_range_print.hpp"
 
 using namespace trainer::pipeline;
 using Catch::Matchers::Contains;
-
-namespace trainer::pipeline {
-// how Catch prints a range in a failed comparison
-std::ostream& operator<<(std::ostream& os, const UnitRange& r) { return os << "[" << r.first << ", " << r.last << "]"; }
-}  // namespace trainer::pipeline
 
 namespace {
 

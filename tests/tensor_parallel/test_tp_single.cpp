@@ -80,6 +80,22 @@ TEST_CASE("mesh layout: tp ranks consecutive, groups per dimension", "[unit][tp]
   CHECK_THROWS_WITH(dist::MeshLayout(6, 4), Contains("tensor parallel size 4 does not divide the world of 6 ranks"));
 }
 
+TEST_CASE("mesh layout: pipeline parallel outermost, rank = (pp x D + dp) x T + tp", "[unit][tp]") {
+  const dist::MeshLayout l(12, 2, 3);  // pp 3 x dp 2 x tp 2
+  CHECK(l.size(MeshDim::PP) == 3);
+  CHECK(l.size(MeshDim::DP) == 2);
+  CHECK(l.coord(7) == dist::MeshCoord{.dp = 1, .tp = 1, .pp = 1});
+  for (int64_t r = 0; r < 12; ++r) CHECK(l.rank_of(l.coord(r)) == r);
+  CHECK(l.group_ranks(MeshDim::PP, 7) == std::vector<int64_t>{3, 7, 11});  // one stage per pp rank
+  CHECK(l.group_ranks(MeshDim::DP, 7) == std::vector<int64_t>{5, 7});
+  CHECK(l.group_ranks(MeshDim::TP, 7) == std::vector<int64_t>{6, 7});
+  CHECK(dist::MeshLayout(4, 1, 2).describe() ==
+        "pp 2 x dp 2 x tp 1: rank 0 (pp 0, dp 0, tp 0), rank 1 (pp 0, dp 1, tp 0), rank 2 (pp 1, dp 0, tp 0), "
+        "rank 3 (pp 1, dp 1, tp 0)");
+  CHECK_THROWS_WITH(dist::MeshLayout(6, 2, 2),
+                    Contains("pipeline parallel 2 x tensor parallel 2 does not divide the world of 6 ranks"));
+}
+
 TEST_CASE("a single process's mesh builds no group and runs no collective", "[unit][tp]") {
   config::DistConfig cfg;
   auto ctx = dist::DistContext::create(dist::LaunchEnv{}, cfg, torch::Device(torch::kCPU), "h");

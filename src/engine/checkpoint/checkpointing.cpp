@@ -17,27 +17,35 @@ std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::fi
 }
 
 std::optional<TpParts> tp_parts(const RunObjects& objs) {
-  if (!tp_sharded(objs.model)) return std::nullopt;
+  const auto& cp = checkpoint_part(objs);
+  if (!tp_sharded(objs.model) && cp.pipeline_size() <= 1) return std::nullopt;
+  const int64_t tp_rank = objs.model.tp_comm().rank(), tp_size = objs.model.tp_comm().size();
   TpParts p;
-  p.part = objs.model.tp_comm().rank();
-  p.parts = objs.model.tp_comm().size();
-  p.writes = checkpoint_part(objs).writes_tp_part();
-  const bool whole = p.part == 0;  // the replicated tensors: part 0 alone
+  p.part = cp.pipeline_rank() * tp_size + tp_rank;  // pipeline parallel: a part per (pp, tp) rank
+  p.parts = cp.pipeline_size() * tp_size;
+  p.writes = cp.writes_tp_part();
+  const bool whole = tp_rank == 0;  // the replicated tensors: tp rank 0's (of each stage)
+  auto own = [&cp](io::NamedTensors all) {  // pipeline parallel: the tensors of this rank's stages
+    io::NamedTensors out;
+    for (auto& [name, t] : all)
+      if (cp.owns(name)) out.emplace_back(name, t);
+    return out;
+  };
   io::NamedTensors live;
   for (auto& [name, t] : io::named_state(objs.model)) live.emplace_back(name, t.detach());
   // whole (TP-local) tensors; sharded over dp: gathered over it first (a collective of every rank)
-  auto opt = checkpoint_part(objs).whole_optimizer_state(objs.optimizer, objs.model);
+  auto opt = cp.whole_optimizer_state(objs.optimizer, objs.model);
   if (!p.writes) return p;
   auto on_cpu = [](LocalPart part) {
     for (auto& [name, t] : part.tensors) t = t.to(torch::kCPU);
     return part;
   };
-  p.groups["model"] = on_cpu(local_part(objs.model, live, whole));
-  p.groups["optimizer"] = on_cpu(local_part(objs.model, opt, whole));
+  p.groups["model"] = on_cpu(local_part(objs.model, own(live), whole));
+  p.groups["optimizer"] = on_cpu(local_part(objs.model, own(opt), whole));
   if (objs.ema) {  // the shadow holds the live model's slices under the same names: the model's specs apply
     io::NamedTensors shadow;
     for (auto& [name, t] : io::named_state(objs.ema->model())) shadow.emplace_back(name, t.detach());
-    p.groups["ema"] = on_cpu(local_part(objs.model, shadow, whole));
+    p.groups["ema"] = on_cpu(local_part(objs.model, own(shadow), whole));
   }
   return p;
 }

@@ -52,9 +52,11 @@ inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
 // rank of dp rank 0's tp group, each its rank's slices of the model, the optimizer state and the EMA
 // under their global names with their ranges (the replicated tensors in part 0). No tp collective; an
 // optimizer state sharded over dp is gathered over dp first (the strategy part's
-// whole_optimizer_state: a collective of every rank). nullopt when no parameter is sharded.
+// whole_optimizer_state: a collective of every rank). Pipeline parallel: a part per (pp, tp) rank of
+// dp rank 0, each holding its stages' tensors (CheckpointPart::owns; a stage's replicated tensors in
+// its tp rank 0's part). nullopt when no parameter is sharded and P = 1.
 struct TpParts {
-  int64_t part = 0, parts = 1;  // this rank's tp rank and the tp size
+  int64_t part = 0, parts = 1;  // pp rank x T + tp rank, and P x T
   bool writes = false;          // of dp rank 0's tp group: its part goes into the checkpoint
   std::map<std::string, LocalPart> groups;  // "model", "optimizer", "ema"
 };

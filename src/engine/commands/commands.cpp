@@ -35,6 +35,7 @@
 #include "models/init_load.hpp"
 #include "models/model.hpp"
 #include "obs/logging.hpp"
+#include "pipeline/plan.hpp"
 
 namespace trainer::engine {
 
@@ -279,23 +280,30 @@ void print_precision_choice(config::RunConfig& c, const dist::LaunchEnv& env, co
   c.train.precision = pc.precision;
 }
 
-// dist.tensor_parallel T > 1: rank -> (dp, tp) and the node it runs on (the launcher's ranks are
-// node-major, local_world_size per node; the rank table of the dist check below names each host).
-void print_mesh(int64_t tp, const dist::LaunchEnv& env) {
-  if (env.world_size % tp != 0) {
-    std::cout << "device mesh: dist.tensor_parallel " << tp << " needs a world of a multiple of " << tp
-              << " ranks (run under a launcher, e.g. trainer launch --nproc " << tp << ")\n";
+// dist.tensor_parallel T or dist.pipeline_parallel P > 1: rank -> (pp, dp, tp) and the node it runs
+// on (the launcher's ranks are node-major, local_world_size per node; the rank table of the dist
+// check below names each host). With P > 1 the stages and each rank's schedule follow.
+void print_mesh(const config::RunConfig& cfg, const dist::LaunchEnv& env) {
+  const int64_t tp = cfg.dist.tensor_parallel, pp = cfg.dist.pipeline_parallel, need = tp * pp;
+  if (pp > 1) std::cout << pipeline::describe_plan(pipeline::make_plan(cfg));
+  if (env.world_size % need != 0) {
+    std::cout << "device mesh: " << (pp > 1 ? "dist.pipeline_parallel x dist.tensor_parallel " : "dist.tensor_parallel ")
+              << need << " needs a world of a multiple of " << need << " ranks (run under a launcher, e.g. trainer "
+              << "launch --nproc " << need << ")\n";
     return;
   }
-  const dist::MeshLayout layout(env.world_size, tp);
+  const dist::MeshLayout layout(env.world_size, tp, pp);
   char host[256] = {0};
   ::gethostname(host, sizeof(host) - 1);
   const int64_t per_node = std::max<int64_t>(env.local_world_size, 1), my_node = env.rank / per_node;
-  std::cout << "device mesh: dp " << layout.size(dist::MeshDim::DP) << " x tp " << tp << " (tp ranks consecutive)\n";
+  std::cout << "device mesh: " << (pp > 1 ? "pp " + std::to_string(pp) + " x " : std::string()) << "dp "
+            << layout.size(dist::MeshDim::DP) << " x tp " << tp << " (tp ranks consecutive"
+            << (pp > 1 ? ", pp outermost" : "") << ")\n";
   for (int64_t r = 0; r < env.world_size; ++r) {
     const auto c = layout.coord(r);
     const int64_t node = r / per_node;
-    std::cout << "  rank " << r << ": dp " << c.dp << ", tp " << c.tp << ", node " << node
+    std::cout << "  rank " << r << ": " << (pp > 1 ? "pp " + std::to_string(c.pp) + ", " : std::string()) << "dp "
+              << c.dp << ", tp " << c.tp << ", node " << node
               << (node == my_node ? std::string(" (") + host + ")" : std::string()) << "\n";
   }
 }
@@ -351,8 +359,9 @@ int cmd_check(const CheckArgs& args) {
 
     const int64_t global = c.train.global_batch_size;
     const int64_t dp = config::data_parallel_size(c, env.world_size);  // a tp group reads the same batches
-    const std::string ranks = dp == env.world_size ? " ranks" : " data-parallel ranks (dist.tensor_parallel " +
-                                                                     std::to_string(c.dist.tensor_parallel) + ")";
+    const std::string ranks = dp == env.world_size ? " ranks"
+                              : " data-parallel ranks (dist.tensor_parallel " + std::to_string(c.dist.tensor_parallel) +
+                                    ", dist.pipeline_parallel " + std::to_string(c.dist.pipeline_parallel) + ")";
     if (c.train.batch_size == 0)
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), global batch " << global
                 << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << env.world_size
@@ -361,7 +370,7 @@ int cmd_check(const CheckArgs& args) {
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
                 << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x " << dp
                 << ranks << "\n";
-    if (c.dist.tensor_parallel > 1) print_mesh(c.dist.tensor_parallel, env);
+    if (c.dist.tensor_parallel > 1 || c.dist.pipeline_parallel > 1) print_mesh(c, env);
     if (train_size >= 0) {
       const int64_t steps_per_epoch = train_size / global;
       std::cout << "steps per epoch: " << steps_per_epoch << " (" << train_size << " samples / " << global << ")\n";
@@ -375,7 +384,10 @@ int cmd_check(const CheckArgs& args) {
                 << "\n";
     }
     if (c.train.precision == config::Precision::Auto) print_precision_choice(c, env, shape, !args.no_data);  // and takes it
-    if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
+    if ((args.memory || args.memory_gb > 0) && c.dist.pipeline_parallel > 1) {
+      std::cout << "--memory: not measured with dist.pipeline_parallel > 1 yet (a stage's activations depend on the "
+                   "schedule; the timeline above counts the microbatches each rank holds)\n";
+    } else if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
       if (shape.empty())
         throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
       int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;

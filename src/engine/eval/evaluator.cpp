@@ -52,7 +52,8 @@ EvalResult Evaluator::run(models::Model& model) {
     auto input = to_model_device(batch->input, setup_.device, cl);
     auto target = to_model_device(batch->target, setup_.device, false);
     AutocastScope autocast(setup_.precision, setup_.device);
-    auto logits = model.full_logits(model.forward(input));  // (B, C) or (B, T, V): gathered over tp
+    auto out = setup_.forward ? setup_.forward(model, input) : model.forward(input);
+    auto logits = model.full_logits(out);  // (B, C) or (B, T, V): gathered over tp
     if (setup_.tokens) acc.add_tokens(logits, target);
     else acc.add_classification(logits, target);
   }

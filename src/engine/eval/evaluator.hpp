@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <memory>
 
 #include "data/dataset.hpp"
@@ -36,6 +37,9 @@ struct EvalSetup {
   // every rank together (the first max_batches x batch_size samples), so any world size scores the same
   int64_t max_batches = 0;
   double bytes_per_token = 0;   // token models: bits per byte need it (0 = unknown: no bpb)
+  // The model's output for an input batch; empty: model.forward. A pipeline run's goes through its
+  // stages and gives every rank the last stage's output (engine/parallel/pipeline_parallel.hpp).
+  std::function<torch::Tensor(models::Model&, const torch::Tensor&)> forward;
 };
 
 // The evaluation of a run's config on this rank (`env`: its data-parallel rank and size): the

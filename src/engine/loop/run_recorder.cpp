@@ -84,6 +84,10 @@ void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const Rec
   std::optional<double> tp_comm_ms;
   if (s.tp_seconds && s.times.steps > 0)
     tp_comm_ms = (*s.tp_seconds - std::exchange(tp_seconds_, *s.tp_seconds)) * 1e3 / static_cast<double>(s.times.steps);
+  std::optional<double> pp_wait_ms;
+  if (s.pp_wait_seconds && s.times.steps > 0)
+    pp_wait_ms = (*s.pp_wait_seconds - std::exchange(pp_wait_seconds_, *s.pp_wait_seconds)) * 1e3 /
+                 static_cast<double>(s.times.steps);
   last_local_loss_.reset();
   if (!recorded_loss && s.steps.loss_count() == 0) {  // every step of the interval was skipped (the same on every rank)
     s.times = IntervalTimes{};
@@ -100,11 +104,13 @@ void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const Rec
   resume_check_.compare(step, r.loss);
   r.grad_norm = grad_norm.item<double>();
   if (tp_comm_ms) r.tp_comm_ms = *tp_comm_ms;
+  if (pp_wait_ms) r.pp_wait_ms = *pp_wait_ms;
   if (s.scaler.enabled()) r.loss_scale = s.scaler.state().scale;
   r.skipped_steps = s.steps.skipped_steps();
   add_measurements(r, s.times,
                    MeasureSetup{s.recovery.samples_per_step(), s.tokens_per_sample, flops_per_sample_, peak_tflops_,
                                 env_.world_size, s.device});
+  if (r.pp_wait_ms && r.step_ms > 0) r.pp_bubble = std::min(1.0, *r.pp_wait_ms / r.step_ms);
   log_->train(r);
   s.steps.reset_loss();
   s.times = IntervalTimes{};

@@ -48,14 +48,17 @@ struct RecordSources {
   // tensor parallel: the seconds the tp group's collectives took so far (TensorParallelRun::seconds);
   // nullopt without it
   std::optional<double> tp_seconds;
+  // pipeline parallel: the seconds this rank's stages waited for their neighbours so far
+  // (PipelineStages::wait_seconds); nullopt without it
+  std::optional<double> pp_wait_seconds;
 };
 
 class RunRecorder {
  public:
   // cfg is the Trainer's own copy, env the current world's (WorldRecovery::env: a regroup renumbers
   // it): read at each record, so they must outlive this.
-  // `tp_size`: dist.tensor_parallel (the ranks of one tp group read the same samples, so an epoch
-  // is counted over world / tp_size ranks).
+  // `tp_size`: dist.tensor_parallel x dist.pipeline_parallel (the tp and pp ranks of one data-parallel
+  // coordinate read the same samples, so an epoch is counted over world / tp_size ranks).
   RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir, int64_t total_steps,
               int64_t tp_size, double flops_per_sample, double peak_tflops);
 
@@ -111,6 +114,7 @@ class RunRecorder {
   ResumeCheck resume_check_;
   std::optional<double> last_local_loss_;  // this rank's loss in the last record (nullopt: it had none)
   double tp_seconds_ = 0;                   // RecordSources::tp_seconds at the last record
+  double pp_wait_seconds_ = 0;              // RecordSources::pp_wait_seconds at the last record
 };
 
 }  // namespace trainer::engine

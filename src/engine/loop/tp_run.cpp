@@ -160,11 +160,13 @@ torch::Tensor squared_norm(const std::vector<torch::Tensor>& grads, const torch:
 
 }  // namespace
 
-TensorParallelRun::TensorParallelRun(dist::DistContext& dist, const config::DistConfig& cfg)
-    : sequence_parallel_(cfg.sequence_parallel) {
-  if (cfg.tensor_parallel <= 1) return;
-  mesh_ = dist::DeviceMesh::create(dist, cfg.tensor_parallel);
-  comm_ = std::make_unique<dist::GroupCommunicator>(mesh_->group(dist::MeshDim::TP));
+TensorParallelRun::TensorParallelRun(dist::DistContext& dist, const config::RunConfig& cfg)
+    : sequence_parallel_(cfg.dist.sequence_parallel) {
+  const int64_t tp = cfg.dist.tensor_parallel, pp = cfg.dist.pipeline_parallel;
+  if (tp <= 1 && pp <= 1) return;
+  mesh_ = dist::DeviceMesh::create(dist, tp, pp);
+  if (tp > 1) comm_ = std::make_unique<dist::GroupCommunicator>(mesh_->group(dist::MeshDim::TP));
+  if (pp > 1) pipe_ = std::make_unique<PipelineStages>(dist, *mesh_, cfg);
 }
 
 models::BuildContext TensorParallelRun::build_context() const {
@@ -185,8 +187,10 @@ dist::LaunchEnv TensorParallelRun::data_env(const dist::LaunchEnv& env) const {
 std::unique_ptr<DataParallel> TensorParallelRun::make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const {
   if (!mesh_) return make_data_parallel(dist, dist.world_group(), cfg);
   auto& dp = mesh_->group(dist::MeshDim::DP);
-  auto inner = make_data_parallel(dist, dp, cfg);  // replicated DDP or dist.sharding's, over dp
-  return std::make_unique<TensorParallelOver>(dist, dp, size(), std::move(inner));
+  std::unique_ptr<DataParallel> s = make_data_parallel(dist, dp, cfg);  // replicated DDP or dist.sharding's, over dp
+  if (comm_) s = std::make_unique<TensorParallelOver>(dist, dp, size(), std::move(s));
+  if (pipe_) s = pipe_->wrap(std::move(s));
+  return s;
 }
 
 torch::Tensor mesh_clip_grad_norm(const std::vector<torch::Tensor>& step_params,

@@ -1,7 +1,8 @@
-// The run's tensor-parallel parts (dist.tensor_parallel, docs/TENSOR_PARALLEL.md): the device mesh
-// built after the DistContext, the tp group's Communicator the model is built over, and the
-// data-parallel strategy of a tensor-parallel run. At T = 1 the mesh builds nothing and the run is
-// today's: the model over solo(), make_data_parallel over the world.
+// The run's model-parallel parts (dist.tensor_parallel, docs/TENSOR_PARALLEL.md; dist.pipeline_parallel,
+// docs/PIPELINE.md): the device mesh built after the DistContext, the tp group's Communicator the
+// model is built over, the pipeline stages of this rank, and the data-parallel strategy over the mesh.
+// At T = P = 1 the mesh builds nothing and the run is today's: the model over solo(),
+// make_data_parallel over the world.
 #pragma once
 
 #include <functional>
@@ -11,6 +12,7 @@
 #include "dist/launch_env.hpp"
 #include "dist/tp_communicator.hpp"
 #include "engine/parallel/data_parallel.hpp"
+#include "engine/parallel/pipeline_parallel.hpp"
 #include "models/model.hpp"
 
 namespace trainer::engine {
@@ -18,8 +20,10 @@ namespace trainer::engine {
 class TensorParallelRun {
  public:
   TensorParallelRun() = default;
-  // Every rank of the world (a collective when T > 1: the mesh's groups). DistError as DeviceMesh::create.
-  TensorParallelRun(dist::DistContext& dist, const config::DistConfig& cfg);
+  // Every rank of the world (a collective when T or P > 1: the mesh's groups). DistError as DeviceMesh::create.
+  TensorParallelRun(dist::DistContext& dist, const config::RunConfig& cfg);
+  // dist.pipeline_parallel > 1: this rank's stages (null otherwise)
+  PipelineStages* pipeline() const { return pipe_.get(); }
   bool active() const { return comm_ != nullptr; }  // T > 1
   int64_t size() const { return comm_ ? comm_->size() : 1; }
   // What the model's build gets: the tp communicator (solo() at T = 1), dist.sequence_parallel.
@@ -28,15 +32,17 @@ class TensorParallelRun {
   // group read the same batches. `env` itself at T = 1.
   dist::LaunchEnv data_env(const dist::LaunchEnv& env) const;
   double seconds() const { return comm_ ? comm_->seconds() : 0.0; }  // in the tp group's collectives so far
-  // The run's strategy over the current group: at T = 1 make_data_parallel's over the world; else
+  // The run's strategy over the current group: at T = P = 1 make_data_parallel's over the world; else
   // make_data_parallel's (replicated DDP or dist.sharding's) over the mesh's dp group (a group of one
-  // at dp 1: nothing shared) with the tp group's after-backward sums, norm and world-wide fp16 vote,
-  // and a checkpoint part that writes global tensors.
+  // at dp 1: nothing shared), with T > 1 the tp group's after-backward sums, norm and world-wide fp16
+  // vote, with P > 1 the pipeline's tied sums and norm over the stages, and a checkpoint part that
+  // writes global tensors.
   std::unique_ptr<DataParallel> make_strategy(dist::DistContext& dist, const config::DistConfig& cfg) const;
 
  private:
   std::unique_ptr<dist::DeviceMesh> mesh_;
   std::unique_ptr<dist::GroupCommunicator> comm_;  // over mesh_'s tp group; must outlive the model
+  std::unique_ptr<PipelineStages> pipe_;            // over mesh_'s pp group
   bool sequence_parallel_ = false;
 };
 

@@ -70,7 +70,7 @@ class Trainer final : public WorldParts {
     // a single process is a world of one: the same calls, all no-ops
     const std::string hash = config::config_hash(cfg_);  // of the config as loaded (start-up's choices come later)
     dist_ = dist::DistContext::create(launch_, cfg_.dist, device_, hash);
-    tp_ = TensorParallelRun(*dist_, cfg_.dist);  // the mesh (dp x tp) and the tp group the model is built over
+    tp_ = TensorParallelRun(*dist_, cfg_);  // the mesh (pp x dp x tp), the tp group the model is built over, the stages
 
     StartupPlanner planner(cfg_, launch_, dist_.get(), device_, precision_, dir_.root);
     const models::ModelSpec& spec = models::builtin_models().spec(cfg_.model.arch);  // the family of model.arch
@@ -81,6 +81,7 @@ class Trainer final : public WorldParts {
     precision_ = planner.resolve_model_choices(*train_set_, spec.attention_probe != nullptr);
     // seeded above: every rank draws the same weights (a tp rank then keeps its slices); train.freeze applied
     model_ = build_run_model(cfg_, device_, tp_.build_context());
+    if (auto* pipe = tp_.pipeline()) pipe->keep_stages(*model_);  // pipeline: its stages' parameters alone train here
     params_ = unique_parameters(*model_);
     parallel_ = tp_.make_strategy(*dist_, cfg_.dist);
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
@@ -103,7 +104,7 @@ class Trainer final : public WorldParts {
     steps_ = make_step_runner();
     if (cfg_.train.cuda_graphs) steps_->enable_graphs(graph_conditions(cfg_, device_.is_cuda(), precision_, env().world_size));
 
-    records_ = std::make_unique<RunRecorder>(cfg_, env(), dir_, total_steps_, tp_.size(),
+    records_ = std::make_unique<RunRecorder>(cfg_, env(), dir_, total_steps_, tp_.size() * cfg_.dist.pipeline_parallel,
                                              model_->train_flops_per_sample(train_set_->sample_shape()),
                                              peak_tflops_for(cfg_, device_));
 
@@ -129,13 +130,15 @@ class Trainer final : public WorldParts {
   std::unique_ptr<Evaluator> make_evaluator() {  // the tp ranks of a group score the same batches
     auto setup = run_eval_setup(cfg_, tp_.data_env(env()), precision_, device_, tokens_);
     setup.loader.look_at_epoch_start = !dist_->active();  // as the training loader's (make_train_loader)
+    if (auto* pipe = tp_.pipeline())  // through the stages; every rank gets the last stage's output
+      setup.forward = [pipe](models::Model& m, const torch::Tensor& x) { return pipe->forward(m, x); };
     return std::make_unique<Evaluator>(val_set_, std::move(setup), dist_.get(), data_world());
   }
 
   std::unique_ptr<StepRunner> make_step_runner() {
     return std::make_unique<StepRunner>(
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
-                  [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_},
+                  [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_, tp_.pipeline()},
         run_step_settings(cfg_, precision_, device_, tokens_, recovery_->grad_accum(), env().rank));
   }
 
@@ -186,7 +189,8 @@ class Trainer final : public WorldParts {
   RecordSources record_sources(int64_t step) {
     return {*steps_, loop_.times, *train_loader_, *recovery_, *dist_, *scaler_, schedule_->lr_at(step - 1),
             tokens_ ? train_set_->sample_shape().at(0) : 0, device_,
-            tp_.active() ? std::optional<double>(tp_.seconds()) : std::nullopt};
+            tp_.active() ? std::optional<double>(tp_.seconds()) : std::nullopt,
+            tp_.pipeline() ? std::optional<double>(tp_.pipeline()->wait_seconds()) : std::nullopt};
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
@@ -357,6 +361,7 @@ class Trainer final : public WorldParts {
   // end included: engine/loop/milestones.hpp), the summary.
   int finish(int64_t step, const std::string& stop_reason) {
     milestones_.at_end(step, *ckpt_);
+    if (auto* pipe = tp_.pipeline()) pipe->check_tied(*model_);  // the tied copies took the same steps
     dist_->barrier();
     dist_->mark_finished();
     records_->summary(step, stop_reason, record_sources(step), evaluation_->tracker(), model_->num_parameters());

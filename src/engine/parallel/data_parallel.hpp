@@ -52,6 +52,12 @@ class CheckpointPart {
   // Tensor parallel: whether this rank's part goes into a checkpoint written in parts (its tp group is
   // dp rank 0's; the dp replicas hold the same slices). Not asked without tensor parallel.
   virtual bool writes_tp_part() const { return true; }
+  // Pipeline parallel: this rank's pp coordinate and the pp size (a checkpoint in parts then has a
+  // part per (pp, tp) rank), and whether this rank's part holds the tensor `name` (a parameter, a
+  // buffer or an optimizer field "<parameter>.<field>": each in exactly one stage's part).
+  virtual int64_t pipeline_rank() const { return 0; }
+  virtual int64_t pipeline_size() const { return 1; }
+  virtual bool owns(const std::string& /*name*/) const { return true; }
   // Loads optimizer state given in the replicated layout (whole tensors per parameter name).
   virtual void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                               const io::NamedTensors& full) const;

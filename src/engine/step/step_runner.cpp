@@ -82,6 +82,15 @@ StepRunner::StepRunner(StepParts parts, StepSettings settings)
                  inject_nonfinite_.size());
 }
 
+// TRAINER_INJECT_READ_FAILURE: the step's first batch fails as a truncated mapping's read does, once.
+void StepRunner::fail_read_if_injected(int64_t step, int64_t micro) {
+  if (step + 1 != inject_read_failure_ || micro != 0) return;
+  inject_read_failure_ = -1;
+  throw data::DataChanged(parts_.loader.dataset().describe(),
+                          "a read failed inside step " + std::to_string(step + 1) + " on rank " +
+                              std::to_string(set_.rank) + " (TRAINER_INJECT_READ_FAILURE, fault injection)");
+}
+
 torch::Tensor StepRunner::to_device(const torch::Tensor& t, bool image_input) const {
   return to_model_device(t, set_.device, image_input && set_.channels_last);
 }
@@ -133,7 +142,13 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
   if (graph_ && steps_in_process_++ >= kGraphWarmupSteps)
     if (auto out = graphed_train_step(step, need_norm, times, taken)) return *out;
   torch::Tensor step_loss;
-  for (int64_t micro = 0; micro < accum; ++micro) {
+  int64_t step_losses = accum;  // micro-batch losses in step_loss
+  if (parts_.pipeline) {  // the stages run every micro-batch of the step, forward and backward
+    auto pl = pipeline_forward_backward(step, times);
+    step_loss = pl.sum;
+    step_losses = pl.count;
+  }
+  for (int64_t micro = 0; micro < accum && !parts_.pipeline; ++micro) {
     auto t0 = Clock::now();
     std::optional<data::Batch> batch;
     if (micro < static_cast<int64_t>(taken.size())) {
@@ -142,12 +157,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
       RECORD_USER_SCOPE("trainer::next_batch");
       batch = parts_.loader.next();
     }
-    if (step + 1 == inject_read_failure_ && micro == 0) {
-      inject_read_failure_ = -1;
-      throw data::DataChanged(parts_.loader.dataset().describe(),
-                              "a read failed inside step " + std::to_string(step + 1) + " on rank " +
-                                  std::to_string(set_.rank) + " (TRAINER_INJECT_READ_FAILURE, fault injection)");
-    }
+    fail_read_if_injected(step, micro);
     if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
     times.data_ms += ms_since(t0);
 
@@ -195,8 +205,41 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
   }
   // a skipped step's loss stays out of the logged average
   loss_sum_ = loss_sum_.defined() ? loss_sum_ + step_loss : step_loss;
-  loss_count_ += accum;
+  loss_count_ += step_losses;
   return {applied.grad_norm, false};
+}
+
+// The step's grad_accum batches, concatenated, through the pipeline's stages: the executor cuts them
+// into grad_accum x M microbatches (each a loss / (grad_accum x M), as one process's accumulation).
+// The data-parallel sync waits for the end (no hook fires during the stages' backwards).
+PipelineStages::StepLoss StepRunner::pipeline_forward_backward(int64_t step, IntervalTimes& times) {
+  const int64_t accum = set_.grad_accum;
+  auto t0 = Clock::now();
+  std::vector<torch::Tensor> inputs, targets;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    std::optional<data::Batch> batch;
+    {
+      RECORD_USER_SCOPE("trainer::next_batch");
+      batch = parts_.loader.next();
+    }
+    fail_read_if_injected(step, micro);
+    if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
+    inputs.push_back(to_device(batch->input, !set_.tokens));
+    targets.push_back(to_device(batch->target, false));
+  }
+  times.data_ms += ms_since(t0);
+  auto t1 = Clock::now();
+  const auto input = accum == 1 ? inputs.front() : torch::cat(inputs), target = accum == 1 ? targets.front() : torch::cat(targets);
+  parts_.parallel.before_backward(false);  // no bucket launches inside the stages' backwards
+  RECORD_USER_SCOPE("trainer::pipeline_forward_backward");
+  auto out = parts_.pipeline->forward_backward(
+      parts_.model, input, target, accum, set_.precision, set_.device,
+      [this](const torch::Tensor& logits, const torch::Tensor& t) {
+        return models_loss(parts_.model, logits, t, set_.label_smoothing);
+      });
+  parts_.parallel.before_backward(true);  // after_backward syncs every bucket now
+  times.compute_ms += ms_since(t1);
+  return out;
 }
 
 // The captured step's work (GraphedStep's StepBody): what train_step and apply_gradients do for a

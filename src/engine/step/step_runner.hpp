@@ -18,6 +18,7 @@
 #include "data/loader.hpp"
 #include "engine/step/batch_mix.hpp"
 #include "engine/parallel/data_parallel.hpp"
+#include "engine/parallel/pipeline_parallel.hpp"
 #include "engine/step/graphed_step.hpp"
 #include "engine/optim/loss_scaler.hpp"
 #include "engine/optim/precision.hpp"
@@ -57,6 +58,7 @@ struct StepParts {
   LossScaler& scaler;
   std::function<double(int64_t)> lr_at;      // the schedule (replaced when a resume changes the total)
   DataParallel& parallel;                    // the data-parallel strategy (a no-op for one process)
+  PipelineStages* pipeline = nullptr;        // dist.pipeline_parallel > 1: the step runs through the stages
 };
 
 struct StepSettings {
@@ -117,9 +119,13 @@ class StepRunner {
 
  private:
   torch::Tensor to_device(const torch::Tensor& t, bool image_input) const;
+  void fail_read_if_injected(int64_t step, int64_t micro);
   StepTensors graph_body(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
   std::optional<StepOutcome> graphed_train_step(int64_t step, bool need_norm, IntervalTimes& times,
                                                 std::vector<data::Batch>& taken);
+  // Pipeline parallel: the step's batches through the stages (forward and backward of every
+  // microbatch); returns the sum of the microbatch losses on every rank.
+  PipelineStages::StepLoss pipeline_forward_backward(int64_t step, IntervalTimes& times);
 
   StepParts parts_;
   StepSettings set_;

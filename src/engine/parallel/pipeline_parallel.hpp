@@ -1,0 +1,81 @@
+// Pipeline parallel in a run (dist.pipeline_parallel P > 1, docs/PIPELINE.md): this rank's stages of
+// the run's plan (pipeline/plan.hpp), the step over them (pipeline/executor.hpp through a
+// dist::GroupPeerLink on the mesh's pp group), evaluation through the stages, and the strategy that
+// wraps the data-parallel one so that the rest of the step (sync, clip, fp16 vote, checkpoint) sees
+// the whole model.
+//
+// Every rank builds the whole model with the run's seed (so its weights are one process's) and
+// trains only the parameters its stages own or read: keep_stages() turns requires_grad off for the
+// others before the run collects its parameters, so the optimizer, the data-parallel buckets and the
+// EMA see this rank's share alone. A parameter read by stages on two ranks (GPT's tied wte: the
+// embedding on the first stage, the logits on the last) has its gradient summed between those ranks
+// after every backward, so the two copies take the same steps and stay equal bit for bit.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.hpp"
+#include "dist/device_mesh.hpp"
+#include "dist/dist_context.hpp"
+#include "engine/optim/precision.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "models/model.hpp"
+
+namespace trainer::engine {
+
+class PipelineStages {
+ public:
+  // Every rank of the world with P > 1 (a collective: the tied-weight group of the first and last
+  // stage's ranks of each (dp, tp) coordinate). The mesh outlives this.
+  PipelineStages(dist::DistContext& dist, dist::DeviceMesh& mesh, const config::RunConfig& cfg);
+  ~PipelineStages();
+  PipelineStages(const PipelineStages&) = delete;
+  PipelineStages& operator=(const PipelineStages&) = delete;
+
+  // Before the run collects its trainable parameters: those no stage of this rank owns or reads stop
+  // requiring gradients (their values stay one process's initial ones, and are never read here).
+  void keep_stages(models::Model& model);
+
+  // One step's forwards and backwards over `input` / `target` (the step's batches concatenated, cut
+  // into grad_accum x M equal microbatches), gradients accumulated into this rank's parameters as one
+  // process's gradient accumulation would. `loss(logits, target)` is the training loss of a
+  // microbatch. Returns the sum of the microbatch losses (fp32, on every rank of the pp group) and
+  // their count.
+  struct StepLoss {
+    torch::Tensor sum;
+    int64_t count = 0;
+  };
+  StepLoss forward_backward(models::Model& model, const torch::Tensor& input, const torch::Tensor& target,
+                            int64_t accum, Precision precision, const torch::Device& device,
+                            const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss);
+
+  // Evaluation: the model's output for `input` (forward's, as the last stage makes it) on every rank
+  // of the pp group, the stages run in order with their activations sent point to point. A collective
+  // of the pp group.
+  torch::Tensor forward(models::Model& model, const torch::Tensor& input);
+
+  // The run's strategy: `inner` (the data-parallel one over the dp group) plus the tied weights' sum
+  // after backward, the gradient norm over every stage, the fp16 vote over the world and a checkpoint
+  // part that writes this rank's stages' tensors (each parameter once, by the rank that owns it).
+  std::unique_ptr<DataParallel> wrap(std::unique_ptr<DataParallel> inner);
+
+  // The end of a run: the first and last stage's copies of each tied parameter compared bit for bit
+  // (a collective of those two ranks; nothing elsewhere). std::runtime_error naming it when they differ.
+  void check_tied(const models::Model& model) const;
+
+  double wait_seconds() const;  // the step's receives spent waiting so far (the bubble's measure)
+  int64_t stage_rank() const;   // this rank's pp coordinate
+  std::string describe() const; // "stages 0 (units 0-3) on pp rank 0 of 2, 1f1b, 4 microbatches"
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainer::engine

@@ -1,0 +1,164 @@
+// Pipeline parallel end to end: `trainer launch` of the tiny GPT (and ViT) with dist.pipeline_parallel
+// (fp32, AdamW, grad_clip) logs the losses and gradient norms of one process at the same global batch
+// within 1e-6 relative for 10 steps, for every schedule at P 2 and 4, M < P and uneven stages; with
+// data parallel and tensor parallel (3-D on the 4 processes this machine allows); evaluation through
+// the stages scores as one process; the tied wte / lm_head copies of the first and last stage end
+// bit for bit equal; a pp 2 x dp 2 checkpoint (in parts, global tensors) resumes at pp 4, at dp 4
+// and in one process, and exports the full model.
+#include <catch2/catch.hpp>
+
+#include "ckpt/ckpt_runs.hpp"
+#include "spawn.hpp"
+#include "tp2d_runs.hpp"
+#include "train_runs.hpp"
+
+using namespace trainer;
+
+namespace pp_train {  // named: the unity build joins the dist tests
+
+// 10 steps, grad_clip 0.5, weight decay, global batch 16 (test::tp2d's)
+const std::string kPpArgs = test::tp2d::kArgs;
+
+// One process at the global batch 16: the reference of every layout.
+test::TrainRun one_process(const std::string& cfg, const std::filesystem::path& dir, const std::string& extra = "") {
+  auto run = test::train_tiny_gpt("", "run " + cfg + kPpArgs + extra, dir / "single");
+  test::tp2d::require_trained(run, test::tp2d::kSteps, 1);
+  return run;
+}
+
+test::TrainRun launched(int n, const std::string& cfg, const std::string& layout, const std::filesystem::path& out) {
+  return test::train_tiny_gpt("", "launch -n " + std::to_string(n) + " -- run " + cfg + kPpArgs + layout, out);
+}
+
+}  // namespace pp_train
+
+using namespace pp_train;
+
+TEST_CASE("pp 2: every schedule logs one process's losses and gradient norms for 10 AdamW steps", "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_schedules");
+  auto cfg = test::write_tiny_gpt_config(dir).string();  // 2 blocks: 4 units
+  auto single = one_process(cfg, dir);
+  for (const std::string sched : {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}) {
+    const std::string v = sched == "interleaved_1f1b" ? " --set dist.pipeline.virtual_stages=2" : "";
+    auto pp = launched(2, cfg, " --set dist.pipeline_parallel=2 --set dist.pipeline.schedule=" + sched + v, dir / sched);
+    test::tp2d::require_trained(pp, test::tp2d::kSteps, 2);
+    CHECK(pp.output.find("pipeline parallel 2 (data parallel 1): stage") != std::string::npos);
+    test::tp2d::check_same_losses(single, pp, sched.c_str());
+    test::tp2d::check_same_grad_norms(dir / "single", dir / sched, sched.c_str());
+    // the records carry rank 0's measured wait for its neighbours and the bubble it makes
+    const auto rec = test::records(dir / sched / "tiny" / "metrics.jsonl", "train").back();
+    REQUIRE(rec.contains("pp_bubble"));
+    CHECK(rec.at("pp_bubble").get<double>() >= 0);
+    CHECK(rec.at("pp_bubble").get<double>() <= 1);
+    CHECK(rec.at("pp_wait_ms").get<double>() >= 0);
+  }
+  CHECK_FALSE(test::records(dir / "single" / "tiny" / "metrics.jsonl", "train").back().contains("pp_bubble"));
+}
+
+TEST_CASE("pp 4 with fewer microbatches than stages, and pp 2 over uneven stages", "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_uneven");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto single = one_process(cfg, dir);
+  // 4 units on 4 ranks, M 2 < P 4: the batch of 16 in 2 microbatches of 8
+  auto p4 = launched(4, cfg, " --set dist.pipeline_parallel=4 --set dist.pipeline.microbatches=2", dir / "p4");
+  test::tp2d::require_trained(p4, test::tp2d::kSteps, 4);
+  test::tp2d::check_same_losses(single, p4, "pp 4, M 2");
+  // 3 blocks: 5 units on 2 stages (auto), and the list 1 | 4
+  auto single3 = test::train_tiny_gpt("", "run " + cfg + kPpArgs + " --set model.n_layer=3", dir / "single3");
+  test::tp2d::require_trained(single3, test::tp2d::kSteps, 1);
+  auto uneven = launched(2, cfg, " --set model.n_layer=3 --set dist.pipeline_parallel=2", dir / "uneven");
+  test::tp2d::require_trained(uneven, test::tp2d::kSteps, 2);
+  test::tp2d::check_same_losses(single3, uneven, "5 units on 2 stages");
+  auto listed = launched(2, cfg, " --set model.n_layer=3 --set dist.pipeline_parallel=2 --set dist.pipeline.stages=[0,1-4]",
+                         dir / "listed");
+  test::tp2d::require_trained(listed, test::tp2d::kSteps, 2);
+  test::tp2d::check_same_losses(single3, listed, "stages [0, 1-4]");
+}
+
+TEST_CASE("3-D: pp 2 x dp 2 and pp 2 x tp 2 log one process's losses, ViT at pp 2 too", "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_3d");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto single = one_process(cfg, dir);
+  auto ppdp = launched(4, cfg, " --set dist.pipeline_parallel=2", dir / "ppdp");  // dp = 4 / 2
+  test::tp2d::require_trained(ppdp, test::tp2d::kSteps, 4);
+  CHECK(ppdp.output.find("pipeline parallel 2 (data parallel 2: replicated (DDP) over dp groups of 2 ranks): stage 0 "
+                         "(units 0-1) on pp rank 0 of 2, 1f1b, 4 microbatches a batch") != std::string::npos);
+  test::tp2d::check_same_losses(single, ppdp, "pp 2 x dp 2");
+  auto pptp = launched(4, cfg, " --set dist.pipeline_parallel=2 --set dist.tensor_parallel=2", dir / "pptp");
+  test::tp2d::require_trained(pptp, test::tp2d::kSteps, 4);
+  test::tp2d::check_same_losses(single, pptp, "pp 2 x tp 2");
+  test::tp2d::check_same_grad_norms(dir / "single", dir / "pptp", "pp 2 x tp 2");
+
+  test::write_file(dir / "vit.yaml", test::tp2d::kTinyVitYaml);
+  const auto vit = (dir / "vit.yaml").string();
+  auto vsingle = test::train_tiny_gpt("", "run " + vit + kPpArgs, dir / "vsingle");
+  test::tp2d::require_trained(vsingle, test::tp2d::kSteps, 1);
+  auto vpp = launched(2, vit, " --set dist.pipeline_parallel=2", dir / "vpp");
+  test::tp2d::require_trained(vpp, test::tp2d::kSteps, 2);
+  test::tp2d::check_same_losses(vsingle, vpp, "ViT pp 2");
+}
+
+TEST_CASE("pp 2: evaluation through the stages scores as one process, the tied copies end bit for bit equal",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_eval");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string ev = " --set train.eval_every=5";
+  auto single = one_process(cfg, dir, ev);
+  auto pp = launched(2, cfg, ev + " --set dist.pipeline_parallel=2", dir / "pp");
+  test::tp2d::require_trained(pp, test::tp2d::kSteps, 2);
+  auto e1 = test::records(dir / "single" / "tiny" / "metrics.jsonl", "eval");
+  auto e2 = test::records(dir / "pp" / "tiny" / "metrics.jsonl", "eval");
+  REQUIRE(e1.size() == 2);
+  REQUIRE(e2.size() == e1.size());
+  for (size_t i = 0; i < e1.size(); ++i) {
+    const double a = e1[i].at("loss"), b = e2[i].at("loss");
+    INFO("eval " << i << ": " << a << " vs " << b);
+    CHECK(std::abs(a - b) <= 1e-6 * a);
+  }
+  // the end of the run compares the first and last stage's copies of the tied wte, bit for bit
+  CHECK(pp.output.find("pipeline: the tied copies on the first and last stage are bit for bit equal "
+                       "(transformer.wte.weight)") != std::string::npos);
+}
+
+TEST_CASE("a pp 2 x dp 2 checkpoint resumes at pp 4, at dp 4 and in one process, and exports the full model",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_resume");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto single = one_process(cfg, dir);
+  // the first 5 steps at pp 2 x dp 2 (their checkpoint is the run's final one), copied for each resume
+  auto first = test::train_tiny_gpt("", "launch -n 4 -- run " + cfg + kPpArgs + " --set dist.pipeline_parallel=2 "
+                                        "--set train.max_steps=5", dir / "first");
+  test::tp2d::require_trained(first, 5, 4);
+  const auto step5 = dir / "first" / "tiny" / "checkpoints" / "step-5";
+  REQUIRE(std::filesystem::exists(step5 / "model-part0of2.safetensors"));
+  REQUIRE(std::filesystem::exists(step5 / "model-part1of2.safetensors"));
+  for (const auto& [name, n, layout] : std::vector<std::tuple<std::string, int, std::string>>{
+           {"to_pp4", 4, " --set dist.pipeline_parallel=4"}, {"to_dp4", 4, " --set train.batch_size=4"}, {"to_one", 1, ""}}) {
+    INFO(name);
+    std::filesystem::copy(dir / "first", dir / name, std::filesystem::copy_options::recursive);
+    // --resume PATH: continuing with other values (dp 4's batch of 4 a rank) is asked for by name
+    const std::string resume = " --resume " + (dir / name / "tiny" / "checkpoints").string();
+    auto rest = n == 1 ? test::train_tiny_gpt("", "run " + cfg + kPpArgs + resume, dir / name)
+                       : test::train_tiny_gpt("", "launch -n 4 -- run " + cfg + kPpArgs + layout + resume, dir / name);
+    INFO(rest.output);
+    REQUIRE(rest.exit_code == 0);
+    REQUIRE(rest.losses.size() == test::tp2d::kSteps);
+    test::tp2d::check_same_losses(single, rest, name.c_str(), 5);
+  }
+  // the parts hold the one-process names and shapes; export writes the whole model
+  auto one5 = test::train_tiny_gpt("", "run " + cfg + kPpArgs + " --set train.max_steps=5", dir / "one5");
+  test::tp2d::require_trained(one5, 5, 1);
+  test::tp2d::check_same_tensors(dir / "one5" / "tiny" / "checkpoints" / "step-5", step5, "model", 1e-3);
+  test::tp2d::check_same_tensors(dir / "one5" / "tiny" / "checkpoints" / "step-5", step5, "optimizer", 1e-3);
+  const auto out = dir / "pp.safetensors";
+  auto ex = test::run_trainer("export " + step5.string() + " --out " + out.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  const auto f = io::load_safetensors(out.string());
+  CHECK(f.tensors.size() == io::load_checkpoint_group(dir / "one5" / "tiny" / "checkpoints" / "step-5", "model").tensors.size());
+}
