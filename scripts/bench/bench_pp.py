@@ -17,7 +17,8 @@ records carry pp_wait_ms (rank 0's stage waiting for its neighbours) and pp_bubb
 time); beside them the schedule's textbook bubble, (P-1)/(M+P-1) for GPipe and 1F1B, (P-1)/(vM+P-1)
 interleaved, (P-1)/(3M+P-1) for ZB-H1 at F = I = W (a third of 1F1B's), the bubble `trainer check`
 computes for its own lists at unit costs (F 1, B 2, over all ranks), and PyTorch's rank 0 time in
-its p2p waits over its step time.
+its p2p waits over its step time, and the trainer's pp_act_peak_mb (the most rank 0's microbatches held
+at once).
 
     scripts/bench/bench_pp.py [--trainer build/trainer] [--steps 10] [--quick] [--only pp2,dp]
 
@@ -184,6 +185,8 @@ def run_trainer(a, name, world, model, global_batch, pp=None):
         values = [r[key] for r in kept if key in r]
         if values:
             out[key] = median(values)
+    if "pp_act_peak_mb" in recs[-1]:  # a high-water mark: the last record's is the run's
+        out["pp_act_peak_mb"] = recs[-1]["pp_act_peak_mb"]
     return out
 
 
@@ -353,8 +356,9 @@ def main():
 
     print("\n## (b) The bubble: measured (rank 0's stage) against the schedule's\n")
     print("| P | schedule | M | v | stages (units) | trainer step ms | pp_wait_ms | pp_bubble | textbook bubble "
-          "| trainer check's bubble at unit costs | PyTorch step ms | PyTorch rank 0 p2p wait ms | PyTorch wait / step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| trainer check's bubble at unit costs | trainer rank 0 activation peak MiB | PyTorch step ms "
+          "| PyTorch rank 0 p2p wait ms | PyTorch wait / step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, P, schedule, M, v in rows:
         t, py = R[f"trainer/{name}"], R.get(f"pytorch/{name}") or {}
         stages = " ".join(f"{lo}-{hi}" for lo, hi in t.get("stages", [])) or "-"
@@ -362,12 +366,15 @@ def main():
         print(f"| {P} | {schedule} | {M} | {v} | {stages} | {fmt(t.get('step_ms'), '.1f')} | "
               f"{fmt(t.get('pp_wait_ms'), '.2f')} | {fmt(t.get('pp_bubble'), '.3f')} | "
               f"{theory_bubble(schedule, P, M, v):.3f} | {fmt(t.get('unit_bubble'), '.3f')} | "
+              f"{fmt(t.get('pp_act_peak_mb'), '.2f')} | "
               f"{fmt(py.get('step_ms'), '.1f')} | {fmt(pw, '.2f')} | "
               f"{fmt(pw / py['step_ms'] if pw is not None and py.get('step_ms') else None, '.3f')} |")
     print("\nTextbook bubble: (P-1)/(M+P-1) for GPipe and 1F1B, (P-1)/(vM+P-1) interleaved, (P-1)/(3M+P-1) for "
           "zero bubble (ZB-H1 with F = I = W). The trainer's pp_bubble is pp_wait_ms / step_ms of rank 0's stage "
           "(the first), medians over the steps after the warm-up; PyTorch's is rank 0's time in the schedule's "
-          "p2p waits (sends and receives) over its step.")
+          "p2p waits (sends and receives) over its step. The activation peak is the records' pp_act_peak_mb: the most "
+          "rank 0's microbatches held at once (sampled between the schedule's actions; GPipe's grows with M, 1F1B's "
+          "stops at P microbatches).")
     if notes:
         print("\nNotes:\n")
         for i, text in enumerate(notes, 1):

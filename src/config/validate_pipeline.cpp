@@ -88,15 +88,19 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
                                           std::to_string(c.train.batch_size) +
                                           " (each microbatch is an equal share of the batch)");
   if (c.train.batch_size == 0)
-    err("train.batch_size", "auto is not measured for pipeline stages yet (a stage's activations depend on the "
-                            "schedule); give a number with " + ps);
+    err("train.batch_size", "auto does not pick a micro-batch for pipeline stages yet; give a number with " + ps +
+                                " (`trainer check --memory` prints each rank's footprint under the schedule)");
   if (c.dist.recovery == Recovery::InProcess)
     err("dist.recovery", "in_process with " + ps + " is not supported (a regroup does not rebuild the mesh's "
                          "groups); use restart");
   // what the stages do not run yet (docs/PIPELINE.md): refused before anything starts
   const std::string not_yet = " is not wired with dist.pipeline_parallel yet";
-  if (c.dist.sharding != Sharding::None)
-    err("dist.sharding", name_of(c.dist.sharding) + not_yet + " (the stages' dp replicas are DDP: sharding none)");
+  // optimizer and gradients (ZeRO-1/2) reduce after the stages' last backward, where the tied sum
+  // runs on whole gradients; full would gather each unit per microbatch and shard the tied wte's
+  // gradient differently on the first and last stage
+  if (c.dist.sharding == Sharding::Full)
+    err("dist.sharding", "full" + not_yet + " (a stage's units would be gathered for every microbatch); use "
+                         "optimizer or gradients, which shard each stage's state over its dp ranks");
   if (c.dist.sequence_parallel) err("dist.sequence_parallel", "true" + not_yet);
   if (c.train.precision == Precision::Fp16)
     err("train.precision", "fp16" + not_yet + " (its loss scale); bf16 and fp32 are");

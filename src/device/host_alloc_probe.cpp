@@ -2,6 +2,9 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include "device/cuda_seam.hpp"
+
+#include <algorithm>
 #include <cstring>
 
 namespace trainer::device {
@@ -11,18 +14,33 @@ HostAllocProbe& HostAllocProbe::instance() {
   return *probe;
 }
 
-HostAllocProbe::Scope::Scope() : previous_(c10::GetCPUAllocator()) {
+namespace {
+thread_local bool t_counted = false;  // this thread's allocations count while the probe is filtered
+}  // namespace
+
+HostAllocProbe::Scope::Scope(bool this_thread_only) : previous_(c10::GetCPUAllocator()), filtered_(this_thread_only) {
   auto& p = instance();
   if (previous_ != &p) p.base_ = previous_;
+  if (filtered_) {
+    t_counted = true;
+    p.filtered_.store(true);
+  }
   c10::SetCPUAllocator(&p, /*priority=*/255);
 }
 
-HostAllocProbe::Scope::~Scope() { c10::SetCPUAllocator(previous_, /*priority=*/255); }
+HostAllocProbe::Scope::~Scope() {
+  c10::SetCPUAllocator(previous_, /*priority=*/255);
+  if (filtered_) {
+    instance().filtered_.store(false);
+    t_counted = false;
+  }
+}
 
 c10::DataPtr HostAllocProbe::allocate(size_t n) {
   c10::DataPtr inner = base_->allocate(n);
   void* data = inner.get();
   if (n == 0 || data == nullptr) return inner;  // nothing to count
+  if (filtered_.load(std::memory_order_relaxed) && !t_counted) return inner;  // another thread's: not counted
   const auto bytes = static_cast<int64_t>(n);
   const auto device = inner.device();
   {
@@ -50,5 +68,17 @@ void HostAllocProbe::release(void* data) {
   inner = std::move(it->second.inner);
   self.blocks_.erase(it);
 }
+
+HeldBytesMeter::HeldBytesMeter(const c10::Device& device) : device_(device) {
+  if (!device_.is_cuda()) scope_.emplace(/*this_thread_only=*/true);
+  base_ = held();
+}
+
+int64_t HeldBytesMeter::held() const {
+  if (device_.is_cuda()) return cuda_memory_stats(device_.has_index() ? device_.index() : 0).allocated;
+  return HostAllocProbe::instance().live();
+}
+
+void HeldBytesMeter::sample() { peak_ = std::max(peak_, held() - base_); }
 
 }  // namespace trainer::device

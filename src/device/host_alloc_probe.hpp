@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 namespace trainer::device {
@@ -17,15 +18,18 @@ class HostAllocProbe final : public c10::Allocator {
   // The one instance; never destroyed, since tensors allocated through it may outlive any scope.
   static HostAllocProbe& instance();
   // Installs the probe as the CPU allocator for its lifetime (then puts the previous one back).
+  // this_thread_only: only the calling thread's allocations are counted (the others pass through
+  // to the wrapped allocator untouched: a data loader's workers stay out of the figures).
   class Scope {
    public:
-    Scope();
+    explicit Scope(bool this_thread_only = false);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
 
    private:
     c10::Allocator* previous_;
+    bool filtered_;
   };
   int64_t live() const { return live_.load(); }
   int64_t peak() const { return peak_.load(); }
@@ -47,6 +51,27 @@ class HostAllocProbe final : public c10::Allocator {
   std::mutex mu_;
   std::unordered_map<void*, Block> blocks_;
   std::atomic<int64_t> live_{0}, peak_{0};
+  std::atomic<bool> filtered_{false};  // count only the threads a Scope(true) was made on
+};
+
+// The bytes of tensors held on `device` above what was held when the meter was made, sampled at
+// each sample(): on CUDA the caching allocator's allocated bytes; on the CPU the storage this thread
+// allocates while the meter lives (the probe installed with this_thread_only). peak() is the largest
+// sample (0 when every sample was at or below the start). Samples, not every allocation: what a
+// computation holds between the points it samples at, not its transient peak inside them.
+class HeldBytesMeter {
+ public:
+  explicit HeldBytesMeter(const c10::Device& device);
+  HeldBytesMeter(const HeldBytesMeter&) = delete;
+  HeldBytesMeter& operator=(const HeldBytesMeter&) = delete;
+  void sample();
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t held() const;
+  c10::Device device_;
+  std::optional<HostAllocProbe::Scope> scope_;
+  int64_t base_ = 0, peak_ = 0;
 };
 
 }  // namespace trainer::device

@@ -25,6 +25,7 @@ nlohmann::json to_json(const TrainRecord& r) {
   put(j, "tp_comm_ms", r.tp_comm_ms);
   put(j, "pp_wait_ms", r.pp_wait_ms);
   put(j, "pp_bubble", r.pp_bubble);
+  put(j, "pp_act_peak_mb", r.pp_act_peak_mb);
   put(j, "rss_mb", r.rss_mb);
   put(j, "peak_rss_mb", r.peak_rss_mb);
   put(j, "cuda_allocated_mb", r.cuda_allocated_mb);
@@ -91,6 +92,7 @@ std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r) {
   opt("perf/tp_comm_ms", r.tp_comm_ms);
   opt("perf/pp_wait_ms", r.pp_wait_ms);
   opt("perf/pp_bubble", r.pp_bubble);
+  opt("memory/pp_act_peak_mb", r.pp_act_peak_mb);
   opt("perf/mfu", r.mfu);
   opt("memory/rss_mb", r.rss_mb);
   opt("memory/peak_rss_mb", r.peak_rss_mb);

@@ -31,6 +31,9 @@ struct TrainRecord {
   // dist.pipeline_parallel > 1: rank 0's stage waiting for its neighbours' activations and gradients,
   // per step, and that as a share of the step time (the measured bubble)
   std::optional<double> pp_wait_ms, pp_bubble;
+  // dist.pipeline_parallel > 1: the most MiB rank 0's microbatches held at once so far (activations
+  // kept for backward, messages, gradients between stages), sampled between the schedule's actions
+  std::optional<double> pp_act_peak_mb;
   std::optional<double> rss_mb, peak_rss_mb;
   std::optional<double> cuda_allocated_mb, cuda_reserved_mb, cuda_peak_allocated_mb;
   std::optional<double> gpu_util_pct;  // NVML: percent of the last sample period a kernel ran

@@ -96,7 +96,8 @@ void Executor::weight_half(const Action& a) {
   saved_.erase(it);
 }
 
-StepResult Executor::run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input) {
+StepResult Executor::run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input,
+                         const std::function<void()>& after_action) {
   StepResult out;
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
@@ -117,6 +118,7 @@ StepResult Executor::run(const std::vector<Action>& actions, const std::function
       throw std::runtime_error("pipeline rank " + std::to_string(rank_) + ", action " + std::to_string(i) + " (" +
                                describe(a) + "): " + e.what());
     }
+    if (after_action) after_action();
   }
   link_.flush();
   if (!saved_.empty() || !act_in_.empty() || !grad_in_.empty() || !act_out_.empty() || !grad_out_.empty())

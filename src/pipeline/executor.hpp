@@ -66,7 +66,10 @@ class Executor {
 
   // Runs `actions` (this rank's list of make_schedule) once; gradients accumulate into the stages'
   // parameters, each microbatch's loss scaled by 1 / M. Errors name the rank and the action.
-  StepResult run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input);
+  // `after_action` (optional) runs after every action: what the run measures between them (the
+  // activations the microbatches in flight hold).
+  StepResult run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input,
+                 const std::function<void()>& after_action = {});
 
  private:
   using Key = std::pair<int64_t, int64_t>;  // (stage, micro)

@@ -4,6 +4,8 @@
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <map>
+#include <regex>
 
 #include "test_util.hpp"
 
@@ -51,4 +53,42 @@ TEST_CASE("check under trainer launch: the (pp, dp, tp) coordinates of every ran
   CHECK(r.output.find("rank 2: pp 1, dp 0, tp 0, node 0") != std::string::npos);
   CHECK(r.output.find("effective global batch 16 = 8 per rank x 1 accumulation x 2 data-parallel ranks") !=
         std::string::npos);
+}
+
+// The activations row: one microbatch per stage measured, times what the schedule holds at its peak.
+// On pp rank 0 (stage 0) GPipe runs all 4 forwards before a backward, 1F1B holds 2 (P): the same
+// measured microbatch, so exactly twice the bytes.
+TEST_CASE("check --memory at pp 2: each rank's stages, the rest of the model, the activations its schedule holds",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_pp_memory");
+  const auto cfg = pp_tiny_gpt(dir);
+  std::map<std::string, std::string> out;
+  for (const std::string sched : {"gpipe", "1f1b"}) {
+    auto r = run_trainer("check " + cfg + " --no-data --memory --set train.precision=fp32 --set dist.pipeline.microbatches=4"
+                         " --set dist.pipeline.schedule=" + sched);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("memory per process, pipeline parallel 2 (fp32, fp32 weights and optimizer state): one "
+                        "microbatch of 2 samples through each stage measured by the CPU counting allocator, then "
+                        "each rank's " + sched + " list of 4 microbatches a step replayed") != std::string::npos);
+    CHECK(r.output.find("one microbatch's activations: stage 0 ") != std::string::npos);
+    CHECK(r.output.find("the rest of the model (built, not trained)") != std::string::npos);
+    out[sched] = r.output;
+  }
+  // "microbatches held at the peak   <rank 0>   <rank 1>"
+  auto held = [](const std::string& text) {
+    std::smatch m;
+    REQUIRE(std::regex_search(text, m, std::regex(R"(microbatches held at the peak\s+(\d+)\s+(\d+))")));
+    return std::make_pair(std::stoi(m[1]), std::stoi(m[2]));
+  };
+  CHECK(held(out["gpipe"]).first == 4);
+  CHECK(held(out["1f1b"]).first == 2);
+  auto act = [](const std::string& text) {
+    std::smatch m;
+    REQUIRE(std::regex_search(text, m, std::regex(R"(activations at the peak \(measured x held\)\s+([\d.]+) (\w+))")));
+    return std::make_pair(std::stod(m[1]), std::string(m[2]));
+  };
+  const auto g = act(out["gpipe"]), f = act(out["1f1b"]);
+  REQUIRE(g.second == f.second);
+  CHECK(std::abs(g.first - 2 * f.first) <= 0.011 * g.first);  // the figures are printed with 3 digits
 }

@@ -2,7 +2,8 @@
 // on a private bridge, run 2 ranks each under trainer launch --nnodes 2 and under torchrun
 // --nnodes 2; the losses must equal a 4-rank run on one host bit for bit (CPU, deterministic: the
 // ring all-reduce sums in the same order wherever the ranks live). Also the interface choice
-// (dist.interface, trainer check's network column) and trainer launch --max-restarts.
+// (dist.interface, trainer check's network column), trainer launch --max-restarts, and pipeline
+// parallel with a stage on each host.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -200,6 +201,39 @@ TEST_CASE("trainer launch --max-restarts starts a group with a killed rank again
   const auto summary = test::records(metrics, "summary");
   REQUIRE(summary.size() == 1);
   CHECK(summary[0].at("attempts") == 2);
+}
+
+// Pipeline parallel across hosts, tensor parallel within one: pp 2 x tp 2 puts ranks 0-1 (stage 0's
+// tp group) on host 0 and ranks 2-3 (stage 1's) on host 1, so every activation and gradient between
+// the stages crosses the bridge and every tp collective stays on a host. The losses equal the same
+// layout's on one host bit for bit (the same messages, the same sums in the same order).
+TEST_CASE("pp 2 x tp 2 on two namespace hosts (a stage a host) logs the losses of the same layout on one host",
+          "[dist][e2e][netns][pp]") {
+  std::string why;
+  auto net = test::HostNet::create(2, "P", &why);
+  if (!net) TRAINER_SKIP(why);
+  auto dir = test::scratch_dir("multinode_pp");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string layout = " --set dist.pipeline_parallel=2 --set dist.tensor_parallel=2";
+  auto ref = test::train_tiny_gpt("", "launch -n 4 -- run " + cfg + layout, dir / "one_host");
+  INFO(ref.output);
+  REQUIRE(ref.exit_code == 0);
+  REQUIRE(ref.losses.size() == 20);
+  const auto codes = run_on_hosts(*net, 2, dir, [&](int h) {
+    return std::string("\"") + TRAINER_BIN + "\" launch -n 2 --nnodes 2 --node-rank " + std::to_string(h) +
+           " --master-addr " + test::HostNet::addr(0) + " --master-port 29517 -- run " + cfg + layout + " --out-dir " +
+           (dir / "two_hosts").string();
+  });
+  INFO(host_logs(dir, 2));
+  REQUIRE(codes == std::vector<int>{0, 0});
+  test::TrainRun two;
+  test::read_metrics(dir / "two_hosts" / "tiny", two);
+  CHECK(two.world_size == 4);
+  CHECK(two.losses == ref.losses);  // bit for bit
+  // rank 2 (stage 1, tp rank 0) ran on host 1 and trained stage 1
+  const auto log2 = test::read_file(dir / "two_hosts/tiny/logs/rank2.log");
+  CHECK(std::regex_search(log2, std::regex(R"(distributed: rank 2 of 4 \(trainer launch, pid \d+\), gloo over eth0 10\.213\.0\.2 )")));
+  CHECK(log2.find("on pp rank 1 of 2") != std::string::npos);
 }
 
 // OpenMPI reaches the second host through its rsh launch agent: a script that runs the command

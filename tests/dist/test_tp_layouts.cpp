@@ -71,21 +71,6 @@ TEST_CASE("a (dp 2, tp 2, full) checkpoint resumes at tp 4, at dp 4 fully sharde
   }
 }
 
-// The model tensors of two checkpoints bit for bit (a tensor-parallel one's parts assembled): the
-// same names, shapes and bytes.
-void check_identical_tensors(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what) {
-  auto fa = io::load_checkpoint_group(a, "model"), fb = io::load_checkpoint_group(b, "model");
-  std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
-  INFO(what);
-  REQUIRE(ta.size() == tb.size());
-  for (const auto& [name, t] : ta) {
-    INFO(name);
-    REQUIRE(tb.count(name) == 1);
-    REQUIRE(t.sizes() == tb.at(name).sizes());
-    CHECK(torch::equal(t, tb.at(name)));
-  }
-}
-
 // Save at layout A, load at layout B, save at B: B's file holds A's tensors bit for bit, for every
 // pair of five layouts. A resumed run saves only after a step, so B takes one step at lr 0: AdamW
 // then leaves every weight as it is, exactly (p * (1 - 0 * wd) and p - 0 * m / (sqrt(v) + eps)), and

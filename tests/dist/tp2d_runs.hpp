@@ -138,4 +138,19 @@ inline void check_same_tensors(const std::filesystem::path& a, const std::filesy
   WARN(group << ": largest difference " << worst << " of a tensor's largest magnitude");
 }
 
+// The model tensors of two checkpoints bit for bit (a tensor-parallel one's parts assembled): the
+// same names, shapes and bytes.
+inline void check_identical_tensors(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what) {
+  auto fa = io::load_checkpoint_group(a, "model"), fb = io::load_checkpoint_group(b, "model");
+  std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
+  INFO(what);
+  REQUIRE(ta.size() == tb.size());
+  for (const auto& [name, t] : ta) {
+    INFO(name);
+    REQUIRE(tb.count(name) == 1);
+    REQUIRE(t.sizes() == tb.at(name).sizes());
+    CHECK(torch::equal(t, tb.at(name)));
+  }
+}
+
 }  // namespace trainer::test::tp2d

@@ -24,6 +24,7 @@
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
+#include "engine/commands/pipeline_memory.hpp"
 #include "engine/commands/run_guard.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/startup/memory_plan.hpp"
@@ -385,8 +386,12 @@ int cmd_check(const CheckArgs& args) {
     }
     if (c.train.precision == config::Precision::Auto) print_precision_choice(c, env, shape, !args.no_data);  // and takes it
     if ((args.memory || args.memory_gb > 0) && c.dist.pipeline_parallel > 1) {
-      std::cout << "--memory: not measured with dist.pipeline_parallel > 1 yet (a stage's activations depend on the "
-                   "schedule; the timeline above counts the microbatches each rank holds)\n";
+      if (shape.empty())
+        throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");
+      const auto device = device::select_device(c.train.device, env.local_rank);
+      check_precision_supported(c.train.precision, device);
+      const int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;
+      print_pipeline_memory(measure_pipeline_memory(c, dp, device, shape, classes), c, std::cout);
     } else if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
       if (shape.empty())
         throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");

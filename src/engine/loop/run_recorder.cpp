@@ -105,6 +105,7 @@ void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const Rec
   r.grad_norm = grad_norm.item<double>();
   if (tp_comm_ms) r.tp_comm_ms = *tp_comm_ms;
   if (pp_wait_ms) r.pp_wait_ms = *pp_wait_ms;
+  if (s.pp_act_peak_bytes) r.pp_act_peak_mb = static_cast<double>(*s.pp_act_peak_bytes) / (1 << 20);
   if (s.scaler.enabled()) r.loss_scale = s.scaler.state().scale;
   r.skipped_steps = s.steps.skipped_steps();
   add_measurements(r, s.times,

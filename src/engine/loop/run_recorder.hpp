@@ -51,6 +51,9 @@ struct RecordSources {
   // pipeline parallel: the seconds this rank's stages waited for their neighbours so far
   // (PipelineStages::wait_seconds); nullopt without it
   std::optional<double> pp_wait_seconds;
+  // pipeline parallel: the most bytes this rank's microbatches held at once so far
+  // (PipelineStages::activation_peak_bytes); nullopt without it
+  std::optional<int64_t> pp_act_peak_bytes;
 };
 
 class RunRecorder {

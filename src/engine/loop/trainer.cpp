@@ -190,7 +190,8 @@ class Trainer final : public WorldParts {
     return {*steps_, loop_.times, *train_loader_, *recovery_, *dist_, *scaler_, schedule_->lr_at(step - 1),
             tokens_ ? train_set_->sample_shape().at(0) : 0, device_,
             tp_.active() ? std::optional<double>(tp_.seconds()) : std::nullopt,
-            tp_.pipeline() ? std::optional<double>(tp_.pipeline()->wait_seconds()) : std::nullopt};
+            tp_.pipeline() ? std::optional<double>(tp_.pipeline()->wait_seconds()) : std::nullopt,
+            tp_.pipeline() ? std::optional<int64_t>(tp_.pipeline()->activation_peak_bytes()) : std::nullopt};
   }
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------

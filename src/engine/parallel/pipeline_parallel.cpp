@@ -3,12 +3,14 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
 
+#include "device/host_alloc_probe.hpp"
 #include "dist/pipeline_link.hpp"
 #include "pipeline/executor.hpp"
 #include "pipeline/plan.hpp"
@@ -52,6 +54,7 @@ struct PipelineStages::Impl {
   std::set<std::string> shared;        // parameters trained on more than one pp rank (tied)
   std::unique_ptr<dist::Group> tied;   // the first and last stage's ranks, when they share a parameter
   double waited_s = 0;
+  int64_t act_peak = 0;                // the most bytes the step's microbatches held between actions
   std::map<int64_t, pipeline::Program> programs;  // by microbatches of a step
 
   Impl(dist::DistContext& d, dist::DeviceMesh& mesh, const config::RunConfig& cfg)
@@ -97,6 +100,7 @@ PipelineStages::~PipelineStages() = default;
 
 int64_t PipelineStages::stage_rank() const { return impl_->rank; }
 double PipelineStages::wait_seconds() const { return impl_->waited_s; }
+int64_t PipelineStages::activation_peak_bytes() const { return impl_->act_peak; }
 
 std::string PipelineStages::Impl::describe() const {
   std::string s;
@@ -215,11 +219,23 @@ PipelineStages::StepLoss PipelineStages::forward_backward(
     }
     fns.push_back(std::move(f));
   }
+  // the gradients exist before the first backward (zeros where absent: 0 + g is g, bit for bit), so
+  // the bytes held between actions are what the microbatches in flight keep, not the gradients'
+  // first allocation
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& f : fns)
+      for (auto& p : f.params)
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+  }
   dist::GroupPeerLink link(m.pp);
   TimedLink timed(link, m.waited_s);
   pipeline::Executor ex(shape, m.rank, std::move(fns), timed);
-  const auto r = ex.run(m.program(M)[static_cast<size_t>(m.rank)],
-                        [&](int64_t mb) { return input.narrow(0, mb * micro, micro); });
+  device::HeldBytesMeter held(device);
+  const auto r = ex.run(
+      m.program(M)[static_cast<size_t>(m.rank)], [&](int64_t mb) { return input.narrow(0, mb * micro, micro); },
+      [&held] { held.sample(); });
+  m.act_peak = std::max(m.act_peak, held.peak());
   timed.flush();
   // the last stage's losses to every rank of the pp group (rank 0 records them)
   auto sum = torch::tensor({r.loss_sum}, torch::kFloat64).to(m.pp.device());
@@ -291,12 +307,11 @@ class PipelineCheckpoint final : public CheckpointPart {
   }
   void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                       const io::NamedTensors& full) const override {
-    std::set<const void*> stepped;
-    for (const auto& g : opt.param_groups())
-      for (const auto& p : g.params()) stepped.insert(p.unsafeGetTensorImpl());
-    std::set<std::string> mine;  // the names of the parameters this rank's optimizer steps
+    // the parameters this rank trains (keep_stages froze the others; a sharded inner strategy's
+    // optimizer steps pieces of them, so the names come from the model, not the optimizer)
+    std::set<std::string> mine;
     for (const auto& p : model.named_parameters(/*recurse=*/true))
-      if (stepped.count(p.value().unsafeGetTensorImpl())) mine.insert(p.key());
+      if (p.value().requires_grad()) mine.insert(p.key());
     io::NamedTensors kept;
     for (const auto& [name, t] : full) {
       const auto dot = name.rfind('.');
@@ -325,22 +340,34 @@ class PipelineOver final : public DataParallel {
   void prepare(torch::nn::Module& module, const std::vector<torch::Tensor>& params) override {
     inner_->prepare(module, params);
     spdlog::info("{}: {}", name(), pipe_.describe());
+    std::set<const void*> copy_params;
     for (const auto& p : module.named_parameters(/*recurse=*/true)) {
       if (!pipe_.shared.count(p.key()) || !p.value().requires_grad()) continue;
       tied_.push_back(p.value());
-      if (pipe_.owner_of(p.key()) != pipe_.rank) copies_.insert(p.value().unsafeGetTensorImpl());
+      if (pipe_.owner_of(p.key()) != pipe_.rank) copy_params.insert(p.value().unsafeGetTensorImpl());
     }
+    // what the optimizer steps: the parameters, or a sharded strategy's pieces of them
+    const auto& steps = inner_->step_params(params);
+    const auto sources = inner_->step_param_sources(params);
+    for (size_t i = 0; i < steps.size(); ++i)
+      if (copy_params.count(sources[i].unsafeGetTensorImpl())) copies_.insert(steps[i].unsafeGetTensorImpl());
   }
   void before_backward(bool last_micro_batch) override { inner_->before_backward(last_micro_batch); }
+  // The tied sum first, on whole gradients: no bucket launched inside the stages' backwards
+  // (StepRunner's before_backward(false)), so the inner strategy's reduction starts here, after it.
+  // Both are sums (the order does not matter) and the two ends hold the same sums before the dp
+  // reduction, so a sharded inner strategy (ZeRO-1/2), whose buckets cut the tied tensor
+  // differently on the first and last stage, still steps equal copies.
   void after_backward() override {
-    inner_->after_backward();  // the mean over dp
-    if (!pipe_.tied) return;
-    torch::NoGradGuard no_grad;
-    for (auto& p : tied_) {
-      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      auto g = p.grad();
-      pipe_.tied->all_reduce(g, dist::Reduce::Sum, "tied gradient");
+    if (pipe_.tied) {
+      torch::NoGradGuard no_grad;
+      for (auto& p : tied_) {
+        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+        auto g = p.grad();
+        pipe_.tied->all_reduce(g, dist::Reduce::Sum, "tied gradient");
+      }
     }
+    inner_->after_backward();  // the mean over dp (sharded: of this rank's slices)
   }
   void commit(int64_t step) override { inner_->commit(step); }
   std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,
@@ -390,7 +417,7 @@ class PipelineOver final : public DataParallel {
   std::unique_ptr<DataParallel> inner_;
   PipelineCheckpoint checkpoint_;
   std::vector<torch::Tensor> tied_;     // this rank's parameters shared with the other end of the pipeline
-  std::set<const void*> copies_;        // those of them another rank owns: left out of the norm
+  std::set<const void*> copies_;        // the step params of those another rank owns: left out of the norm
 };
 
 }  // namespace

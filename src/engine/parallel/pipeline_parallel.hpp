@@ -69,6 +69,11 @@ class PipelineStages {
   void check_tied(const models::Model& model) const;
 
   double wait_seconds() const;  // the step's receives spent waiting so far (the bubble's measure)
+  // The most bytes this rank's microbatches held at once so far, sampled between the schedule's
+  // actions (device::HeldBytesMeter: the activations kept for backward, the messages received, the
+  // gradients passed between stages; the parameters' gradients are not counted): the schedule's
+  // activation footprint, measured (GPipe holds M microbatches' at its peak, 1F1B at most P).
+  int64_t activation_peak_bytes() const;
   int64_t stage_rank() const;   // this rank's pp coordinate
   std::string describe() const; // "stages 0 (units 0-3) on pp rank 0 of 2, 1f1b, 4 microbatches"
 

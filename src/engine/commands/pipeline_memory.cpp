@@ -1,0 +1,155 @@
+// `trainer check --memory` at dist.pipeline_parallel P > 1 (pipeline_memory.hpp).
+#include "engine/commands/pipeline_memory.hpp"
+
+#include <algorithm>
+#include <iomanip>
+#include <set>
+
+#include "device/host_alloc_probe.hpp"
+#include "engine/optim/precision.hpp"
+#include "engine/parallel/data_parallel.hpp"
+#include "engine/startup/memory_plan.hpp"
+#include "engine/step/train_step.hpp"
+#include "pipeline/plan.hpp"
+
+namespace trainer::engine {
+namespace {
+
+int64_t param_bytes(const torch::Tensor& p) { return p.numel() * static_cast<int64_t>(p.element_size()); }
+
+// A microbatch of random inputs and targets as the data would give them.
+std::pair<torch::Tensor, torch::Tensor> random_batch(const models::Model& model, const std::vector<int64_t>& sample,
+                                                     int64_t micro, int64_t vocab_or_classes, const torch::Device& device) {
+  std::vector<int64_t> shape = {micro};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  const auto ids = torch::TensorOptions().dtype(torch::kLong).device(device);
+  if (model.input_kind() == models::InputKind::Tokens)
+    return {torch::randint(0, vocab_or_classes, shape, ids), torch::randint(0, vocab_or_classes, shape, ids)};
+  return {torch::randn(shape, torch::TensorOptions().device(device)), torch::randint(0, vocab_or_classes, {micro}, ids)};
+}
+
+// One microbatch through each stage: the bytes held after its forward (see the header).
+std::vector<double> stage_bytes(models::Model& model, const pipeline::Plan& plan, const config::RunConfig& c,
+                                const std::vector<int64_t>& sample, int64_t micro, int64_t vocab_or_classes,
+                                const torch::Device& device) {
+  model.train();
+  auto [input, target] = random_batch(model, sample, micro, vocab_or_classes, device);
+  const auto last = static_cast<int64_t>(plan.stages.size()) - 1;
+  std::vector<double> out;
+  torch::Tensor x = input;
+  for (int64_t s = 0; s <= last; ++s) {
+    const auto range = plan.stages[static_cast<size_t>(s)];
+    {
+      auto in = x.detach();
+      if (in.is_floating_point()) in.requires_grad_(true);
+      AutocastScope autocast(c.train.precision, device);
+      device::HeldBytesMeter held(device);
+      auto y = model.forward_units(in, range.first, range.last);
+      if (s == last) y = models_loss(model, y, target, c.train.label_smoothing);
+      held.sample();
+      // a later stage's input arrives as a message: held as long as the microbatch is
+      out.push_back(static_cast<double>(held.peak() + (s > 0 ? param_bytes(in) : 0)));
+    }
+    if (s < last) {
+      torch::NoGradGuard no_grad;
+      AutocastScope autocast(c.train.precision, device);
+      x = model.forward_units(x, range.first, range.last);
+    }
+  }
+  return out;
+}
+
+// The parameters rank r's stages train (their units' and those the units read: GPT's tied wte on
+// the last stage), as PipelineStages::keep_stages keeps them.
+std::set<std::string> trained_by(const models::Model& model, const pipeline::Plan& plan, int64_t r) {
+  const auto units = model.units();
+  std::set<std::string> names;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    if (plan.shape.rank_of(static_cast<int64_t>(s)) != r) continue;
+    for (int64_t u = plan.stages[s].first; u <= plan.stages[s].last; ++u) {
+      for (const auto& p : model.named_parameters(/*recurse=*/true))
+        if (models::unit_of(units, p.key()) == u) names.insert(p.key());
+      for (const auto& n : units[static_cast<size_t>(u)].reads) names.insert(n);
+    }
+  }
+  return names;
+}
+
+}  // namespace
+
+PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_size, const torch::Device& device,
+                                       const std::vector<int64_t>& sample_shape, int64_t vocab_or_classes) {
+  const auto plan = pipeline::make_plan(c);
+  PipelineMemory m;
+  m.micro = c.train.batch_size / plan.shape.microbatches;
+  m.microbatches = c.train.grad_accum * plan.shape.microbatches;
+  m.how = device.is_cuda() ? "CUDA caching allocator" : "CPU counting allocator";
+  if (m.micro < 1) throw std::invalid_argument("--memory: train.batch_size gives no sample a microbatch");
+  torch::manual_seed(c.run.seed);
+  auto probe = build_probe_model(c, device);  // at tensor parallel: one rank's slices
+  auto& model = *probe.model;
+  m.stage_bytes = stage_bytes(model, plan, c, sample_shape, m.micro, vocab_or_classes, device);
+  auto shape = plan.shape;
+  shape.microbatches = m.microbatches;
+  const auto program = pipeline::make_schedule(plan.schedule, shape);
+  for (int64_t r = 0; r < shape.ranks; ++r) {
+    PipelineRankMemory rm;
+    rm.rank = r;
+    for (int64_t s = r; s < shape.stages(); s += shape.ranks) rm.stages.push_back(s);
+    double held = 0;
+    int64_t flying = 0;
+    for (const auto& a : program[static_cast<size_t>(r)]) {
+      const double b = m.stage_bytes[static_cast<size_t>(a.stage)];
+      if (a.op == pipeline::Op::Forward) held += b, ++flying;
+      if (a.op == pipeline::Op::Backward || a.op == pipeline::Op::BackwardWeight) held -= b, --flying;
+      rm.activations = std::max(rm.activations, held);
+      rm.in_flight = std::max(rm.in_flight, flying);
+    }
+    // the strategy's rows over the parameters this rank trains; the others are held, never trained
+    const auto mine = trained_by(model, plan, r);
+    std::vector<torch::Tensor> frozen;
+    for (auto& p : model.named_parameters(/*recurse=*/true))
+      if (p.value().requires_grad() && !mine.count(p.key())) {
+        p.value().set_requires_grad(false);
+        frozen.push_back(p.value());
+        rm.untrained += param_bytes(p.value());
+      }
+    rm.plan = strategy_memory_plan(c.dist, dp_size, model, c.optim);
+    for (auto& p : frozen) p.set_requires_grad(true);
+    m.ranks.push_back(std::move(rm));
+  }
+  return m;
+}
+
+void print_pipeline_memory(const PipelineMemory& m, const config::RunConfig& c, std::ostream& out) {
+  out << "memory per process, pipeline parallel " << m.ranks.size() << " (" << config::name_of(c.train.precision)
+      << ", fp32 weights and optimizer state): one microbatch of " << m.micro
+      << " samples through each stage measured by the " << m.how << ", then each rank's "
+      << config::name_of(c.dist.pipeline.schedule) << " list of " << m.microbatches
+      << " microbatches a step replayed (a stage's activations held from its forward to its backward)\n";
+  out << "  one microbatch's activations:";
+  for (size_t s = 0; s < m.stage_bytes.size(); ++s)
+    out << (s ? ", " : " ") << "stage " << s << " " << bytes_text(m.stage_bytes[s]);
+  out << "\n";
+  auto row = [&](const std::string& name, auto value) {
+    out << "  " << std::left << std::setw(44) << name;
+    for (const auto& r : m.ranks) out << std::right << std::setw(16) << value(r);
+    out << "\n";
+  };
+  row("", [](const PipelineRankMemory& r) { return "pp rank " + std::to_string(r.rank); });
+  row("stages", [](const PipelineRankMemory& r) {
+    std::string s;
+    for (auto st : r.stages) s += (s.empty() ? "" : ",") + std::to_string(st);
+    return s;
+  });
+  for (size_t i = 0; i < m.ranks.front().plan.rows.size(); ++i)  // the same strategy on every rank: the same rows
+    row(m.ranks.front().plan.rows[i].label + " (its stages)",
+        [&](const PipelineRankMemory& r) { return bytes_text(static_cast<double>(r.plan.rows[i].bytes)); });
+  row("the rest of the model (built, not trained)",
+      [](const PipelineRankMemory& r) { return bytes_text(static_cast<double>(r.untrained)); });
+  row("microbatches held at the peak", [](const PipelineRankMemory& r) { return std::to_string(r.in_flight); });
+  row("activations at the peak (measured x held)", [](const PipelineRankMemory& r) { return bytes_text(r.activations); });
+  row("total", [](const PipelineRankMemory& r) { return bytes_text(r.total()); });
+}
+
+}  // namespace trainer::engine
