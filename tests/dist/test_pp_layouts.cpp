@@ -121,10 +121,13 @@ TEST_CASE("pp 2: a stage stopped with SIGSTOP is named by its peer within dist.t
   REQUIRE(rc > 0);
   CHECK(after >= kTimeoutS);
   CHECK(after < kTimeoutS + test::scaled(60));
-  // "error: rank 0: recv #41 (recv_grad s0 m2 from rank 1 from group rank 1) at step 12 failed: ..."
+  // "error: pipeline rank 0, action 4 (recv_grad s0 m0 from rank 1): rank 0: recv #124 (recv_grad s0 m0
+  // from rank 1 from group rank 1) at step 3 failed: ... Timed out", or a collective of the step:
+  // "error: rank 0: all_reduce #153 (tied gradient) at step 3 failed: ..."
   std::smatch m;
-  REQUIRE(std::regex_search(log, m, std::regex(R"(error: rank 0: (\w+) #\d+ \(([^)]*)\) at step \d+ failed)")));
-  const std::string op = m[1], what = m[2];
+  REQUIRE(std::regex_search(log, m, std::regex(R"(error: (pipeline rank 0, action \d+ \([^)]*\): )?rank 0: (\w+) #\d+ )"
+                                               R"(\(([^)]*)\) at step \d+ failed)")));
+  const std::string op = m[2], what = m[3];
   if (op == "recv" || op == "send")
     CHECK(std::regex_search(what, std::regex(R"(^(recv|send)_\w+ s\d+ m\d+ (from|to) rank 1 )")));
   else

@@ -297,13 +297,14 @@ namespace {
 // rank loads the whole model (it holds it) and the optimizer state of the parameters it trains.
 class PipelineCheckpoint final : public CheckpointPart {
  public:
-  PipelineCheckpoint(const CheckpointPart& inner, const PipelineStages::Impl& pipe) : inner_(inner), pipe_(pipe) {}
-  bool writes_tp_part() const override { return pipe_.dp_rank0 && inner_.writes_tp_part(); }
+  // `inner`'s part is asked for at each use: a sharded strategy makes it in prepare
+  PipelineCheckpoint(const DataParallel& inner, const PipelineStages::Impl& pipe) : inner_(inner), pipe_(pipe) {}
+  bool writes_tp_part() const override { return pipe_.dp_rank0 && inner_.checkpoint_part().writes_tp_part(); }
   int64_t pipeline_rank() const override { return pipe_.rank; }
   int64_t pipeline_size() const override { return pipe_.plan.shape.ranks; }
   bool owns(const std::string& name) const override { return pipe_.owner_of(name) == pipe_.rank; }
   io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
-    return inner_.whole_optimizer_state(opt, model);
+    return inner_.checkpoint_part().whole_optimizer_state(opt, model);
   }
   void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                       const io::NamedTensors& full) const override {
@@ -317,11 +318,11 @@ class PipelineCheckpoint final : public CheckpointPart {
       const auto dot = name.rfind('.');
       if (dot != std::string::npos && mine.count(name.substr(0, dot))) kept.emplace_back(name, t);
     }
-    inner_.load_optimizer(opt, model, kept);
+    inner_.checkpoint_part().load_optimizer(opt, model, kept);
   }
 
  private:
-  const CheckpointPart& inner_;
+  const DataParallel& inner_;
   const PipelineStages::Impl& pipe_;
 };
 
@@ -332,7 +333,7 @@ class PipelineCheckpoint final : public CheckpointPart {
 class PipelineOver final : public DataParallel {
  public:
   PipelineOver(PipelineStages::Impl& pipe, std::unique_ptr<DataParallel> inner)
-      : pipe_(pipe), inner_(std::move(inner)), checkpoint_(inner_->checkpoint_part(), pipe) {}
+      : pipe_(pipe), inner_(std::move(inner)), checkpoint_(*inner_, pipe) {}
   std::string name() const override {
     return "pipeline parallel " + std::to_string(pipe_.plan.shape.ranks) + " (data parallel " +
            std::to_string(pipe_.dp_size) + (pipe_.dp_size > 1 ? ": " + inner_->name() : "") + ")";
