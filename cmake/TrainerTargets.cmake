@@ -5,9 +5,12 @@ set(TRAINER_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-missing-field-init
 # -O2 (GCC bugs 105329 / 105651, fixed in GCC 13). Which call sites trip it changes with every
 # inlining decision (a unity batch, an edited neighbour), so the known sites were rewritten as
 # appends / fmt::format and the check is off for this one compiler; GCC 13+ and Clang keep it.
+# -Warray-bounds is the same false positive seen from the other side (char_traits::copy "offset
+# outside array bounds" in the same inlined _M_replace: pipeline_memory.cpp, test_config_compose.cpp,
+# test_tp_layouts.cpp), so it goes with it, for GCC 12 only.
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_GREATER_EQUAL 12
    AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
-  list(APPEND TRAINER_WARNINGS -Wno-stringop-overflow)
+  list(APPEND TRAINER_WARNINGS -Wno-stringop-overflow -Wno-array-bounds)
 endif()
 
 # One precompiled <torch/torch.h>, built once and reused by every target.

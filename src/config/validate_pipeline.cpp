@@ -101,11 +101,8 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
   if (c.dist.sharding == Sharding::Full)
     err("dist.sharding", "full" + not_yet + " (a stage's units would be gathered for every microbatch); use "
                          "optimizer or gradients, which shard each stage's state over its dp ranks");
-  if (c.dist.sequence_parallel) err("dist.sequence_parallel", "true" + not_yet);
   if (c.train.precision == Precision::Fp16)
     err("train.precision", "fp16" + not_yet + " (its loss scale); bf16 and fp32 are");
-  if (c.data.mixup.alpha > 0 || c.data.cutmix.alpha > 0)
-    err(c.data.mixup.alpha > 0 ? "data.mixup.alpha" : "data.cutmix.alpha", "mixing batches" + not_yet);
   if (c.train.cuda_graphs) err("train.cuda_graphs", "true" + not_yet);
 }
 

@@ -96,11 +96,10 @@ TEST_CASE("a shared base is read and applied once, at its first place: a diamond
   constexpr int kLevels = 15;
   std::vector<std::pair<std::string, std::string>> files;
   for (int i = 0; i < kLevels; ++i) {
-    const std::string next = "l" + std::to_string(i + 1) + ".yaml";
-    files.push_back({"l" + std::to_string(i) + ".yaml",
-                     "base: [a" + std::to_string(i) + ".yaml, b" + std::to_string(i) + ".yaml]\n"});
-    files.push_back({"a" + std::to_string(i) + ".yaml", "base: " + next + "\n"});
-    files.push_back({"b" + std::to_string(i) + ".yaml", "base: " + next + "\noptim:\n  lr: 0." + std::to_string(i + 1) + "\n"});
+    const std::string next = fmt::format("l{}.yaml", i + 1);
+    files.push_back({fmt::format("l{}.yaml", i), fmt::format("base: [a{0}.yaml, b{0}.yaml]\n", i)});
+    files.push_back({fmt::format("a{}.yaml", i), fmt::format("base: {}\n", next)});
+    files.push_back({fmt::format("b{}.yaml", i), fmt::format("base: {}\noptim:\n  lr: 0.{}\n", next, i + 1)});
   }
   files.push_back({"l" + std::to_string(kLevels) + ".yaml", kComposeHead + "optim:\n  lr: 0.9\n  momentum: 0.5\n"});
   files.push_back({"exp.yaml", "base: l0.yaml\n"});

@@ -8,6 +8,8 @@
 
 #include <map>
 
+#include <fmt/format.h>
+
 #include "ckpt/ckpt_runs.hpp"
 #include "io/tensor_parts.hpp"
 #include "spawn.hpp"
@@ -95,10 +97,10 @@ TEST_CASE("save at layout A, load at layout B, save at B: the model tensors bit 
       {"dp 4 full", k2d + cfg + args + " --set dist.sharding=full --set train.batch_size=4"},
   };
   auto ckpt = [](const std::filesystem::path& out, int step) {
-    return out / "tiny" / "checkpoints" / ("step-" + std::to_string(step));
+    return out / "tiny" / "checkpoints" / fmt::format("step-{}", step);
   };
   for (size_t a = 0; a < layouts.size(); ++a) {
-    const auto out = dir / ("a" + std::to_string(a));
+    const auto out = dir / fmt::format("a{}", a);
     auto r = test::run_trainer(layouts[a].command + " --set train.max_steps=3 --out-dir " + out.string());
     INFO(layouts[a].name << "\n" << r.output);
     REQUIRE(r.exit_code == 0);
@@ -106,8 +108,8 @@ TEST_CASE("save at layout A, load at layout B, save at B: the model tensors bit 
   }
   for (size_t a = 0; a < layouts.size(); ++a)
     for (size_t b = 0; b < layouts.size(); ++b) {
-      const auto from = ckpt(dir / ("a" + std::to_string(a)), 3);
-      const auto out = dir / ("b" + std::to_string(a) + std::to_string(b));
+      const auto from = ckpt(dir / fmt::format("a{}", a), 3);
+      const auto out = dir / fmt::format("b{}{}", a, b);
       const std::string what = layouts[a].name + " -> " + layouts[b].name;
       auto r = test::run_trainer(layouts[b].command + " --set train.max_steps=4 --set optim.lr=0 --resume " +
                                  from.string() + " --out-dir " + out.string());

@@ -5,6 +5,8 @@
 #include <iomanip>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "device/host_alloc_probe.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/parallel/data_parallel.hpp"
@@ -136,10 +138,10 @@ void print_pipeline_memory(const PipelineMemory& m, const config::RunConfig& c, 
     for (const auto& r : m.ranks) out << std::right << std::setw(16) << value(r);
     out << "\n";
   };
-  row("", [](const PipelineRankMemory& r) { return "pp rank " + std::to_string(r.rank); });
+  row("", [](const PipelineRankMemory& r) { return fmt::format("pp rank {}", r.rank); });
   row("stages", [](const PipelineRankMemory& r) {
     std::string s;
-    for (auto st : r.stages) s += (s.empty() ? "" : ",") + std::to_string(st);
+    for (auto st : r.stages) s += fmt::format("{}{}", s.empty() ? "" : ",", st);
     return s;
   });
   for (size_t i = 0; i < m.ranks.front().plan.rows.size(); ++i)  // the same strategy on every rank: the same rows

@@ -139,7 +139,8 @@ class Trainer final : public WorldParts {
     return std::make_unique<StepRunner>(
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
                   [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_, tp_.pipeline()},
-        run_step_settings(cfg_, precision_, device_, tokens_, recovery_->grad_accum(), env().rank));
+        run_step_settings(cfg_, precision_, device_, tokens_, recovery_->grad_accum(), env().rank,
+                          tp_.data_env(env()).rank));
   }
 
   // --- the world size changes: dist.recovery in_process (engine/world_recovery.hpp) -------------

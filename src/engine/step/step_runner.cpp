@@ -70,7 +70,7 @@ StepRunner::StepRunner(StepParts parts, StepSettings settings)
       inject_nonfinite_(injected_nonfinite_steps()),
       inject_read_failure_(injected_read_failure(set_.rank)) {
   if (BatchMixer::wanted(set_.mixup, set_.cutmix)) {
-    mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.rank);
+    mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.data_rank);
     spdlog::info("data.mixup/cutmix: mixup alpha {}, cutmix alpha {}, prob {}, switch_prob {} (one lambda per "
                  "micro-batch, soft targets)",
                  set_.mixup.alpha, set_.cutmix.alpha, set_.mixup.prob, set_.mixup.switch_prob);
@@ -115,7 +115,7 @@ void StepRunner::enable_graphs(GraphConditions c) {
 
 
 StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision, const torch::Device& device,
-                               bool tokens, int64_t grad_accum, int64_t rank) {
+                               bool tokens, int64_t grad_accum, int64_t rank, int64_t data_rank) {
   return {.grad_accum = grad_accum,
           .grad_clip = cfg.train.grad_clip,
           .nonfinite = cfg.train.nonfinite,
@@ -124,6 +124,7 @@ StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision
           .tokens = tokens,
           .channels_last = cfg.model.channels_last,
           .rank = rank,
+          .data_rank = data_rank,
           .label_smoothing = cfg.train.label_smoothing,
           .mixup = cfg.data.mixup,
           .cutmix = cfg.data.cutmix,
@@ -224,8 +225,12 @@ PipelineStages::StepLoss StepRunner::pipeline_forward_backward(int64_t step, Int
     }
     fail_read_if_injected(step, micro);
     if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
-    inputs.push_back(to_device(batch->input, !set_.tokens));
-    targets.push_back(to_device(batch->target, false));
+    auto input = to_device(batch->input, !set_.tokens);
+    auto target = to_device(batch->target, false);
+    if (mixer_)  // as the micro-batch loop mixes each batch: before the stages cut it into microbatches
+      std::tie(input, target) = mixer_->apply(input, target, mixer_->choose(step, micro, input.size(-2), input.size(-1)));
+    inputs.push_back(input);
+    targets.push_back(target);
   }
   times.data_ms += ms_since(t0);
   auto t1 = Clock::now();

@@ -69,7 +69,9 @@ struct StepSettings {
   torch::Device device{torch::kCPU};
   bool tokens = false;              // token inputs (else images)
   bool channels_last = false;       // image inputs channels-last
-  int64_t rank = 0;
+  int64_t rank = 0;                 // this process's rank (logs, fault injection)
+  int64_t data_rank = 0;            // its data-parallel coordinate: the mixer's draws (a tp group's or a
+                                    // pipeline's ranks mix the same batch the same way)
   double label_smoothing = 0;       // train.label_smoothing (the training loss only)
   config::MixupConfig mixup;        // data.mixup / data.cutmix (image models; off by default)
   config::CutmixConfig cutmix;
@@ -77,10 +79,10 @@ struct StepSettings {
   int64_t seed = 0;                 // run.seed: the mixer's draws
 };
 
-// The step settings of a run's config; `grad_accum` and `rank` are the current world's (an
-// in-process regroup changes them).
+// The step settings of a run's config; `grad_accum`, `rank` and `data_rank` are the current world's
+// (an in-process regroup changes them).
 StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision, const torch::Device& device,
-                               bool tokens, int64_t grad_accum, int64_t rank);
+                               bool tokens, int64_t grad_accum, int64_t rank, int64_t data_rank);
 
 class StepRunner {
  public:
