@@ -117,6 +117,37 @@ TEST_CASE("data change: under on_change reload replaced shards, IDX and CIFAR fi
   check_reload("cifar", Change::Replace, "replace", 160);
 }
 
+TEST_CASE("data change: under on_change reload an IDX set caught half replaced is tried again and reopened whole",
+          "[e2e]") {
+  // a job renaming the new files one at a time, caught between them: the labels are new (160), the
+  // images still old (112), so the reopen fails; the images renamed after the first failed try is
+  // logged, the next try reopens the whole new set
+  auto dir = scratch_dir("data_reload_idx_half");
+  const DataSet d = data_set("idx", dir);
+  d.write(0, d.folder);
+  BackgroundRun run(dir, config_for(d, "reload"));
+  REQUIRE(wait_for([&] { return run.past_step(3); }, 180));
+  const fs::path fresh = dir / "fresh";
+  fs::create_directories(fresh);
+  d.write(1, fresh);
+  fs::rename(fresh / "train-labels-idx1-ubyte", d.folder / "train-labels-idx1-ubyte");
+  REQUIRE(wait_for([&] { return contains(run.log(), "data.on_change: reload: try 1 of 4 to reopen the data failed ("); },
+                   180));
+  fs::rename(fresh / d.file.filename(), d.file);
+  const std::regex reloaded("reopened the data \\(([^\\n]*), was (\\d+) samples\\); training goes on at step (\\d+)");
+  REQUIRE(wait_for([&] { return std::regex_search(run.log(), reloaded); }, 180));
+  const std::string log = run.log();
+  std::smatch m;
+  REQUIRE(std::regex_search(log, m, reloaded));
+  INFO(log);
+  CHECK(contains(m[1].str(), "160 images"));
+  CHECK(m[2].str() == "112");
+  CHECK_FALSE(contains(log, "cannot be reopened"));
+  REQUIRE(wait_for([&] { return run.past_step(std::stoll(m[3].str()) + 2); }, 180));
+  REQUIRE(::kill(lock_holder(dir / "runs/exp/.lock"), SIGTERM) == 0);
+  CHECK(wait_rc(dir / "run.rc", 180) == 75);
+}
+
 TEST_CASE("data change: a reload keeps the evaluation due at its step (an evaluation after every step)", "[e2e]") {
   // a 2-rank run would race here: its evaluation sits between the boundary vote and the next step's
   // read, where a change found inside a step cannot be agreed (docs/RELIABILITY.md)

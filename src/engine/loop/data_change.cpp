@@ -2,6 +2,9 @@
 
 #include <spdlog/spdlog.h>
 
+#include <chrono>
+#include <thread>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -38,6 +41,31 @@ std::string reopen_disagreement(dist::DistContext& dist, bool ok, int64_t size) 
   return "";
 }
 
+// A job that rewrites a data set renames its new files over the old ones one at a time (IDX: the
+// images, then the labels): a change found between two renames reopens a half-replaced set, whose
+// files disagree. So a failed reopen is tried again after a pause, kReopenTries times in all, before
+// the run stops (a deleted file costs these seconds before exit 65).
+constexpr int kReopenTries = 4;
+constexpr int kReopenPauseMs = 1000;
+
+data::DatasetPair reopen_settled(const config::RunConfig& cfg, const data::Dataset& old_train) {
+  for (int attempt = 1;; ++attempt) {
+    try {
+      return reopen_here(cfg, old_train);
+    } catch (const data::DataError& e) {
+      if (attempt == kReopenTries) {
+        spdlog::error("data.on_change: reload: the changed data cannot be reopened: {} ({} tries, {} s apart)", e.what(),
+                      kReopenTries, kReopenPauseMs / 1000);
+        return {};
+      }
+      spdlog::warn("data.on_change: reload: try {} of {} to reopen the data failed ({}); trying again in {} s, in case "
+                   "its files are still being replaced",
+                   attempt, kReopenTries, e.what(), kReopenPauseMs / 1000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(kReopenPauseMs));
+    }
+  }
+}
+
 }  // namespace
 
 std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, const std::string& change,
@@ -45,11 +73,7 @@ std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, co
                                                 int64_t step, dist::DistContext& dist) {
   if (cfg.data.on_change != config::OnChange::Reload) return std::nullopt;
   ReopenedData r;
-  try {
-    r.data = reopen_here(cfg, old_train);
-  } catch (const data::DataError& e) {
-    spdlog::error("data.on_change: reload: the changed data cannot be reopened: {}", e.what());
-  }
+  r.data = reopen_settled(cfg, old_train);
   const bool ok = r.data.train != nullptr;
   if (const auto why = reopen_disagreement(dist, ok, ok ? r.data.train->size() : 0); !why.empty()) {
     if (ok) spdlog::error("data.on_change: reload: the ranks cannot go on together: {}", why);

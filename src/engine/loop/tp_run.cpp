@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "dist/dist_context.hpp"
+#include "engine/parallel/data_parallel_over.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "tensor_parallel/sharding.hpp"
 
@@ -60,10 +61,11 @@ int64_t shapes_hash(const std::vector<torch::Tensor>& params) {
 // the fp16 overflow vote is the whole world's (tp peers see other gradients). At dp 1 the inner
 // strategy is over a group of one: no dp collective, no hook. The checkpoint part writes global
 // tensors whatever the inner layout (TensorParallelCheckpoint).
-class TensorParallelOver final : public DataParallel {
+// (inner_, over the mesh's dp group: DataParallelOver)
+class TensorParallelOver final : public DataParallelOver {
  public:
   TensorParallelOver(dist::DistContext& dist, dist::Group& dp, int64_t tp, std::unique_ptr<DataParallel> inner)
-      : dist_(dist), dp_(dp), tp_(tp), inner_(std::move(inner)), checkpoint_(*inner_, dp.rank() == 0) {}
+      : DataParallelOver(std::move(inner)), dist_(dist), dp_(dp), tp_(tp), checkpoint_(*inner_, dp.rank() == 0) {}
   std::string name() const override {
     return "tensor parallel " + std::to_string(tp_) + " (data parallel " + std::to_string(dp_.size()) +
            (dp_.size() > 1 ? ": " + inner_->name() : "") + ")";
@@ -95,38 +97,16 @@ class TensorParallelOver final : public DataParallel {
                  tp_, sharded.size(),
                  partial.empty() ? "" : fmt::format(", sequence parallel ({} partial-gradient tensors)", partial_.size()));
   }
-  void before_backward(bool last_micro_batch) override { inner_->before_backward(last_micro_batch); }
   void after_backward() override {
     inner_->after_backward();  // the mean over dp
     tpl::sum_partial_grads(partial_, model_->tp_comm());
   }
-  void commit(int64_t step) override { inner_->commit(step); }
-  std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,
-                                                          const torch::nn::Module& model) override {
-    return inner_->make_optimizer(cfg, model);
-  }
-  const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>& params) const override {
-    return inner_->step_params(params);
-  }
-  std::vector<torch::Tensor> step_param_sources(const std::vector<torch::Tensor>& params) const override {
-    return inner_->step_param_sources(params);
-  }
-  bool shards_gradients() const override { return inner_->shards_gradients(); }
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) override {
     auto is_sharded = [this](const torch::Tensor& t) { return sharded_.count(t.unsafeGetTensorImpl()) > 0; };
     return mesh_clip_grad_norm(step_params, is_sharded, inner_->shards_gradients() ? &dp_ : nullptr,
                                model_->tp_comm(), max_norm);
   }
   void agree_flag(torch::Tensor& flag) override { dist_.all_reduce_sum_async(flag, "fp16 overflow")->wait(); }
-  void after_step() override { inner_->after_step(); }
-  void hold_full_params() const override { inner_->hold_full_params(); }
-  void release_full_params(bool written) const override { inner_->release_full_params(written); }
-  HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const override {
-    return inner_->held_bytes(params, opt);
-  }
-  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
-    return inner_->memory_plan(model, optim);  // of this rank's slices, over its dp group
-  }
   const CheckpointPart& checkpoint_part() const override { return checkpoint_; }
 
  private:
@@ -145,7 +125,6 @@ class TensorParallelOver final : public DataParallel {
   dist::DistContext& dist_;
   dist::Group& dp_;
   int64_t tp_;
-  std::unique_ptr<DataParallel> inner_;  // over the mesh's dp group
   TensorParallelCheckpoint checkpoint_;
   const models::Model* model_ = nullptr;
   std::set<const void*> sharded_;       // the step params cut from TP-sharded parameters

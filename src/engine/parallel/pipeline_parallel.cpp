@@ -12,6 +12,7 @@
 
 #include "device/host_alloc_probe.hpp"
 #include "dist/pipeline_link.hpp"
+#include "engine/parallel/data_parallel_over.hpp"
 #include "pipeline/executor.hpp"
 #include "pipeline/plan.hpp"
 
@@ -330,10 +331,10 @@ class PipelineCheckpoint final : public CheckpointPart {
 // its dp peers of the same stages), then the tied gradients summed between the first and last stage;
 // the gradient norm is every stage's (each stage's squared norm over its dp and tp groups, summed over
 // pp, a tied parameter counted once: by the rank that owns it); the fp16 vote is the world's.
-class PipelineOver final : public DataParallel {
+class PipelineOver final : public DataParallelOver {
  public:
   PipelineOver(PipelineStages::Impl& pipe, std::unique_ptr<DataParallel> inner)
-      : pipe_(pipe), inner_(std::move(inner)), checkpoint_(*inner_, pipe) {}
+      : DataParallelOver(std::move(inner)), pipe_(pipe), checkpoint_(*inner_, pipe) {}
   std::string name() const override {
     return "pipeline parallel " + std::to_string(pipe_.plan.shape.ranks) + " (data parallel " +
            std::to_string(pipe_.dp_size) + (pipe_.dp_size > 1 ? ": " + inner_->name() : "") + ")";
@@ -353,7 +354,6 @@ class PipelineOver final : public DataParallel {
     for (size_t i = 0; i < steps.size(); ++i)
       if (copy_params.count(sources[i].unsafeGetTensorImpl())) copies_.insert(steps[i].unsafeGetTensorImpl());
   }
-  void before_backward(bool last_micro_batch) override { inner_->before_backward(last_micro_batch); }
   // The tied sum first, on whole gradients: no bucket launched inside the stages' backwards
   // (StepRunner's before_backward(false)), so the inner strategy's reduction starts here, after it.
   // Both are sums (the order does not matter) and the two ends hold the same sums before the dp
@@ -370,18 +370,6 @@ class PipelineOver final : public DataParallel {
     }
     inner_->after_backward();  // the mean over dp (sharded: of this rank's slices)
   }
-  void commit(int64_t step) override { inner_->commit(step); }
-  std::unique_ptr<torch::optim::Optimizer> make_optimizer(const config::OptimConfig& cfg,
-                                                          const torch::nn::Module& model) override {
-    return inner_->make_optimizer(cfg, model);
-  }
-  const std::vector<torch::Tensor>& step_params(const std::vector<torch::Tensor>& params) const override {
-    return inner_->step_params(params);
-  }
-  std::vector<torch::Tensor> step_param_sources(const std::vector<torch::Tensor>& params) const override {
-    return inner_->step_param_sources(params);
-  }
-  bool shards_gradients() const override { return inner_->shards_gradients(); }
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) override {
     std::vector<torch::Tensor> counted;
     for (const auto& p : step_params)
@@ -402,20 +390,10 @@ class PipelineOver final : public DataParallel {
     return total;
   }
   void agree_flag(torch::Tensor& flag) override { pipe_.dist.all_reduce_sum_async(flag, "fp16 overflow")->wait(); }
-  void after_step() override { inner_->after_step(); }
-  void hold_full_params() const override { inner_->hold_full_params(); }
-  void release_full_params(bool written) const override { inner_->release_full_params(written); }
-  HeldBytes held_bytes(const std::vector<torch::Tensor>& params, const torch::optim::Optimizer& opt) const override {
-    return inner_->held_bytes(params, opt);
-  }
-  MemoryPlan memory_plan(const models::Model& model, const config::OptimConfig& optim) const override {
-    return inner_->memory_plan(model, optim);
-  }
   const CheckpointPart& checkpoint_part() const override { return checkpoint_; }
 
  private:
   PipelineStages::Impl& pipe_;
-  std::unique_ptr<DataParallel> inner_;
   PipelineCheckpoint checkpoint_;
   std::vector<torch::Tensor> tied_;     // this rank's parameters shared with the other end of the pipeline
   std::set<const void*> copies_;        // the step params of those another rank owns: left out of the norm
