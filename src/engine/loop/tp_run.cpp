@@ -60,8 +60,8 @@ int64_t shapes_hash(const std::vector<torch::Tensor>& params) {
 // same elements on every tp rank: prepare checks it); the norm is the mesh's (mesh_clip_grad_norm);
 // the fp16 overflow vote is the whole world's (tp peers see other gradients). At dp 1 the inner
 // strategy is over a group of one: no dp collective, no hook. The checkpoint part writes global
-// tensors whatever the inner layout (TensorParallelCheckpoint).
-// (inner_, over the mesh's dp group: DataParallelOver)
+// tensors whatever the inner layout (TensorParallelCheckpoint). Every other hook is the inner
+// strategy's (DataParallelOver).
 class TensorParallelOver final : public DataParallelOver {
  public:
   TensorParallelOver(dist::DistContext& dist, dist::Group& dp, int64_t tp, std::unique_ptr<DataParallel> inner)

@@ -95,6 +95,15 @@ torch::Tensor StepRunner::to_device(const torch::Tensor& t, bool image_input) co
   return to_model_device(t, set_.device, image_input && set_.channels_last);
 }
 
+std::pair<torch::Tensor, torch::Tensor> StepRunner::device_batch(const data::Batch& batch, int64_t step,
+                                                                 int64_t micro) const {
+  auto input = to_device(batch.input, !set_.tokens);
+  auto target = to_device(batch.target, false);
+  if (!mixer_) return {input, target};
+  // on the device, after the copy: the loader's batches stay per-sample
+  return mixer_->apply(input, target, mixer_->choose(step, micro, input.size(-2), input.size(-1)));
+}
+
 // train.cuda_graphs (engine/step/graphed_step.hpp): a GraphedStep when the settings allow one, else the
 // reason in the log and eager steps.
 void StepRunner::enable_graphs(GraphConditions c) {
@@ -163,10 +172,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     times.data_ms += ms_since(t0);
 
     auto t1 = Clock::now();
-    auto input = to_device(batch->input, !set_.tokens);
-    auto target = to_device(batch->target, false);
-    if (mixer_)  // on the device, after the copy: the loader's batches stay per-sample
-      std::tie(input, target) = mixer_->apply(input, target, mixer_->choose(step, micro, input.size(-2), input.size(-1)));
+    auto [input, target] = device_batch(*batch, step, micro);
     // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
     parts_.parallel.before_backward(micro == accum - 1);
     RECORD_USER_SCOPE("trainer::forward_backward");
@@ -225,10 +231,7 @@ PipelineStages::StepLoss StepRunner::pipeline_forward_backward(int64_t step, Int
     }
     fail_read_if_injected(step, micro);
     if (!batch) throw std::runtime_error("training data loader ended unexpectedly");
-    auto input = to_device(batch->input, !set_.tokens);
-    auto target = to_device(batch->target, false);
-    if (mixer_)  // as the micro-batch loop mixes each batch: before the stages cut it into microbatches
-      std::tie(input, target) = mixer_->apply(input, target, mixer_->choose(step, micro, input.size(-2), input.size(-1)));
+    auto [input, target] = device_batch(*batch, step, micro);  // mixed as one process mixes it: before the cut
     inputs.push_back(input);
     targets.push_back(target);
   }

@@ -121,6 +121,8 @@ class StepRunner {
 
  private:
   torch::Tensor to_device(const torch::Tensor& t, bool image_input) const;
+  // Batch `micro` of the step after `step` steps on the model's device, mixed when mixup / CutMix is on.
+  std::pair<torch::Tensor, torch::Tensor> device_batch(const data::Batch& batch, int64_t step, int64_t micro) const;
   void fail_read_if_injected(int64_t step, int64_t micro);
   StepTensors graph_body(const std::vector<torch::Tensor>& inputs, const std::vector<torch::Tensor>& targets);
   std::optional<StepOutcome> graphed_train_step(int64_t step, bool need_norm, IntervalTimes& times,
