@@ -15,6 +15,7 @@
 #include "engine/commands/eval_command.hpp"
 #include "engine/commands/export.hpp"
 #include "engine/commands/predict_command.hpp"
+#include "engine/commands/sweep_command.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 #include "models/builtin.hpp"
 
@@ -98,6 +99,26 @@ int main(int argc, char** argv) {
                    "This node's ranks join a job that is running (dist.recovery: in_process), e.g. a node that comes "
                    "back after it was lost, instead of starting with it");
   launch->add_option("args", launch_args, "The trainer command each rank runs, after --")->required();
+
+  trainer::engine::SweepArgs sw;
+  auto* sweep = app.add_subcommand("sweep", "Train every point of a grid: trainer sweep CONFIG --set optim.lr=0.01,0.1 "
+                                            "--set train.batch_size=64,128 [--random N]");
+  sweep->add_option("config", sw.config, "Experiment YAML file")->required()->check(CLI::ExistingFile);
+  sweep->add_option("--set", sw.sets, "KEY=VALUE for every point, KEY=a,b,c for an axis of the grid, or "
+                                      "KEY=uniform(lo,hi) / loguniform(lo,hi) / randint(lo,hi) with --random")
+      ->type_name("KEY=VALUES");
+  sweep->add_option("--random", sw.random, "Run N points drawn from the grid and distributions instead of the whole grid")
+      ->check(CLI::PositiveNumber);
+  sweep->add_option("--seed", sw.seed, "Seed of --random's draw (the same seed, the same points)")->capture_default_str();
+  sweep->add_option("--name", sw.name, "The sweep's folder under run.out_dir, holding a run folder per point "
+                                       "(default: <run.name>-sweep)");
+  sweep->add_option("--out-dir", sw.out_dir, "Folder for the sweep's folder (replaces run.out_dir)");
+  sweep->add_option("--jobs", sw.jobs, "Points running at once (each gets cores / jobs threads unless train.threads "
+                                       "is set)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{256}));
+  sweep->add_option("--nproc", sw.nproc, "Ranks per point: each point runs under `trainer launch -n N`")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1024}));
+  sweep->add_flag("--dry-run", sw.dry_run, "List the points, their run folders' state, and run nothing");
 
   std::string pt_input, pt_out;
   int64_t pt_shard_tokens = 100'000'000;
@@ -187,7 +208,7 @@ int main(int argc, char** argv) {
     // other commands take the signals' default actions, including one that arrived during start-up;
     // `launch` keeps them blocked (pending) until its forwarding handlers exist, which unblock them
     trainer::engine::restore_stop_handlers();
-    if (*launch)
+    if (*launch || *sweep)  // kept pending until their forwarding handlers are in place
       trainer::engine::block_stop_signals();
     else
       trainer::engine::unblock_stop_signals();
@@ -196,6 +217,7 @@ int main(int argc, char** argv) {
   if (*run) return trainer::engine::cmd_run(run_args);
   if (*check) return trainer::engine::cmd_check(check_args);
   if (*launch) return trainer::dist::cmd_launch(launch_opts, launch_args);
+  if (*sweep) return trainer::engine::cmd_sweep(sw);
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);
   if (*report) return trainer::obs::cmd_report(report_dir, report_out);
