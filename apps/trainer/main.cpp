@@ -139,10 +139,14 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--dtype", export_dtype, "Weight dtype")->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
 
-  std::string report_dir, report_out;
-  auto* report = app.add_subcommand("report", "One self-contained HTML page of a run's curves and summary");
-  report->add_option("run_dir", report_dir, "Run directory (holds metrics.jsonl)")->required();
-  report->add_option("--out", report_out, "Output HTML file (default: RUN_DIR/report.html)");
+  std::vector<std::string> report_dirs;
+  std::string report_out;
+  auto* report = app.add_subcommand("report", "One self-contained HTML page of a run's curves and summary, or of "
+                                              "several runs (or a sweep's folder) on shared axes");
+  report->add_option("run_dirs", report_dirs, "Run directories (each holds metrics.jsonl), or a sweep's folder")
+      ->required()->expected(1, -1);
+  report->add_option("--out", report_out, "Output HTML file (default: RUN_DIR/report.html for one run or one sweep "
+                                          "folder, ./compare.html for several)");
 
   trainer::engine::EvalArgs eval_args;
   auto* eval = app.add_subcommand("eval", "Validation metrics of a checkpoint or an exported file (a JSON record)");
@@ -177,7 +181,11 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   predict->add_option("--seed", pa.seed, "GPT: seed of the sampling generator (the same seed, the same text)")
       ->capture_default_str();
-  predict->add_option("--output", pa.output, "Write the results to this file instead of stdout");
+  predict->add_option("--output", pa.output, "Write the results to this file instead of stdout (written as they "
+                                             "come: a stop signal ends it where it is, exit 128 + the signal)");
+  predict->add_option("--threads", pa.threads, "Intra-op threads (default: as train.threads; 1 is often fastest for "
+                                               "a small GPT's one-token steps)")
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}));
 
   trainer::engine::BenchDataArgs bd;
   auto* bench_data = app.add_subcommand("bench-data", "The configured input pipeline alone (no model): samples/s "
@@ -204,7 +212,7 @@ int main(int argc, char** argv) {
     int rc = app.exit(e);
     return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;
   }
-  if (!*run) {
+  if (!*run && !*predict) {  // predict stops between batches / tokens, its output so far written
     // other commands take the signals' default actions, including one that arrived during start-up;
     // `launch` keeps them blocked (pending) until its forwarding handlers exist, which unblock them
     trainer::engine::restore_stop_handlers();
@@ -220,7 +228,7 @@ int main(int argc, char** argv) {
   if (*sweep) return trainer::engine::cmd_sweep(sw);
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);
-  if (*report) return trainer::obs::cmd_report(report_dir, report_out);
+  if (*report) return trainer::obs::cmd_report(report_dirs, report_out);
   if (*eval) return trainer::engine::cmd_eval(eval_args);
   if (*predict) {
     pa.has_prompt = prompt_opt->count() > 0;

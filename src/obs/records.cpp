@@ -71,7 +71,13 @@ nlohmann::json to_json(const SummaryRecord& r) {
 nlohmann::json to_json(const AttemptRecord& r) {
   nlohmann::json j = {{"kind", "attempt"}, {"attempt", r.attempt}, {"start_step", r.start_step}, {"time_s", r.time_s}};
   j["resumed_from"] = r.resumed_from ? nlohmann::json(*r.resumed_from) : nlohmann::json(nullptr);
+  j["world_size"] = r.world_size;
   return j;
+}
+
+nlohmann::json to_json(const WorldRecord& r) {
+  return {{"kind", "world"}, {"step", r.step}, {"world_size", r.world_size},
+          {"previous_world_size", r.previous_world_size}, {"reason", r.reason}};
 }
 
 std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r) {

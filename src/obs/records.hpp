@@ -64,6 +64,16 @@ struct AttemptRecord {
   int64_t start_step = 0;          // optimizer steps already done (the checkpoint's step)
   double time_s = 0;               // the run's training clock at the start (the checkpoint's time_s)
   std::optional<std::string> resumed_from;  // the checkpoint folder; absent for a fresh start
+  int64_t world_size = 1;          // the ranks this attempt started with
+};
+
+// dist.recovery in_process: the group changed size before step `step` + 1 ran (a member lost and the
+// survivors regrouped, or replacements admitted). The report marks and lists them.
+struct WorldRecord {
+  int64_t step = 0;            // optimizer steps committed when the group changed
+  int64_t world_size = 1;      // ranks from then on
+  int64_t previous_world_size = 1;
+  std::string reason;          // "lost member(s) 2", "replacement(s) joined"
 };
 
 struct SummaryRecord {
@@ -87,6 +97,7 @@ nlohmann::json to_json(const TrainRecord& r);    // {"kind": "train", ...}
 nlohmann::json to_json(const EvalRecord& r);     // {"kind": "eval", ...}
 nlohmann::json to_json(const SummaryRecord& r);  // {"kind": "summary", ...}
 nlohmann::json to_json(const AttemptRecord& r);  // {"kind": "attempt", ...}
+nlohmann::json to_json(const WorldRecord& r);    // {"kind": "world", ...}
 
 // The scalars of a record for TensorBoard: (tag, value), e.g. ("train/loss", 2.3).
 std::vector<std::pair<std::string, double>> scalars(const TrainRecord& r);

@@ -52,17 +52,28 @@ bool any_points(const std::vector<ReportSeries>& ss) {
   return std::any_of(ss.begin(), ss.end(), [](const ReportSeries& s) { return !s.x.empty(); });
 }
 
-// The "attempt" records (one per start: a fresh run or a resume) as table rows, and the steps
-// where the resumed ones start, for the charts' markers.
+// The "attempt" records (one per start: a fresh run or a resume) as table rows, the "world" records
+// and the resumes on another number of ranks as rows of the world-size table, and the charts'
+// markers for both.
 struct Attempts {
   std::vector<std::vector<std::string>> rows;
-  std::vector<double> resumed_at;
+  std::vector<std::vector<std::string>> world_rows;
+  std::vector<ChartMarker> markers;
 };
 
 Attempts attempts_of(const std::vector<json>& recs, const json* summary, const json* last_train) {
   std::vector<const json*> as;
-  for (const auto& r : recs)
-    if (r.value("kind", "") == "attempt") as.push_back(&r);
+  std::vector<std::optional<double>> ranks_before;  // per attempt: the world size the records last said
+  std::optional<double> world_now;
+  for (const auto& r : recs) {
+    const std::string kind = r.value("kind", "");
+    if (kind == "attempt") {
+      as.push_back(&r);
+      ranks_before.push_back(world_now);
+    }
+    if (kind == "attempt" || kind == "world" || kind == "train")
+      if (auto w = num(r, "world_size")) world_now = w;
+  }
   Attempts out;
   auto text = [](std::optional<double> v, const char* f) { return v ? fmt::format(fmt::runtime(f), *v) : "?"; };
   for (size_t i = 0; i < as.size(); ++i) {
@@ -75,12 +86,44 @@ Attempts attempts_of(const std::vector<json>& recs, const json* summary, const j
     std::string from = "fresh start";
     if (a.contains("resumed_from") && a.at("resumed_from").is_string()) from = a.at("resumed_from").get<std::string>();
     else if (a.contains("resumed_from") && !a.at("resumed_from").is_null()) from = a.at("resumed_from").dump();
+    const auto world = num(a, "world_size");
+    const auto& ranks = ranks_before[i];
     out.rows.push_back({text(num(a, "attempt"), "{:.0f}"), text(start, "{:.0f}"),
                         i + 1 < as.size() || summary ? text(end, "{:.0f}") : text(end, "{:.0f}") + " (last record)",
-                        text(num(a, "time_s"), "{:.1f} s"), from});
-    if (start && i > 0) out.resumed_at.push_back(*start);
+                        text(num(a, "time_s"), "{:.1f} s"), from, text(world, "{:.0f}")});
+    if (start && i > 0) {
+      std::string title = fmt::format("resumed at step {}", *start);
+      if (world && ranks && *world != *ranks) {
+        title += fmt::format(" on {:.0f} ranks (was {:.0f})", *world, *ranks);
+        out.world_rows.push_back({text(start, "{:.0f}"), text(ranks, "{:.0f}") + " -> " + text(world, "{:.0f}"),
+                                  fmt::format("resumed (attempt {})", text(num(a, "attempt"), "{:.0f}"))});
+      }
+      out.markers.push_back({*start, title});
+    }
   }
   return out;
+}
+
+// dist.recovery in_process: the "world" records (a group that shrank or grew during an attempt).
+void add_world_changes(const std::vector<json>& recs, Attempts& out) {
+  std::optional<std::pair<double, double>> last;  // (step, size): a new writer may write a change again
+  for (const auto& r : recs) {
+    if (r.value("kind", "") != "world") continue;
+    const auto step = num(r, "step"), now = num(r, "world_size"), before = num(r, "previous_world_size");
+    if (!step || !now) continue;
+    if (last && last->first == *step && last->second == *now) continue;
+    last = {*step, *now};
+    std::string reason = r.contains("reason") && r.at("reason").is_string() ? r.at("reason").get<std::string>() : "";
+    const std::string change = (before ? fmt::format("{:.0f}", *before) : "?") + fmt::format(" -> {:.0f}", *now);
+    out.world_rows.push_back({fmt::format("{:.0f}", *step), change, reason.empty() ? "in process" : reason});
+    out.markers.push_back({*step, fmt::format("world size {} after step {:.0f}{}", change, *step,
+                                              reason.empty() ? "" : ": " + reason)});
+  }
+  auto step_of = [](const std::vector<std::string>& row) {
+    return std::strtod(row[0].c_str(), nullptr);  // "?" sorts as 0
+  };
+  std::stable_sort(out.world_rows.begin(), out.world_rows.end(),
+                   [&](const auto& a, const auto& b) { return step_of(a) < step_of(b); });
 }
 
 }  // namespace
@@ -120,6 +163,24 @@ std::string config_for_model_family(const std::string& config_yaml) {
   return out;
 }
 
+std::string page_start(const std::string& title) {
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << html_escape(title)
+    << "</title>\n<style>\n"
+       "body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;background:#fff}\n"
+       "h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:24px 0 8px}\n"
+       "table{border-collapse:collapse;font-size:14px}td{padding:3px 12px;border-bottom:1px solid #e5e5e5}\n"
+       "td:first-child{color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}\n"
+       "svg{border:1px solid #ddd;border-radius:4px;background:#fff}.f{fill:#fcfcfc;stroke:#bbb}\n"
+       ".g{stroke:#e8e8e8}.t{font-size:14px;font-weight:600;text-anchor:middle}\n"
+       ".yt{font-size:11px;text-anchor:end;fill:#555}.xt{font-size:11px;text-anchor:middle;fill:#555}\n"
+       ".xl{font-size:12px;text-anchor:middle;fill:#333}.lg{font-size:12px;fill:#333}.n{text-anchor:middle;fill:#999}\n"
+       ".m{stroke:#888;stroke-dasharray:4 3}th{text-align:left;padding:3px 12px;font-weight:600}\n"
+       "pre{background:#f6f8fa;padding:12px;border-radius:4px;font-size:12px;overflow:auto;max-height:480px}\n"
+       "</style></head><body>\n";
+  return h.str();
+}
+
 std::string render_report(const std::string& run_name, const std::vector<json>& recs, const std::string& config_yaml) {
   const char* kBlue = "#1f77b4";
   const char* kOrange = "#ff7f0e";
@@ -135,10 +196,11 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
     if (k == "train") last_train = &r;
     if (k == "eval") last_eval = &r;
   }
-  const Attempts attempts = attempts_of(recs, summary, last_train);
+  Attempts attempts = attempts_of(recs, summary, last_train);
+  add_world_changes(recs, attempts);
   std::vector<std::string> charts;
   auto add = [&](const std::string& title, const std::string& unit, std::vector<ReportSeries> ss, bool log_y = false) {
-    if (any_points(ss)) charts.push_back(svg_line_chart(title, unit, ss, log_y, attempts.resumed_at));
+    if (any_points(ss)) charts.push_back(svg_line_chart(title, unit, ss, log_y, attempts.markers));
   };
   add("Loss", "nats", {series_of(recs, "train", "loss", "train", kBlue), series_of(recs, "eval", "loss", "val", kOrange)});
   add("Validation accuracy", "fraction",
@@ -200,26 +262,23 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   }
 
   std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>trainer report: " << html_escape(run_name)
-    << "</title>\n<style>\n"
-       "body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#222;background:#fff}\n"
-       "h1{font-size:22px;margin:0 0 12px}h2{font-size:17px;margin:24px 0 8px}\n"
-       "table{border-collapse:collapse;font-size:14px}td{padding:3px 12px;border-bottom:1px solid #e5e5e5}\n"
-       "td:first-child{color:#555}.charts{display:flex;flex-wrap:wrap;gap:12px}\n"
-       "svg{border:1px solid #ddd;border-radius:4px;background:#fff}.f{fill:#fcfcfc;stroke:#bbb}\n"
-       ".g{stroke:#e8e8e8}.t{font-size:14px;font-weight:600;text-anchor:middle}\n"
-       ".yt{font-size:11px;text-anchor:end;fill:#555}.xt{font-size:11px;text-anchor:middle;fill:#555}\n"
-       ".xl{font-size:12px;text-anchor:middle;fill:#333}.lg{font-size:12px;fill:#333}.n{text-anchor:middle;fill:#999}\n"
-       ".m{stroke:#888;stroke-dasharray:4 3}th{text-align:left;padding:3px 12px;font-weight:600}\n"
-       "pre{background:#f6f8fa;padding:12px;border-radius:4px;font-size:12px;overflow:auto;max-height:480px}\n"
-       "</style></head><body>\n";
+  h << page_start("trainer report: " + run_name);
   h << "<h1>trainer report: " << html_escape(run_name) << "</h1>\n<h2>Summary</h2>\n<table>\n";
   for (const auto& [k, v] : rows) h << "<tr><td>" << html_escape(k) << "</td><td>" << html_escape(v) << "</td></tr>\n";
   h << "</table>\n";
   if (!attempts.rows.empty()) {
     h << "<h2>Attempts</h2>\n<table>\n<tr><th>attempt</th><th>from step</th><th>to step</th>"
-         "<th>training time before</th><th>resumed from</th></tr>\n";
+         "<th>training time before</th><th>resumed from</th><th>ranks</th></tr>\n";
     for (const auto& r : attempts.rows) {
+      h << "<tr>";
+      for (const auto& c : r) h << "<td>" << html_escape(c) << "</td>";
+      h << "</tr>\n";
+    }
+    h << "</table>\n";
+  }
+  if (!attempts.world_rows.empty()) {
+    h << "<h2>World size changes</h2>\n<table>\n<tr><th>after step</th><th>ranks</th><th>why</th></tr>\n";
+    for (const auto& r : attempts.world_rows) {
       h << "<tr>";
       for (const auto& c : r) h << "<td>" << html_escape(c) << "</td>";
       h << "</tr>\n";
@@ -233,11 +292,10 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   return h.str();
 }
 
-int cmd_report(const std::string& run_dir, const std::string& out) {
-  const fs::path dir(run_dir);
+int read_run(const fs::path& dir, RunRecords& run) {
   const fs::path metrics = dir / "metrics.jsonl";
   if (!fs::is_directory(dir)) {
-    std::cerr << "error: " << run_dir << ": not a run directory (no such folder)\n";
+    std::cerr << "error: " << dir.string() << ": not a run directory (no such folder)\n";
     return kExitUsage;
   }
   std::istringstream in;
@@ -247,14 +305,15 @@ int cmd_report(const std::string& run_dir, const std::string& out) {
     std::cerr << "error: " << e.what() << " (is log.jsonl off, or has the run not started?)\n";
     return kExitUsage;
   }
-  std::vector<json> recs;
+  run.dir = dir;
+  run.records.clear();
   std::string line;
   for (int n = 1; std::getline(in, line); ++n) {
     if (line.empty()) continue;
     try {
       json j = json::parse(line);
       if (!j.is_object() || !j.contains("kind")) throw std::runtime_error("not a record with a \"kind\"");
-      recs.push_back(std::move(j));
+      run.records.push_back(std::move(j));
     } catch (const json::parse_error& e) {
       if (e.byte < line.size()) {
         std::cerr << "error: " << metrics.string() << ":" << n << ": invalid record: " << e.what() << "\n";
@@ -268,24 +327,79 @@ int cmd_report(const std::string& run_dir, const std::string& out) {
       return kExitFailure;
     }
   }
-  std::string config_yaml;
+  run.config_yaml.clear();
   try {
-    config_yaml = RegularFile::open((dir / "config.yaml").string(), 16u << 20).read_all();
+    run.config_yaml = RegularFile::open((dir / "config.yaml").string(), 16u << 20).read_all();
   } catch (const FileReadError&) {  // the report is still useful without the config
   }
   fs::path canon = fs::weakly_canonical(dir);
   if (canon.filename().empty()) canon = canon.parent_path();  // "runs/x/" names the run "x" too
-  const std::string name = canon.filename().string();
-  const fs::path target = out.empty() ? dir / "report.html" : fs::path(out);
+  run.name = canon.filename().string();
+  return kExitOk;
+}
+
+namespace {
+
+int write_page(const fs::path& target, const std::string& html, const std::string& what) {
   std::ofstream o(target, std::ios::binary | std::ios::trunc);
-  o << render_report(name, recs, config_yaml);
+  o << html;
   o.close();
   if (!o) {
     std::cerr << "error: cannot write " << target.string() << "\n";
     return kExitFailure;
   }
-  std::cout << "report written to " << target.string() << " (" << recs.size() << " records)\n";
+  std::cout << "report written to " << target.string() << " (" << what << ")\n";
   return kExitOk;
+}
+
+// A sweep's folder (or any folder of run folders): its runs, in sweep.json's order when it has one.
+std::vector<fs::path> runs_in(const fs::path& dir) {
+  std::vector<fs::path> runs;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory(ec) && fs::is_regular_file(e.path() / "metrics.jsonl", ec)) runs.push_back(e.path());
+  std::sort(runs.begin(), runs.end());
+  try {
+    const auto sweep = json::parse(RegularFile::open((dir / "sweep.json").string(), 64u << 20).read_all());
+    std::vector<fs::path> ordered;
+    for (const auto& p : sweep.at("points")) {
+      const auto path = dir / p.at("name").get<std::string>();
+      if (std::find(runs.begin(), runs.end(), path) != runs.end()) ordered.push_back(path);
+    }
+    if (ordered.size() == runs.size()) return ordered;
+  } catch (const std::exception&) {  // no sweep.json (or not one of ours): by name
+  }
+  return runs;
+}
+
+}  // namespace
+
+int cmd_report(const std::vector<std::string>& dirs, const std::string& out) {
+  std::vector<fs::path> run_dirs;
+  fs::path default_out = "compare.html";
+  std::error_code ec;
+  for (const auto& d : dirs) {
+    const fs::path dir(d);
+    if (fs::is_directory(dir, ec) && !fs::exists(dir / "metrics.jsonl", ec)) {
+      const auto inside = runs_in(dir);  // a sweep's folder: its points
+      if (!inside.empty()) {
+        run_dirs.insert(run_dirs.end(), inside.begin(), inside.end());
+        if (dirs.size() == 1) default_out = dir / "report.html";
+        continue;
+      }
+    }
+    run_dirs.push_back(dir);
+  }
+  std::vector<RunRecords> runs(run_dirs.size());
+  for (size_t i = 0; i < run_dirs.size(); ++i)
+    if (const int rc = read_run(run_dirs[i], runs[i]); rc != kExitOk) return rc;
+  if (runs.size() == 1 && dirs.size() == 1 && fs::path(dirs[0]) == run_dirs[0]) {
+    const fs::path target = out.empty() ? run_dirs[0] / "report.html" : fs::path(out);
+    return write_page(target, render_report(runs[0].name, runs[0].records, runs[0].config_yaml),
+                      std::to_string(runs[0].records.size()) + " records");
+  }
+  const fs::path target = out.empty() ? default_out : fs::path(out);
+  return write_page(target, render_comparison(runs), std::to_string(runs.size()) + " runs");
 }
 
 }  // namespace trainer::obs

@@ -17,10 +17,11 @@ constexpr double kLeft = 72, kRight = 16, kBottom = 40;  // plot margins; the to
 constexpr double kTitleH = 28, kLegendRowH = 16;
 
 
-// About `n` round tick values covering [lo, hi] (1, 2, 5 x 10^k steps).
-std::vector<double> linear_ticks(double lo, double hi, int n) {
+// About `n` round tick values covering [lo, hi] (1, 2, 5 x 10^k steps), steps of at least `min_step`
+// (1 on the step axis: a run of two steps has no step 1.5).
+std::vector<double> linear_ticks(double lo, double hi, int n, double min_step = 0) {
   if (!(hi > lo)) return {lo};
-  const double raw = (hi - lo) / n;
+  const double raw = std::max((hi - lo) / n, min_step);
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
   for (double m : {1.0, 2.0, 5.0, 10.0})
@@ -110,7 +111,7 @@ struct Plot {
   bool shown(double v) const { return !log_y || v > 0; }
 };
 
-void draw_axes(std::ostringstream& o, const Plot& p, const std::string& y_label, const std::vector<double>& x_markers) {
+void draw_axes(std::ostringstream& o, const Plot& p, const std::string& y_label, const std::vector<ChartMarker>& markers) {
   o << fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" class="f"/>)", kLeft, p.top, p.pw, p.ph);
   const auto yt = p.log_y ? log_ticks(p.y0, p.y1) : linear_ticks(p.y0, p.y1, 5);
   std::vector<double> y_values;
@@ -121,17 +122,17 @@ void draw_axes(std::ostringstream& o, const Plot& p, const std::string& y_label,
                      p.py(yt[i]), p.py(yt[i]));
     o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="yt">{}</text>)", kLeft - 4, p.py(yt[i]) + 4, y_text[i]);
   }
-  const auto xt = linear_ticks(p.x0, p.x1, 6);
+  const auto xt = linear_ticks(p.x0, p.x1, 6, /*min_step=*/1);
   const auto x_text = axis_labels(xt, false);
   for (size_t i = 0; i < xt.size(); ++i) {
     o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="g"/>)", p.px(xt[i]), p.px(xt[i]),
                      p.top, p.top + p.ph);
     o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="xt">{}</text>)", p.px(xt[i]), p.top + p.ph + 14, x_text[i]);
   }
-  for (double m : x_markers)
-    if (m >= p.x0 && m <= p.x1)
-      o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="m"><title>resumed at step {}</title></line>)",
-                       p.px(m), p.px(m), p.top, p.top + p.ph, m);
+  for (const auto& m : markers)
+    if (m.x >= p.x0 && m.x <= p.x1)
+      o << fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{:.1f}" y2="{:.1f}" class="m"><title>{}</title></line>)",
+                       p.px(m.x), p.px(m.x), p.top, p.top + p.ph, html_escape(m.title));
   o << fmt::format(R"(<text x="{}" y="{}" class="xl">step</text>)", kLeft + p.pw / 2, kH - 6);
   o << fmt::format(R"svg(<text transform="translate(14 {}) rotate(-90)" class="xl">{}</text>)svg", p.top + p.ph / 2,
                    html_escape(p.log_y ? y_label + " (log scale)" : y_label));
@@ -146,7 +147,9 @@ void draw_series(std::ostringstream& o, const Plot& p, const ReportSeries& s) {
     runs.back() += fmt::format("{:.1f},{:.1f} ", p.px(s.x[i]), p.py_value(s.y[i]));
   }
   for (const auto& pts : runs)
-    if (!pts.empty()) o << fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"/>)", pts, s.color);
+    if (!pts.empty())
+      o << fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.8"{}/>)", pts, s.color,
+                       s.dashed ? R"( stroke-dasharray="6 4")" : "");
   if (s.x.size() <= 40)  // few points (evaluations): mark each one
     for (size_t i = 0; i < s.x.size(); ++i)
       if (p.shown(s.y[i]))
@@ -170,8 +173,17 @@ std::string html_escape(const std::string& s) {
   return o;
 }
 
-std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& series,
-                           bool log_y, const std::vector<double>& x_markers) {
+std::string svg_line_chart(const std::string& title, const std::string& y_label, const std::vector<ReportSeries>& in,
+                           bool log_y, const std::vector<ChartMarker>& markers) {
+  // a series drawn exactly over an earlier one would vanish under it: dashed, and named as equal
+  std::vector<ReportSeries> series = in;
+  for (size_t i = 0; i < series.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (!series[i].x.empty() && series[i].x == series[j].x && series[i].y == series[j].y) {
+        series[i].dashed = true;
+        series[i].name += " (= " + in[j].name + ")";
+        break;
+      }
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const auto& s : series)
     for (size_t i = 0; i < s.x.size(); ++i) {
@@ -200,12 +212,16 @@ std::string svg_line_chart(const std::string& title, const std::string& y_label,
     if (!log_y && y0 < 0 && y0 + pad >= 0) y0 = 0;  // non-negative data keeps a non-negative axis
   }
   const Plot plot{x0, x1, y0, y1, top, kW - kLeft - kRight, kH - top - kBottom, log_y};
-  draw_axes(o, plot, y_label, x_markers);
+  draw_axes(o, plot, y_label, markers);
   for (const auto& s : series)
     if (!s.x.empty()) draw_series(o, plot, s);
   for (const auto& e : legend) {
     const double y = kTitleH + kLegendRowH * e.row;
-    o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="3" fill="{}"/>)", e.x, y + 4, e.s->color);
+    if (e.s->dashed)
+      o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="4" height="3" fill="{}"/><rect x="{:.1f}" y="{:.1f}" )"
+                       R"(width="4" height="3" fill="{}"/>)", e.x, y + 4, e.s->color, e.x + 6, y + 4, e.s->color);
+    else
+      o << fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="10" height="3" fill="{}"/>)", e.x, y + 4, e.s->color);
     o << fmt::format(R"(<text x="{:.1f}" y="{:.1f}" class="lg">{}</text>)", e.x + 14, y + 9, html_escape(e.s->name));
   }
   o << "</svg>";

@@ -139,6 +139,11 @@ void RunLog::attempt(const AttemptRecord& r) {
   write_json(to_json(r));
 }
 
+void RunLog::world(const WorldRecord& r) {
+  if (!opts_.primary) return;
+  write_json(to_json(r));
+}
+
 void RunLog::summary(const SummaryRecord& r) {
   if (!opts_.primary) return;
   write_json(to_json(r));

@@ -36,6 +36,7 @@ class RunLog {
   void eval(const EvalRecord& r);
   void summary(const SummaryRecord& r);
   void attempt(const AttemptRecord& r);
+  void world(const WorldRecord& r);
   void step_done(int64_t step) { progress_.update(step); }  // every step: redraws the bar if due
   // A resumed run recomputes the steps its previous attempt logged after the checkpoint: records of
   // steps <= `step` are not written again (metrics.jsonl and TensorBoard hold each step once).

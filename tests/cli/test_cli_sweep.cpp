@@ -176,6 +176,32 @@ TEST_CASE("trainer sweep runs a 2x2 grid, one run folder per point, its table th
   }
   // different points trained differently
   CHECK(state["points"][0]["train_loss"] != state["points"][3]["train_loss"]);
+
+  // the sweep's folder as one report: every point, in the sweep's order, the two keys that differ
+  auto rep = run_trainer("report " + sweep.string());
+  INFO(rep.output);
+  REQUIRE(rep.exit_code == 0);
+  CHECK(rep.output.find("report written to " + (sweep / "report.html").string() + " (4 runs)") != std::string::npos);
+  const auto page = read_file(sweep / "report.html");
+  size_t at = 0;
+  for (const auto& name : expected) {
+    const auto p = page.find("</span> " + name + "</td><td>finished</td>");
+    CHECK(p != std::string::npos);
+    CHECK(p >= at);
+    at = p;
+  }
+  CHECK(page.find("<th>optim.lr</th>") != std::string::npos);
+  CHECK(page.find("<th>train.batch_size</th>") != std::string::npos);
+  CHECK(page.find("<th>optim.momentum</th>") == std::string::npos);  // the same for all
+  // two run folders named on the command line
+  auto two = run_trainer("report " + (sweep / expected[0]).string() + " " + (sweep / expected[3]).string() + " --out " +
+                         (dir / "two.html").string());
+  INFO(two.output);
+  CHECK(two.exit_code == 0);
+  CHECK(read_file(dir / "two.html").find("<h1>trainer report: 2 runs</h1>") != std::string::npos);
+  auto missing = run_trainer("report " + (sweep / expected[0]).string() + " " + (dir / "nope").string());
+  CHECK(missing.exit_code == 2);
+  CHECK(missing.output.find("nope: not a run directory") != std::string::npos);
 }
 
 TEST_CASE("a sweep stopped by SIGTERM exits 75, and the same command skips the finished points and resumes the "

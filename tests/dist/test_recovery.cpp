@@ -98,6 +98,13 @@ void check_trial(const fs::path& dir, const test::CommandResult& r, Trial& t) {
   }
   CHECK(records(run, "attempt").size() == 1);
   CHECK(records(run, "summary").at(0).at("attempts") == 1);
+  // the change has a record of its own (the report marks it): after the committed steps, 4 -> 3
+  const auto world = records(run, "world");
+  REQUIRE(world.size() == 1);
+  CHECK(world[0].at("step") == t.committed);
+  CHECK(world[0].at("previous_world_size") == 4);
+  CHECK(world[0].at("world_size") == 3);
+  CHECK(world[0].at("reason") == "lost member(s) " + std::to_string(t.victim));
 
   // the survivors are the processes that started: one start each, the same pid after the regroup
   int new_rank = 0;
@@ -353,6 +360,14 @@ TEST_CASE("in-process recovery: a replacement joins the running group and the wo
       CHECK(train[s - 1].at("world_size") == (s <= shrunk || s > grown ? 4 : 3));
     }
     CHECK(records(out / "tiny", "summary").at(0).at("attempts") == 1);
+    const auto world = records(out / "tiny", "world");
+    REQUIRE(world.size() == 2);
+    CHECK(world[0].at("step") == shrunk);
+    CHECK(world[0].at("world_size") == 3);
+    CHECK(world[1].at("step") == grown);
+    CHECK(world[1].at("previous_world_size") == 3);
+    CHECK(world[1].at("world_size") == 4);
+    CHECK(world[1].at("reason") == "replacement(s) joined");
 
     // the reference: 4 ranks up to `shrunk`, 3 up to `grown`, then 4 again, through checkpoints
     const auto three = dir / ("three" + kill.substr(2, 1)), four = dir / ("four" + kill.substr(2, 1));

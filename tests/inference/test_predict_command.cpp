@@ -4,9 +4,12 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <filesystem>
+#include <regex>
 #include <set>
+#include <sstream>
 
 #include "../ckpt/ckpt_runs.hpp"
+#include "../ckpt/hardening_util.hpp"
 #include "data/image_decode.hpp"
 #include "engine/commands/generate.hpp"
 #include "inference_runs.hpp"
@@ -186,6 +189,24 @@ TEST_CASE("bytes_to_text keeps UTF-8 and replaces stray bytes and non-byte ids w
   CHECK(bytes_to_text({'x', 300, 'y'}) == "x\xEF\xBF\xBD" "y");
 }
 
+TEST_CASE("streamed bytes become the same text as the whole, characters never split", "[unit]") {
+  const std::vector<int64_t> bytes = {'a', 0xE2, 0x82, 0xAC, 'b', 0xC3, 0xA9, 0xF0, 0x9F, 0x98, 0x80, 0xE2, 0x82,
+                                      'c', 0x80, 300, 0xC3};
+  std::ostringstream out;
+  trainer::engine::Utf8Stream stream(out);
+  std::vector<size_t> sizes;
+  for (auto b : bytes) {
+    stream.put(b);
+    sizes.push_back(out.str().size());
+  }
+  stream.finish();
+  CHECK(out.str() == trainer::engine::bytes_to_text(bytes));
+  CHECK(sizes[1] == 1);  // 0xE2 waits for the rest of the euro sign
+  CHECK(sizes[2] == 1);
+  CHECK(sizes[3] == 4);  // then it is written whole
+  CHECK(sizes[13] == out.str().size() - 9);  // a cut-off sequence then 'c': written at once, U+FFFD for the bytes
+}
+
 TEST_CASE("a GPT trained on text generates text of its corpus's alphabet, the same for the same seed", "[e2e]") {
   auto dir = scratch_dir("predict_text");
   const std::string alphabet = "abcd \n";
@@ -216,6 +237,29 @@ TEST_CASE("a GPT trained on text generates text of its corpus's alphabet, the sa
                             " --prompt ab --max-new-tokens 5");
   CHECK(logged.output.find("5 new tokens in ") != std::string::npos);
   CHECK(logged.output.find("tokens/s") != std::string::npos);
+  auto threads = run_trainer("predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +
+                             " --prompt ab --max-new-tokens 5 --threads 1");
+  CHECK(threads.output.find("seed 0, 1 threads)") != std::string::npos);
+
+  // streamed: a long generation stopped by SIGTERM has written its text so far, which is what a
+  // generation of that many tokens writes; the exit says it is not all (128 + 15)
+  const auto out = dir / "long.txt", log = dir / "long.log";
+  const pid_t pid = spawn_trainer({"predict", (dir / "exp.yaml").string(), "--checkpoint", (dir / "runs" / "tx").string(),
+                                   "--prompt", "ab", "--max-new-tokens", "1000000", "--seed", "4", "--output",
+                                   out.string()}, log);
+  REQUIRE(wait_for([&] { return read_file(out).size() > 40; }));  // text before the end: streamed
+  ::kill(pid, SIGTERM);
+  CHECK(wait_pid(pid) == 143);
+  const auto partial = read_file(out);
+  std::smatch m;
+  const auto logged_stop = read_file(log);
+  INFO(logged_stop);
+  REQUIRE(std::regex_search(logged_stop, m, std::regex(R"(stopped by SIGTERM: (\d+) of 1000000 new tokens written)")));
+  const auto n = std::stoll(m[1]);
+  CHECK(partial.size() == 2 + static_cast<size_t>(n) + 1);
+  auto same = run_trainer("predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +
+                          " --prompt ab --seed 4 --max-new-tokens " + std::to_string(n) + " 2>/dev/null");
+  CHECK(same.output == partial);
 }
 
 TEST_CASE("a token GPT continues a prompt of ids and prints ids", "[e2e]") {

@@ -23,7 +23,8 @@ const Schema kTrain{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s",
                      {"rss_mb", false}, {"peak_rss_mb", false}, {"cuda_allocated_mb", false},
                      {"cuda_reserved_mb", false}, {"cuda_peak_allocated_mb", false}, {"gpu_util_pct", false}, {"mfu", false},
                      {"param_bytes", true}, {"grad_bytes", true}, {"optim_state_bytes", true}}};
-const Schema kAttempt{{{"kind", true}, {"attempt", true}, {"start_step", true}, {"time_s", true}, {"resumed_from", true}}};
+const Schema kAttempt{{{"kind", true}, {"attempt", true}, {"start_step", true}, {"time_s", true}, {"resumed_from", true},
+                       {"world_size", true}}};
 const Schema kEval{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s", true}, {"loss", true},
                     {"count", true}, {"eval_ms", true}, {"best_metric", true}, {"best_value", true},
                     {"best_step", true}, {"accuracy", false}, {"top5", false}, {"ppl", false}, {"bpb", false},

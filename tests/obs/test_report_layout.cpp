@@ -2,6 +2,8 @@
 // number format per axis, only the model family's keys, and the attempts of a resumed run.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
+
 #include <regex>
 #include <set>
 #include <sstream>
@@ -136,8 +138,8 @@ TEST_CASE("a resumed run's page lists its attempts and marks where each resume s
       json{{"kind", "summary"}, {"steps", 30}, {"attempts", 2}, {"wall_s", 17.26}, {"stop_reason", "max_steps"}}};
   const std::string html = render_report("x", recs, "");
   CHECK(html.find("<h2>Attempts</h2>") != std::string::npos);
-  CHECK(html.find("<tr><td>1</td><td>0</td><td>10</td><td>0.0 s</td><td>fresh start</td></tr>") != std::string::npos);
-  CHECK(html.find("<tr><td>2</td><td>10</td><td>30</td><td>5.5 s</td><td>runs/x/checkpoints/step-10</td></tr>") !=
+  CHECK(html.find("<tr><td>1</td><td>0</td><td>10</td><td>0.0 s</td><td>fresh start</td><td>?</td></tr>") != std::string::npos);
+  CHECK(html.find("<tr><td>2</td><td>10</td><td>30</td><td>5.5 s</td><td>runs/x/checkpoints/step-10</td><td>?</td></tr>") !=
         std::string::npos);
   CHECK(html.find("<td>attempts</td><td>2</td>") != std::string::npos);
   CHECK(html.find("<td>wall time</td><td>17.3 s over 2 attempts</td>") != std::string::npos);
@@ -150,5 +152,87 @@ TEST_CASE("a resumed run's page lists its attempts and marks where each resume s
   // without attempt records (older runs): no table, no markers; odd fields do not break the page
   CHECK(render_report("x", {recs[1], recs[2]}, "").find("Attempts") == std::string::npos);
   const std::string odd = render_report("x", {json{{"kind", "attempt"}, {"attempt", "one"}, {"resumed_from", 7}}}, "");
-  CHECK(odd.find("<tr><td>?</td><td>?</td><td>? (last record)</td><td>?</td><td>7</td></tr>") != std::string::npos);
+  CHECK(odd.find("<tr><td>?</td><td>?</td><td>? (last record)</td><td>?</td><td>7</td><td>?</td></tr>") != std::string::npos);
+}
+
+TEST_CASE("a series equal to an earlier one is dashed and named as equal, not hidden under it", "[unit]") {
+  const ReportSeries rss{"RSS", "#1f77b4", {1, 2, 3}, {300, 310, 320}};
+  ReportSeries peak{"peak RSS", "#ff7f0e", {1, 2, 3}, {300, 310, 320}};
+  const std::string svg = svg_line_chart("Host memory", "MB", {rss, peak});
+  CHECK(svg.find(">peak RSS (= RSS)<") != std::string::npos);
+  CHECK(svg.find(R"(stroke="#ff7f0e" stroke-width="1.8" stroke-dasharray="6 4")") != std::string::npos);
+  CHECK(svg.find(R"(stroke="#1f77b4" stroke-width="1.8"/>)") != std::string::npos);  // the first stays solid
+  peak.y[2] = 330;
+  CHECK(svg_line_chart("Host memory", "MB", {rss, peak}).find("(= RSS)") == std::string::npos);
+}
+
+TEST_CASE("the step axis has whole-number ticks, also for a single evaluation", "[unit]") {
+  const std::string one = svg_line_chart("Validation accuracy", "fraction", {ReportSeries{"top-1", "#000", {1500}, {0.9}}});
+  CHECK(one.find(R"(class="xt">1500<)") != std::string::npos);
+  CHECK(one.find(R"(class="xt">1499<)") != std::string::npos);
+  CHECK(one.find("1499.5") == std::string::npos);
+  CHECK(one.find(">1500.0<") == std::string::npos);
+  const std::string two = svg_line_chart("Loss", "nats", {ReportSeries{"train", "#000", {1, 2}, {2.0, 1.0}}});
+  CHECK(two.find(R"(class="xt">1.5<)") == std::string::npos);
+  CHECK(two.find(R"(class="xt">2<)") != std::string::npos);
+}
+
+TEST_CASE("world size changes are listed and marked: in-process regroups and resumes on other ranks", "[unit]") {
+  std::vector<json> recs = {
+      json{{"kind", "attempt"}, {"attempt", 1}, {"start_step", 0}, {"time_s", 0.0}, {"resumed_from", nullptr},
+           {"world_size", 3}},
+      json{{"kind", "train"}, {"step", 10}, {"loss", 2.0}, {"world_size", 3}},
+      json{{"kind", "world"}, {"step", 12}, {"world_size", 2}, {"previous_world_size", 3},
+           {"reason", "lost member(s) 2"}},
+      json{{"kind", "world"}, {"step", 12}, {"world_size", 2}, {"previous_world_size", 3},
+           {"reason", "lost member(s) 2"}},  // written again by a rank that took over writing
+      json{{"kind", "train"}, {"step", 20}, {"loss", 1.8}, {"world_size", 2}},
+      json{{"kind", "attempt"}, {"attempt", 2}, {"start_step", 20}, {"time_s", 9.0},
+           {"resumed_from", "runs/x/checkpoints/step-20"}, {"world_size", 3}},
+      json{{"kind", "train"}, {"step", 30}, {"loss", 1.5}, {"world_size", 3}}};
+  const std::string html = render_report("x", recs, "");
+  CHECK(html.find("<h2>World size changes</h2>") != std::string::npos);
+  CHECK(html.find("<tr><td>12</td><td>3 -&gt; 2</td><td>lost member(s) 2</td></tr>") != std::string::npos);
+  CHECK(html.find("<tr><td>20</td><td>2 -&gt; 3</td><td>resumed (attempt 2)</td></tr>") != std::string::npos);
+  size_t rows = 0;
+  for (size_t p = html.find("3 -&gt; 2</td>"); p != std::string::npos; p = html.find("3 -&gt; 2</td>", p + 1)) ++rows;
+  CHECK(rows == 1);  // the repeated record is one change
+  CHECK(html.find("<title>world size 3 -&gt; 2 after step 12: lost member(s) 2</title>") != std::string::npos);
+  // attempt 1 began at 3 ranks and ended at 2: the resume at 3 is a change
+  CHECK(html.find("<title>resumed at step 20 on 3 ranks (was 2)</title>") != std::string::npos);
+  CHECK(html.find("<td>runs/x/checkpoints/step-20</td><td>3</td>") != std::string::npos);
+  // resumed on the 2 ranks the last records ran at: no change there
+  recs[5]["world_size"] = 2;
+  const std::string same = render_report("x", recs, "");
+  CHECK(same.find("<title>resumed at step 20</title>") != std::string::npos);
+  CHECK(same.find("resumed (attempt 2)") == std::string::npos);
+}
+
+TEST_CASE("several runs share the axes: a line per run, their final figures, the config keys that differ", "[unit]") {
+  auto run = [](const std::string& name, double lr, double loss) {
+    RunRecords r;
+    r.name = name;
+    r.dir = "runs/s/" + name;
+    r.records = {json{{"kind", "train"}, {"step", 10}, {"loss", loss + 1}, {"lr", lr}},
+                 json{{"kind", "train"}, {"step", 20}, {"loss", loss}, {"lr", lr}, {"samples_per_s", 100.0}},
+                 json{{"kind", "eval"}, {"step", 20}, {"loss", loss + 0.1}, {"accuracy", 0.5 + lr}},
+                 json{{"kind", "summary"}, {"steps", 20}, {"wall_s", 3.25}, {"best_metric", "accuracy"},
+                      {"best_value", 0.5 + lr}}};
+    r.config_yaml = "run:\n  name: " + name + "\n  seed: 1\noptim:\n  name: sgd\n  lr: " + fmt::format("{}", lr) +
+                    "\n  betas:\n    - 0.9\n    - 0.99\n";
+    return r;
+  };
+  const std::string html = render_comparison({run("lr=0.1", 0.1, 1.25), run("lr=0.2", 0.2, 0.75)});
+  CHECK(html.find("<h1>trainer report: 2 runs</h1>") != std::string::npos);
+  CHECK(html.find("lr=0.1</td><td>finished</td><td>20</td><td>1.2500</td><td>1.3500</td><td>60.00</td><td></td>"
+                  "<td>accuracy 0.6000</td><td>3.2</td><td>100.0</td><td>runs/s/lr=0.1</td>") != std::string::npos);
+  CHECK(html.find("<tr><th>run</th><th>optim.lr</th></tr>") != std::string::npos);  // only lr differs
+  CHECK(html.find("<tr><td>lr=0.2</td><td>0.2</td></tr>") != std::string::npos);
+  const auto loss = html.substr(html.find(">Training loss<"));
+  const auto chart = loss.substr(0, loss.find("</svg>"));
+  CHECK(chart.find(">lr=0.1<") != std::string::npos);
+  CHECK(chart.find(">lr=0.2<") != std::string::npos);
+  CHECK(chart.find(R"(stroke="#1f77b4")") != std::string::npos);
+  CHECK(chart.find(R"(stroke="#ff7f0e")") != std::string::npos);
+  CHECK(html.find(">Validation bits per byte<") == std::string::npos);
 }

@@ -2,6 +2,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "config/load.hpp"
@@ -24,7 +25,8 @@ int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& opts, a
 }
 
 std::vector<int64_t> generate_tokens(models::Model& model, std::vector<int64_t> tokens, int64_t block_size,
-                                     const SamplingOptions& opts, const torch::Device& device, Precision precision) {
+                                     const SamplingOptions& opts, const torch::Device& device, Precision precision,
+                                     const std::function<bool(int64_t)>& on_token) {
   if (tokens.empty()) throw std::invalid_argument("generate_tokens: the prompt has no tokens");
   torch::NoGradGuard no_grad;
   model.eval();
@@ -43,8 +45,33 @@ std::vector<int64_t> generate_tokens(models::Model& model, std::vector<int64_t> 
       logits = model.forward(ctx);  // (1, T, V)
     }
     tokens.push_back(sample_token(logits[0][n - start - 1].to(torch::kCPU, torch::kFloat), opts, gen));
+    if (on_token && !on_token(tokens.back())) break;
   }
   return tokens;
+}
+
+void Utf8Stream::put(int64_t token) {
+  pending_.push_back(token);
+  // a lead byte among the last three whose character is not complete yet: hold it and what follows
+  size_t keep = 0;
+  for (size_t back = 1; back <= std::min<size_t>(3, pending_.size()); ++back) {
+    const int64_t b = pending_[pending_.size() - back];
+    if (b < 0x80 || b >= 256) break;   // ASCII or not a byte: nothing to wait for
+    if (b < 0xC0) continue;            // a continuation byte: look further back
+    const size_t need = b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : 2;
+    if (need > back) keep = back;
+    break;
+  }
+  const std::vector<int64_t> ready(pending_.begin(), pending_.end() - static_cast<std::ptrdiff_t>(keep));
+  if (ready.empty()) return;
+  out_ << bytes_to_text(ready) << std::flush;
+  pending_.erase(pending_.begin(), pending_.end() - static_cast<std::ptrdiff_t>(keep));
+}
+
+void Utf8Stream::finish() {
+  if (!pending_.empty()) out_ << bytes_to_text(pending_);
+  pending_.clear();
+  out_ << std::flush;
 }
 
 namespace {

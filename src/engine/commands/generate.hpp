@@ -6,6 +6,8 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -26,9 +28,24 @@ struct SamplingOptions {
 int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& opts, at::Generator& gen);
 
 // `prompt` (token ids, not empty) followed by max_new_tokens sampled ones; each step feeds at most
-// `block_size` trailing tokens. The model runs on `device` under `precision`'s autocast.
+// `block_size` trailing tokens. The model runs on `device` under `precision`'s autocast. `on_token`
+// hears each new token as it is drawn (a caller streams them); returning false stops there.
 std::vector<int64_t> generate_tokens(models::Model& model, std::vector<int64_t> prompt, int64_t block_size,
-                                     const SamplingOptions& opts, const torch::Device& device, Precision precision);
+                                     const SamplingOptions& opts, const torch::Device& device, Precision precision,
+                                     const std::function<bool(int64_t)>& on_token = {});
+
+// Bytes written as they come, as text: whole UTF-8 characters at once (a character's first bytes
+// wait for the rest), anything else as bytes_to_text writes it.
+class Utf8Stream {
+ public:
+  explicit Utf8Stream(std::ostream& out) : out_(out) {}
+  void put(int64_t token);  // writes what is complete and flushes
+  void finish();            // writes a character left incomplete (as U+FFFD) and flushes
+
+ private:
+  std::ostream& out_;
+  std::vector<int64_t> pending_;
+};
 
 // Bytes as text: well-formed UTF-8 kept; every byte that is not part of it, and every id that is not
 // a byte (>= 256), written as U+FFFD.

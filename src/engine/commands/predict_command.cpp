@@ -14,6 +14,8 @@
 #include "data/dataset.hpp"
 #include "data/image_inputs.hpp"
 #include "dist/launch_env.hpp"
+#include "device/device.hpp"
+#include "engine/checkpoint/stop_signal.hpp"
 #include "engine/commands/command_common.hpp"
 #include "engine/eval/evaluator.hpp"
 #include "engine/commands/generate.hpp"
@@ -76,7 +78,8 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
   torch::NoGradGuard no_grad;
   const bool cl = c.model.channels_last;
   const auto t0 = PredictClock::now();
-  for (size_t begin = 0; begin < files.size(); begin += static_cast<size_t>(a.batch_size)) {
+  size_t written = 0;
+  for (size_t begin = 0; begin < files.size() && !stop_requested(); begin += static_cast<size_t>(a.batch_size)) {
     const size_t end = std::min(files.size(), begin + static_cast<size_t>(a.batch_size));
     const std::vector<std::string> chunk(files.begin() + begin, files.begin() + end);
     auto x = to_model_device(data::load_image_batch(chunk, spec), m.device, cl);
@@ -96,11 +99,14 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
       // a file name need not be UTF-8, JSON must be: stray bytes become U+FFFD instead of an exception
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
+    out.flush();  // each batch's lines as they are ready: a stopped or killed run keeps them
+    written = end;
   }
-  out.flush();
   const double s = predict_seconds_since(t0);
-  spdlog::info("{} images in {:.2f} s ({:.1f} images/s, batches of {})", files.size(), s,
-               s > 0 ? static_cast<double>(files.size()) / s : 0.0, a.batch_size);
+  spdlog::info("{} images in {:.2f} s ({:.1f} images/s, batches of {}, {} threads)", written, s,
+               s > 0 ? static_cast<double>(written) / s : 0.0, a.batch_size, at::get_num_threads());
+  if (written < files.size())
+    spdlog::warn("stopped by {}: {} of {} images written", stop_signal_name(), written, files.size());
 }
 
 // The prompt as token ids: its bytes for a byte-level model, else ids written as numbers.
@@ -146,19 +152,30 @@ void predict_text(const PredictArgs& a, const InferenceModel& m, std::ostream& o
   so.temperature = a.temperature;
   so.top_k = std::max<int64_t>(a.top_k, 0);
   so.seed = a.seed;
+  // streamed: the prompt, then each token as it is drawn (a stop signal ends the text where it is)
+  Utf8Stream text_out(out);
+  bool first = true;
+  auto put = [&](int64_t t) {
+    if (byte_level) text_out.put(t);
+    else out << (first ? "" : " ") << t << std::flush;
+    first = false;
+  };
+  for (const auto t : prompt) put(t);
+  int64_t drawn = 0;
   const auto t0 = PredictClock::now();
-  const auto tokens = generate_tokens(*m.model, prompt, c.model.block_size, so, m.device, m.precision);
+  generate_tokens(*m.model, prompt, c.model.block_size, so, m.device, m.precision, [&](int64_t t) {
+    put(t);
+    ++drawn;
+    return !stop_requested();
+  });
   const double s = predict_seconds_since(t0);
-  if (byte_level) {
-    out << bytes_to_text(tokens) << "\n";
-  } else {
-    for (size_t i = 0; i < tokens.size(); ++i) out << (i ? " " : "") << tokens[i];
-    out << "\n";
-  }
-  out.flush();
-  spdlog::info("{} new tokens in {:.2f} s ({:.1f} tokens/s; prompt {} tokens, context up to {}, seed {})",
-               so.max_new_tokens, s, s > 0 ? static_cast<double>(so.max_new_tokens) / s : 0.0, prompt.size(),
-               c.model.block_size, so.seed);
+  text_out.finish();
+  out << "\n" << std::flush;
+  spdlog::info("{} new tokens in {:.2f} s ({:.1f} tokens/s; prompt {} tokens, context up to {}, seed {}, {} threads)",
+               drawn, s, s > 0 ? static_cast<double>(drawn) / s : 0.0, prompt.size(), c.model.block_size, so.seed,
+               at::get_num_threads());
+  if (drawn < so.max_new_tokens)
+    spdlog::warn("stopped by {}: {} of {} new tokens written", stop_signal_name(), drawn, so.max_new_tokens);
 }
 
 int predict_run(const PredictArgs& a) {
@@ -173,6 +190,10 @@ int predict_run(const PredictArgs& a) {
     spdlog::info("trainer predict runs on rank 0 only; rank {} has nothing to do", env.rank);
     return kExitOk;
   }
+  // --threads, else train.threads's rule (0: cores / ranks on this node)
+  at::set_num_threads(static_cast<int>(a.threads > 0 ? a.threads
+                                                     : device::default_threads(loaded.cfg.train.threads,
+                                                                               env.local_world_size)));
   const InferenceModel m = load_inference_model(loaded.cfg, env, a.checkpoint);
   std::ofstream file;
   if (!a.output.empty()) {
@@ -183,6 +204,8 @@ int predict_run(const PredictArgs& a) {
   if (m.model->input_kind() == models::InputKind::Image) predict_images(a, m, out);
   else predict_text(a, m, out);
   if (!out) throw std::runtime_error("writing the results failed" + (a.output.empty() ? "" : ": " + a.output));
+  // stopped: what was predicted so far is written; the exit says it is not all
+  if (const int sig = stop_signal()) return 128 + sig;
   return kExitOk;
 }
 

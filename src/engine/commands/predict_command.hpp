@@ -27,6 +27,7 @@ struct PredictArgs : ConfigArgs {
   int64_t max_new_tokens = 200;
   double temperature = 1.0;         // 0 = greedy
   uint64_t seed = 0;
+  int64_t threads = 0;              // intra-op threads (0 = train.threads's rule)
 };
 
 int cmd_predict(const PredictArgs& args);

@@ -51,6 +51,7 @@ void RunRecorder::resumed(const Resumed& r) {
 
 void RunRecorder::start_attempt() {
   start_ = Clock::now();
+  attempt_.world_size = env_.world_size;
   log_->attempt(attempt_);
 }
 
@@ -112,6 +113,9 @@ void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const Rec
                    MeasureSetup{s.recovery.samples_per_step(), s.tokens_per_sample, flops_per_sample_, peak_tflops_,
                                 env_.world_size, s.device});
   if (r.pp_wait_ms && r.step_ms > 0) r.pp_bubble = std::min(1.0, *r.pp_wait_ms / r.step_ms);
+  // the group's size changes since the last record, before the first record at the new size
+  const auto& changes = s.recovery.world_changes();
+  for (; worlds_written_ < changes.size(); ++worlds_written_) log_->world(changes[worlds_written_]);
   log_->train(r);
   s.steps.reset_loss();
   s.times = IntervalTimes{};

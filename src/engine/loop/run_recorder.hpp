@@ -109,6 +109,7 @@ class RunRecorder {
   std::unique_ptr<obs::RunLog> log_;
   obs::RunHistory history_;      // metrics.jsonl before this attempt
   obs::AttemptRecord attempt_;   // this attempt: number, start step, resumed from
+  size_t worlds_written_ = 0;    // the recovery's world changes written so far (obs::WorldRecord)
   double clock_offset_s_ = 0;    // the training clock at the checkpoint resumed from
   Clock::time_point start_ = Clock::now();
   // `recorded_loss`: this rank's loss of a record redone (redo_train), instead of the step runner's

@@ -71,6 +71,7 @@ void WorldRecovery::grow(int64_t step) {
   const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), parts_.position(step), accum, false);
   change_world(step, shared.grad_accum, parts_.loader_state());
   log_grown(g, dist_.member_id(), step, train_, /*joined=*/false);
+  changes_.push_back({step, g.world, g.old_world, "replacement(s) joined"});
 }
 
 bool WorldRecovery::recover(const std::string& why, int64_t step) {
@@ -87,6 +88,10 @@ bool WorldRecovery::recover(const std::string& why, int64_t step) {
   const bool line_lost = writer && last_log_step_ && parts_.last_logged_step() < step;
   record_pending_ = dist_.any(next.redo_record || line_lost);
   recorded_here_ = record_pending_ && !next.redo_record;
+  std::string lost;
+  for (const auto id : plan.group.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(id);
+  changes_.push_back({step, plan.group.world, plan.group.old_world,
+                      lost.empty() ? "regrouped (no member lost)" : "lost member(s) " + lost});
   regroup_ = std::move(plan);
   return writer;
 }

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 
+#include "obs/records.hpp"
 #include "config/config.hpp"
 #include "data/loader.hpp"
 #include "dist/dist_context.hpp"
@@ -150,6 +151,8 @@ class WorldRecovery {
   int64_t samples_at(int64_t step) const { return samples_.at(step); }
   int64_t last_step_world() const { return last_step_world_; }  // the ranks that ran the last step
   const torch::Tensor& last_grad_norm() const { return last_norm_; }
+  // every change of the group's size this process took part in, in order (the writer records them)
+  const std::vector<obs::WorldRecord>& world_changes() const { return changes_; }
 
  private:
   void change_world(int64_t step, int64_t grad_accum, const data::LoaderState& pos);
@@ -171,6 +174,7 @@ class WorldRecovery {
   bool grow_due_ = false;                   // the ranks agreed to admit replacements at this boundary
   bool joined_ = false;
   int64_t last_step_world_ = 1;
+  std::vector<obs::WorldRecord> changes_;
 };
 
 }  // namespace trainer::engine
