@@ -139,6 +139,10 @@ void RunLog::attempt(const AttemptRecord& r) {
   write_json(to_json(r));
 }
 
+void RunLog::hparams(const std::vector<HParam>& hparams, const std::vector<std::string>& metric_tags) {
+  if (opts_.primary && tb_) tb_->add_hparams(hparams, metric_tags);
+}
+
 void RunLog::world(const WorldRecord& r) {
   if (!opts_.primary) return;
   write_json(to_json(r));
@@ -147,6 +151,7 @@ void RunLog::world(const WorldRecord& r) {
 void RunLog::summary(const SummaryRecord& r) {
   if (!opts_.primary) return;
   write_json(to_json(r));
+  if (tb_) tb_->end_session(/*success=*/true);
   progress_.clear();
 }
 

@@ -37,6 +37,9 @@ class RunLog {
   void summary(const SummaryRecord& r);
   void attempt(const AttemptRecord& r);
   void world(const WorldRecord& r);
+  // TensorBoard's hparams dashboard (log.tensorboard): this attempt's hyperparameters and the metric
+  // tags to show beside them; summary() ends the session (success)
+  void hparams(const std::vector<HParam>& hparams, const std::vector<std::string>& metric_tags);
   void step_done(int64_t step) { progress_.update(step); }  // every step: redraws the bar if due
   // A resumed run recomputes the steps its previous attempt logged after the checkpoint: records of
   // steps <= `step` are not written again (metrics.jsonl and TensorBoard hold each step once).

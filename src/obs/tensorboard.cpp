@@ -52,6 +52,41 @@ std::string event_header(double wall_time, int64_t step) {
   return e;
 }
 
+// A Summary.Value with no value, only plugin metadata (what the hparams plugin reads).
+std::string plugin_value(const std::string& tag, const std::string& plugin, const std::string& content) {
+  std::string plugin_data, metadata, value;
+  append_bytes(plugin_data, 1, plugin);
+  append_bytes(plugin_data, 2, content);
+  append_bytes(metadata, 1, plugin_data);
+  append_bytes(value, 1, tag);
+  append_bytes(value, 9, metadata);
+  return value;
+}
+
+std::string plugin_event(double wall_time, const std::string& tag, const std::string& content) {
+  std::string summary, e = event_header(wall_time, 0);
+  append_bytes(summary, 1, plugin_value(tag, "hparams", content));
+  append_bytes(e, 5, summary);
+  return e;
+}
+
+// google.protobuf.Value{number_value=2 | string_value=3 | bool_value=4}
+std::string struct_value(const HParam& h) {
+  std::string v;
+  switch (h.kind) {
+    case HParam::Kind::Number:
+      append_key(v, 2, 1);
+      append_fixed<double>(v, h.number);
+      break;
+    case HParam::Kind::Bool:
+      append_key(v, 4, 0);
+      append_varint(v, h.flag ? 1 : 0);
+      break;
+    case HParam::Kind::String: append_bytes(v, 3, h.text); break;
+  }
+  return v;
+}
+
 double now_s() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -109,6 +144,52 @@ std::string encode_scalars_event(double wall_time, int64_t step,
   return e;
 }
 
+std::vector<std::string> encode_hparams_start_events(double wall_time, const std::vector<HParam>& hparams,
+                                       const std::vector<std::string>& metric_tags) {
+  // Experiment{hparam_infos=4{name=1, type=4}, metric_infos=5{name=1{tag=2}}}
+  std::string experiment;
+  for (const auto& h : hparams) {
+    std::string info;
+    append_bytes(info, 1, h.name);
+    append_key(info, 4, 0);
+    append_varint(info, h.kind == HParam::Kind::Number ? 3 : h.kind == HParam::Kind::Bool ? 2 : 1);  // DataType
+    append_bytes(experiment, 4, info);
+  }
+  for (const auto& tag : metric_tags) {
+    std::string name, info;
+    append_bytes(name, 2, tag);
+    append_bytes(info, 1, name);
+    append_bytes(experiment, 5, info);
+  }
+  std::string exp_data;
+  append_bytes(exp_data, 2, experiment);
+  // SessionStartInfo{hparams=1 (map entries {key=1, value=2}), start_time_secs=5}
+  std::string start;
+  for (const auto& h : hparams) {
+    std::string entry;
+    append_bytes(entry, 1, h.name);
+    append_bytes(entry, 2, struct_value(h));
+    append_bytes(start, 1, entry);
+  }
+  append_key(start, 5, 1);
+  append_fixed<double>(start, wall_time);
+  std::string start_data;
+  append_bytes(start_data, 3, start);
+  return {plugin_event(wall_time, "_hparams_/experiment", exp_data),
+          plugin_event(wall_time, "_hparams_/session_start_info", start_data)};
+}
+
+std::string encode_hparams_end_event(double wall_time, int status) {
+  // SessionEndInfo{status=1, end_time_secs=2}
+  std::string end, data;
+  append_key(end, 1, 0);
+  append_varint(end, static_cast<uint64_t>(status));
+  append_key(end, 2, 1);
+  append_fixed<double>(end, wall_time);
+  append_bytes(data, 4, end);
+  return plugin_event(wall_time, "_hparams_/session_end_info", data);
+}
+
 TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
@@ -125,6 +206,16 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
 
 void TensorBoardWriter::add_scalars(int64_t step, const std::vector<std::pair<std::string, double>>& scalars) {
   write(encode_scalars_event(now_s(), step, scalars));
+}
+
+void TensorBoardWriter::add_hparams(const std::vector<HParam>& hparams, const std::vector<std::string>& metric_tags) {
+  for (const auto& e : encode_hparams_start_events(now_s(), hparams, metric_tags)) write(e);
+  flush();
+}
+
+void TensorBoardWriter::end_session(bool success) {
+  write(encode_hparams_end_event(now_s(), success ? 1 : 2));
+  flush();
 }
 
 void TensorBoardWriter::write(const std::string& event) { out_ << tfrecord_frame(event); }

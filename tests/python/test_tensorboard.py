@@ -62,6 +62,25 @@ def main():
     check("perf/tokens_per_s", "train", "tokens_per_s")
     check("eval/loss", "eval", "loss")
     check("eval/bpb", "eval", "bpb")
+    # the hparams dashboard's summaries, parsed by tensorboard's own hparams plugin code
+    from tensorboard.plugins.hparams import metadata as hp
+    from tensorboard.plugins.hparams import api_pb2
+    content = acc.PluginTagToContent(hp.PLUGIN_NAME)
+    assert set(content) == {hp.EXPERIMENT_TAG, hp.SESSION_START_INFO_TAG, hp.SESSION_END_INFO_TAG}, sorted(content)
+    exp = hp.parse_experiment_plugin_data(content[hp.EXPERIMENT_TAG])
+    start = hp.parse_session_start_info_plugin_data(content[hp.SESSION_START_INFO_TAG])
+    end = hp.parse_session_end_info_plugin_data(content[hp.SESSION_END_INFO_TAG])
+    values = {k: v.WhichOneof("kind") and getattr(v, v.WhichOneof("kind")) for k, v in start.hparams.items()}
+    assert values["optim.lr"] == 0.01 and values["optim.name"] == "adamw", values
+    assert values["model.arch"] == "gpt" and values["model.n_embd"] == 16 and values["train.batch_size"] == 8, values
+    assert values["data.bytes_per_token"] == 1.5 and values["run.seed"] == 0, values
+    assert "run.name" not in values and "train.max_steps" not in values  # not a training choice
+    assert "model.depth" not in values  # a ResNet key
+    infos = {i.name: i.type for i in exp.hparam_infos}
+    assert set(infos) == set(values), (sorted(infos), sorted(values))
+    assert infos["optim.lr"] == api_pb2.DATA_TYPE_FLOAT64 and infos["optim.name"] == api_pb2.DATA_TYPE_STRING
+    assert [m.name.tag for m in exp.metric_infos] == ["eval/loss", "eval/bpb", "train/loss"]
+    assert end.status == api_pb2.STATUS_SUCCESS
     steps = [e.step for e in acc.Scalars("train/loss")]
     assert steps == [2, 4, 6], steps
     assert [e.step for e in acc.Scalars("eval/loss")] == [3, 6]

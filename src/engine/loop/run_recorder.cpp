@@ -53,6 +53,7 @@ void RunRecorder::start_attempt() {
   start_ = Clock::now();
   attempt_.world_size = env_.world_size;
   log_->attempt(attempt_);
+  log_->hparams(run_hparams(cfg_), hparam_metric_tags(cfg_));
 }
 
 double RunRecorder::clock_s() const {

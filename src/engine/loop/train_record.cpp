@@ -4,7 +4,11 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <set>
 #include <stdexcept>
+
+#include "config/arch.hpp"
+#include "config/schema.hpp"
 
 #include "device/cuda_seam.hpp"
 #include "device/nvml.hpp"
@@ -63,6 +67,37 @@ void add_eval_figures(obs::EvalRecord& rec, const EvalResult& r, const EvalResul
   rec.ema_top5 = ema->top5;
   rec.ema_ppl = ema->ppl;
   rec.ema_bpb = ema->bpb;
+}
+
+std::vector<obs::HParam> run_hparams(const config::RunConfig& cfg) {
+  static const std::set<std::string> kAlways = {"model.arch",        "optim.name",      "optim.lr", "train.batch_size",
+                                                "train.global_batch_size", "train.precision", "run.seed"};
+  config::RunConfig bound = cfg;  // describe_fields binds to a config it may write
+  std::vector<obs::HParam> out;
+  for (const auto& f : config::describe_fields(bound)) {
+    if (f.key == "run.name" || f.key == "run.out_dir") continue;
+    if (!config::applies_to_arch(f, cfg.model.arch)) continue;
+    const std::string v = config::value_text(f);
+    if (!kAlways.count(f.key) && !(f.changes_training && v != config::default_text(f))) continue;
+    obs::HParam h;
+    h.name = f.key;
+    if (f.type == config::FieldType::Int || f.type == config::FieldType::Float) {
+      h.kind = obs::HParam::Kind::Number;
+      h.number = std::strtod(v.c_str(), nullptr);
+    } else if (f.type == config::FieldType::Bool) {
+      h.kind = obs::HParam::Kind::Bool;
+      h.flag = v == "true";
+    } else {
+      h.text = v.size() >= 2 && v.front() == '"' && v.back() == '"' ? v.substr(1, v.size() - 2) : v;
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+std::vector<std::string> hparam_metric_tags(const config::RunConfig& cfg) {
+  if (config::takes_tokens(cfg.model.arch)) return {"eval/loss", "eval/bpb", "train/loss"};
+  return {"eval/loss", "eval/accuracy", "train/loss"};
 }
 
 obs::RunLogOptions run_log_options(const config::LogConfig& log, bool primary, const io::RunDir& dir, int64_t total_steps) {

@@ -47,6 +47,14 @@ void add_best(obs::EvalRecord& rec, const EarlyStopping& tracker);
 
 // The run log's options: metrics.jsonl and TensorBoard under the run folder, written by `primary`
 // (rank 0); the progress bar on an interactive terminal.
+// The hyperparameters TensorBoard's hparams dashboard shows for a run: the keys that change training
+// and differ from their defaults (what the config and --set chose; keys of other model families
+// left out), and always the arch, optimizer, lr, batch sizes, precision and seed. Numbers as numbers.
+std::vector<obs::HParam> run_hparams(const config::RunConfig& cfg);
+// The metric tags shown beside them: the validation loss, accuracy (images) or bits per byte, and the
+// training loss.
+std::vector<std::string> hparam_metric_tags(const config::RunConfig& cfg);
+
 obs::RunLogOptions run_log_options(const config::LogConfig& log, bool primary, const io::RunDir& dir, int64_t total_steps);
 
 // train.nonfinite abort: the training loss `mean` (over ranks) is not finite after `step`. Logs this
