@@ -65,7 +65,9 @@ bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input,
 }
 
 torch::Tensor ImageDataset::finish(const torch::Tensor& raw, bool pin) const {
-  auto out = torch::empty(raw.sizes(), host_options(torch::kFloat32, pin));  // (B, C, H, W)
+  // pinned: torch's caching host allocator keeps them; else this dataset's pool (data/buffer_pool.hpp)
+  auto out = pin ? torch::empty(raw.sizes(), host_options(torch::kFloat32, pin))
+                 : batch_pool_.empty(raw.sizes().vec(), torch::kFloat32);  // (B, C, H, W)
   normalizer_.apply(raw.data_ptr<uint8_t>(), out.data_ptr<float>(), raw.size(0), channels_, height_ * width_);
   return out;
 }

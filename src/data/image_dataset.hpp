@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/crop_jitter.hpp"
+#include "data/buffer_pool.hpp"
 #include "data/dataset.hpp"
 #include "data/transforms.hpp"
 
@@ -68,6 +69,7 @@ class ImageDataset : public Dataset {
   int64_t channels_, height_, width_, classes_;
   Normalizer normalizer_;
   int64_t stats_samples_ = 0;
+  mutable BufferPool batch_pool_;  // finish()'s float batches, reused
 };
 
 }  // namespace trainer::data

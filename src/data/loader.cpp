@@ -34,7 +34,7 @@ Batch DataLoader::build(const BatchPlan& plan) const {
   in_shape.insert(in_shape.begin(), n);
   t_shape.insert(t_shape.begin(), n);
   // raw bytes/tokens collated in place: no per-sample tensors
-  auto raw = torch::empty(in_shape, torch::TensorOptions().dtype(dataset_->raw_dtype()));  // (B, ...)
+  auto raw = raw_pool_.empty(in_shape, dataset_->raw_dtype());  // (B, ...), memory reused (data/buffer_pool.hpp)
   auto target = torch::empty(t_shape, host_options(torch::kInt64, opts_.pin_memory));     // (B) or (B, T)
   auto* raw_ptr = static_cast<uint8_t*>(raw.data_ptr());
   auto* t_ptr = target.data_ptr<int64_t>();

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "data/buffer_pool.hpp"
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
 #include "device/cuda_copy.hpp"
@@ -103,6 +104,7 @@ class DataLoader {
   std::shared_ptr<Dataset> dataset_;
   LoaderOptions opts_;
   Sampler sampler_;
+  mutable BufferPool raw_pool_;  // the batches' raw bytes / tokens, reused (build() runs on the workers)
   int64_t sample_bytes_, target_numel_;
 
   mutable std::mutex mu_;

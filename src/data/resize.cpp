@@ -1,0 +1,272 @@
+// The antialiased bilinear resize (data/transforms.hpp): separable, rows then columns, each output
+// value summed in a fixed order (k ascending, float, no fused multiply-add) so every machine and
+// every instruction set gives the same bytes. The passes are laid out so the inner loops run over
+// contiguous memory: the horizontal pass works on the source window transposed (its columns become
+// rows), the vertical one on its result transposed back. Those loops vectorise; the hot ones are
+// compiled twice (AVX2 and the baseline x86-64) and picked at run time. Only the source rows and
+// columns the output needs are read, and only the output pixels asked for are made (a centre crop
+// of a resize computes the crop alone, with the filter of the whole resize).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "data/transforms.hpp"
+
+namespace trainer::data {
+namespace resize_detail {
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TRAINER_VECTOR_CLONES __attribute__((target_clones("avx2", "default"), optimize("vect-cost-model=dynamic")))
+#else
+#define TRAINER_VECTOR_CLONES
+#endif
+
+// Contribution of each source pixel to each output pixel along one axis.
+struct AxisWeights {
+  std::vector<int64_t> start, count;
+  std::vector<float> weights;  // (out, max_count)
+  int64_t max_count = 0;
+};
+
+// The window [off, off + len) of an axis of `in` pixels onto `out` pixels (the whole axis: off 0,
+// len in); the filter is cut at the window's edges, as if the window were the whole image.
+AxisWeights axis_weights(int64_t in, int64_t out, double off, double len) {
+  AxisWeights a;
+  double scale = len / static_cast<double>(out);
+  const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(std::floor(off)));
+  const int64_t end = std::min<int64_t>(in, static_cast<int64_t>(std::ceil(off + len)));
+  double support = std::max(scale, 1.0);  // the triangle widens when shrinking: antialiasing
+  a.max_count = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  a.start.resize(out);
+  a.count.resize(out);
+  a.weights.assign(out * a.max_count, 0.0f);
+  for (int64_t i = 0; i < out; ++i) {
+    double center = (i + 0.5) * scale + off;
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), first);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), end);
+    double total = 0.0;
+    float* w = &a.weights[i * a.max_count];
+    for (int64_t j = lo; j < hi && j - lo < a.max_count; ++j) {
+      double t = std::abs((j - center + 0.5) / support);
+      double v = t < 1.0 ? 1.0 - t : 0.0;
+      w[j - lo] = static_cast<float>(v);
+      total += v;
+    }
+    int64_t n = std::min(hi - lo, a.max_count);
+    if (total > 0)
+      for (int64_t k = 0; k < n; ++k) w[k] = static_cast<float>(w[k] / total);
+    a.start[i] = lo;
+    a.count[i] = std::max<int64_t>(n, 0);
+  }
+  return a;
+}
+
+// The source span [lo, hi) that outputs [o0, o1) read.
+std::pair<int64_t, int64_t> span(const AxisWeights& a, int64_t o0, int64_t o1) {
+  int64_t lo = INT64_MAX, hi = 0;
+  for (int64_t o = o0; o < o1; ++o) {
+    if (a.count[o] == 0) continue;
+    lo = std::min(lo, a.start[o]);
+    hi = std::max(hi, a.start[o] + a.count[o]);
+  }
+  return lo > hi ? std::pair<int64_t, int64_t>{0, 0} : std::pair<int64_t, int64_t>{lo, hi};
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#define TRAINER_AVX2_TRANSPOSE 1
+// An 8 x 8 block of floats transposed in registers: rows r[0..7] in, columns out (the usual unpack,
+// shuffle, lane-permute sequence).
+__attribute__((target("avx2"))) inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+  const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+// The whole 8 x 8 blocks of the transposes below; the caller does the edges. Only moves and exact
+// uint8 -> float conversions: the same values as the scalar loops.
+__attribute__((target("avx2"))) void transpose_bytes_avx2(const uint8_t* src, int64_t stride, int64_t rows, int64_t cols,
+                                                          float* dst) {
+  for (int64_t r0 = 0; r0 + 8 <= rows; r0 += 8)
+    for (int64_t c0 = 0; c0 + 8 <= cols; c0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+            _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + (r0 + i) * stride + c0))));
+      transpose8(r);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (c0 + j) * rows + r0, r[j]);
+    }
+}
+
+__attribute__((target("avx2"))) void transpose_floats_avx2(const float* src, int64_t rows, int64_t cols, float* dst) {
+  for (int64_t r0 = 0; r0 + 8 <= rows; r0 += 8)
+    for (int64_t c0 = 0; c0 + 8 <= cols; c0 += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + (r0 + i) * cols + c0);
+      transpose8(r);
+      for (int j = 0; j < 8; ++j) _mm256_storeu_ps(dst + (c0 + j) * rows + r0, r[j]);
+    }
+}
+
+bool have_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes;
+}
+#endif
+
+// dst[c * rows + r] = src[r * stride + c] as float: rows x cols bytes to cols x rows floats; whole
+// 8 x 8 blocks in AVX2 registers where the CPU has it, the rest (or all) in cache-sized blocks.
+void transpose_bytes(const uint8_t* src, int64_t stride, int64_t rows, int64_t cols, float* dst) {
+  int64_t done_r = 0, done_c = 0;
+#ifdef TRAINER_AVX2_TRANSPOSE
+  if (have_avx2()) {
+    transpose_bytes_avx2(src, stride, rows, cols, dst);
+    done_r = rows / 8 * 8, done_c = cols / 8 * 8;
+  }
+#endif
+  // what the blocks left: the last rows (all columns), then the last columns of the other rows
+  auto scalar = [&](int64_t ra, int64_t rb, int64_t ca, int64_t cb) {
+    constexpr int64_t kB = 16;
+    for (int64_t r0 = ra; r0 < rb; r0 += kB)
+      for (int64_t c0 = ca; c0 < cb; c0 += kB) {
+        const int64_t r1 = std::min(rb, r0 + kB), c1 = std::min(cb, c0 + kB);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * stride + c];
+      }
+  };
+  scalar(done_r, rows, 0, cols);
+  scalar(0, done_r, done_c, cols);
+}
+
+void transpose_floats(const float* src, int64_t rows, int64_t cols, float* dst) {
+  int64_t done_r = 0, done_c = 0;
+#ifdef TRAINER_AVX2_TRANSPOSE
+  if (have_avx2()) {
+    transpose_floats_avx2(src, rows, cols, dst);
+    done_r = rows / 8 * 8, done_c = cols / 8 * 8;
+  }
+#endif
+  // what the blocks left: the last rows (all columns), then the last columns of the other rows
+  auto scalar = [&](int64_t ra, int64_t rb, int64_t ca, int64_t cb) {
+    constexpr int64_t kB = 16;
+    for (int64_t r0 = ra; r0 < rb; r0 += kB)
+      for (int64_t c0 = ca; c0 < cb; c0 += kB) {
+        const int64_t r1 = std::min(rb, r0 + kB), c1 = std::min(cb, c0 + kB);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
+      }
+  };
+  scalar(done_r, rows, 0, cols);
+  scalar(0, done_r, done_c, cols);
+}
+
+// out[o][i] = sum_k w[o][k] * in[start[o] - base + k][i] for outputs [o0, o1), rows of `n` floats.
+TRAINER_VECTOR_CLONES
+void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, const float* in, int64_t n, float* out) {
+  for (int64_t o = o0; o < o1; ++o) {
+    float* acc = out + (o - o0) * n;
+    std::fill(acc, acc + n, 0.0f);
+    const float* w = &a.weights[o * a.max_count];
+    for (int64_t k = 0; k < a.count[o]; ++k) {
+      const float wk = w[k];
+      const float* row = in + (a.start[o] - base + k) * n;
+      for (int64_t i = 0; i < n; ++i) acc[i] += wk * row[i];
+    }
+  }
+}
+
+// lround, clamped to a byte: the integer part plus one from a fraction of a half (exact in float;
+// the filter's weights are not negative, so a value is in [0, 255] give or take a rounding). The
+// clamp is on the integers: float compares with a branch-free select do not vectorise here.
+TRAINER_VECTOR_CLONES
+void to_bytes(const float* in, int64_t n, uint8_t* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = in[i];
+    const int32_t t = static_cast<int32_t>(v);
+    int32_t r = t + static_cast<int32_t>(v - static_cast<float>(t) >= 0.5f);
+    r = std::min(std::max(r, 0), 255);
+    out[i] = static_cast<uint8_t>(r);
+  }
+}
+
+// Outputs [oy0, oy1) x [ox0, ox1) of one plane, written with row stride `out_stride`.
+void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, const AxisWeights& wy, int64_t oy0,
+                  int64_t oy1, int64_t ox0, int64_t ox1, uint8_t* out, int64_t out_stride, std::vector<float>& scratch) {
+  const auto [ry0, ry1] = span(wy, oy0, oy1);
+  const auto [cx0, cx1] = span(wx, ox0, ox1);
+  const int64_t rows = ry1 - ry0, cols = cx1 - cx0, nx = ox1 - ox0, ny = oy1 - oy0;
+  // scratch: the window transposed (cols x rows), the horizontal pass (nx x rows), it transposed
+  // (rows x nx), the vertical pass (ny x nx)
+  scratch.resize(static_cast<size_t>(cols * rows + 2 * nx * rows + ny * nx));
+  float* t = scratch.data();
+  float* h = t + cols * rows;
+  float* ht = h + nx * rows;
+  float* v = ht + nx * rows;
+  transpose_bytes(plane + ry0 * src_w + cx0, src_w, rows, cols, t);
+  filter_rows(wx, ox0, ox1, cx0, t, rows, h);
+  transpose_floats(h, nx, rows, ht);
+  filter_rows(wy, oy0, oy1, ry0, ht, nx, v);
+  for (int64_t y = 0; y < ny; ++y) to_bytes(v + y * nx, nx, out + y * out_stride);
+}
+
+}  // namespace resize_detail
+
+using resize_detail::axis_weights;
+using resize_detail::resize_plane;
+
+void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
+                     int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
+  if (src_h == dst_h && src_w == dst_w) {
+    std::memcpy(dst, src, channels * src_h * src_w);
+    return;
+  }
+  resize_bilinear_window(src, channels, src_h, src_w, SourceWindow{0, 0, static_cast<double>(src_h), static_cast<double>(src_w)},
+                         dst, dst_h, dst_w, scratch);
+}
+
+void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
+                            uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
+  const auto wx = axis_weights(src_w, dst_w, win.left, win.width), wy = axis_weights(src_h, dst_h, win.top, win.height);
+  for (int64_t c = 0; c < channels; ++c)
+    resize_plane(src + c * src_h * src_w, src_w, wx, wy, 0, dst_h, 0, dst_w, dst + c * dst_h * dst_w, dst_w, scratch);
+}
+
+void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
+                              int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch) {
+  (void)tmp;
+  // the shorter side becomes `size`; the longer keeps the aspect ratio (at least `size`)
+  int64_t h = size, w = size;
+  if (src_h < src_w) w = std::max<int64_t>(size, std::llround(static_cast<double>(src_w) * size / src_h));
+  if (src_w < src_h) h = std::max<int64_t>(size, std::llround(static_cast<double>(src_h) * size / src_w));
+  const int64_t top = (h - size) / 2, left = (w - size) / 2;
+  if (h == src_h && w == src_w) {
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t y = 0; y < size; ++y)
+        std::memcpy(dst + (c * size + y) * size, src + (c * h + top + y) * w + left, size);
+    return;
+  }
+  // the crop's pixels of the whole resize: its filter, only its outputs
+  const auto wx = axis_weights(src_w, w, 0, static_cast<double>(src_w));
+  const auto wy = axis_weights(src_h, h, 0, static_cast<double>(src_h));
+  for (int64_t c = 0; c < channels; ++c)
+    resize_plane(src + c * src_h * src_w, src_w, wx, wy, top, top + size, left, left + size, dst + c * size * size,
+                 size, scratch);
+}
+
+}  // namespace trainer::data

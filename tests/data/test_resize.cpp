@@ -1,0 +1,170 @@
+// The vectorised resize (src/data/resize.cpp) against the scalar loops it replaced (kept here as
+// the reference): the same bytes for whole images, windows at every DCT scale's fractions, upscales,
+// and the centre crop computed alone against the crop of the whole resize.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "data/transforms.hpp"
+
+using namespace trainer::data;
+
+namespace resize_reference {
+
+void ref_resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
+                                uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
+
+// Contribution of each source pixel to each output pixel along one axis.
+struct AxisWeights {
+  std::vector<int64_t> start, count;
+  std::vector<float> weights;  // (out, max_count)
+  int64_t max_count = 0;
+};
+
+// The window [off, off + len) of an axis of `in` pixels onto `out` pixels (the whole axis: off 0,
+// len in); the filter is cut at the window's edges, as if the window were the whole image.
+AxisWeights axis_weights(int64_t in, int64_t out, double off, double len) {
+  AxisWeights a;
+  double scale = len / static_cast<double>(out);
+  const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(std::floor(off)));
+  const int64_t end = std::min<int64_t>(in, static_cast<int64_t>(std::ceil(off + len)));
+  double support = std::max(scale, 1.0);  // the triangle widens when shrinking: antialiasing
+  a.max_count = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
+  a.start.resize(out);
+  a.count.resize(out);
+  a.weights.assign(out * a.max_count, 0.0f);
+  for (int64_t i = 0; i < out; ++i) {
+    double center = (i + 0.5) * scale + off;
+    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), first);
+    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), end);
+    double total = 0.0;
+    float* w = &a.weights[i * a.max_count];
+    for (int64_t j = lo; j < hi && j - lo < a.max_count; ++j) {
+      double t = std::abs((j - center + 0.5) / support);
+      double v = t < 1.0 ? 1.0 - t : 0.0;
+      w[j - lo] = static_cast<float>(v);
+      total += v;
+    }
+    int64_t n = std::min(hi - lo, a.max_count);
+    if (total > 0)
+      for (int64_t k = 0; k < n; ++k) w[k] = static_cast<float>(w[k] / total);
+    a.start[i] = lo;
+    a.count[i] = n;
+  }
+  return a;
+}
+
+uint8_t to_byte(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 0l, 255l)); }
+
+
+void ref_resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
+                     int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
+  if (src_h == dst_h && src_w == dst_w) {
+    std::memcpy(dst, src, channels * src_h * src_w);
+    return;
+  }
+  ref_resize_bilinear_window(src, channels, src_h, src_w, SourceWindow{0, 0, static_cast<double>(src_h), static_cast<double>(src_w)},
+                         dst, dst_h, dst_w, scratch);
+}
+
+void ref_resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
+                            uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
+  AxisWeights wx = axis_weights(src_w, dst_w, win.left, win.width), wy = axis_weights(src_h, dst_h, win.top, win.height);
+  scratch.resize(src_h * dst_w);  // one channel of the horizontal pass: (src_h, dst_w)
+  for (int64_t c = 0; c < channels; ++c) {
+    const uint8_t* plane = src + c * src_h * src_w;
+    for (int64_t y = 0; y < src_h; ++y) {
+      const uint8_t* row = plane + y * src_w;
+      for (int64_t x = 0; x < dst_w; ++x) {
+        const float* w = &wx.weights[x * wx.max_count];
+        float acc = 0.0f;
+        for (int64_t k = 0; k < wx.count[x]; ++k) acc += w[k] * row[wx.start[x] + k];
+        scratch[y * dst_w + x] = acc;
+      }
+    }
+    uint8_t* out = dst + c * dst_h * dst_w;
+    for (int64_t y = 0; y < dst_h; ++y) {
+      const float* w = &wy.weights[y * wy.max_count];
+      for (int64_t x = 0; x < dst_w; ++x) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < wy.count[y]; ++k) acc += w[k] * scratch[(wy.start[y] + k) * dst_w + x];
+        out[y * dst_w + x] = to_byte(acc);
+      }
+    }
+  }
+}
+
+void ref_resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
+                              int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch) {
+  // the shorter side becomes `size`; the longer keeps the aspect ratio (at least `size`)
+  int64_t h = size, w = size;
+  if (src_h < src_w) w = std::max<int64_t>(size, std::llround(static_cast<double>(src_w) * size / src_h));
+  if (src_w < src_h) h = std::max<int64_t>(size, std::llround(static_cast<double>(src_h) * size / src_w));
+  const uint8_t* resized = src;
+  if (h != src_h || w != src_w) {
+    tmp.resize(channels * h * w);
+    ref_resize_bilinear(src, channels, src_h, src_w, tmp.data(), h, w, scratch);
+    resized = tmp.data();
+  }
+  int64_t top = (h - size) / 2, left = (w - size) / 2;
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t y = 0; y < size; ++y)
+      std::memcpy(dst + (c * size + y) * size, resized + (c * h + top + y) * w + left, size);
+}
+
+
+}  // namespace resize_reference
+
+namespace {
+
+std::vector<uint8_t> random_image(std::mt19937& rng, int64_t c, int64_t h, int64_t w) {
+  std::vector<uint8_t> img(static_cast<size_t>(c * h * w));
+  // texture, not white noise: smooth ramps plus noise, like a photo's pixels
+  for (int64_t i = 0; i < c * h * w; ++i) img[i] = static_cast<uint8_t>((i % w) * 3 + (i / w) % 7 * 11 + rng() % 40);
+  return img;
+}
+
+}  // namespace
+
+TEST_CASE("the vectorised resize gives the scalar reference's bytes: whole images, windows, up and down", "[unit]") {
+  std::mt19937 rng(7);
+  std::vector<float> s1, s2;
+  int cases = 0;
+  for (int trial = 0; trial < 120; ++trial) {
+    const int64_t c = trial % 3 == 0 ? 1 : 3, h = 5 + rng() % 300, w = 5 + rng() % 300;
+    const auto img = random_image(rng, c, h, w);
+    const int64_t oh = 1 + rng() % 240, ow = 1 + rng() % 240;
+    std::vector<uint8_t> mine(c * oh * ow), ref(c * oh * ow);
+    resize_bilinear(img.data(), c, h, w, mine.data(), oh, ow, s1);
+    resize_reference::ref_resize_bilinear(img.data(), c, h, w, ref.data(), oh, ow, s2);
+    INFO(c << "x" << h << "x" << w << " -> " << oh << "x" << ow);
+    CHECK(mine == ref);
+    // a fractional window (RandomResizedCrop's box at a DCT scale)
+    const double top = (rng() % 1000) / 1000.0 * h / 2, left = (rng() % 1000) / 1000.0 * w / 2;
+    const SourceWindow win{top, left, (h - top) * (0.3 + (rng() % 700) / 1000.0), (w - left) * (0.3 + (rng() % 700) / 1000.0)};
+    resize_bilinear_window(img.data(), c, h, w, win, mine.data(), oh, ow, s1);
+    resize_reference::ref_resize_bilinear_window(img.data(), c, h, w, win, ref.data(), oh, ow, s2);
+    INFO("window " << win.top << " " << win.left << " " << win.height << " " << win.width);
+    CHECK(mine == ref);
+    ++cases;
+  }
+  CHECK(cases == 120);
+}
+
+TEST_CASE("the centre crop of a resize, computed alone, is the crop of the whole resize", "[unit]") {
+  std::mt19937 rng(11);
+  std::vector<float> s1, s2;
+  std::vector<uint8_t> t1, t2;
+  for (auto [h, w, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {375, 500, 224}, {500, 375, 224}, {300, 300, 224}, {100, 150, 224}, {224, 300, 224}, {37, 50, 16}, {50, 37, 17}}) {
+    const auto img = random_image(rng, 3, h, w);
+    std::vector<uint8_t> mine(3 * size * size), ref(3 * size * size);
+    resize_short_center_crop(img.data(), 3, h, w, mine.data(), size, t1, s1);
+    resize_reference::ref_resize_short_center_crop(img.data(), 3, h, w, ref.data(), size, t2, s2);
+    INFO(h << "x" << w << " -> " << size);
+    CHECK(mine == ref);
+  }
+}
