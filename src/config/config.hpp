@@ -155,6 +155,7 @@ struct EmaConfig {
   double decay = 0.0;   // shadow = decay * shadow + (1 - decay) * weights (0 = off)
   int64_t every = 1;    // optimizer steps between updates
   bool eval = false;    // also evaluate the EMA weights at every evaluation
+  bool warmup = false;  // the decay of update n is min(decay, 1 - (1 + n)^(-2/3)) (timm's ModelEmaV3 warm-up)
   bool operator==(const EmaConfig&) const = default;
 };
 

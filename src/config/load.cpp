@@ -148,6 +148,14 @@ class Loader {
       return;
     }
     auto it = by_key_.find(key);
+    if (it == by_key_.end() && groups_.count(key)) {  // --set train.ema={decay: 0.999}: one key at a time
+      std::string keys;
+      for (const auto& f : fields_)
+        if (f.key.rfind(key + ".", 0) == 0) keys += (keys.empty() ? "" : ", ") + f.key.substr(key.size() + 1);
+      error(where, key, "is a section, not a key: --set takes one key at a time (--set " + key + ".KEY=VALUE; its keys: " +
+                            keys + ")");
+      return;
+    }
     if (it == by_key_.end()) {
       unknown_key(where, key);
       return;

@@ -271,10 +271,14 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "evaluation loss stays unsmoothed.");
   k.prefix = "train.ema";
   k.f("decay", t.ema.decay, 0, 0.999999999,
-      "EMA of the weights: shadow = decay x shadow + (1 - decay) x weights after every `every` optimizer steps, no "
-      "warm-up; float buffers (BatchNorm statistics) averaged, integer ones copied (0 = off). Checkpointed (ema.safetensors).");
+      "EMA of the weights: shadow = decay x shadow + (1 - decay) x weights after every `every` optimizer steps "
+      "(train.ema.warmup: a smaller decay first); float buffers (BatchNorm statistics) averaged, integer ones copied (0 = off). Checkpointed (ema.safetensors).");
   k.i("every", t.ema.every, 1, 1e9, "Optimizer steps between EMA updates.");
   k.b("eval", t.ema.eval, "Also evaluate the EMA weights at every evaluation (eval records with \"weights\": \"ema\").");
+  k.b("warmup", t.ema.warmup,
+      "Warm the decay up: update n (counted in EMA updates) uses min(decay, 1 - (1 + n)^(-2/3)), as timm's ModelEmaV3 "
+      "with use_warmup, so a short run's shadow is not held back by the initial weights (0.999 without it keeps "
+      "e^-2.3 = 10 % of them after 2300 steps).");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
   k.e("mode", t.early_stopping.mode, "Better is lower (min) or higher (max); auto: max for accuracies.");

@@ -197,6 +197,13 @@ TEST_CASE("an override naming an unknown key is an error", "[unit]") {
   REQUIRE(e == std::vector<std::string>{"--set optim.lr_rate=0.1: optim.lr_rate: unknown key, did you mean 'optim.lr'?"});
 }
 
+TEST_CASE("an override naming a section says to set its keys one at a time, listing them", "[unit]") {
+  auto e = errors_of(kValidHead, {"train.ema={decay: 0.999, eval: true}"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].rfind("--set train.ema={decay: 0.999, eval: true}: train.ema: is a section, not a key: --set takes one "
+                   "key at a time (--set train.ema.KEY=VALUE; its keys: decay, every, eval", 0) == 0);
+}
+
 TEST_CASE("an override without '=' is an error", "[unit]") {
   auto e = errors_of(kValidHead, {"optim.lr"});
   REQUIRE(e == std::vector<std::string>{"--set optim.lr: expected KEY=VALUE"});

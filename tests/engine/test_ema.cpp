@@ -1,6 +1,7 @@
 // train.ema: the shadow's update against its closed form, `every`, buffers, and the run's randomness.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -89,4 +90,33 @@ TEST_CASE("EMA: building the shadow leaves torch's generator where it was", "[un
   }();
   auto ema = engine::make_ema(cfg, *live, torch::Device(torch::kCPU));
   CHECK(torch::equal(torch::rand({16}), expected));  // the run's later draws (dropout, ...) are unchanged
+}
+
+TEST_CASE("EMA warm-up: update n decays by min(decay, 1 - (1 + n)^(-2/3)), counted in updates", "[unit]") {
+  torch::manual_seed(2);
+  models::ModelRegistry registry;
+  models::register_builtin_models(registry);
+  auto cfg = ema_test_config(0.999, 2);
+  auto live = registry.create(cfg.model);
+  const auto plain = engine::make_ema(cfg, *live, torch::Device(torch::kCPU));
+  CHECK(plain->decay_at(2) == 0.999);
+  cfg.train.ema.warmup = true;
+  const auto warm = engine::make_ema(cfg, *live, torch::Device(torch::kCPU));
+  CHECK(warm->decay_at(2) == Approx(1 - std::pow(2.0, -2.0 / 3.0)));  // the first update (n 1): 0.370
+  CHECK(warm->decay_at(20) == Approx(1 - std::pow(11.0, -2.0 / 3.0)));  // n 10: 0.798
+  CHECK(warm->decay_at(2 * 100000) == 0.999);  // capped: 1 - 100001^(-2/3) = 0.99954 > 0.999
+  // the first update takes 63 % of the weights' move
+  const auto start = ema_state_copy(warm->model());
+  {
+    torch::NoGradGuard ng;
+    for (auto& [name, t] : io::named_state(*live))
+      if (t.is_floating_point()) t.add_(1.0);
+  }
+  warm->after_step(2);
+  const double d = 1 - std::pow(2.0, -2.0 / 3.0);
+  for (auto& [name, t] : io::named_state(warm->model())) {
+    if (!t.is_floating_point()) continue;
+    INFO(name);
+    CHECK(torch::allclose(t.to(torch::kFloat64), start.at(name).to(torch::kFloat64) + (1 - d), 1e-6, 1e-6));
+  }
 }

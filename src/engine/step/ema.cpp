@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 
@@ -44,12 +46,18 @@ void Ema::reset_from_live() {
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
 }
 
+double Ema::decay_at(int64_t steps_done) const {
+  if (!cfg_.warmup) return cfg_.decay;
+  const double n = static_cast<double>(steps_done / cfg_.every);  // updates made, this one included
+  return std::min(cfg_.decay, 1.0 - std::pow(1.0 + n, -2.0 / 3.0));
+}
+
 void Ema::after_step(int64_t steps_done) {
   if (steps_done % cfg_.every != 0) return;
   FullParams whole(parallel_, /*write=*/false);  // dist.sharding full: a collective, on every rank alike
   torch::NoGradGuard ng;
   // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them
-  torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - cfg_.decay);
+  torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - decay_at(steps_done));
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
 }
 
@@ -60,7 +68,8 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
   auto shadow = models::build_model_on(cfg.model, device, ctx);
   gen.set_state(saved);
   shadow->eval();  // it is only ever evaluated
-  spdlog::info("train.ema: decay {} every {} step(s), no warm-up{}", cfg.train.ema.decay, cfg.train.ema.every,
+  spdlog::info("train.ema: decay {} every {} step(s), {}{}", cfg.train.ema.decay, cfg.train.ema.every,
+               cfg.train.ema.warmup ? "warmed up (min(decay, 1 - (1 + n)^(-2/3)) at update n)" : "no warm-up",
                cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");
   return std::make_unique<Ema>(cfg.train.ema, live, std::move(shadow), parallel);
 }

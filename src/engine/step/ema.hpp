@@ -4,8 +4,9 @@
 //
 //   shadow = decay * shadow + (1 - decay) * weights      every train.ema.every optimizer steps
 //
-// No warm-up of the decay (as timm's ModelEmaV2): the shadow starts as a copy of the initial (or
-// model.init) weights and the decay is constant. Buffers: floating ones (BatchNorm running mean and
+// The shadow starts as a copy of the initial (or model.init) weights. The decay is constant (timm's
+// ModelEmaV2), or with train.ema.warmup min(decay, 1 - (1 + n)^(-2/3)) at update n (ModelEmaV3's
+// warm-up; a function of the step, so a resumed run continues it exactly). Buffers: floating ones (BatchNorm running mean and
 // variance) are averaged like the parameters (timm ModelEmaV2, torchvision's reference with
 // use_buffers=True); integer ones (num_batches_tracked) are copied.
 #pragma once
@@ -40,6 +41,8 @@ class Ema {
   void set_parallel(const DataParallel* parallel) { parallel_ = parallel; }
   models::Model& model() { return *shadow_; }
   double decay() const { return cfg_.decay; }
+  // The decay of the update after `steps_done` steps: cfg.decay, or with warmup the smaller warm-up one.
+  double decay_at(int64_t steps_done) const;
   const config::EmaConfig& config() const { return cfg_; }
 
  private:
