@@ -160,6 +160,11 @@ class Loader {
       unknown_key(where, key);
       return;
     }
+    if (value == "~" || value == "null") {  // a base's value removed: the default, as if never set
+      reset_to_default(*it->second, where);
+      out_.explicit_keys.erase(key);
+      return;
+    }
     // a string value is taken verbatim, so "--set run.name=a: b" needs no quoting
     if (it->second->type == FieldType::String || it->second->type == FieldType::Path)
       return assign(*it->second, YAML::Node(value), where);
@@ -242,6 +247,14 @@ class Loader {
       }
       if (prefix.empty() && name == kBaseKey) continue;  // the file's bases, applied before it (compose.hpp)
       if (auto f = by_key_.find(key); f != by_key_.end()) {
+        const auto type = f->second->type;
+        // "key: ~", "key: null", "key:": back to the default, as if never set. Strings and paths keep
+        // their old reading of nothing, the empty string ("run.name:" is an empty name, refused)
+        if (value.IsNull() && type != FieldType::String && type != FieldType::Path) {
+          reset_to_default(*f->second, where);
+          out_.explicit_keys.erase(key);
+          continue;
+        }
         out_.explicit_keys[key] = where;
         assign(*f->second, value, loc(value).line ? loc(value) : where);
       } else if (groups_.count(key)) {
@@ -267,6 +280,25 @@ class Loader {
     if (n.IsNull()) return "nothing";
     if (n.IsSequence()) return "a list";
     return "a mapping";
+  }
+
+  // The schema's default of `f` (a base's value removed): strings and paths as the default holds them
+  // (not resolved against this file's folder), the rest through assign from the default's YAML text.
+  void reset_to_default(const FieldInfo& f, const Location& where) {
+    static RunConfig defaults;
+    static const std::vector<FieldInfo> default_fields = describe_fields(defaults);
+    for (const auto& d : default_fields) {
+      if (d.key != f.key) continue;
+      if (const auto* s = std::get_if<std::string*>(&d.ref); s && (f.type == FieldType::String || f.type == FieldType::Path)) {
+        *std::get<std::string*>(f.ref) = **s;
+        return;
+      }
+      const bool dump = dump_;
+      dump_ = true;  // a default path is taken as written
+      assign(f, YAML::Load(value_text(d)), where);
+      dump_ = dump;
+      return;
+    }
   }
 
   void assign(const FieldInfo& f, const YAML::Node& n, const Location& where) {
@@ -424,8 +456,10 @@ LoadedConfig load_impl(const std::string& text, const std::string& name, const s
   for (const auto& o : overrides) loader.apply_override(o, cwd);
   for (const auto& o : overrides) {
     auto eq = o.find('=');
-    if (eq != std::string::npos)
-      out.explicit_keys[o.substr(0, eq)] = Location{"--set " + printable(o), 0, 0, Loader::kOverrideSource};
+    if (eq == std::string::npos) continue;
+    const std::string key = o.substr(0, eq), value = o.substr(eq + 1);
+    if (value == "~" || value == "null") out.explicit_keys.erase(key);  // removed: as if never set
+    else out.explicit_keys[key] = Location{"--set " + printable(o), 0, 0, Loader::kOverrideSource};
   }
   settle_run_length(out);
   return out;

@@ -130,8 +130,26 @@ bool have_avx2() {
 }
 #endif
 
-// dst[c * rows + r] = src[r * stride + c] as float: rows x cols bytes to cols x rows floats; whole
-// 8 x 8 blocks in AVX2 registers where the CPU has it, the rest (or all) in cache-sized blocks.
+// dst[c * rows + r] = src[r * stride + c] as float, rows x cols to cols x rows, for the part of the
+// matrix outside its first done_r x done_c block, in cache-sized blocks.
+template <class T>
+void transpose_rest(const T* src, int64_t stride, int64_t rows, int64_t cols, float* dst, int64_t done_r,
+                    int64_t done_c) {
+  auto blocks = [&](int64_t ra, int64_t rb, int64_t ca, int64_t cb) {
+    constexpr int64_t kB = 16;
+    for (int64_t r0 = ra; r0 < rb; r0 += kB)
+      for (int64_t c0 = ca; c0 < cb; c0 += kB) {
+        const int64_t r1 = std::min(rb, r0 + kB), c1 = std::min(cb, c0 + kB);
+        for (int64_t c = c0; c < c1; ++c)
+          for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = static_cast<float>(src[r * stride + c]);
+      }
+  };
+  blocks(done_r, rows, 0, cols);     // the last rows, every column
+  blocks(0, done_r, done_c, cols);   // the last columns of the other rows
+}
+
+// Bytes (a plane's window, row stride `stride`) or floats (rows x cols) transposed into floats: whole
+// 8 x 8 blocks in AVX2 registers where the CPU has it, the rest (or all) by transpose_rest.
 void transpose_bytes(const uint8_t* src, int64_t stride, int64_t rows, int64_t cols, float* dst) {
   int64_t done_r = 0, done_c = 0;
 #ifdef TRAINER_AVX2_TRANSPOSE
@@ -140,18 +158,7 @@ void transpose_bytes(const uint8_t* src, int64_t stride, int64_t rows, int64_t c
     done_r = rows / 8 * 8, done_c = cols / 8 * 8;
   }
 #endif
-  // what the blocks left: the last rows (all columns), then the last columns of the other rows
-  auto scalar = [&](int64_t ra, int64_t rb, int64_t ca, int64_t cb) {
-    constexpr int64_t kB = 16;
-    for (int64_t r0 = ra; r0 < rb; r0 += kB)
-      for (int64_t c0 = ca; c0 < cb; c0 += kB) {
-        const int64_t r1 = std::min(rb, r0 + kB), c1 = std::min(cb, c0 + kB);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * stride + c];
-      }
-  };
-  scalar(done_r, rows, 0, cols);
-  scalar(0, done_r, done_c, cols);
+  transpose_rest(src, stride, rows, cols, dst, done_r, done_c);
 }
 
 void transpose_floats(const float* src, int64_t rows, int64_t cols, float* dst) {
@@ -162,18 +169,7 @@ void transpose_floats(const float* src, int64_t rows, int64_t cols, float* dst) 
     done_r = rows / 8 * 8, done_c = cols / 8 * 8;
   }
 #endif
-  // what the blocks left: the last rows (all columns), then the last columns of the other rows
-  auto scalar = [&](int64_t ra, int64_t rb, int64_t ca, int64_t cb) {
-    constexpr int64_t kB = 16;
-    for (int64_t r0 = ra; r0 < rb; r0 += kB)
-      for (int64_t c0 = ca; c0 < cb; c0 += kB) {
-        const int64_t r1 = std::min(rb, r0 + kB), c1 = std::min(cb, c0 + kB);
-        for (int64_t c = c0; c < c1; ++c)
-          for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = src[r * cols + c];
-      }
-  };
-  scalar(done_r, rows, 0, cols);
-  scalar(0, done_r, done_c, cols);
+  transpose_rest(src, cols, rows, cols, dst, done_r, done_c);
 }
 
 // out[o][i] = sum_k w[o][k] * in[start[o] - base + k][i] for outputs [o0, o1), rows of `n` floats.

@@ -66,6 +66,41 @@ TEST_CASE("base: maps merge deeply, the later file's scalars and lists win, --se
   CHECK(l.where("data.augment.crop_padding").line == 4);
 }
 
+TEST_CASE("a base's key is removed with ~, null or nothing: the default, as if never set, also by --set", "[unit]") {
+  auto dir = compose_files("compose_remove",
+                           {{"common.yaml", "train:\n  max_steps: 10\n  label_smoothing: 0.1\n  epochs: 0\n"
+                                            "data:\n  format: synthetic\n  augment:\n    hflip: true\n    crop_padding: 2\n"
+                                            "  normalize:\n    mean: [0.1]\n    std: [0.5]\n"
+                                            "run:\n  name: fromthebase\n  out_dir: elsewhere\n"
+                                            "optim:\n  name: adamw\n  betas: [0.8, 0.9]\n"},
+                            {"exp.yaml", "base: common.yaml\ntrain:\n  label_smoothing: ~\n  epochs: 2\n"
+                                         "  max_steps: null\ndata:\n  augment:\n    hflip:\n"
+                                         "  normalize:\n    mean: ~\n    std: ~\n"
+                                         "optim:\n  betas: ~\n"}});
+  auto l = load_and_validate((dir / "exp.yaml").string(),
+                             {"data.augment.crop_padding=~", "optim.name=null", "run.name=~", "run.out_dir=null"}, {});
+  const RunConfig defaults;
+  CHECK(l.cfg.train.label_smoothing == 0.0);
+  CHECK(l.cfg.train.max_steps == 0);
+  CHECK_FALSE(l.is_set("train.max_steps"));  // removed: the run is sized by the child's epochs
+  CHECK(l.cfg.train.epochs == 2);
+  CHECK_FALSE(l.cfg.data.augment.hflip);
+  CHECK(l.cfg.data.augment.crop_padding == 0);
+  CHECK_FALSE(l.is_set("data.augment.crop_padding"));
+  CHECK(l.cfg.data.normalize.mean == defaults.data.normalize.mean);
+  CHECK(l.cfg.run.name == defaults.run.name);
+  CHECK(l.cfg.optim.name == defaults.optim.name);
+  CHECK(l.cfg.optim.betas == defaults.optim.betas);
+  CHECK(l.cfg.run.out_dir != (dir / "elsewhere").string());
+  CHECK_FALSE(l.is_set("run.name"));
+  // in a file, nothing after a string key's colon stays the empty string (an empty run name is refused)
+  trainer::test::write_file(dir / "empty.yaml", "base: common.yaml\nrun:\n  name:\n");
+  CHECK_THROWS_AS(load_and_validate((dir / "empty.yaml").string(), {}, {}), ConfigError);
+  // the saved config of that run loads again to the same config
+  const auto again = load_config_text(dump_yaml(l.cfg), (dir / "saved.yaml").string());
+  CHECK(config_hash(again.cfg) == config_hash(l.cfg));
+}
+
 TEST_CASE("a list of bases applies in order, each base after its own bases", "[unit]") {
   auto dir = compose_files("compose_order", {{"root.yaml", kComposeHead + "optim:\n  lr: 0.1\n  momentum: 0.1\n"
                                                                           "  weight_decay: 0.1\n"},

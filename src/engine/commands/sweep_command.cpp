@@ -254,79 +254,77 @@ int run_points(const SweepArgs& a, const SweepSpec& spec, const fs::path& sweep_
   return result;
 }
 
-}  // namespace sweep_detail
-
-int cmd_sweep(const SweepArgs& a) {
-  using namespace sweep_detail;
+// What the command line asks for: the points, the overrides every point gets, the sweep's folder.
+// Throws std::invalid_argument and config::ConfigError (exit 2).
+struct SweepRequest {
   SweepSpec spec;
   std::vector<SweepPoint> plan;
-  try {
-    spec = parse_sweep_sets(a.sets);
-    if (spec.axes.empty())
-      throw std::invalid_argument("nothing to sweep: give at least one --set KEY=a,b,... (or a distribution with "
-                                  "--random N)");
-    plan = a.random > 0 ? random_points(spec, a.random, a.seed) : grid_points(spec);
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  }
-  std::vector<std::string> fixed = spec.fixed;
-  fs::path sweep_dir;
-  try {
-    auto base_sets = fixed;
-    if (!a.out_dir.empty()) base_sets.push_back("run.out_dir=" + fs::absolute(a.out_dir).string());
-    config::ValidateOptions vo;
-    vo.world_size = a.nproc;
-    vo.cuda_available = device::cuda_available();
-    vo.builds_mesh = true;
-    const auto base = config::load_and_validate(a.config, base_sets, vo);
-    const std::string name = a.name.empty() ? base.cfg.run.name + "-sweep" : a.name;
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-      throw std::invalid_argument("--name " + config::printable(name) + ": one folder name, without '/'");
-    sweep_dir = fs::absolute(fs::path(base.cfg.run.out_dir) / name).lexically_normal();
-    // points at once share the cores: each gets its part unless the config says how many threads
+  std::vector<std::string> fixed;
+  fs::path dir;
+};
+
+SweepRequest read_request(const SweepArgs& a) {
+  SweepRequest r;
+  r.spec = parse_sweep_sets(a.sets);
+  if (r.spec.axes.empty())
+    throw std::invalid_argument("nothing to sweep: give at least one --set KEY=a,b,... (or a distribution with "
+                                "--random N)");
+  r.plan = a.random > 0 ? random_points(r.spec, a.random, a.seed) : grid_points(r.spec);
+  r.fixed = r.spec.fixed;
+  auto base_sets = r.fixed;
+  if (!a.out_dir.empty()) base_sets.push_back("run.out_dir=" + fs::absolute(a.out_dir).string());
+  config::ValidateOptions vo;
+  vo.world_size = a.nproc;
+  vo.cuda_available = device::cuda_available();
+  vo.builds_mesh = true;
+  const auto base = config::load_and_validate(a.config, base_sets, vo);
+  const std::string name = a.name.empty() ? base.cfg.run.name + "-sweep" : a.name;
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    throw std::invalid_argument("--name " + config::printable(name) + ": one folder name, without '/'");
+  r.dir = fs::absolute(fs::path(base.cfg.run.out_dir) / name).lexically_normal();
+  // points at once share the cores: each gets its part unless the config says how many threads
+  if (a.jobs > 1 && base.cfg.train.threads == 0) {
     const int64_t ranks = a.jobs * a.nproc;
-    if (a.jobs > 1 && base.cfg.train.threads == 0) {
-      const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
-      fixed.push_back("train.threads=" + std::to_string(per));
-      std::cout << "sweep: " << a.jobs << " points at once: train.threads=" << per << " each\n";
-    }
-  } catch (const config::ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
-  } catch (const std::invalid_argument& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
+    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
+    r.fixed.push_back("train.threads=" + std::to_string(per));
+    std::cout << "sweep: " << a.jobs << " points at once: train.threads=" << per << " each\n";
   }
+  return r;
+}
+
+std::vector<SweepRow> rows_of(const std::vector<Point>& points) {
+  std::vector<SweepRow> rows;
+  for (const auto& p : points) rows.push_back(p.row);
+  return rows;
+}
+
+int sweep(const SweepArgs& a) {
+  const SweepRequest req = read_request(a);
   std::vector<Point> points;
-  if (!prepare_points(a, sweep_dir, fixed, points, plan)) {
+  if (!prepare_points(a, req.dir, req.fixed, points, req.plan)) {
     std::cerr << "nothing was started\n";
     return kExitUsage;
   }
   size_t done = 0;
   for (const auto& p : points) done += p.skip;
   std::cout << "sweep: " << points.size() << " point" << (points.size() == 1 ? "" : "s") << " of " << a.config
-            << " in " << sweep_dir.string() << " (" << done << " finished before)\n";
+            << " in " << req.dir.string() << " (" << done << " finished before)\n";
   if (a.dry_run) {
-    for (auto& p : points)
-      p.row.status = p.skip ? "done before" : p.row.records.started ? "partial" : "new";
-    std::vector<SweepRow> rows;
-    for (const auto& p : points) rows.push_back(p.row);
-    std::cout << rows_table(rows);
+    for (auto& p : points) p.row.status = p.skip ? "done before" : p.row.records.started ? "partial" : "new";
+    std::cout << rows_table(rows_of(points));
     return kExitOk;
   }
-  int rc = kExitOk;
-  try {
-    rc = run_points(a, spec, sweep_dir, points);
-  } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitFailure;
-  }
-  std::vector<SweepRow> rows;
-  for (const auto& p : points) rows.push_back(p.row);
-  std::cout << "\n" << rows_table(rows) << "(also in " << (sweep_dir / "sweep.json").string()
-            << "; trainer report " << sweep_dir.string() << " draws them together)\n";
+  const int rc = run_points(a, req.spec, req.dir, points);
+  std::cout << "\n" << rows_table(rows_of(points)) << "(also in " << (req.dir / "sweep.json").string()
+            << "; trainer report " << req.dir.string() << " draws them together)\n";
   return rc;
+}
+
+}  // namespace sweep_detail
+
+// config errors and bad --set values exit 2 before anything starts; a failure while running, 1
+int cmd_sweep(const SweepArgs& a) {
+  return run_command([&] { return sweep_detail::sweep(a); });
 }
 
 }  // namespace trainer::engine
