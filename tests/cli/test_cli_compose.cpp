@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 TEST_CASE("an unknown command is named, with the known ones, exit 2", "[e2e]") {
   auto r = run_trainer("predikt x.yaml");
   CHECK(r.exit_code == 2);
-  CHECK(r.output.find("error: unknown command predikt; known: run, check, launch, prepare-text, export, report, eval, "
+  CHECK(r.output.find("error: unknown command predikt; known: run, check, launch, sweep, prepare-text, export, report, eval, "
                       "predict, bench-data, env, config-keys") != std::string::npos);
   for (const char* cmd : {"eval --help", "predict --help"}) {
     INFO(cmd);

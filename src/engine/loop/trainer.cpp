@@ -260,6 +260,7 @@ class Trainer final : public WorldParts {
     const bool early = milestones_.after_step(step, step_is_final(step), *ckpt_);  // periodic save, evaluation
     if (early) evaluation_->log_early_stop(step);
     if (recovery_->grow_due() && !early) recovery_->grow(step);  // last: a joiner's first collective is the next step's
+    milestones_done_ = step;
     return early ? Next::EarlyStop : Next::Go;
   }
 
@@ -321,6 +322,11 @@ class Trainer final : public WorldParts {
       } catch (const data::DataChanged& e) {  // inside the step: one process gives it up; several ranks cannot
         if (dist_->active()) return stop_alone_for_data_change(*dist_, e.what(), loop_.step);
         if (const auto rc = on_data_change(e.what(), recovery_->resume_point())) return *rc;
+        // found after the step, by its save or evaluation (the validation split read the changed file):
+        // they run again on the reopened data, as after a change agreed at the boundary
+        if (milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step) &&
+            milestones_after(loop_.step) == Next::EarlyStop)
+          stop_reason = "early_stopping";
       } catch (const dist::DistError& e) {  // (not recovered in process) a peer may have stopped for changed data
         if (const auto rc = stop_after_peer_data_change(*dist_, e.what(), loop_.step)) return *rc;
         throw;
@@ -400,6 +406,7 @@ class Trainer final : public WorldParts {
   std::unique_ptr<CheckpointManager> ckpt_;  // after the objects it saves and restores
   std::unique_ptr<RunRecorder> records_;     // the clock, the attempt and the records, rank 0 writing
   std::string agreed_change_;  // the data change the ranks agreed on at the last boundary ("" none)
+  int64_t milestones_done_ = -1;  // the last step whose save and evaluation (milestones_after) completed
   struct {
     int64_t step = 0;
     IntervalTimes times;  // of the interval since the last record
