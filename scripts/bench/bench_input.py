@@ -5,7 +5,9 @@ Resize(256) + CenterCrop(224)) on a generated ImageNet-like folder (500x375 JPEG
 textured), batch 64, 1 and 2 workers, alternating the two sides, medians of --repeats rounds.
 
 Usage: python scripts/bench/bench_input.py [--trainer build/trainer] [--work DIR] [--images 768]
-           [--batches 6] [--repeats 3] [--workers 1,2] [--out FILE.md]
+           [--batches 6] [--repeats 3] [--workers 1,2] [--out FILE.md] [--dali-python PY]
+With --dali-python (a python whose venv has the nvidia-dali wheel, e.g. nvidia-dali-cuda120 from PyPI),
+DALI's CPU pipeline of the same work is a third column.
 Prints a Markdown table (samples/s, per worker, trainer / torchvision) with the CPU named. Run it
 alone: two benchmarks at once measure nothing."""
 import argparse
@@ -126,6 +128,46 @@ print(n / (time.perf_counter() - t0))
     return float(out.stdout.strip().splitlines()[-1])
 
 
+def dali_rate(python, root, workers, batches, val):
+    """NVIDIA DALI's CPU pipeline (device_id None: no GPU) of the same work, in its own interpreter
+    (`--dali-python`: a venv with the nvidia-dali wheel; it is not a dependency of this project)."""
+    code = r"""
+import sys, time
+from nvidia.dali import pipeline_def, fn, types
+root, workers, batches, val = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+mean, std = [0.485 * 255, 0.456 * 255, 0.406 * 255], [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+@pipeline_def(batch_size=64, num_threads=max(1, workers), device_id=None, prefetch_queue_depth=2)
+def pipe():
+    jpegs, labels = fn.readers.file(file_root=root + "/train", random_shuffle=not val, name="files")
+    if val:
+        images = fn.decoders.image(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, resize_shorter=256, antialias=True)
+        out = fn.crop_mirror_normalize(images, crop=(224, 224), dtype=types.FLOAT, output_layout="CHW",
+                                       mean=mean, std=std)
+    else:
+        images = fn.decoders.image_random_crop(jpegs, device="cpu", output_type=types.RGB)
+        images = fn.resize(images, size=(224, 224), antialias=True)
+        out = fn.crop_mirror_normalize(images, dtype=types.FLOAT, output_layout="CHW", mean=mean, std=std,
+                                       mirror=fn.random.coin_flip())
+    return out, labels
+
+p = pipe()
+p.build()
+for _ in range(2 * max(1, workers) + 1):
+    p.run()
+t0 = time.perf_counter()
+for _ in range(batches):
+    p.run()
+print(64 * batches / (time.perf_counter() - t0))
+"""
+    out = subprocess.run([python, "-c", code, root, str(workers), str(batches), "1" if val else "0"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit("DALI side failed:\n" + out.stderr[-3000:])
+    return float(out.stdout.strip().splitlines()[-1])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainer", default="build/trainer")
@@ -135,6 +177,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--out", default="")
+    ap.add_argument("--dali-python", default="", help="a python with nvidia-dali installed: adds DALI's CPU pipeline")
     a = ap.parse_args()
     make_folder(a.work, a.images)
     if a.images < 64 * (a.batches + 2 * max(int(w) for w in a.workers.split(",")) + 1):
@@ -147,20 +190,23 @@ def main():
     for val in (False, True):
         nb = a.batches
         for w in workers:
-            ours, theirs, split = [], [], ""
-            for _ in range(a.repeats):  # alternating: a slow moment of the host hits both sides
+            ours, theirs, dali, split = [], [], [], ""
+            for _ in range(a.repeats):  # alternating: a slow moment of the host hits every side
                 r, split = trainer_rate(a.trainer, cfg, w, nb, val)
                 ours.append(r)
                 theirs.append(torchvision_rate(a.work, w, nb, val))
-            rows.append((val, w, median(ours), median(theirs), split, nb))
+                if a.dali_python:
+                    dali.append(dali_rate(a.dali_python, a.work, w, nb, val))
+            rows.append((val, w, median(ours), median(theirs), median(dali) if dali else None, split, nb))
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     lines = ["Input pipeline, trainer bench-data vs torchvision DataLoader (%s; %s; %d JPEGs 500x375 q90, batch 64, "
              "medians of %d alternating rounds)" % (when, cpu_name(), a.images, a.repeats), "",
              "| pipeline | workers | batches | trainer samples/s | torchvision samples/s | trainer / torchvision | "
-             "trainer's time split |", "|---|---|---|---|---|---|---|"]
-    for val, w, ours, theirs, split, nb in rows:
-        lines.append("| %s | %d | %d | %.1f | %.1f | %.2f | %s |" % ("validation (resize 256, centre crop 224)" if val
-                     else "training (RandomResizedCrop 224, flip)", w, nb, ours, theirs, ours / theirs, split))
+             "DALI CPU samples/s | trainer / DALI | trainer's time split |", "|---|---|---|---|---|---|---|---|---|"]
+    for val, w, ours, theirs, dali, split, nb in rows:
+        d = ("%.1f | %.2f" % (dali, ours / dali)) if dali else "- | -"
+        lines.append("| %s | %d | %d | %.1f | %.1f | %.2f | %s | %s |" % ("validation (resize 256, centre crop 224)" if val
+                     else "training (RandomResizedCrop 224, flip)", w, nb, ours, theirs, ours / theirs, d, split))
     text = "\n".join(lines)
     print(text)
     if a.out:
