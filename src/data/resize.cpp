@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #endif
 
+#include "data/resize_detail.hpp"
 #include "data/transforms.hpp"
 
 namespace trainer::data {
@@ -25,15 +26,6 @@ namespace resize_detail {
 #define TRAINER_VECTOR_CLONES
 #endif
 
-// Contribution of each source pixel to each output pixel along one axis.
-struct AxisWeights {
-  std::vector<int64_t> start, count;
-  std::vector<float> weights;  // (out, max_count)
-  int64_t max_count = 0;
-};
-
-// The window [off, off + len) of an axis of `in` pixels onto `out` pixels (the whole axis: off 0,
-// len in); the filter is cut at the window's edges, as if the window were the whole image.
 AxisWeights axis_weights(int64_t in, int64_t out, double off, double len) {
   AxisWeights a;
   double scale = len / static_cast<double>(out);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "data/resize_detail.hpp"
 #include "data/transforms.hpp"
 
 using namespace trainer::data;
@@ -17,45 +18,8 @@ namespace resize_reference {
 void ref_resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
                                 uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
 
-// Contribution of each source pixel to each output pixel along one axis.
-struct AxisWeights {
-  std::vector<int64_t> start, count;
-  std::vector<float> weights;  // (out, max_count)
-  int64_t max_count = 0;
-};
-
-// The window [off, off + len) of an axis of `in` pixels onto `out` pixels (the whole axis: off 0,
-// len in); the filter is cut at the window's edges, as if the window were the whole image.
-AxisWeights axis_weights(int64_t in, int64_t out, double off, double len) {
-  AxisWeights a;
-  double scale = len / static_cast<double>(out);
-  const int64_t first = std::max<int64_t>(0, static_cast<int64_t>(std::floor(off)));
-  const int64_t end = std::min<int64_t>(in, static_cast<int64_t>(std::ceil(off + len)));
-  double support = std::max(scale, 1.0);  // the triangle widens when shrinking: antialiasing
-  a.max_count = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
-  a.start.resize(out);
-  a.count.resize(out);
-  a.weights.assign(out * a.max_count, 0.0f);
-  for (int64_t i = 0; i < out; ++i) {
-    double center = (i + 0.5) * scale + off;
-    int64_t lo = std::max<int64_t>(static_cast<int64_t>(center - support + 0.5), first);
-    int64_t hi = std::min<int64_t>(static_cast<int64_t>(center + support + 0.5), end);
-    double total = 0.0;
-    float* w = &a.weights[i * a.max_count];
-    for (int64_t j = lo; j < hi && j - lo < a.max_count; ++j) {
-      double t = std::abs((j - center + 0.5) / support);
-      double v = t < 1.0 ? 1.0 - t : 0.0;
-      w[j - lo] = static_cast<float>(v);
-      total += v;
-    }
-    int64_t n = std::min(hi - lo, a.max_count);
-    if (total > 0)
-      for (int64_t k = 0; k < n; ++k) w[k] = static_cast<float>(w[k] / total);
-    a.start[i] = lo;
-    a.count[i] = n;
-  }
-  return a;
-}
+using resize_detail::AxisWeights;
+using resize_detail::axis_weights;  // the same weights: the passes are what changed
 
 uint8_t to_byte(float v) { return static_cast<uint8_t>(std::clamp(std::lround(v), 0l, 255l)); }
 
