@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The quickstart's recipe as a PyTorch-Python user would write it, for time to accuracy beside
+`trainer run configs/quickstart.yaml` (docs/PERFORMANCE.md, "Time to accuracy"):
+Fashion-MNIST from Debian's package, normalised by the training split's mean and std, random
+horizontal flips, the CIFAR-layout ResNet of ref_models.py (depth 8, width 2, channels-last),
+cross-entropy with label smoothing 0.1, Nesterov SGD (lr 0.3, momentum 0.9, weight decay 5e-4 on
+weights of 2+ dims only), 300 warm-up steps then a linear decay to 0, batch 128, 5.6 epochs,
+bf16 autocast where the CPU has native bf16 (as the trainer's precision auto chose), one evaluation
+of the 10,000 test images at the end.
+
+Usage: python scripts/bench/quickstart_ref.py [--seed 0] [--epochs 5.6] [--precision auto|bf16|fp32]
+Prints the test accuracy, the training seconds and the wall seconds, with the CPU."""
+import argparse
+import gzip
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ref_models import build_model  # noqa: E402
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def idx(name):
+    with gzip.open(os.path.join(DATA, name)) as f:
+        raw = f.read()
+    dims = raw[3]
+    shape = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(dims)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def native_bf16():
+    flags = open("/proc/cpuinfo").read()
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--epochs", type=float, default=5.6)
+    ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    a = ap.parse_args()
+    t_start = time.perf_counter()
+    torch.manual_seed(a.seed)
+    torch.set_num_threads(a.threads)
+    bf16 = a.precision == "bf16" or (a.precision == "auto" and native_bf16())
+    x_train = torch.from_numpy(idx("train-images-idx3-ubyte.gz").copy()).float().div_(255).unsqueeze(1)
+    y_train = torch.from_numpy(idx("train-labels-idx1-ubyte.gz").astype(np.int64))
+    x_test = torch.from_numpy(idx("t10k-images-idx3-ubyte.gz").copy()).float().div_(255).unsqueeze(1)
+    y_test = torch.from_numpy(idx("t10k-labels-idx1-ubyte.gz").astype(np.int64))
+    mean, std = x_train.mean().item(), x_train.std().item()
+    x_train = (x_train - mean) / std
+    x_test = (x_test - mean) / std
+
+    model = build_model({"arch": "resnet", "depth": 8, "width": 2.0, "in_channels": 1, "num_classes": 10})
+    model = model.to(memory_format=torch.channels_last)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
+                          lr=0.3, momentum=0.9, nesterov=True)
+    batch = 128
+    per_epoch = x_train.shape[0] // batch  # drop_last, as the trainer's sampler
+    total = int(round(a.epochs * per_epoch))
+    warmup = 300
+
+    def lr_at(step):  # 1-based step
+        if step <= warmup:
+            return 0.3 * step / warmup
+        return 0.3 * max(0.0, (total - step) / max(1, total - warmup))
+
+    t_train = time.perf_counter()
+    step = 0
+    model.train()
+    while step < total:
+        perm = torch.randperm(x_train.shape[0])
+        for b in range(per_epoch):
+            if step >= total:
+                break
+            idx_b = perm[b * batch:(b + 1) * batch]
+            xb = x_train[idx_b]
+            flip = torch.rand(batch) < 0.5
+            xb[flip] = xb[flip].flip(3)
+            xb = xb.contiguous(memory_format=torch.channels_last)
+            step += 1
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                loss = F.cross_entropy(model(xb), y_train[idx_b], label_smoothing=0.1)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            if step % 500 == 0:
+                print(f"step {step}/{total} loss {loss.item():.4f} ({time.perf_counter() - t_train:.0f} s)", flush=True)
+    train_s = time.perf_counter() - t_train
+    model.eval()
+    correct = 0
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        for b in range(0, x_test.shape[0], 500):
+            xb = x_test[b:b + 500].contiguous(memory_format=torch.channels_last)
+            correct += (model(xb).argmax(1) == y_test[b:b + 500]).sum().item()
+    acc = correct / x_test.shape[0]
+    print(f"seed {a.seed}: test accuracy {100 * acc:.2f} %, training {train_s:.1f} s, wall "
+          f"{time.perf_counter() - t_start:.1f} s, {total} steps, {'bf16' if bf16 else 'fp32'}, "
+          f"{a.threads} threads, torch {torch.__version__}")
+
+
+if __name__ == "__main__":
+    main()
