@@ -165,6 +165,7 @@ class Loader {
       out_.explicit_keys.erase(key);
       return;
     }
+    out_.explicit_keys[key] = where;  // "--set KEY=VALUE", after every document
     // a string value is taken verbatim, so "--set run.name=a: b" needs no quoting
     if (it->second->type == FieldType::String || it->second->type == FieldType::Path)
       return assign(*it->second, YAML::Node(value), where);
@@ -285,20 +286,15 @@ class Loader {
   // The schema's default of `f` (a base's value removed): strings and paths as the default holds them
   // (not resolved against this file's folder), the rest through assign from the default's YAML text.
   void reset_to_default(const FieldInfo& f, const Location& where) {
-    static RunConfig defaults;
-    static const std::vector<FieldInfo> default_fields = describe_fields(defaults);
-    for (const auto& d : default_fields) {
-      if (d.key != f.key) continue;
-      if (const auto* s = std::get_if<std::string*>(&d.ref); s && (f.type == FieldType::String || f.type == FieldType::Path)) {
-        *std::get<std::string*>(f.ref) = **s;
-        return;
-      }
-      const bool dump = dump_;
-      dump_ = true;  // a default path is taken as written
-      assign(f, YAML::Load(value_text(d)), where);
-      dump_ = dump;
+    const FieldInfo& d = default_field(f);
+    if (f.type == FieldType::String || f.type == FieldType::Path) {
+      *std::get<std::string*>(f.ref) = *std::get<std::string*>(d.ref);
       return;
     }
+    const bool dump = dump_;
+    dump_ = true;  // as a dump's values are: taken as written
+    assign(f, YAML::Load(value_text(d)), where);
+    dump_ = dump;
   }
 
   void assign(const FieldInfo& f, const YAML::Node& n, const Location& where) {
@@ -454,13 +450,6 @@ LoadedConfig load_impl(const std::string& text, const std::string& name, const s
   std::error_code ec;
   fs::path cwd = fs::current_path(ec);
   for (const auto& o : overrides) loader.apply_override(o, cwd);
-  for (const auto& o : overrides) {
-    auto eq = o.find('=');
-    if (eq == std::string::npos) continue;
-    const std::string key = o.substr(0, eq), value = o.substr(eq + 1);
-    if (value == "~" || value == "null") out.explicit_keys.erase(key);  // removed: as if never set
-    else out.explicit_keys[key] = Location{"--set " + printable(o), 0, 0, Loader::kOverrideSource};
-  }
   settle_run_length(out);
   return out;
 }

@@ -60,6 +60,7 @@ const std::vector<std::string>& section_names();
 std::string type_name(const FieldInfo& f);     // "int", "float", "one of a|b", ...
 std::string value_text(const FieldInfo& f);     // the bound value as YAML scalar / flow text
 std::string default_text(const FieldInfo& f);   // the value in a default RunConfig
+const FieldInfo& default_field(const FieldInfo& f);  // `f`'s field bound to a default RunConfig (kept for the process)
 
 // Closest known name to `unknown` among `candidates`, or "" when none is close enough.
 std::string did_you_mean(const std::string& unknown, const std::vector<std::string>& candidates);

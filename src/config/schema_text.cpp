@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 namespace trainer::config {
 
@@ -96,13 +97,15 @@ std::string value_text(const FieldInfo& f) {
       f.ref);
 }
 
-std::string default_text(const FieldInfo& f) {
+const FieldInfo& default_field(const FieldInfo& f) {
   static RunConfig defaults;
   static const std::vector<FieldInfo> fields = describe_fields(defaults);
   for (const auto& d : fields)
-    if (d.key == f.key) return value_text(d);
-  return "";
+    if (d.key == f.key) return d;
+  throw std::logic_error("default_field: " + f.key + " is not a schema key");
 }
+
+std::string default_text(const FieldInfo& f) { return value_text(default_field(f)); }
 
 namespace {
 size_t levenshtein(const std::string& a, const std::string& b) {

@@ -12,7 +12,7 @@ ImageDataset::ImageDataset(ImageOptions opts, int64_t channels, int64_t height, 
 const uint8_t* ImageDataset::fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& s) const {
   if (src_h == height_ && src_w == width_) return src;
   s.resized.resize(channels_ * height_ * width_);
-  resize_short_center_crop(src, channels_, src_h, src_w, s.resized.data(), height_, s.tmp, s.filter);
+  resize_short_center_crop(src, channels_, src_h, src_w, s.resized.data(), height_, s.filter);
   return s.resized.data();
 }
 

@@ -87,7 +87,7 @@ torch::Tensor load_image_batch(const std::vector<std::string>& files, const Imag
       if (h != w)
         throw DataError(fmt::format("{}: image is {}x{}, the model takes {}x{}", file, img.height, img.width, h, w));
       resized.resize(c * h * w);
-      resize_short_center_crop(src, c, img.height, img.width, resized.data(), h, tmp, filter);
+      resize_short_center_crop(src, c, img.height, img.width, resized.data(), h, filter);
       src = resized.data();
     }
     std::memcpy(raw.data_ptr<uint8_t>() + i * c * h * w, src, c * h * w);

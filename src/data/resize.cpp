@@ -236,8 +236,7 @@ void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h,
 }
 
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch) {
-  (void)tmp;
+                              int64_t size, std::vector<float>& scratch) {
   // the shorter side becomes `size`; the longer keeps the aspect ratio (at least `size`)
   int64_t h = size, w = size;
   if (src_h < src_w) w = std::max<int64_t>(size, std::llround(static_cast<double>(src_w) * size / src_h));

@@ -27,8 +27,9 @@ void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h,
                             uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
 
 // Resize so the shorter side is `size`, then take the centred size x size crop.
+// Only the crop's pixels are computed (with the filter of the whole resize).
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch);
+                              int64_t size, std::vector<float>& scratch);
 
 // The random choices of one augmented sample.
 struct AugmentChoice {

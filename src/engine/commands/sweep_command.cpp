@@ -54,14 +54,26 @@ struct Point {
 };
 
 
-// Loads and validates every point's config and checks its run folder: the errors of all of them, or none.
-bool prepare_points(const SweepArgs& a, const fs::path& sweep_dir,
-                    const std::vector<std::string>& fixed, std::vector<Point>& points,
-                    const std::vector<SweepPoint>& plan) {
+// As `trainer run` validates: the world of --nproc ranks laid out as a mesh.
+config::ValidateOptions validate_options(const SweepArgs& a) {
   config::ValidateOptions vo;
   vo.world_size = a.nproc;
   vo.cuda_available = device::cuda_available();
   vo.builds_mesh = true;
+  return vo;
+}
+
+std::vector<SweepRow> rows_of(const std::vector<Point>& points) {
+  std::vector<SweepRow> rows;
+  for (const auto& p : points) rows.push_back(p.row);
+  return rows;
+}
+
+// Loads and validates every point's config and checks its run folder: the errors of all of them, or none.
+bool prepare_points(const SweepArgs& a, const fs::path& sweep_dir,
+                    const std::vector<std::string>& fixed, std::vector<Point>& points,
+                    const std::vector<SweepPoint>& plan) {
+  const auto vo = validate_options(a);
   bool ok = true;
   for (const auto& p : plan) {
     Point pt{p, fixed, sweep_dir / p.name, {}};
@@ -104,10 +116,8 @@ void write_state(const SweepArgs& a, const SweepSpec& spec, const fs::path& swee
                               {"low", ax.lo}, {"high", ax.hi}};
     axes.push_back(j);
   }
-  std::vector<SweepRow> rows;
-  for (const auto& p : pts) rows.push_back(p.row);
   json j = {{"config", fs::absolute(a.config).string()}, {"fixed", spec.fixed}, {"axes", axes},
-            {"random", a.random}, {"seed", a.seed}, {"nproc", a.nproc}, {"points", rows_json(rows)}};
+            {"random", a.random}, {"seed", a.seed}, {"nproc", a.nproc}, {"points", rows_json(rows_of(pts))}};
   io::write_file_atomic(sweep_dir / "sweep.json", j.dump(2) + "\n");
 }
 
@@ -273,11 +283,7 @@ SweepRequest read_request(const SweepArgs& a) {
   r.fixed = r.spec.fixed;
   auto base_sets = r.fixed;
   if (!a.out_dir.empty()) base_sets.push_back("run.out_dir=" + fs::absolute(a.out_dir).string());
-  config::ValidateOptions vo;
-  vo.world_size = a.nproc;
-  vo.cuda_available = device::cuda_available();
-  vo.builds_mesh = true;
-  const auto base = config::load_and_validate(a.config, base_sets, vo);
+  const auto base = config::load_and_validate(a.config, base_sets, validate_options(a));
   const std::string name = a.name.empty() ? base.cfg.run.name + "-sweep" : a.name;
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
     throw std::invalid_argument("--name " + config::printable(name) + ": one folder name, without '/'");
@@ -290,12 +296,6 @@ SweepRequest read_request(const SweepArgs& a) {
     std::cout << "sweep: " << a.jobs << " points at once: train.threads=" << per << " each\n";
   }
   return r;
-}
-
-std::vector<SweepRow> rows_of(const std::vector<Point>& points) {
-  std::vector<SweepRow> rows;
-  for (const auto& p : points) rows.push_back(p.row);
-  return rows;
 }
 
 int sweep(const SweepArgs& a) {
