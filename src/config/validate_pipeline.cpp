@@ -95,12 +95,6 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
                          "groups); use restart");
   // what the stages do not run yet (docs/PIPELINE.md): refused before anything starts
   const std::string not_yet = " is not wired with dist.pipeline_parallel yet";
-  // optimizer and gradients (ZeRO-1/2) reduce after the stages' last backward, where the tied sum
-  // runs on whole gradients; full would gather each unit per microbatch and shard the tied wte's
-  // gradient differently on the first and last stage
-  if (c.dist.sharding == Sharding::Full)
-    err("dist.sharding", "full" + not_yet + " (a stage's units would be gathered for every microbatch); use "
-                         "optimizer or gradients, which shard each stage's state over its dp ranks");
   if (c.train.precision == Precision::Fp16)
     err("train.precision", "fp16" + not_yet + " (its loss scale); bf16 and fp32 are");
   if (c.train.cuda_graphs) err("train.cuda_graphs", "true" + not_yet);

@@ -261,9 +261,18 @@ class RankGroup {
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0)
       throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
+    // the stop signals blocked across fork: the child starts with them blocked, so one forwarded
+    // before it set its own mask stays pending instead of running this process's handler in it or
+    // (after its SIG_DFL) killing it; here, one that arrived meanwhile is delivered after the fork
+    sigset_t forwarded, before;
+    sigemptyset(&forwarded);
+    for (int sig : kForwarded) sigaddset(&forwarded, sig);
+    ::pthread_sigmask(SIG_BLOCK, &forwarded, &before);
     pid_t pid = ::fork();
-    if (pid < 0) throw std::runtime_error("launch: fork(): " + std::string(std::strerror(errno)));
     if (pid == 0) become_rank(argv, envp, out[1], err[1], launcher_, block_until_handled_);
+    const int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (pid < 0) throw std::runtime_error("launch: fork(): " + std::string(std::strerror(fork_errno)));
     ::close(out[1]);
     ::close(err[1]);
     children_[static_cast<size_t>(r)] = {pid, true, 0};

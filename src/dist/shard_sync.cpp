@@ -160,7 +160,10 @@ void ShardSync::reset_step() {
 
 void ShardSync::on_grad_ready(size_t index) {
   std::lock_guard<std::mutex> lk(mu_);
-  // full counts on every micro-step: a unit's parameters are freed once its gradients are in
+  // full counts on every micro-step: a unit's parameters are freed once its gradients are in; but
+  // not while they are held (gather_all: a pipeline's schedule runs all its microbatches over them),
+  // when the gradients accumulate whole in .grad and finish() reduce-scatters every bucket
+  if (mode_ == Grads::Full && hold_depth_ > 0) return;
   if (ready_[index] || (!enabled_ && mode_ != Grads::Full)) return;
   ready_[index] = true;
   const size_t bi = bucket_of_[index];

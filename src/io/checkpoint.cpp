@@ -268,6 +268,7 @@ CheckpointContent load_checkpoint(const fs::path& dir) {
     fail(dir / kStateName, std::string("invalid JSON: ") + e.what());
   }
   assemble_checkpoint_parts(c, files, dir);  // a tensor-parallel run's parts: the global tensors
+  for (auto& [group, f] : files) c.metadata[group] = std::move(f.metadata);  // the other files' (a part shard's layout)
   return c;
 }
 

@@ -46,7 +46,8 @@ struct CheckpointContent {
   // file system) and lists them in the manifest like its own files. load_checkpoint() returns them
   // as groups.
   std::map<std::string, std::filesystem::path> staged;
-  // Extra safetensors metadata per group (a tensor-parallel part's ranges, io/tensor_parts.hpp).
+  // Extra safetensors metadata per group (a tensor-parallel part's ranges, io/tensor_parts.hpp); as
+  // loaded, every group's that is not assembled from parts.
   std::map<std::string, std::map<std::string, std::string>> metadata;
   // Called by CheckpointStore::save when every file but manifest.json is written (the moment a kill
   // leaves an incomplete folder): a fault-injection point for tests (TRAINER_INJECT_KILL save). Unset: nothing.

@@ -116,13 +116,8 @@ TEST_CASE("pipeline: an explicit stage list that misses, doubles or misnames uni
 }
 
 TEST_CASE("pipeline: what the stages do not run yet is refused before anything starts", "[unit]") {
-  const auto e = pp_errors_of(pp_with_dist("  pipeline_parallel: 2\n  sharding: full\n"));
-  REQUIRE(e.size() == 1);
-  CHECK(e[0] == "exp.yaml:15:3: dist.sharding: full is not wired with dist.pipeline_parallel yet (a stage's units "
-                "would be gathered for every microbatch); use optimizer or gradients, which shard each stage's state "
-                "over its dp ranks");
-  // ZeRO-1 and 2 shard each stage's state over its dp replicas
-  for (const char* sharding : {"optimizer", "gradients"})
+  // ZeRO-1, 2 and 3 shard each stage's state over its dp replicas
+  for (const char* sharding : {"optimizer", "gradients", "full"})
     CHECK(pp_errors_of(pp_with_dist(std::string("  pipeline_parallel: 2\n  sharding: ") + sharding + "\n")).empty());
   std::string fp16 = pp_with_dist("  pipeline_parallel: 2\n");
   fp16.replace(fp16.find("  batch_size: 8\n"), 16, "  batch_size: 8\n  precision: fp16\n");

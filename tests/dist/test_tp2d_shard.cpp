@@ -100,14 +100,17 @@ TEST_CASE("dp 2 x tp 2 with dist.sharding full checkpoints the global tensors: t
 
   auto first = test::train_tiny_gpt("", k2d + cfg + kArgs + kTp2 + " --set dist.sharding=full" + b8 + five, dir / "full");
   require_trained(first, 5, 4);
-  // no dp shard files: each tp rank of dp 0 wrote its part (its slices, the optimizer state gathered
-  // over dp), which assemble into the one-process run's tensors (global names and shapes)
+  // each tp rank of dp 0 wrote its part of the model (its slices), every rank its dp pieces of its
+  // part's optimizer state (no gather): they assemble into the one-process run's tensors (global
+  // names and shapes)
   const auto step5 = dir / "full" / "tiny" / "checkpoints" / "step-5";
   std::set<std::string> files;
   for (const auto& e : std::filesystem::directory_iterator(step5)) files.insert(e.path().filename().string());
   CHECK(files == std::set<std::string>{"manifest.json", "model-part0of2.safetensors", "model-part1of2.safetensors",
-                                       "optimizer-part0of2.safetensors", "optimizer-part1of2.safetensors",
-                                       "rng.safetensors", "state.json"});
+                                       "optimizer-part0of2-shard-0-of-2.safetensors",
+                                       "optimizer-part0of2-shard-1-of-2.safetensors",
+                                       "optimizer-part1of2-shard-0-of-2.safetensors",
+                                       "optimizer-part1of2-shard-1-of-2.safetensors", "rng.safetensors", "state.json"});
   const auto one5 = dir / "one" / "tiny" / "checkpoints" / "step-5";
   check_same_tensors(one5, step5, "model", 1e-3);
   check_same_tensors(one5, step5, "optimizer", 1e-3);

@@ -127,7 +127,9 @@ TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process che
   check_same_losses(single, mesh, "1 process -> dp 2 x tp 2", 5);
 }
 
-TEST_CASE("dp 2 x tp 2 in bf16 stays within 3e-3 of one process in bf16 after 20 steps", "[dist][e2e][tp]") {
+TEST_CASE("dp 2 x tp 2 in bf16, replicated and fully sharded over dp, stays within 3e-3 of one process in bf16 "
+          "after 20 steps",
+          "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp2d_bf16");
   auto cfg = test::write_tiny_gpt_config(dir).string();
@@ -135,14 +137,18 @@ TEST_CASE("dp 2 x tp 2 in bf16 stays within 3e-3 of one process in bf16 after 20
   const std::string bf16 = kArgs + " --set train.max_steps=20 --set train.precision=bf16";
   auto single = test::train_tiny_gpt("", "run " + cfg + bf16 + " --set train.batch_size=16", dir / "single");
   require_trained(single, 20, 1);
-  auto mesh = test::train_tiny_gpt("", k2d + cfg + bf16 + kTp2 + " --set train.batch_size=8", dir / "mesh");
-  require_trained(mesh, 20, 4);
-  double worst = 0;
-  for (size_t i = 0; i < 20; ++i) worst = std::max(worst, std::abs(single.losses[i] - mesh.losses[i]) / single.losses[i]);
-  WARN("bf16: relative loss difference " << std::abs(single.losses[19] - mesh.losses[19]) / single.losses[19]
-                                         << " at step 20, largest " << worst << " over the 20 steps");
-  CHECK(std::abs(single.losses[19] - mesh.losses[19]) <= 3e-3 * single.losses[19]);
-  CHECK(mesh.losses[19] < mesh.losses[0] - 0.1);  // it learns
+  for (const std::string sharding : {"none", "full"}) {
+    auto mesh = test::train_tiny_gpt(
+        "", k2d + cfg + bf16 + kTp2 + " --set train.batch_size=8 --set dist.sharding=" + sharding, dir / sharding);
+    require_trained(mesh, 20, 4);
+    double worst = 0;
+    for (size_t i = 0; i < 20; ++i) worst = std::max(worst, std::abs(single.losses[i] - mesh.losses[i]) / single.losses[i]);
+    WARN("bf16, sharding " << sharding << ": relative loss difference "
+                           << std::abs(single.losses[19] - mesh.losses[19]) / single.losses[19] << " at step 20, largest "
+                           << worst << " over the 20 steps");
+    CHECK(std::abs(single.losses[19] - mesh.losses[19]) <= 3e-3 * single.losses[19]);
+    CHECK(mesh.losses[19] < mesh.losses[0] - 0.1);  // it learns
+  }
 }
 
 }  // namespace tp2d

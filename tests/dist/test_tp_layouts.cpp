@@ -73,14 +73,14 @@ TEST_CASE("a (dp 2, tp 2, full) checkpoint resumes at tp 4, at dp 4 fully sharde
   }
 }
 
-// Save at layout A, load at layout B, save at B: B's file holds A's tensors bit for bit, for every
-// pair of five layouts. A resumed run saves only after a step, so B takes one step at lr 0: AdamW
-// then leaves every weight as it is, exactly (p * (1 - 0 * wd) and p - 0 * m / (sqrt(v) + eps)), and
-// what B writes is what it loaded, sliced over its mesh and gathered again. (The optimizer moments do
-// move in that step; their layout is checked by the losses of every resume.) The vocabulary of 30
-// pads to 32 at tp 4 and stays 30 at tp 2: the padding must never reach a file.
-TEST_CASE("save at layout A, load at layout B, save at B: the model tensors bit for bit for every pair of one "
-          "process, tp 2, dp 2 x tp 2 full, tp 4 and dp 4 full",
+// Save at layout A, load at layout B, save at B: B's checkpoint holds A's global tensors bit for bit,
+// the weights and AdamW's moments and step counts, for every pair of five layouts. B saves before its
+// first step: TRAINER_INJECT_SIGNAL=3 stops it at the boundary it resumed at, and a run resumed from
+// another run's folder saves that state into its own (the save a preemption there makes). So what B
+// writes is what it loaded, sliced over its mesh (and its dp shards) and gathered again. The
+// vocabulary of 30 pads to 32 at tp 4 and stays 30 at tp 2: the padding must never reach a file.
+TEST_CASE("save at layout A, load at layout B, save at B: the weights and optimizer state bit for bit for every "
+          "pair of one process, tp 2, dp 2 x tp 2 full, tp 4 and dp 4 full",
           "[dist][e2e][tp]") {
   if (test::is_worker()) return;
   auto dir = test::scratch_dir("tp_layouts_pairs");
@@ -111,11 +111,15 @@ TEST_CASE("save at layout A, load at layout B, save at B: the model tensors bit 
       const auto from = ckpt(dir / fmt::format("a{}", a), 3);
       const auto out = dir / fmt::format("b{}{}", a, b);
       const std::string what = layouts[a].name + " -> " + layouts[b].name;
-      auto r = test::run_trainer(layouts[b].command + " --set train.max_steps=4 --set optim.lr=0 --resume " +
-                                 from.string() + " --out-dir " + out.string());
+      auto r = test::run_trainer(layouts[b].command + " --set train.max_steps=6 --resume " + from.string() +
+                                     " --out-dir " + out.string(),
+                                 "TRAINER_INJECT_SIGNAL=3");
       INFO(what << "\n" << r.output);
-      REQUIRE(r.exit_code == 0);
-      check_identical_tensors(from, ckpt(out, 4), what);
+      REQUIRE(r.exit_code == 75);
+      CHECK(r.output.find("saving the state it resumed from another folder into this run's, at step 3") !=
+            std::string::npos);
+      check_identical_tensors(from, ckpt(out, 3), what);
+      check_identical_optimizer_state(from, ckpt(out, 3), what);
     }
 }
 

@@ -13,6 +13,8 @@
 #include <string>
 
 #include "ckpt/ckpt_runs.hpp"
+#include "engine/parallel/sharded_checkpoint.hpp"
+#include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor_parts.hpp"
 #include "train_runs.hpp"
@@ -112,10 +114,17 @@ inline void check_same_grad_norms(const std::filesystem::path& ref, const std::f
 // bound is 1e-3: what it checks is the layout (names, shapes, where each slice and piece lands; the
 // losses check the arithmetic at 1e-6), and a misplaced slice differs by the weights' own size.
 // `group` of the checkpoint folders `a` and `b`: one file, or a tensor-parallel run's parts assembled.
+// One group's global tensors, whatever the layout wrote (the optimizer state: in the replicated
+// layout, assembled from shards or part shards as a resume does).
+inline std::map<std::string, torch::Tensor> group_tensors(const std::filesystem::path& dir, const std::string& group) {
+  const auto all = group == "optimizer" ? engine::full_optimizer_state(io::load_checkpoint(dir), dir)
+                                        : io::load_checkpoint_group(dir, group).tensors;
+  return std::map<std::string, torch::Tensor>(all.begin(), all.end());
+}
+
 inline void check_same_tensors(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& group,
                                double rel) {
-  auto fa = io::load_checkpoint_group(a, group), fb = io::load_checkpoint_group(b, group);
-  std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
+  const auto ta = group_tensors(a, group), tb = group_tensors(b, group);
   std::set<std::string> na, nb;
   for (const auto& [k, v] : ta) na.insert(k);
   for (const auto& [k, v] : tb) nb.insert(k);
@@ -144,6 +153,22 @@ inline void check_identical_tensors(const std::filesystem::path& a, const std::f
   auto fa = io::load_checkpoint_group(a, "model"), fb = io::load_checkpoint_group(b, "model");
   std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
   INFO(what);
+  REQUIRE(ta.size() == tb.size());
+  for (const auto& [name, t] : ta) {
+    INFO(name);
+    REQUIRE(tb.count(name) == 1);
+    REQUIRE(t.sizes() == tb.at(name).sizes());
+    CHECK(torch::equal(t, tb.at(name)));
+  }
+}
+
+// The optimizer state of two checkpoints in the replicated layout (whatever shards or parts each was
+// written in), bit for bit.
+inline void check_identical_optimizer_state(const std::filesystem::path& a, const std::filesystem::path& b,
+                                            const std::string& what) {
+  const auto ta = group_tensors(a, "optimizer"), tb = group_tensors(b, "optimizer");
+  INFO(what << ": optimizer state");
+  REQUIRE(!ta.empty());
   REQUIRE(ta.size() == tb.size());
   for (const auto& [name, t] : ta) {
     INFO(name);

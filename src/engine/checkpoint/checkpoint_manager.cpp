@@ -88,6 +88,9 @@ std::optional<Resumed> CheckpointManager::resume(const ResumeOptions& how) {
                                "); every rank's log lists what it rejected and why");
   }
   if (r && store_) store_->mark_verified(r->pos.step);
+  // (--resume PATH of another run's folder: this run's folder does not hold the start yet)
+  namespace fs = std::filesystem;
+  start_elsewhere_ = r && fs::weakly_canonical(r->from).parent_path() != fs::weakly_canonical(dir_);
   return r;
 }
 
@@ -148,33 +151,43 @@ std::string CheckpointManager::stage_shards(int64_t step, std::map<std::string, 
 std::string CheckpointManager::stage_tp_parts(int64_t step, const TpParts& parts,
                                               std::map<std::string, std::filesystem::path>& staged) {
   std::string what;
+  auto write = [&](const std::string& name, const io::NamedTensors& tensors, std::map<std::string, std::string> meta) {
+    const auto file = io::staged_shard_path(dir_, step, name);
+    meta["checkpoint_group"] = name;
+    meta["step"] = std::to_string(step);
+    try {
+      io::save_safetensors(file.string(), tensors, meta);
+    } catch (const std::exception& e) {
+      what = "rank " + std::to_string(env_.rank) + " could not write its part " + file.string() + ": " + e.what();
+    }
+  };
   const bool stages = parts.writes && parts.part > 0;  // part 0 is rank 0's: written into the folder itself
   if (stages)
     for (const auto& [group, part] : parts.groups) {
-      const auto name = io::part_group_name(group, parts.part, parts.parts);
-      const auto file = io::staged_shard_path(dir_, step, name);
-      try {
-        io::save_safetensors(file.string(), part.tensors,
-                             {{"checkpoint_group", name}, {"step", std::to_string(step)},
-                              {io::kRangesKey, io::encode_ranges(part.ranges)}});
-      } catch (const std::exception& e) {
-        what = "rank " + std::to_string(env_.rank) + " could not write its part " + file.string() + ": " + e.what();
-        break;
-      }
+      write(io::part_group_name(group, parts.part, parts.parts), part.tensors,
+            {{io::kRangesKey, io::encode_ranges(part.ranges)}});
+      if (!what.empty()) break;
     }
-  // the writers' pids name the staged files (a store removes those of dead writers); -1: writes none
+  if (parts.shard && what.empty()) write(parts.shard->group, parts.shard->tensors, parts.shard->metadata);
+  // the writers' pids name the staged files (a store removes those of dead writers); -1: writes no
+  // model part; the part shard's dp rank (-1: none)
+  const int64_t shard_rank = parts.shard ? checkpoint_part(objs_).shard_of().first : -1;
   auto mine = torch::tensor({static_cast<int64_t>(::getpid()), what.empty() ? int64_t{0} : int64_t{1},
-                             stages ? parts.part : int64_t{-1}},
+                             stages ? parts.part : int64_t{-1}, parts.part, shard_rank},
                             torch::kInt64);
   auto all = dist_->all_gather(mine.to(dist_->device()), "tensor-parallel part staging").cpu();
   for (int64_t r = 0; r < env_.world_size; ++r) {
     if (all[r][1].item<int64_t>() != 0 && what.empty())
       what = "rank " + std::to_string(r) + " could not write its tensor-parallel part (its log says why)";
-    const int64_t k = all[r][2].item<int64_t>();
-    if (k <= 0) continue;
-    for (const auto& [group, part] : parts.groups) {
-      const auto name = io::part_group_name(group, k, parts.parts);
-      staged[name] = io::staged_shard_path(dir_, step, name, all[r][0].item<int64_t>());
+    const int64_t pid = all[r][0].item<int64_t>(), k = all[r][2].item<int64_t>(), shard = all[r][4].item<int64_t>();
+    if (k > 0)
+      for (const auto& [group, part] : parts.groups) {
+        const auto name = io::part_group_name(group, k, parts.parts);
+        staged[name] = io::staged_shard_path(dir_, step, name, pid);
+      }
+    if (shard >= 0) {
+      const auto name = part_shard_group_name(all[r][3].item<int64_t>(), parts.parts, shard, parts.shard_world);
+      staged[name] = io::staged_shard_path(dir_, step, name, pid);
     }
   }
   return what;
@@ -224,11 +237,13 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
     std::error_code ec;
     std::filesystem::remove(io::staged_shard_path(dir_, step, checkpoint_part(objs_).shard_group()), ec);
   }
-  if (parts && parts->part > 0 && failure != 0)  // so is a staged part
-    for (const auto& [group, part] : parts->groups) {
-      std::error_code ec;
-      std::filesystem::remove(io::staged_shard_path(dir_, step, io::part_group_name(group, parts->part, parts->parts)), ec);
-    }
+  if (parts && failure != 0) {  // so is a staged part, and a part shard
+    std::error_code ec;
+    if (parts->part > 0)
+      for (const auto& [group, part] : parts->groups)
+        std::filesystem::remove(io::staged_shard_path(dir_, step, io::part_group_name(group, parts->part, parts->parts)), ec);
+    if (parts->shard) std::filesystem::remove(io::staged_shard_path(dir_, step, parts->shard->group), ec);
+  }
   if (failure == 2) throw std::runtime_error(what);
   if (failure == 0) {
     failed_in_row_ = 0;
@@ -312,9 +327,14 @@ int64_t CheckpointManager::roll_back(int64_t step) {
 
 int CheckpointManager::stop_for_signal(int64_t step, int64_t start_step) {
   const std::string sig = stop_signal_name().empty() ? "a stop signal" : stop_signal_name();
-  if (step == start_step) {
+  if (step == start_step && !start_elsewhere_) {
     spdlog::warn("{} received during start-up, before step {}: nothing new to save; exiting with code {} "
                  "(requeue me)", sig, step + 1, kExitSavedAfterSignal);
+  } else if (step == start_step) {
+    spdlog::warn("{} received during start-up, before step {}: saving the state it resumed from another folder "
+                 "into this run's, at step {}, and exiting with code {} (requeue me)",
+                 sig, step + 1, step, kExitSavedAfterSignal);
+    save(step, SaveKind::Signal);
   } else {
     spdlog::warn("{} received: saving a checkpoint at step {} and exiting with code {} (requeue me)", sig, step,
                  kExitSavedAfterSignal);

@@ -66,8 +66,9 @@ class CheckpointManager {
   int64_t roll_back(int64_t step);
 
   // A stop signal: one checkpoint at this step boundary (every rank, then a barrier), requeue when
-  // asked, and the exit code 75 (a stop before the first step, `step == start_step`, has nothing new
-  // to save: the run resumes where it stands). A save that fails throws (exit 74) instead.
+  // asked, and the exit code 75. A stop before the first step (`step == start_step`) has nothing new
+  // to save, the run resumes where it stands, unless it resumed from another run's folder: then its
+  // own folder gets that state, saved at this run's layout. A save that fails throws (exit 74) instead.
   int stop_for_signal(int64_t step, int64_t start_step);
 
   // A data file changed under the run (data.on_change error, or a reload that failed), agreed by
@@ -105,6 +106,7 @@ class CheckpointManager {
   std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
   int64_t failed_in_row_ = 0;
   int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;
+  bool start_elsewhere_ = false;  // resumed from a checkpoint outside dir_ (--resume PATH)
 };
 
 }  // namespace trainer::engine

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <set>
+
 #include "config/load.hpp"
 #include "engine/optim/tp_state.hpp"
 #include "io/tensor_parts.hpp"
@@ -33,15 +35,24 @@ std::optional<TpParts> tp_parts(const RunObjects& objs) {
   };
   io::NamedTensors live;
   for (auto& [name, t] : io::named_state(objs.model)) live.emplace_back(name, t.detach());
-  // whole (TP-local) tensors; sharded over dp: gathered over it first (a collective of every rank)
-  auto opt = cp.whole_optimizer_state(objs.optimizer, objs.model);
-  if (!p.writes) return p;
   auto on_cpu = [](LocalPart part) {
     for (auto& [name, t] : part.tensors) t = t.to(torch::kCPU);
     return part;
   };
+  if (cp.sharded_state()) {  // every rank: its pieces of the parameters its part holds, where they sit
+    io::NamedTensors params;
+    for (const auto& item : objs.model.named_parameters(/*recurse=*/true)) params.emplace_back(item.key(), item.value());
+    const auto held = local_part(objs.model, own(params), whole);
+    std::set<std::string> names;
+    for (const auto& [name, t] : held.tensors) names.insert(name);
+    p.shard = part_shard(cp, objs.optimizer, objs.model, p.part, p.parts, names, held.ranges, whole);
+    p.shard_world = cp.shard_of().second;
+  }
+  // not sharded over dp: the whole (TP-local) tensors (a collective of every rank)
+  const auto opt = p.shard ? io::NamedTensors{} : cp.whole_optimizer_state(objs.optimizer, objs.model);
+  if (!p.writes) return p;
   p.groups["model"] = on_cpu(local_part(objs.model, own(live), whole));
-  p.groups["optimizer"] = on_cpu(local_part(objs.model, own(opt), whole));
+  if (!p.shard) p.groups["optimizer"] = on_cpu(local_part(objs.model, own(opt), whole));
   if (objs.ema) {  // the shadow holds the live model's slices under the same names: the model's specs apply
     io::NamedTensors shadow;
     for (auto& [name, t] : io::named_state(objs.ema->model())) shadow.emplace_back(name, t.detach());
@@ -62,6 +73,8 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
       groups.push_back(group);
     }
     c.state[io::kStateTensorParts] = {{"parts", parts->parts}, {"groups", groups}};
+    if (parts->shard)  // every rank staged its part shard (checkpoint_manager.cpp)
+      c.state["optimizer_part_shards"] = {{"parts", parts->parts}, {"world_size", parts->shard_world}};
   } else {
     io::NamedTensors model_state;
     for (auto& [name, t] : io::named_state(objs.model)) model_state.emplace_back(name, t.detach().to(torch::kCPU));

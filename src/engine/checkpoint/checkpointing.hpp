@@ -17,6 +17,7 @@
 #include "config/config.hpp"
 #include "data/loader.hpp"
 #include "engine/parallel/data_parallel.hpp"
+#include "engine/parallel/sharded_checkpoint.hpp"
 #include "engine/eval/early_stopping.hpp"
 #include "engine/step/ema.hpp"
 #include "engine/optim/loss_scaler.hpp"
@@ -51,14 +52,17 @@ inline const CheckpointPart& checkpoint_part(const RunObjects& objs) {
 // Tensor parallel (engine/optim/tp_state.hpp, io/tensor_parts.hpp): a checkpoint in parts, one per tp
 // rank of dp rank 0's tp group, each its rank's slices of the model, the optimizer state and the EMA
 // under their global names with their ranges (the replicated tensors in part 0). No tp collective; an
-// optimizer state sharded over dp is gathered over dp first (the strategy part's
-// whole_optimizer_state: a collective of every rank). Pipeline parallel: a part per (pp, tp) rank of
+// optimizer state sharded over dp is not gathered: every rank writes its pieces of its part (`shard`,
+// sharded_checkpoint.hpp). Pipeline parallel: a part per (pp, tp) rank of
 // dp rank 0, each holding its stages' tensors (CheckpointPart::owns; a stage's replicated tensors in
 // its tp rank 0's part). nullopt when no parameter is sharded and P = 1.
 struct TpParts {
   int64_t part = 0, parts = 1;  // pp rank x T + tp rank, and P x T
   bool writes = false;          // of dp rank 0's tp group: its part goes into the checkpoint
-  std::map<std::string, LocalPart> groups;  // "model", "optimizer", "ema"
+  std::map<std::string, LocalPart> groups;  // "model", "optimizer" (not sharded over dp), "ema"
+  // Sharded over dp: every rank's pieces of its part's optimizer state (sharded_checkpoint.hpp)
+  std::optional<PartShard> shard;
+  int64_t shard_world = 1;      // the dp ranks the shards are over
 };
 std::optional<TpParts> tp_parts(const RunObjects& objs);
 

@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 
 namespace trainer::engine {
 namespace {
@@ -89,6 +91,22 @@ std::string stop_signal_name() {
 void clear_stop_request() {
   g_signal.store(0);
   g_sigint_count.store(0);
+}
+
+void inject_stop_signal(int64_t step) {
+  static const int64_t at = [] {
+    const char* v = std::getenv("TRAINER_INJECT_SIGNAL");
+    if (!v || !*v) return int64_t{-1};
+    char* end = nullptr;
+    const long long n = std::strtoll(v, &end, 10);
+    if (*end != '\0' || n < 0)
+      throw std::invalid_argument(std::string("TRAINER_INJECT_SIGNAL: '") + v + "' is not a step number (0, 1, ...)");
+    return static_cast<int64_t>(n);
+  }();
+  static bool raised = false;
+  if (raised || step != at) return;
+  raised = true;
+  ::raise(SIGTERM);  // the handler sets the flag the step boundary polls
 }
 
 }  // namespace trainer::engine

@@ -7,6 +7,7 @@
 // means "now": the process exits at once with 130 (128 + SIGINT), without saving.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace trainer::engine {
@@ -26,5 +27,11 @@ bool stop_requested();
 int stop_signal();                // the first signal received (SIGTERM, ...), 0 when none
 std::string stop_signal_name();   // "SIGTERM" | "SIGUSR1" | "SIGINT" | "SIGHUP" | "" when none
 void clear_stop_request();        // forget a received signal (tests; after a handled stop)
+
+// TRAINER_INJECT_SIGNAL=STEP (fault injection for tests and drills): at the step boundary before step
+// STEP + 1 this process raises SIGTERM at itself, once, as a preemption arriving there would (every
+// rank of a launched job reads the same variable). STEP may be the step a run resumes at. Throws
+// std::invalid_argument naming the variable when its value is not a step number.
+void inject_stop_signal(int64_t step);
 
 }  // namespace trainer::engine

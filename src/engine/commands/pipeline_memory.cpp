@@ -117,6 +117,17 @@ PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_si
         rm.untrained += param_bytes(p.value());
       }
     rm.plan = strategy_memory_plan(c.dist, dp_size, model, c.optim);
+    if (c.dist.sharding == config::Sharding::Full) {
+      // a pipeline holds its stages' units gathered for the whole schedule (step_runner.cpp), and
+      // their gradients whole until the schedule's end: not one unit at a time
+      int64_t whole = 0;
+      for (const auto& p : model.parameters()) whole += p.requires_grad() ? param_bytes(p) : 0;
+      rm.plan.fixed.gathered = rm.plan.fixed.gradients = whole;
+      for (auto& row : rm.plan.rows) {
+        if (row.label.rfind("gathered units", 0) == 0) row = {"gathered units (all, for the schedule)", whole};
+        if (row.label.rfind("gradients", 0) == 0) row.bytes = whole;
+      }
+    }
     for (auto& p : frozen) p.set_requires_grad(true);
     m.ranks.push_back(std::move(rm));
   }

@@ -153,8 +153,18 @@ pid_t start_point(const SweepArgs& a, const Point& p, const fs::path& log) {
   const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error("sweep: cannot open " + log.string() + ": " + std::strerror(errno));
   const pid_t parent = ::getpid();
+  // blocked across fork (as trainer launch does): a signal forwarded before the child set its mask
+  // stays pending in it instead of running this process's handler there or killing it
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  for (int s : kStopSignals) sigaddset(&stops, s);
+  ::pthread_sigmask(SIG_BLOCK, &stops, &before);
   const pid_t pid = ::fork();
-  if (pid < 0) throw std::runtime_error("sweep: fork(): " + std::string(std::strerror(errno)));
+  if (pid > 0 || pid < 0) {
+    const int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (pid < 0) throw std::runtime_error("sweep: fork(): " + std::string(std::strerror(fork_errno)));
+  }
   if (pid == 0) {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // no orphan runs when the sweep is killed
     if (::getppid() != parent) ::_exit(kExitFailure);

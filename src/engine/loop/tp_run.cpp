@@ -19,23 +19,16 @@ namespace tpl = tensor_parallel;
 
 // The checkpoint part of a tensor-parallel run: the tp ranks of dp rank 0 each write their slices in
 // the replicated layout's names (checkpointing's tp_parts, io/tensor_parts.hpp), whatever the inner
-// strategy; a sharded inner one (dp) hands over its optimizer state gathered over dp first and, on
-// restore, keeps its pieces of this rank's slices. So a checkpoint holds global names, shapes and
-// ranges, no layout of the run: it resumes at any (dp, tp, sharding).
-class TensorParallelCheckpoint final : public CheckpointPart {
+// strategy; under a sharded inner one (dp) every rank writes its optimizer pieces of its slices
+// (sharded_checkpoint.hpp's part shards) and, on restore, keeps its pieces of this rank's slices. So a
+// checkpoint holds global names, shapes and ranges, no layout of the run: it resumes at any (dp, tp,
+// sharding).
+class TensorParallelCheckpoint final : public CheckpointPartOver {
  public:
-  TensorParallelCheckpoint(const DataParallel& inner, bool dp_rank0) : inner_(inner), dp_rank0_(dp_rank0) {}
+  TensorParallelCheckpoint(const DataParallel& inner, bool dp_rank0) : CheckpointPartOver(inner), dp_rank0_(dp_rank0) {}
   bool writes_tp_part() const override { return dp_rank0_; }
-  io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
-    return inner_.checkpoint_part().whole_optimizer_state(opt, model);
-  }
-  void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
-                      const io::NamedTensors& full) const override {
-    inner_.checkpoint_part().load_optimizer(opt, model, full);
-  }
 
  private:
-  const DataParallel& inner_;
   bool dp_rank0_;
 };
 

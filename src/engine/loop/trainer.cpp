@@ -131,7 +131,11 @@ class Trainer final : public WorldParts {
     auto setup = run_eval_setup(cfg_, tp_.data_env(env()), precision_, device_, tokens_);
     setup.loader.look_at_epoch_start = !dist_->active();  // as the training loader's (make_train_loader)
     if (auto* pipe = tp_.pipeline())  // through the stages; every rank gets the last stage's output
-      setup.forward = [pipe](models::Model& m, const torch::Tensor& x) { return pipe->forward(m, x); };
+      setup.forward = [this, pipe](models::Model& m, const torch::Tensor& x) {
+        // dist.sharding full: the stages' units whole (the last stage's head reads the first unit's wte)
+        FullParams whole(parallel_.get(), /*write=*/false);
+        return pipe->forward(m, x);
+      };
     return std::make_unique<Evaluator>(val_set_, std::move(setup), dist_.get(), data_world());
   }
 
@@ -216,6 +220,7 @@ class Trainer final : public WorldParts {
   // Signals only set a flag, and a rank's look at its data files is its own: every rank acts on them
   // at the same step boundary (WorldRecovery::agree_stop). A change agreed is kept in agreed_change_.
   Next boundary_vote(int64_t step, bool log_step) {
+    inject_stop_signal(step);  // TRAINER_INJECT_SIGNAL (tests, drills): a preemption at this boundary
     const auto b = recovery_->agree_stop(step, log_step, step_is_final(step),
                                          train_loader_->check_due(recovery_->grad_accum()),
                                          [this] { return look_at_data_files(); });
@@ -369,7 +374,10 @@ class Trainer final : public WorldParts {
   // end included: engine/loop/milestones.hpp), the summary.
   int finish(int64_t step, const std::string& stop_reason) {
     milestones_.at_end(step, *ckpt_);
-    if (auto* pipe = tp_.pipeline()) pipe->check_tied(*model_);  // the tied copies took the same steps
+    if (auto* pipe = tp_.pipeline()) {  // the tied copies took the same steps
+      FullParams whole(parallel_.get(), /*write=*/false);  // dist.sharding full: the copies, whole
+      pipe->check_tied(*model_);
+    }
     dist_->barrier();
     dist_->mark_finished();
     records_->summary(step, stop_reason, record_sources(step), evaluation_->tracker(), model_->num_parameters());

@@ -20,6 +20,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -45,6 +46,8 @@ class CheckpointPart {
   virtual std::string shard_group() const { return ""; }
   virtual io::NamedTensors shard_tensors(const torch::optim::Optimizer&, const torch::nn::Module&) const { return {}; }
   virtual nlohmann::json shard_layout(const torch::nn::Module&) const { return nullptr; }
+  // Sharded: this rank's index and the number of ranks in the group the shards are over (dp).
+  virtual std::pair<int64_t, int64_t> shard_of() const { return {0, 1}; }
   // This rank's optimizer state in the replicated layout, whole tensors per parameter name (what
   // optimizer.safetensors holds): a tensor-parallel run gathers it over tp before rank 0 writes it.
   // Sharded: the pieces gathered over the dp group, a collective of it (every dp rank, the same point).

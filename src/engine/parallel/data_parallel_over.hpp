@@ -12,6 +12,35 @@
 
 namespace trainer::engine {
 
+// The checkpoint part of such a layer: the inner strategy's part (asked for at each use: a sharded
+// strategy makes its part in prepare) for everything the layer does not override.
+class CheckpointPartOver : public CheckpointPart {
+ public:
+  explicit CheckpointPartOver(const DataParallel& inner) : inner_(inner) {}
+  bool sharded_state() const override { return in().sharded_state(); }
+  std::string shard_group() const override { return in().shard_group(); }
+  io::NamedTensors shard_tensors(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
+    return in().shard_tensors(opt, model);
+  }
+  nlohmann::json shard_layout(const torch::nn::Module& model) const override { return in().shard_layout(model); }
+  std::pair<int64_t, int64_t> shard_of() const override { return in().shard_of(); }
+  io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
+    return in().whole_optimizer_state(opt, model);
+  }
+  bool writes_tp_part() const override { return in().writes_tp_part(); }
+  int64_t pipeline_rank() const override { return in().pipeline_rank(); }
+  int64_t pipeline_size() const override { return in().pipeline_size(); }
+  bool owns(const std::string& name) const override { return in().owns(name); }
+  void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                      const io::NamedTensors& full) const override {
+    in().load_optimizer(opt, model, full);
+  }
+
+ protected:
+  const CheckpointPart& in() const { return inner_.checkpoint_part(); }
+  const DataParallel& inner_;
+};
+
 class DataParallelOver : public DataParallel {
  public:
   explicit DataParallelOver(std::unique_ptr<DataParallel> inner) : inner_(std::move(inner)) {}

@@ -296,17 +296,13 @@ namespace {
 // (a tied parameter once, by the first stage's rank), with the inner part's tp slices, as part
 // pp_rank x T + tp_rank of P x T (checkpointing's tp_parts, io/tensor_parts.hpp); restoring, every
 // rank loads the whole model (it holds it) and the optimizer state of the parameters it trains.
-class PipelineCheckpoint final : public CheckpointPart {
+class PipelineCheckpoint final : public CheckpointPartOver {
  public:
-  // `inner`'s part is asked for at each use: a sharded strategy makes it in prepare
-  PipelineCheckpoint(const DataParallel& inner, const PipelineStages::Impl& pipe) : inner_(inner), pipe_(pipe) {}
-  bool writes_tp_part() const override { return pipe_.dp_rank0 && inner_.checkpoint_part().writes_tp_part(); }
+  PipelineCheckpoint(const DataParallel& inner, const PipelineStages::Impl& pipe) : CheckpointPartOver(inner), pipe_(pipe) {}
+  bool writes_tp_part() const override { return pipe_.dp_rank0 && in().writes_tp_part(); }
   int64_t pipeline_rank() const override { return pipe_.rank; }
   int64_t pipeline_size() const override { return pipe_.plan.shape.ranks; }
   bool owns(const std::string& name) const override { return pipe_.owner_of(name) == pipe_.rank; }
-  io::NamedTensors whole_optimizer_state(const torch::optim::Optimizer& opt, const torch::nn::Module& model) const override {
-    return inner_.checkpoint_part().whole_optimizer_state(opt, model);
-  }
   void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                       const io::NamedTensors& full) const override {
     // the parameters this rank trains (keep_stages froze the others; a sharded inner strategy's
@@ -319,11 +315,10 @@ class PipelineCheckpoint final : public CheckpointPart {
       const auto dot = name.rfind('.');
       if (dot != std::string::npos && mine.count(name.substr(0, dot))) kept.emplace_back(name, t);
     }
-    inner_.checkpoint_part().load_optimizer(opt, model, kept);
+    in().load_optimizer(opt, model, kept);
   }
 
  private:
-  const DataParallel& inner_;
   const PipelineStages::Impl& pipe_;
 };
 

@@ -79,6 +79,40 @@ nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module
   return {{"world_size", world}, {"files", files}, {"params", params}};
 }
 
+std::string part_shard_group_name(int64_t part, int64_t parts, int64_t rank, int64_t world) {
+  return io::part_group_name("optimizer", part, parts) + "-shard-" + std::to_string(rank) + "-of-" +
+         std::to_string(world);
+}
+
+namespace {
+constexpr const char* kPartLayoutKey = "shard_layout";   // a part shard's metadata
+constexpr const char* kPartRangesKey = "shard_ranges";
+constexpr const char* kPartWholeKey = "shard_whole";
+}  // namespace
+
+PartShard part_shard(const CheckpointPart& part, const torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                     int64_t k, int64_t parts, const std::set<std::string>& held,
+                     const std::map<std::string, io::PartRanges>& ranges, bool whole) {
+  const auto [rank, world] = part.shard_of();
+  PartShard s;
+  s.group = part_shard_group_name(k, parts, rank, world);
+  for (auto& [name, t] : part.shard_tensors(opt, model)) {
+    const auto dot = name.rfind('.');
+    const std::string param = name.substr(0, dot), field = name.substr(dot + 1);
+    // a step count is a whole tensor: the whole part's alone (assembly takes each once)
+    if (held.count(param) && (field != "step" || whole)) s.tensors.emplace_back(name, std::move(t));
+  }
+  nlohmann::json kept = nlohmann::json::array();
+  const auto layout = part.shard_layout(model);
+  for (const auto& e : layout.at("params"))
+    if (held.count(e.at("name").get<std::string>())) kept.push_back(e);
+  s.metadata[kPartLayoutKey] = nlohmann::json{{"params", kept}}.dump();
+  s.metadata[kPartRangesKey] = io::encode_ranges(ranges);
+  s.metadata[kPartWholeKey] = whole ? "1" : "0";
+  s.metadata["checkpoint_group"] = s.group;
+  return s;
+}
+
 namespace {
 
 // The tensor of `field` in one parameter's state, undefined when it keeps none.
@@ -189,8 +223,76 @@ torch::Tensor assemble_field(const nlohmann::json& entry, const std::string& fie
 
 }  // namespace
 
+namespace {
+
+// One part's optimizer tensors from its N shards (part_shard's files): each parameter's fields
+// assembled by the layout, the padding of a sliced one cut off, as a part io::assemble_parts takes.
+io::SafetensorsFile assemble_part_shards(const io::CheckpointContent& content, const std::filesystem::path& from,
+                                         int64_t k, int64_t parts, int64_t world) {
+  ShardMaps shards(static_cast<size_t>(world));
+  const std::map<std::string, std::string>* meta = nullptr;
+  for (int64_t r = 0; r < world; ++r) {
+    const auto name = part_shard_group_name(k, parts, r, world);
+    auto g = content.groups.find(name);
+    auto m = content.metadata.find(name);
+    if (g == content.groups.end() || m == content.metadata.end())
+      throw io::CheckpointError((from / (name + ".safetensors")).string() + ": shard missing from this checkpoint");
+    shards[static_cast<size_t>(r)] = std::map<std::string, torch::Tensor>(g->second.begin(), g->second.end());
+    if (r == 0) meta = &m->second;
+  }
+  io::SafetensorsFile f;
+  f.path = (from / (part_shard_group_name(k, parts, 0, world) + ".safetensors")).string();
+  nlohmann::json layout, ranges, field_ranges = nlohmann::json::object();
+  try {
+    layout = nlohmann::json::parse(meta->at(kPartLayoutKey));
+    ranges = nlohmann::json::parse(meta->at(kPartRangesKey));
+    const bool whole = meta->at(kPartWholeKey) == "1";
+    for (const auto& e : layout.at("params")) {
+      const auto name = e.at("name").get<std::string>();
+      const bool sliced = ranges.contains(name);
+      int64_t kept = 0;  // a sliced tensor's real rows: the padding is the tail of the last ranks'
+      if (sliced)
+        for (const auto& be : ranges.at(name).at("ranges")) kept += be.at(1).get<int64_t>() - be.at(0).get<int64_t>();
+      for (const std::string field : all_optim_state_names()) {
+        if (field == "step") continue;
+        auto t = assemble_field(e, field, shards, from);
+        if (!t.defined()) continue;
+        if (sliced) {
+          t = t.narrow(ranges.at(name).at("dim").get<int64_t>(), 0, kept).contiguous();
+          field_ranges[name + "." + field] = ranges.at(name);
+        }
+        f.tensors.emplace_back(name + "." + field, t);
+      }
+      if (!whole) continue;
+      for (const auto& shard : shards)  // AdamW's step count, the same in every piece
+        if (auto t = shard.find(name + ".step"); t != shard.end()) {
+          f.tensors.emplace_back(name + ".step", t->second.clone());
+          break;
+        }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    throw io::CheckpointError(f.path + ": malformed shard metadata: " + e.what());
+  } catch (const std::out_of_range&) {
+    throw io::CheckpointError(f.path + ": shard metadata lacks its layout, ranges or whole flag");
+  }
+  f.metadata[io::kRangesKey] = field_ranges.dump();
+  return f;
+}
+
+}  // namespace
+
 io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, const std::filesystem::path& from) {
   if (auto it = content.groups.find("optimizer"); it != content.groups.end()) return it->second;
+  if (content.state.contains("optimizer_part_shards")) {
+    const auto& d = content.state.at("optimizer_part_shards");
+    const int64_t parts = d.value("parts", int64_t{0}), world = d.value("world_size", int64_t{0});
+    if (parts < 1 || parts > (1 << 16) || world < 1 || world > (1 << 20))
+      throw io::CheckpointError((from / "state.json").string() + ": bad optimizer_part_shards (parts " +
+                                std::to_string(parts) + ", world_size " + std::to_string(world) + ")");
+    std::vector<io::SafetensorsFile> in;
+    for (int64_t k = 0; k < parts; ++k) in.push_back(assemble_part_shards(content, from, k, parts, world));
+    return io::assemble_parts(in);
+  }
   if (!content.state.contains("optimizer_shards"))
     throw io::CheckpointError(from.string() + ": no optimizer.safetensors in this checkpoint");
   const auto& layout = content.state.at("optimizer_shards");

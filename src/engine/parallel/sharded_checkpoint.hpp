@@ -7,9 +7,19 @@
 //                                            shape and strides and every rank's [begin, begin+len)
 //
 // r and N are the dp group's rank and size (ShardSync's group): the world's without tensor parallel;
-// "world_size" in state.json is that N. With tensor parallel no shard files are written: the state is
-// gathered over dp (gather_shard_optimizer), then over tp, into the global tensors rank 0 writes as
-// optimizer.safetensors (engine/loop/tp_run's checkpoint part).
+// "world_size" in state.json is that N.
+//
+// Tensor or pipeline parallel over a sharded strategy (a checkpoint in parts, io/tensor_parts.hpp):
+//
+//   optimizer-part<k>of<P>-shard-<r>-of-<N>.safetensors
+//                                            rank r's pieces of what part k holds (the tensors of its
+//                                            (pp, tp) coordinate), written by every rank in parallel;
+//                                            no rank gathers the state. Its metadata: the pieces'
+//                                            layout (shard_layout's "params", of the rank's local
+//                                            tensors, padding included), where the sliced ones sit
+//                                            in their global tensors (ranges, by parameter) and
+//                                            whether the part holds the whole (replicated) tensors
+//   state.json "optimizer_part_shards"       {"parts": P, "world_size": N}
 //
 // The store's manifest holds each shard file's sha256 and size, so a missing or corrupt shard is
 // refused naming the file. Loading always goes through the replicated layout (whole tensors per
@@ -20,12 +30,15 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include "dist/shard_sync.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "io/checkpoint.hpp"
+#include "io/tensor_parts.hpp"
 
 namespace trainer::engine {
 
@@ -38,8 +51,23 @@ io::NamedTensors shard_optimizer_tensors(const dist::ShardSync& sync, const torc
 // The "optimizer_shards" document: computed from the layout, the same on every rank.
 nlohmann::json shard_layout(const dist::ShardSync& sync, const torch::nn::Module& model);
 
+// Part k of P's shard of this rank (the shards' rank and size: `part.shard_of()`): its pieces of the
+// parameters in `held` (by name), `ranges` saying where the sliced ones sit in their global tensors
+// (local_part's, engine/optim/tp_state.hpp); `whole`: the part holds the replicated tensors, and so
+// AdamW's step counts. No collective.
+struct PartShard {
+  std::string group;  // optimizer-part<k>of<P>-shard-<r>-of-<N>
+  io::NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+};
+std::string part_shard_group_name(int64_t part, int64_t parts, int64_t rank, int64_t world);
+PartShard part_shard(const CheckpointPart& part, const torch::optim::Optimizer& opt, const torch::nn::Module& model,
+                     int64_t k, int64_t parts, const std::set<std::string>& held,
+                     const std::map<std::string, io::PartRanges>& ranges, bool whole);
+
 // The optimizer state of `content` in the replicated layout: its optimizer group, or its shards
-// assembled by their layout. Throws io::CheckpointError naming the file that lacks a piece.
+// assembled by their layout (and a checkpoint in parts' shards by theirs, then by their ranges).
+// Throws io::CheckpointError naming the file that lacks a piece.
 io::NamedTensors full_optimizer_state(const io::CheckpointContent& content, const std::filesystem::path& from);
 
 // This rank's whole parameters' optimizer state in the replicated layout ("<param>.<field>" in the
@@ -67,6 +95,7 @@ class ShardedCheckpoint final : public CheckpointPart {
   nlohmann::json shard_layout(const torch::nn::Module& model) const override {
     return engine::shard_layout(sync_, model);
   }
+  std::pair<int64_t, int64_t> shard_of() const override { return {rank_, world_}; }
   void load_optimizer(torch::optim::Optimizer& opt, const torch::nn::Module& model,
                       const io::NamedTensors& full) const override {
     load_shard_optimizer(sync_, opt, model, full);

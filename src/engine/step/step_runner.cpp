@@ -240,11 +240,17 @@ PipelineStages::StepLoss StepRunner::pipeline_forward_backward(int64_t step, Int
   const auto input = accum == 1 ? inputs.front() : torch::cat(inputs), target = accum == 1 ? targets.front() : torch::cat(targets);
   parts_.parallel.before_backward(false);  // no bucket launches inside the stages' backwards
   RECORD_USER_SCOPE("trainer::pipeline_forward_backward");
-  auto out = parts_.pipeline->forward_backward(
-      parts_.model, input, target, accum, set_.precision, set_.device,
-      [this](const torch::Tensor& logits, const torch::Tensor& t) {
-        return models_loss(parts_.model, logits, t, set_.label_smoothing);
-      });
+  PipelineStages::StepLoss out;
+  {
+    // dist.sharding full: this rank's units gathered once for the whole schedule, not per microbatch
+    // (torchtitan keeps FSDP's parameters unsharded between a pipeline's microbatches too); the
+    // gradients stay whole in .grad until after_backward's tied sum, then reduce-scatter
+    FullParams whole(&parts_.parallel, /*write=*/false);
+    out = parts_.pipeline->forward_backward(parts_.model, input, target, accum, set_.precision, set_.device,
+                                            [this](const torch::Tensor& logits, const torch::Tensor& t) {
+                                              return models_loss(parts_.model, logits, t, set_.label_smoothing);
+                                            });
+  }
   parts_.parallel.before_backward(true);  // after_backward syncs every bucket now
   times.compute_ms += ms_since(t1);
   return out;
