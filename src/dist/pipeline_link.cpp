@@ -63,6 +63,16 @@ torch::Tensor GroupPeerLink::recv(int64_t peer, const Action& what) {
   return body;
 }
 
+void GroupPeerLink::rethrow_with(const std::string& context) const {
+  try {
+    throw;
+  } catch (const DistError& e) {
+    throw DistError(context + e.what());
+  } catch (const std::exception& e) {
+    throw std::runtime_error(context + e.what());
+  }
+}
+
 void GroupPeerLink::flush() {
   for (auto& [op, keep] : pending_) op->wait();
   pending_.clear();

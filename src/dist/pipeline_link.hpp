@@ -25,6 +25,8 @@ class GroupPeerLink final : public pipeline::PeerLink {
   void send(const torch::Tensor& t, int64_t peer, const pipeline::Action& what) override;
   torch::Tensor recv(int64_t peer, const pipeline::Action& what) override;
   void flush() override;
+  // a DistError (a send or receive that failed or timed out, a collective inside a stage) stays one
+  [[noreturn]] void rethrow_with(const std::string& context) const override;
 
  private:
   Group& group_;

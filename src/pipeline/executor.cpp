@@ -96,6 +96,14 @@ void Executor::weight_half(const Action& a) {
   saved_.erase(it);
 }
 
+void PeerLink::rethrow_with(const std::string& context) const {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    throw std::runtime_error(context + e.what());
+  }
+}
+
 StepResult Executor::run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input,
                          const std::function<void()>& after_action) {
   StepResult out;
@@ -114,9 +122,9 @@ StepResult Executor::run(const std::vector<Action>& actions, const std::function
       }
     } catch (const PipelineStuck&) {
       throw;  // it names the rank and the action already
-    } catch (const std::exception& e) {
-      throw std::runtime_error("pipeline rank " + std::to_string(rank_) + ", action " + std::to_string(i) + " (" +
-                               describe(a) + "): " + e.what());
+    } catch (const std::exception&) {
+      link_.rethrow_with("pipeline rank " + std::to_string(rank_) + ", action " + std::to_string(i) + " (" +
+                         describe(a) + "): ");
     }
     if (after_action) after_action();
   }

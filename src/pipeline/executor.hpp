@@ -37,6 +37,10 @@ class PeerLink {
   // another message is an error naming both. PipelineStuck when it waits longer than its timeout.
   virtual torch::Tensor recv(int64_t peer, const Action& what) = 0;
   virtual void flush() = 0;  // every send posted so far has completed
+  // Called inside a catch block: the error being handled, rethrown with `context` before its text,
+  // as its own kind where the link knows the kind (dist's communicator errors stay dist::DistError,
+  // which the run's handlers of lost peers catch); by default a std::runtime_error.
+  [[noreturn]] virtual void rethrow_with(const std::string& context) const;
 };
 
 // A rank waited too long: names the rank, the action (stage, microbatch, peer) it waited at.

@@ -23,6 +23,7 @@ TEST_CASE("worker: pipeline over Gloo", "[.worker]") {
   auto ctx = dist::DistContext::create(dist::detect_launch_env(), cfg, torch::Device(torch::kCPU), "pipeline-link");
   const int64_t P = ctx->world_size(), rank = ctx->rank();
   const bool broken = std::getenv("TRAINER_PP_BROKEN") != nullptr;
+  if (std::getenv("TRAINER_PP_DEAD") && rank == 0) std::_Exit(0);  // a lost first stage: its peers' receives fail
   const Mlp init(21);
   std::ofstream report(std::filesystem::path(std::getenv("TRAINER_TEST_DIR")) / ("rank" + std::to_string(rank) + ".txt"));
   using pipeline::Schedule;
@@ -41,6 +42,10 @@ TEST_CASE("worker: pipeline over Gloo", "[.worker]") {
     pipeline::StepResult got;
     try {
       got = ex.run(prog[static_cast<size_t>(rank)], batch);
+    } catch (const dist::DistError& e) {  // the communicator's error keeps its kind through the executor
+      report << "DistError: " << e.what() << "\n";
+      report.flush();
+      std::_Exit(3);
     } catch (const std::exception& e) {
       report << "error: " << e.what() << "\n";
       report.flush();
@@ -84,4 +89,17 @@ TEST_CASE("pipeline over Gloo: a receive out of step with the peer's sends names
                        Contains("(recv_act s1 m1 from rank 0): pipeline: at recv_act s1 m1 from rank 0 the next message "
                                 "from rank 0 is the activation for stage 1 microbatch 0, not the activation for stage 1 "
                                 "microbatch 1"));
+  CHECK_THAT(text, Contains("error: pipeline rank 1"));  // a mismatch is no communicator failure
+}
+
+TEST_CASE("pipeline over Gloo: a lost peer's failed receive reaches the run as the communicator's DistError, naming "
+          "the action",
+          "[dist][pipeline]") {
+  if (test::is_worker()) return;
+  auto procs = test::run_ranks("worker: pipeline over Gloo", 3, "pipeline_link_dead", 300, {{"TRAINER_PP_DEAD", "1"}});
+  REQUIRE(procs[0].exit_code == 0);
+  INFO("rank 1:\n" << procs[1].output());
+  REQUIRE(procs[1].exit_code == 3);
+  const auto text = test::read_file(procs[1].log.parent_path() / "rank1.txt");
+  CHECK_THAT(text, Contains("DistError: pipeline rank 1, action 0 (recv_act s1 m0 from rank 0): "));
 }

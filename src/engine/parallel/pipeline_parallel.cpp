@@ -34,6 +34,7 @@ class TimedLink final : public pipeline::PeerLink {
     return t;
   }
   void flush() override { inner_.flush(); }
+  [[noreturn]] void rethrow_with(const std::string& context) const override { inner_.rethrow_with(context); }
 
  private:
   pipeline::PeerLink& inner_;
