@@ -11,6 +11,7 @@
 #include "ckpt/hardening_util.hpp"
 #include "skip.hpp"
 #include "slurm_cluster.hpp"
+#include "train_runs.hpp"
 
 using namespace trainer;
 namespace fs = std::filesystem;
@@ -51,6 +52,47 @@ TEST_CASE("slurm.sbatch: USR1 saves a checkpoint, exits 75, requeues, resumes an
   REQUIRE(summary.size() == 1);
   CHECK(summary[0].at("attempts") == 2);
   CHECK(summary[0].at("steps") == 3000);
+}
+
+// Pipeline and 3-D through the batch script: 4 tasks (srun, ranks from SLURM_PROCID; --overcommit:
+// the test cluster has as many CPUs as the machine) at pp 2 x tp 2 log one process's losses.
+TEST_CASE("slurm.sbatch: pp 2 x tp 2 over 4 tasks logs one process's losses", "[dist][e2e][slurm][pp]") {
+  auto dir = test::scratch_dir("slurm_pp");
+  std::string why;
+  auto cluster = test::SlurmCluster::start(dir / "cluster", &why);
+  if (!cluster) TRAINER_SKIP(why);
+  auto cfg = test::write_tiny_gpt_config(dir);
+  const std::string steps = " --set train.max_steps=10 --set model.n_head=4";
+  auto single = test::train_tiny_gpt("", "run " + cfg.string() + steps, dir / "single");
+  INFO(single.output);
+  REQUIRE(single.exit_code == 0);
+  REQUIRE(single.losses.size() == 10);
+  const auto job_dir = dir / "job";
+  fs::create_directories(job_dir);
+  auto sub = cluster->run("cd " + job_dir.string() + " && TRAINER=" + TRAINER_BIN +
+                          " OMP_NUM_THREADS=1 sbatch --parsable --nodes=1 --ntasks=4 --overcommit " +
+                          test::source_path("scripts/launch/slurm.sbatch") + " " + cfg.string() + steps +
+                          " --set dist.pipeline_parallel=2 --set dist.tensor_parallel=2 --out-dir " +
+                          (job_dir / "runs").string());
+  INFO(sub.output);
+  REQUIRE(sub.exit_code == 0);
+  const std::string id = sub.output.substr(0, sub.output.find_first_of(";\n"));
+  REQUIRE(test::wait_for([&] {
+    const auto state = cluster->job_field(id, "JobState");
+    return state == "COMPLETED" || state == "FAILED" || state == "CANCELLED" || state == "TIMEOUT";
+  }, 300));
+  const auto out = test::read_file(job_dir / ("trainer-" + id + ".out"));
+  INFO(out);
+  REQUIRE(cluster->job_field(id, "JobState") == "COMPLETED");
+  CHECK(out.find("pipeline parallel 2") != std::string::npos);
+  test::TrainRun pp;
+  test::read_metrics(job_dir / "runs" / "tiny", pp);
+  REQUIRE(pp.losses.size() == 10);
+  CHECK(pp.world_size == 4);
+  for (size_t i = 0; i < 10; ++i) {
+    INFO("step " << i + 1 << ": " << single.losses[i] << " vs " << pp.losses[i]);
+    CHECK(std::abs(single.losses[i] - pp.losses[i]) <= 1e-6 * single.losses[i]);
+  }
 }
 
 TEST_CASE("slurm.sbatch without a trainer binary says how to give one", "[e2e][slurm]") {
