@@ -87,9 +87,6 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
     err("dist.pipeline.microbatches", std::to_string(p.microbatches) + " does not divide train.batch_size " +
                                           std::to_string(c.train.batch_size) +
                                           " (each microbatch is an equal share of the batch)");
-  if (c.train.batch_size == 0)
-    err("train.batch_size", "auto does not pick a micro-batch for pipeline stages yet; give a number with " + ps +
-                                " (`trainer check --memory` prints each rank's footprint under the schedule)");
   if (c.dist.recovery == Recovery::InProcess)
     err("dist.recovery", "in_process with " + ps + " is not supported (a regroup does not rebuild the mesh's "
                          "groups); use restart");

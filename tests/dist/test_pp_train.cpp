@@ -7,7 +7,12 @@
 // and in one process, and exports the full model.
 #include <catch2/catch.hpp>
 
+#include <regex>
+
+#include <fmt/format.h>
+
 #include "ckpt/ckpt_runs.hpp"
+#include "engine/memory_runs.hpp"
 #include "spawn.hpp"
 #include "tp2d_runs.hpp"
 #include "train_runs.hpp"
@@ -161,4 +166,65 @@ TEST_CASE("a pp 2 x dp 2 checkpoint resumes at pp 4, at dp 4 and in one process,
   REQUIRE(ex.exit_code == 0);
   const auto f = io::load_safetensors(out.string());
   CHECK(f.tensors.size() == io::load_checkpoint_group(dir / "one5" / "tiny" / "checkpoints" / "step-5", "model").tensors.size());
+}
+
+namespace pp_train {
+
+// The largest of a `trainer check --memory` pipeline table's "total" row (one column per pp rank).
+double peak_total(const std::string& out) {
+  const auto at = out.find("\n  total ");
+  if (at == std::string::npos) return -1;
+  const std::string line = out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  double most = -1;
+  std::regex re("([0-9.]+) (B|KiB|MiB|GiB)");
+  for (std::sregex_iterator it(line.begin(), line.end(), re), end; it != end; ++it) {
+    const std::string u = (*it)[2].str();
+    const double v = std::stod((*it)[1].str()) * (u == "B" ? 1 : u == "KiB" ? 1024.0 : u == "MiB" ? 1048576.0 : 1073741824.0);
+    most = std::max(most, v);
+  }
+  return most;
+}
+
+}  // namespace pp_train
+
+// 1F1B at pp 2 holds at most 2 microbatches on the first stage: micro-batch 16 (4 microbatches of 4)
+// holds 8 samples' activations, 8 (4 of 2) holds 4, and 4 or fewer hold 2. A budget half way between
+// the footprints of 1 and 16 fits 8, not 16.
+TEST_CASE("train.batch_size auto at pp 2 picks what trainer check --memory predicts for the schedule, on both ranks, "
+          "with the fixed micro-batch's losses",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_auto_batch");
+  const auto cfg = test::auto_config(dir);
+  const std::string pp2 = " --set dist.pipeline_parallel=2";
+  auto small = test::run_trainer("check " + cfg + " --memory" + pp2 + " --set train.batch_size=1");
+  auto big = test::run_trainer("check " + cfg + " --memory" + pp2 + " --set train.batch_size=16");
+  INFO(small.output << "\n" << big.output);
+  REQUIRE(small.exit_code == 0);
+  REQUIRE(big.exit_code == 0);
+  const double lo = peak_total(small.output), hi = peak_total(big.output);
+  REQUIRE(lo > 0);
+  REQUIRE(hi > lo);
+  const std::string budget = " --set train.memory_budget_gb=" + fmt::format("{:.9f}", (lo + hi) / 2 / 1e9);
+  auto predicted = test::run_trainer("check " + cfg + " --memory" + pp2 + budget);
+  INFO(predicted.output);
+  REQUIRE(predicted.exit_code == 0);
+  CHECK(predicted.output.find("train.batch_size auto would pick micro-batch 8 x 2 accumulation") != std::string::npos);
+  auto run = test::run_trainer("launch -n 2 -- run " + cfg + pp2 + budget + " --out-dir " + (dir / "auto").string());
+  INFO(run.output);
+  REQUIRE(run.exit_code == 0);
+  CHECK(run.output.find("train.batch_size auto: micro-batch 8 x 2 accumulation x 1 rank(s) = global batch 16; the "
+                        "pipeline's 8 microbatches of 2 a step") != std::string::npos);
+  CHECK(test::read_file(dir / "auto/auto/logs/rank1.log").find("micro-batch 8 x 2 accumulation") != std::string::npos);
+  auto fixed = test::run_trainer("launch -n 2 -- run " + cfg + pp2 + " --set train.batch_size=8 --out-dir " +
+                                 (dir / "fixed").string());
+  INFO(fixed.output);
+  REQUIRE(fixed.exit_code == 0);
+  const auto a = test::train_losses(dir / "auto/auto/metrics.jsonl"), b = test::train_losses(dir / "fixed/auto/metrics.jsonl");
+  REQUIRE(a.size() == 4);
+  REQUIRE(b.size() == 4);
+  for (int64_t s = 1; s <= 4; ++s) {
+    INFO("step " << s);
+    CHECK(a.at(s) == b.at(s));  // the same micro-batch, the same schedule: the same arithmetic
+  }
 }

@@ -391,7 +391,26 @@ int cmd_check(const CheckArgs& args) {
       const auto device = device::select_device(c.train.device, env.local_rank);
       check_precision_supported(c.train.precision, device);
       const int64_t classes = config::takes_tokens(c.model.arch) ? c.model.vocab_size : c.model.num_classes;
-      print_pipeline_memory(measure_pipeline_memory(c, dp, device, shape, classes), c, std::cout);
+      if (c.train.batch_size > 0) {
+        print_pipeline_memory(measure_pipeline_memory(c, dp, device, shape, classes), c, std::cout);
+      } else {  // train.batch_size auto: the footprint at what it would pick
+        const auto mb = args.memory_gb > 0 ? memory_budget(args.memory_gb, "--memory-gb", device, env.local_world_size)
+                                           : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
+                                                           env.local_world_size);
+        const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(dp, 1);
+        PipelineMemory at;
+        const int64_t pick = pipeline_auto_micro_batch(c, dp, per_rank, mb.bytes, device, shape, classes, &at);
+        auto shown = c;
+        shown.train.batch_size = pick > 0 ? pick : per_rank;
+        print_pipeline_memory(at, shown, std::cout);
+        if (pick == 0)
+          std::cout << "train.batch_size auto: not even the smallest micro-batch fits " << bytes_text(mb.bytes) << " ("
+                    << mb.source << ")\n";
+        else
+          std::cout << "train.batch_size auto would pick micro-batch " << pick << " x " << per_rank / pick
+                    << " accumulation (divisors of " << per_rank << " samples per rank per step) in "
+                    << bytes_text(mb.bytes) << " (" << mb.source << ")\n";
+      }
     } else if (args.memory || args.memory_gb > 0 || c.train.batch_size == 0) {
       if (shape.empty())
         throw std::runtime_error("--memory needs the sample shape: open the data (no --no-data) or set data.image_size");

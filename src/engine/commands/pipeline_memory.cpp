@@ -10,6 +10,7 @@
 #include "device/host_alloc_probe.hpp"
 #include "engine/optim/precision.hpp"
 #include "engine/parallel/data_parallel.hpp"
+#include "config/load.hpp"
 #include "engine/startup/memory_plan.hpp"
 #include "engine/step/train_step.hpp"
 #include "pipeline/plan.hpp"
@@ -77,6 +78,22 @@ std::set<std::string> trained_by(const models::Model& model, const pipeline::Pla
   return names;
 }
 
+// Rank `rm`'s action list replayed: a stage's bytes held from its forward to its backward (zero
+// bubble: to the weight half); the most bytes and microbatches held at once.
+void replay(const std::vector<pipeline::Action>& actions, const std::vector<double>& stage_bytes, PipelineRankMemory& rm) {
+  double held = 0;
+  int64_t flying = 0;
+  rm.activations = 0;
+  rm.in_flight = 0;
+  for (const auto& a : actions) {
+    const double b = stage_bytes[static_cast<size_t>(a.stage)];
+    if (a.op == pipeline::Op::Forward) held += b, ++flying;
+    if (a.op == pipeline::Op::Backward || a.op == pipeline::Op::BackwardWeight) held -= b, --flying;
+    rm.activations = std::max(rm.activations, held);
+    rm.in_flight = std::max(rm.in_flight, flying);
+  }
+}
+
 }  // namespace
 
 PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_size, const torch::Device& device,
@@ -98,15 +115,7 @@ PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_si
     PipelineRankMemory rm;
     rm.rank = r;
     for (int64_t s = r; s < shape.stages(); s += shape.ranks) rm.stages.push_back(s);
-    double held = 0;
-    int64_t flying = 0;
-    for (const auto& a : program[static_cast<size_t>(r)]) {
-      const double b = m.stage_bytes[static_cast<size_t>(a.stage)];
-      if (a.op == pipeline::Op::Forward) held += b, ++flying;
-      if (a.op == pipeline::Op::Backward || a.op == pipeline::Op::BackwardWeight) held -= b, --flying;
-      rm.activations = std::max(rm.activations, held);
-      rm.in_flight = std::max(rm.in_flight, flying);
-    }
+    replay(program[static_cast<size_t>(r)], m.stage_bytes, rm);
     // the strategy's rows over the parameters this rank trains; the others are held, never trained
     const auto mine = trained_by(model, plan, r);
     std::vector<torch::Tensor> frozen;
@@ -132,6 +141,45 @@ PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_si
     m.ranks.push_back(std::move(rm));
   }
   return m;
+}
+
+int64_t pipeline_auto_micro_batch(const config::RunConfig& c, int64_t dp_size, int64_t per_rank, double budget,
+                                  const torch::Device& device, const std::vector<int64_t>& sample_shape,
+                                  int64_t vocab_or_classes, PipelineMemory* at_pick) {
+  auto with_batch = [&](int64_t b) {
+    auto cb = c;
+    cb.train.batch_size = b;
+    cb.train.grad_accum = per_rank / b;
+    return cb;
+  };
+  std::vector<int64_t> splits;  // the candidates whose batch cuts into the schedule's microbatches
+  for (int64_t b : micro_batch_candidates(per_rank))
+    if (b % config::pipeline_microbatches(with_batch(b)) == 0) splits.push_back(b);
+  if (splits.empty()) return 0;
+  const auto base = measure_pipeline_memory(with_batch(splits.back()), dp_size, device, sample_shape, vocab_or_classes);
+  for (int64_t b : splits) {
+    const auto cb = with_batch(b);
+    const auto plan = pipeline::make_plan(cb);
+    auto shape = plan.shape;
+    shape.microbatches = cb.train.grad_accum * plan.shape.microbatches;
+    PipelineMemory m = base;
+    m.micro = b / plan.shape.microbatches;
+    m.microbatches = shape.microbatches;
+    // a microbatch's activations grow with its samples: the measure scaled
+    for (auto& x : m.stage_bytes) x *= static_cast<double>(m.micro) / static_cast<double>(base.micro);
+    const auto program = pipeline::make_schedule(plan.schedule, shape);
+    bool fits = true;
+    for (auto& rm : m.ranks) {
+      replay(program[static_cast<size_t>(rm.rank)], m.stage_bytes, rm);
+      fits = fits && rm.total() <= budget;
+    }
+    if (fits) {
+      if (at_pick) *at_pick = std::move(m);
+      return b;
+    }
+  }
+  if (at_pick) *at_pick = base;
+  return 0;
 }
 
 void print_pipeline_memory(const PipelineMemory& m, const config::RunConfig& c, std::ostream& out) {

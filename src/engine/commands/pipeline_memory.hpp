@@ -47,6 +47,16 @@ struct PipelineMemory {
 PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_size, const torch::Device& device,
                                        const std::vector<int64_t>& sample_shape, int64_t vocab_or_classes);
 
+// train.batch_size auto at P > 1: the largest micro-batch b (a divisor of `per_rank`, the samples per
+// rank per step, that cuts into the schedule's M(b) microbatches: dist.pipeline.microbatches, or
+// auto's divisor of b) for which every pp rank's total fits `budget` bytes. One microbatch per stage
+// is measured once (at the smallest such b), its bytes scaled by each b's samples per microbatch and
+// replayed through the schedule of (per_rank / b) x M(b) microbatches. 0 when none fits. `at_pick`
+// (optional) gets the footprint at the pick (at the smallest b when none fits).
+int64_t pipeline_auto_micro_batch(const config::RunConfig& c, int64_t dp_size, int64_t per_rank, double budget,
+                                  const torch::Device& device, const std::vector<int64_t>& sample_shape,
+                                  int64_t vocab_or_classes, PipelineMemory* at_pick = nullptr);
+
 // The table `trainer check --memory` prints: a column per pp rank.
 void print_pipeline_memory(const PipelineMemory& m, const config::RunConfig& c, std::ostream& out);
 

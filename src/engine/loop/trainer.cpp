@@ -88,7 +88,10 @@ class Trainer final : public WorldParts {
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get(), tp_.build_context());  // the broadcast weights
 
-    if (cfg_.train.batch_size == 0) planner.choose_micro_batch(*train_set_);
+    if (cfg_.train.batch_size == 0) {
+      planner.choose_micro_batch(*train_set_);
+      if (auto* pipe = tp_.pipeline()) pipe->set_batch(cfg_);  // its microbatches: of the chosen micro-batch
+    }
     // once the micro-batch is chosen; from here the world is recovery_'s (env(), grad_accum())
     recovery_ = std::make_unique<WorldRecovery>(*dist_, launch_, cfg_, hash, *this);
     train_loader_ = make_train_loader();

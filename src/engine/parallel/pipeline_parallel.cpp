@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <set>
 #include <stdexcept>
 
+#include "config/load.hpp"
 #include "device/host_alloc_probe.hpp"
 #include "dist/pipeline_link.hpp"
 #include "engine/parallel/data_parallel_over.hpp"
@@ -34,7 +36,10 @@ class TimedLink final : public pipeline::PeerLink {
     return t;
   }
   void flush() override { inner_.flush(); }
-  [[noreturn]] void rethrow_with(const std::string& context) const override { inner_.rethrow_with(context); }
+  [[noreturn]] void rethrow_with(const std::string& context) const override {
+    inner_.rethrow_with(context);
+    std::terminate();  // not reached: rethrow_with throws (the compiler cannot see it through a virtual call)
+  }
 
  private:
   pipeline::PeerLink& inner_;
@@ -114,6 +119,12 @@ std::string PipelineStages::Impl::describe() const {
 }
 
 std::string PipelineStages::describe() const { return impl_->describe(); }
+
+void PipelineStages::set_batch(const config::RunConfig& cfg) {
+  impl_->plan.shape.microbatches = config::pipeline_microbatches(cfg);
+  impl_->programs.clear();
+  spdlog::info("pipeline: {}", describe());
+}
 
 void PipelineStages::keep_stages(models::Model& model) {
   auto& m = *impl_;

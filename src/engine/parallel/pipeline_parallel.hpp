@@ -37,6 +37,10 @@ class PipelineStages {
   PipelineStages(const PipelineStages&) = delete;
   PipelineStages& operator=(const PipelineStages&) = delete;
 
+  // train.batch_size auto, chosen after construction: the schedule's microbatches become `cfg`'s now
+  // (dist.pipeline.microbatches, or auto's divisor of the chosen micro-batch).
+  void set_batch(const config::RunConfig& cfg);
+
   // Before the run collects its trainable parameters: those no stage of this rank owns or reads stop
   // requiring gradients (their values stay one process's initial ones, and are never read here).
   void keep_stages(models::Model& model);

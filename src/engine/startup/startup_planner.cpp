@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "config/load.hpp"
+#include "engine/commands/pipeline_memory.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "engine/startup/autotune.hpp"
@@ -165,6 +166,7 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
                         {"global_batch_size", cfg_.train.global_batch_size},
                         {"memory_budget_gb", cfg_.train.memory_budget_gb}};
   if (cfg_.dist.tensor_parallel > 1) key["tensor_parallel"] = cfg_.dist.tensor_parallel;
+  if (cfg_.dist.pipeline_parallel > 1) key["pipeline_parallel"] = cfg_.dist.pipeline_parallel;
   int64_t kept_b = 0;
   if (env_.rank == 0) {
     const auto saved = read_autotune();
@@ -187,6 +189,7 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
     return;
   }
   const auto rng = rng_state_tensors(device_);
+  if (cfg_.dist.pipeline_parallel > 1) return choose_pipeline_micro_batch(train_set, per_rank, dp, key, rng);
   // it measures sizes (a rank's slices at tensor parallel); its weights do not matter
   auto probe_parts = build_probe_model(cfg_, device_);
   auto& probe_model = probe_parts.model;
@@ -245,6 +248,45 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
                bytes_text(probe.per_sample()), chosen, probe.how, probe.b1, probe.b2,
                cfg_.dist.tensor_parallel > 1 ? fmt::format(", on one rank's slices of tp {}", cfg_.dist.tensor_parallel)
                                              : std::string());
+}
+
+// Pipeline parallel: every pp rank's footprint under the schedule (engine/commands/pipeline_memory.hpp:
+// one microbatch per stage measured, scaled, replayed), the largest micro-batch that fits all of them;
+// the same pick on every rank (the smallest wins). An estimate: no step at that size is tried first.
+void StartupPlanner::choose_pipeline_micro_batch(const data::Dataset& train_set, int64_t per_rank, int64_t dp,
+                                                 const nlohmann::json& key, const io::NamedTensors& rng) {
+  const auto mb = memory_budget(cfg_.train.memory_budget_gb, "train.memory_budget_gb", device_, env_.local_world_size);
+  if (mb.bytes <= 0)
+    throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
+  PipelineMemory at;
+  const int64_t mine = pipeline_auto_micro_batch(cfg_, dp, per_rank, mb.bytes, device_, train_set.sample_shape(),
+                                                 train_set.num_classes(), &at);
+  restore_rng_state(rng, device_);
+  const int64_t chosen = agree_on_smallest(micro_batch_candidates(per_rank), mine);
+  double peak = 0;
+  int64_t peak_rank = 0;
+  for (const auto& r : at.ranks)
+    if (r.total() > peak) peak = r.total(), peak_rank = r.rank;
+  if (chosen == 0)
+    throw std::runtime_error(fmt::format(
+        "train.batch_size auto: not even the smallest micro-batch fits {} ({}) under dist.pipeline_parallel {}: pp "
+        "rank {} needs {} with {} sample(s) a microbatch (`trainer check --memory` with a train.batch_size prints each "
+        "rank's footprint); set model.activation_checkpointing, use bf16, more stages, or give more memory",
+        bytes_text(mb.bytes), mb.source, cfg_.dist.pipeline_parallel, peak_rank, bytes_text(peak), at.micro));
+  cfg_.train.batch_size = chosen;
+  cfg_.train.grad_accum = per_rank / chosen;
+  auto entry = key;
+  entry["micro_batch"] = chosen;
+  write_autotune({{"train.batch_size", entry}});
+  const std::string estimate =
+      chosen != mine ? std::string("the smallest of the ranks' picks")
+                     : fmt::format("the pipeline's {} microbatches of {} a step hold at most {} (pp rank {}) of a {} "
+                                   "budget ({}; one microbatch per stage measured by the {}, replayed through the {} "
+                                   "schedule)",
+                                   at.microbatches, at.micro, bytes_text(peak), peak_rank, bytes_text(mb.bytes),
+                                   mb.source, at.how, config::name_of(cfg_.dist.pipeline.schedule));
+  spdlog::info("train.batch_size auto: micro-batch {} x {} accumulation x {} rank(s) = global batch {}; {}", chosen,
+               cfg_.train.grad_accum, dp, cfg_.train.global_batch_size, estimate);
 }
 
 void StartupPlanner::release_startup_memory() {
