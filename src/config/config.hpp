@@ -176,6 +176,7 @@ struct TrainConfig {
   int64_t log_every = 10;
   int64_t eval_every = 0;          // steps between evaluations (0 = only at the end)
   int64_t eval_steps = 0;          // batches per evaluation (0 = the whole validation split)
+  std::string eval_tta = "none";  // none | flip: image models also scored on mirrored inputs, logits averaged
   NonFinite nonfinite = NonFinite::Abort;  // skip | rollback | abort: a non-finite loss or gradient norm
   int64_t max_nonfinite = 5;       // consecutive skipped / rolled-back steps before the run aborts
   double label_smoothing = 0.0;    // training loss only: torch's cross_entropy(label_smoothing=)

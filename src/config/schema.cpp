@@ -256,6 +256,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Batches of train.batch_size per evaluation, counted over all ranks together: the first eval_steps x "
       "batch_size samples of the validation split, shared among the ranks, so any world size scores the same "
       "samples (0 = the whole validation split).");
+  k.c("eval_tta", t.eval_tta, {"none", "flip"},
+      "Test-time augmentation of every evaluation (image models): flip also scores each image mirrored left to "
+      "right and averages the two outputs' logits before the loss and accuracy (twice the evaluation's compute).");
   k.e("nonfinite", t.nonfinite,
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");
@@ -414,7 +417,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "run.name", "run.out_dir", "model.attention", "model.activation_checkpointing", "model.channels_last",
       "data.workers", "data.prefetch", "data.on_bad_sample", "data.on_change", "train.max_steps", "train.epochs",
       "train.device", "train.threads", "train.memory_budget_gb", "train.reuse_host_memory", "train.cuda_graphs",
-      "train.log_every", "train.eval_every", "train.eval_steps", "train.nonfinite", "train.max_nonfinite",
+      "train.log_every", "train.eval_every", "train.eval_steps", "train.eval_tta", "train.nonfinite", "train.max_nonfinite",
       "train.ema.eval", "train.early_stopping.", "dist.", "checkpoint.", "log.", "profile."};
   for (auto& f : k.out)
     for (const auto& r : kResumable)

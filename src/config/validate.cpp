@@ -176,6 +176,8 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   if (t.device == DeviceKind::Cuda && !opts.cuda_available) err("train.device", "'cuda' asked for, but no CUDA device is available");
   if (t.precision == Precision::Fp16 && !on_cuda)
     err("train.precision", "fp16 needs CUDA (dynamic loss scaling on GPU); on CPU use bf16 or fp32");
+  if (t.eval_tta == "flip" && takes_tokens(c.model.arch))
+    err("train.eval_tta", "flip mirrors images; model.arch '" + c.model.arch + "' takes tokens (use none)");
   const std::string em = t.early_stopping.metric;
   if (!em.empty() && arch && std::find(arch->eval_metrics.begin(), arch->eval_metrics.end(), em) == arch->eval_metrics.end()) {
     std::string known;

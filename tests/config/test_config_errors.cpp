@@ -280,6 +280,16 @@ TEST_CASE("vit reports classification metrics, not language-model ones", "[unit]
   CHECK(errors_of(kVitHead + "  patch_size: 4\n", {"train.early_stopping.metric=accuracy"}).empty());
 }
 
+TEST_CASE("train.eval_tta flip is for image models: a GPT is refused naming the key, other values too", "[unit]") {
+  auto e = errors_of("train:\n  max_steps: 10\n  eval_tta: flip\ndata:\n  format: synthetic\nmodel:\n  arch: gpt\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:3:3: train.eval_tta: flip mirrors images; model.arch 'gpt' takes tokens (use none)"});
+  CHECK(errors_of(kValidHead, {"train.eval_tta=flip"}).empty());  // resnet
+  e = errors_of(kValidHead, {"train.eval_tta=rotate"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("train.eval_tta") != std::string::npos);
+}
+
 TEST_CASE("dist.recovery in_process is refused where it cannot hold, naming the key", "[unit]") {
   const std::string head = kValidHead + "dist:\n  recovery: in_process\n";
   CHECK(errors_of(head).empty());

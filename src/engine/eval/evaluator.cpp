@@ -29,7 +29,8 @@ EvalSetup run_eval_setup(const config::RunConfig& cfg, const dist::LaunchEnv& en
           .tokens = tokens,
           .channels_last = cfg.model.channels_last,
           .max_batches = cfg.train.eval_steps,
-          .bytes_per_token = config::bytes_per_token(cfg.data)};
+          .bytes_per_token = config::bytes_per_token(cfg.data),
+          .flip_tta = cfg.train.eval_tta == "flip" && !tokens};
 }
 
 torch::Tensor to_model_device(const torch::Tensor& t, const torch::Device& device, bool channels_last_image) {
@@ -52,8 +53,16 @@ EvalResult Evaluator::run(models::Model& model) {
     auto input = to_model_device(batch->input, setup_.device, cl);
     auto target = to_model_device(batch->target, setup_.device, false);
     AutocastScope autocast(setup_.precision, setup_.device);
-    auto out = setup_.forward ? setup_.forward(model, input) : model.forward(input);
-    auto logits = model.full_logits(out);  // (B, C) or (B, T, V): gathered over tp
+    auto forward = [&](const torch::Tensor& x) {
+      auto out = setup_.forward ? setup_.forward(model, x) : model.forward(x);
+      return model.full_logits(out);  // (B, C) or (B, T, V): gathered over tp
+    };
+    auto logits = forward(input);
+    if (setup_.flip_tta) {  // (B, C, H, W): W mirrored; the mean in fp32 (autocast's logits may be bf16)
+      auto mirrored = input.flip({-1});
+      if (cl) mirrored = mirrored.contiguous(at::MemoryFormat::ChannelsLast);
+      logits = (logits.to(torch::kFloat) + forward(mirrored).to(torch::kFloat)) * 0.5;
+    }
     if (setup_.tokens) acc.add_tokens(logits, target);
     else acc.add_classification(logits, target);
   }

@@ -37,6 +37,7 @@ struct EvalSetup {
   // every rank together (the first max_batches x batch_size samples), so any world size scores the same
   int64_t max_batches = 0;
   double bytes_per_token = 0;   // token models: bits per byte need it (0 = unknown: no bpb)
+  bool flip_tta = false;        // train.eval_tta flip: the logits of each image and its mirror, averaged
   // The model's output for an input batch; empty: model.forward. A pipeline run's goes through its
   // stages and gives every rank the last stage's output (engine/parallel/pipeline_parallel.hpp).
   std::function<torch::Tensor(models::Model&, const torch::Tensor&)> forward;
