@@ -257,8 +257,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "batch_size samples of the validation split, shared among the ranks, so any world size scores the same "
       "samples (0 = the whole validation split).");
   k.c("eval_tta", t.eval_tta, {"none", "flip"},
-      "Test-time augmentation of every evaluation (image models): flip also scores each image mirrored left to "
-      "right and averages the two outputs' logits before the loss and accuracy (twice the evaluation's compute).");
+      "Test-time augmentation of every evaluation (image models): flip also scores each image by the mean of its "
+      "and its left-right mirror's logits, reported beside the plain figures as tta_loss / tta_accuracy / tta_top5 "
+      "(the plain ones still decide best and early stopping; twice the evaluation's compute).");
   k.e("nonfinite", t.nonfinite,
       "A non-finite loss or gradient norm (outside the fp16 scaler): skip the step, roll back to the last "
       "checkpoint, or abort. skip/rollback check every step (one host sync per step); abort checks on log steps.");

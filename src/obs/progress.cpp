@@ -71,6 +71,7 @@ std::string format_eval_line(const EvalRecord& r) {
   if (r.top5) s += fmt::format(" | top5 {:.2f}%", *r.top5 * 100);
   if (r.ppl) s += fmt::format(" | ppl {:.3f}", *r.ppl);
   if (r.bpb) s += fmt::format(" | bpb {:.4f}", *r.bpb);
+  if (r.tta_accuracy) s += fmt::format(" | flip TTA loss {:.4f} accuracy {:.2f}%", *r.tta_loss, *r.tta_accuracy * 100);
   s += fmt::format(" | best {} {:.4f} at step {} | {:.0f} ms", r.best_metric, r.best_value, r.best_step, r.eval_ms);
   return s;
 }

@@ -52,6 +52,9 @@ nlohmann::json to_json(const EvalRecord& r) {
   put(j, "ema_top5", r.ema_top5);
   put(j, "ema_ppl", r.ema_ppl);
   put(j, "ema_bpb", r.ema_bpb);
+  put(j, "tta_loss", r.tta_loss);
+  put(j, "tta_accuracy", r.tta_accuracy);
+  put(j, "tta_top5", r.tta_top5);
   return j;
 }
 
@@ -123,6 +126,9 @@ std::vector<std::pair<std::string, double>> scalars(const EvalRecord& r) {
   opt("eval/ema_top5", r.ema_top5);
   opt("eval/ema_ppl", r.ema_ppl);
   opt("eval/ema_bpb", r.ema_bpb);
+  opt("eval/tta_loss", r.tta_loss);
+  opt("eval/tta_accuracy", r.tta_accuracy);
+  opt("eval/tta_top5", r.tta_top5);
   return s;
 }
 

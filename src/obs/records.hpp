@@ -52,6 +52,8 @@ struct EvalRecord {
   std::optional<double> accuracy, top5, ppl, bpb;
   // train.ema.eval: the same figures of the EMA weights on the same batches
   std::optional<double> ema_loss, ema_accuracy, ema_top5, ema_ppl, ema_bpb;
+  // train.eval_tta flip: the live weights' figures on each image and its mirror, logits averaged
+  std::optional<double> tta_loss, tta_accuracy, tta_top5;
   double eval_ms = 0;
   std::string best_metric;     // the tracked metric (early_stopping.metric, or loss/accuracy)
   double best_value = 0;

@@ -1,5 +1,6 @@
-// train.eval_tta flip: an evaluation scores each image by the mean of its logits and its mirror's;
-// checked against the same model's logits computed here, batch by batch, on the validation images.
+// train.eval_tta flip: an evaluation also scores each image by the mean of its logits and its
+// mirror's, beside the plain figures (never instead of them); both checked against the same model's
+// logits computed here, batch by batch, on the validation images.
 #include <catch2/catch.hpp>
 
 #include <torch/torch.h>
@@ -12,7 +13,9 @@
 
 using namespace trainer;
 
-TEST_CASE("train.eval_tta flip: the loss and accuracy of the mean logits of each image and its mirror", "[engine]") {
+TEST_CASE("train.eval_tta flip: the loss and accuracy of the mean logits of each image and its mirror, beside the "
+          "plain ones",
+          "[engine]") {
   config::RunConfig cfg;
   cfg.model.arch = "resnet";
   cfg.model.depth = 8;
@@ -57,8 +60,14 @@ TEST_CASE("train.eval_tta flip: the loss and accuracy of the mean logits of each
     n += x.size(0);
   }
   REQUIRE(tta.count == n);
-  CHECK(tta.loss == Approx(loss_sum / static_cast<double>(n)).epsilon(1e-5));
-  CHECK(*tta.accuracy == Approx(static_cast<double>(right) / static_cast<double>(n)).margin(1e-12));
-  CHECK(plain.loss == Approx(plain_sum / static_cast<double>(n)).epsilon(1e-5));
-  CHECK(std::abs(tta.loss - plain.loss) > 1e-6);  // the mirror changed what was scored
+  REQUIRE(tta.tta_loss);
+  REQUIRE(tta.tta_accuracy);
+  CHECK(*tta.tta_loss == Approx(loss_sum / static_cast<double>(n)).epsilon(1e-5));
+  CHECK(*tta.tta_accuracy == Approx(static_cast<double>(right) / static_cast<double>(n)).margin(1e-12));
+  // the plain figures stay the plain model's, with or without the option
+  CHECK(tta.loss == Approx(plain_sum / static_cast<double>(n)).epsilon(1e-5));
+  CHECK(tta.loss == plain.loss);
+  CHECK(tta.accuracy == plain.accuracy);
+  CHECK_FALSE(plain.tta_loss);
+  CHECK(std::abs(*tta.tta_loss - tta.loss) > 1e-6);  // the mirror changed what was scored
 }

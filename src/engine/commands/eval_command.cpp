@@ -27,6 +27,9 @@ nlohmann::json eval_json(const EvalResult& r, const InferenceModel& m, double se
   if (r.top5) j["top5"] = *r.top5;
   if (r.ppl) j["ppl"] = *r.ppl;
   if (r.bpb) j["bpb"] = *r.bpb;
+  if (r.tta_loss) j["tta_loss"] = *r.tta_loss;
+  if (r.tta_accuracy) j["tta_accuracy"] = *r.tta_accuracy;
+  if (r.tta_top5) j["tta_top5"] = *r.tta_top5;
   j["eval_s"] = seconds;
   j["samples_per_s"] = seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0;
   return j;
@@ -40,6 +43,9 @@ std::string eval_line(const EvalResult& r, const InferenceModel& m, double secon
   if (r.top5) s << ", top-5 " << std::setprecision(2) << 100 * *r.top5 << " %";
   if (r.bpb) s << ", " << std::setprecision(3) << *r.bpb << " bits per byte";
   if (r.ppl) s << ", perplexity " << std::setprecision(2) << *r.ppl;
+  if (r.tta_accuracy)
+    s << "; flip TTA: loss " << std::setprecision(4) << *r.tta_loss << ", accuracy " << std::setprecision(2)
+      << 100 * *r.tta_accuracy << " %";
   s << "; " << r.count << (tokens ? " tokens" : " samples") << " in " << std::setprecision(2) << seconds << " s ("
     << std::setprecision(0) << (seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0) << "/s)";
   return s.str();

@@ -24,6 +24,9 @@ struct EvalResult {
   int64_t count = 0;   // samples (images) or tokens scored
   std::optional<double> accuracy, top5;  // classification
   std::optional<double> ppl, bpb;        // tokens (bpb: when the bytes per token are known)
+  // train.eval_tta flip: the same images scored by the mean logits of each and its mirror, beside
+  // the plain figures above (never instead of them)
+  std::optional<double> tta_loss, tta_accuracy, tta_top5;
 };
 
 // The value of `metric` ("loss", "accuracy", "top5", "ppl", "bpb") in `r`; std::invalid_argument

@@ -45,7 +45,7 @@ EvalResult Evaluator::run(models::Model& model) {
   auto opts = setup_.loader;
   opts.eval_samples = setup_.max_batches * opts.batch_size;  // global: the pass is shared among the ranks
   data::DataLoader loader(val_, opts);
-  EvalAccumulator acc(setup_.bytes_per_token);
+  EvalAccumulator acc(setup_.bytes_per_token), tta(setup_.bytes_per_token);
   const bool cl = setup_.channels_last && !setup_.tokens;
   for (;;) {
     auto batch = loader.next();
@@ -58,16 +58,23 @@ EvalResult Evaluator::run(models::Model& model) {
       return model.full_logits(out);  // (B, C) or (B, T, V): gathered over tp
     };
     auto logits = forward(input);
+    if (setup_.tokens) acc.add_tokens(logits, target);
+    else acc.add_classification(logits, target);
     if (setup_.flip_tta) {  // (B, C, H, W): W mirrored; the mean in fp32 (autocast's logits may be bf16)
       auto mirrored = input.flip({-1});
       if (cl) mirrored = mirrored.contiguous(at::MemoryFormat::ChannelsLast);
-      logits = (logits.to(torch::kFloat) + forward(mirrored).to(torch::kFloat)) * 0.5;
+      tta.add_classification((logits.to(torch::kFloat) + forward(mirrored).to(torch::kFloat)) * 0.5, target);
     }
-    if (setup_.tokens) acc.add_tokens(logits, target);
-    else acc.add_classification(logits, target);
   }
   model.train();
-  return combine_ranks(acc.result());
+  auto r = acc.result();
+  if (setup_.flip_tta) {
+    const auto t = tta.result();
+    r.tta_loss = t.loss;
+    r.tta_accuracy = t.accuracy;
+    r.tta_top5 = t.top5;
+  }
+  return combine_ranks(r);
 }
 
 // Each rank scored its own shard; the run's figures are count-weighted over all of them.
@@ -81,6 +88,11 @@ EvalResult Evaluator::combine_ranks(EvalResult r) {
   if (!setup_.tokens) {  // every rank joins both reductions, also one whose share of a short pass was empty
     r.accuracy = weighted(r.accuracy.value_or(0.0));
     r.top5 = weighted(r.top5.value_or(0.0));
+    if (setup_.flip_tta) {
+      r.tta_loss = weighted(r.tta_loss.value_or(0.0));
+      r.tta_accuracy = weighted(r.tta_accuracy.value_or(0.0));
+      r.tta_top5 = weighted(r.tta_top5.value_or(0.0));
+    }
   }
   if (setup_.tokens) {
     r.ppl = perplexity(r.loss);

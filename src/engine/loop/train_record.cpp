@@ -61,6 +61,9 @@ void add_eval_figures(obs::EvalRecord& rec, const EvalResult& r, const EvalResul
   rec.top5 = r.top5;
   rec.ppl = r.ppl;
   rec.bpb = r.bpb;
+  rec.tta_loss = r.tta_loss;
+  rec.tta_accuracy = r.tta_accuracy;
+  rec.tta_top5 = r.tta_top5;
   if (!ema) return;
   rec.ema_loss = ema->loss;
   rec.ema_accuracy = ema->accuracy;
