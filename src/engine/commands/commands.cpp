@@ -24,7 +24,7 @@
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
-#include "engine/commands/pipeline_memory.hpp"
+#include "engine/startup/pipeline_memory.hpp"
 #include "engine/commands/run_guard.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/startup/memory_plan.hpp"

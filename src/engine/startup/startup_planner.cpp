@@ -11,7 +11,7 @@
 #include <stdexcept>
 
 #include "config/load.hpp"
-#include "engine/commands/pipeline_memory.hpp"
+#include "engine/startup/pipeline_memory.hpp"
 #include "device/cuda_seam.hpp"
 #include "device/device.hpp"
 #include "engine/startup/autotune.hpp"
@@ -250,7 +250,7 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
                                              : std::string());
 }
 
-// Pipeline parallel: every pp rank's footprint under the schedule (engine/commands/pipeline_memory.hpp:
+// Pipeline parallel: every pp rank's footprint under the schedule (engine/startup/pipeline_memory.hpp:
 // one microbatch per stage measured, scaled, replayed), the largest micro-batch that fits all of them;
 // the same pick on every rank (the smallest wins). An estimate: no step at that size is tried first.
 void StartupPlanner::choose_pipeline_micro_batch(const data::Dataset& train_set, int64_t per_rank, int64_t dp,

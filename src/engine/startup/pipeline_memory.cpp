@@ -1,5 +1,5 @@
 // `trainer check --memory` at dist.pipeline_parallel P > 1 (pipeline_memory.hpp).
-#include "engine/commands/pipeline_memory.hpp"
+#include "engine/startup/pipeline_memory.hpp"
 
 #include <algorithm>
 #include <iomanip>
