@@ -147,27 +147,12 @@ inline void check_same_tensors(const std::filesystem::path& a, const std::filesy
   WARN(group << ": largest difference " << worst << " of a tensor's largest magnitude");
 }
 
-// The model tensors of two checkpoints bit for bit (a tensor-parallel one's parts assembled): the
-// same names, shapes and bytes.
-inline void check_identical_tensors(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what) {
-  auto fa = io::load_checkpoint_group(a, "model"), fb = io::load_checkpoint_group(b, "model");
-  std::map<std::string, torch::Tensor> ta(fa.tensors.begin(), fa.tensors.end()), tb(fb.tensors.begin(), fb.tensors.end());
-  INFO(what);
-  REQUIRE(ta.size() == tb.size());
-  for (const auto& [name, t] : ta) {
-    INFO(name);
-    REQUIRE(tb.count(name) == 1);
-    REQUIRE(t.sizes() == tb.at(name).sizes());
-    CHECK(torch::equal(t, tb.at(name)));
-  }
-}
-
-// The optimizer state of two checkpoints in the replicated layout (whatever shards or parts each was
-// written in), bit for bit.
-inline void check_identical_optimizer_state(const std::filesystem::path& a, const std::filesystem::path& b,
-                                            const std::string& what) {
-  const auto ta = group_tensors(a, "optimizer"), tb = group_tensors(b, "optimizer");
-  INFO(what << ": optimizer state");
+// One group ("model", or "optimizer" in the replicated layout, whatever shards or parts each
+// checkpoint was written in) of two checkpoints bit for bit: the same names, shapes and bytes.
+inline void check_identical_group(const std::filesystem::path& a, const std::filesystem::path& b,
+                                  const std::string& group, const std::string& what) {
+  const auto ta = group_tensors(a, group), tb = group_tensors(b, group);
+  INFO(what << ": " << group);
   REQUIRE(!ta.empty());
   REQUIRE(ta.size() == tb.size());
   for (const auto& [name, t] : ta) {
@@ -176,6 +161,13 @@ inline void check_identical_optimizer_state(const std::filesystem::path& a, cons
     REQUIRE(t.sizes() == tb.at(name).sizes());
     CHECK(torch::equal(t, tb.at(name)));
   }
+}
+inline void check_identical_tensors(const std::filesystem::path& a, const std::filesystem::path& b, const std::string& what) {
+  check_identical_group(a, b, "model", what);
+}
+inline void check_identical_optimizer_state(const std::filesystem::path& a, const std::filesystem::path& b,
+                                            const std::string& what) {
+  check_identical_group(a, b, "optimizer", what);
 }
 
 }  // namespace trainer::test::tp2d
