@@ -202,6 +202,13 @@ std::string largest_in_budget(const MemoryColumn& col, double budget) {
   return std::to_string(static_cast<int64_t>(room / per));
 }
 
+// The budget `trainer check` measures against: --memory-gb when given, else the run's.
+MemoryBudget check_budget(const config::RunConfig& c, double memory_gb, const torch::Device& device,
+                          const dist::LaunchEnv& env) {
+  return memory_gb > 0 ? memory_budget(memory_gb, "--memory-gb", device, env.local_world_size)
+                       : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device, env.local_world_size);
+}
+
 // What train.batch_size auto would pick in `budget` for the configured column.
 void print_auto_pick(const config::RunConfig& c, int64_t world_size, const torch::Device& device,
                      const MemoryColumn& col, double budget) {
@@ -225,9 +232,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
   const int64_t dp = config::data_parallel_size(c, env.world_size);  // per rank of the mesh: its slices
   const std::vector<MemoryColumn> cols = {probe_column(c, dp, device, shape, classes, false),
                                           probe_column(c, dp, device, shape, classes, true)};
-  const auto mb = budget_gb > 0 ? memory_budget(budget_gb, "--memory-gb", device, env.local_world_size)
-                                : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
-                                                env.local_world_size);
+  const auto mb = check_budget(c, budget_gb, device, env);
   const int64_t b = c.train.batch_size;
   std::cout << "memory per process (" << config::name_of(c.train.precision) << ", fp32 weights and optimizer state; the step measured on "
             << device.str() << " by the " << cols[0].probe.how << " at micro-batches " << cols[0].probe.b1 << " and "
@@ -394,9 +399,7 @@ int cmd_check(const CheckArgs& args) {
       if (c.train.batch_size > 0) {
         print_pipeline_memory(measure_pipeline_memory(c, dp, device, shape, classes), c, std::cout);
       } else {  // train.batch_size auto: the footprint at what it would pick
-        const auto mb = args.memory_gb > 0 ? memory_budget(args.memory_gb, "--memory-gb", device, env.local_world_size)
-                                           : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device,
-                                                           env.local_world_size);
+        const auto mb = check_budget(c, args.memory_gb, device, env);
         const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(dp, 1);
         PipelineMemory at;
         const int64_t pick = pipeline_auto_micro_batch(c, dp, per_rank, mb.bytes, device, shape, classes, &at);

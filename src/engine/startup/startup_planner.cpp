@@ -188,8 +188,11 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
                  b, cfg_.train.grad_accum, dp, cfg_.train.global_batch_size, autotune_file().string());
     return;
   }
+  const auto mb = memory_budget(cfg_.train.memory_budget_gb, "train.memory_budget_gb", device_, env_.local_world_size);
+  if (mb.bytes <= 0)
+    throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
   const auto rng = rng_state_tensors(device_);
-  if (cfg_.dist.pipeline_parallel > 1) return choose_pipeline_micro_batch(train_set, per_rank, dp, key, rng);
+  if (cfg_.dist.pipeline_parallel > 1) return choose_pipeline_micro_batch(train_set, per_rank, dp, mb, key, rng);
   // it measures sizes (a rank's slices at tensor parallel); its weights do not matter
   auto probe_parts = build_probe_model(cfg_, device_);
   auto& probe_model = probe_parts.model;
@@ -199,11 +202,8 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
   const auto probe = probe_activations(*probe_model, train_set.sample_shape(), train_set.num_classes(),
                                        precision_, device_, cfg_.model.channels_last && image, b1, 2 * b1,
                                        /*max_b2=*/std::min<int64_t>(64, per_rank));
-  const auto mb = memory_budget(cfg_.train.memory_budget_gb, "train.memory_budget_gb", device_, env_.local_world_size);
   const double budget = mb.bytes;
   const std::string& budget_source = mb.source;
-  if (budget <= 0)
-    throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
   int64_t chosen = largest_fitting(fixed, probe, budget, candidates);
   if (device_.is_cuda() && chosen > 0) {
     // the estimate is a start: a real step at that size must run; out of memory steps down
@@ -254,10 +254,8 @@ void StartupPlanner::choose_micro_batch(const data::Dataset& train_set) {
 // one microbatch per stage measured, scaled, replayed), the largest micro-batch that fits all of them;
 // the same pick on every rank (the smallest wins). An estimate: no step at that size is tried first.
 void StartupPlanner::choose_pipeline_micro_batch(const data::Dataset& train_set, int64_t per_rank, int64_t dp,
-                                                 const nlohmann::json& key, const io::NamedTensors& rng) {
-  const auto mb = memory_budget(cfg_.train.memory_budget_gb, "train.memory_budget_gb", device_, env_.local_world_size);
-  if (mb.bytes <= 0)
-    throw std::runtime_error("train.batch_size auto: this machine's memory is unknown; set train.memory_budget_gb");
+                                                 const MemoryBudget& mb, const nlohmann::json& key,
+                                                 const io::NamedTensors& rng) {
   PipelineMemory at;
   const int64_t mine = pipeline_auto_micro_batch(cfg_, dp, per_rank, mb.bytes, device_, train_set.sample_shape(),
                                                  train_set.num_classes(), &at);

@@ -14,6 +14,7 @@
 #include "dist/dist_context.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/optim/precision.hpp"
+#include "engine/startup/memory_plan.hpp"
 #include "io/checkpoint.hpp"
 
 namespace trainer::engine {
@@ -55,7 +56,7 @@ class StartupPlanner {
   // the same on every rank (the smallest choice wins); grad_accum follows, so
   // train.global_batch_size is kept. The probe runs on a separate model and restores the generators.
   void choose_micro_batch(const data::Dataset& train_set);
-  void choose_pipeline_micro_batch(const data::Dataset& train_set, int64_t per_rank, int64_t dp,
+  void choose_pipeline_micro_batch(const data::Dataset& train_set, int64_t per_rank, int64_t dp, const MemoryBudget& mb,
                                    const nlohmann::json& key, const io::NamedTensors& rng);
   // The end of start-up: the memory it freed goes back to the kernel (device::release_free_host_memory).
   void release_startup_memory();
