@@ -169,7 +169,8 @@ InitReport load_init_weights(torch::nn::Module& m, const config::InitConfig& ini
   }
   if (!problems.empty()) init_fail(file.path, "does not match the model" + problems);
   torch::NoGradGuard no_grad;
-  for (auto& [dst, src] : plan.copies) dst.copy_(src);  // keeps dst's device, dtype and memory format
+  for (auto& [dst, src] : plan.copies)  // keeps dst's device, dtype and memory format
+    if (!io::is_released(dst)) dst.copy_(src);  // released: another pp rank holds (and loads) it
   return plan.report;
 }
 

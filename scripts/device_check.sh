@@ -92,7 +92,10 @@ if ls "$repo"/.debs/*.deb >/dev/null 2>&1; then
   export CMAKE_PREFIX_PATH="$deb_root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export CPATH="$deb_root/usr/include${CPATH:+:$CPATH}"
   export LIBRARY_PATH="$libdirs${LIBRARY_PATH:+:$LIBRARY_PATH}"
-  export PKG_CONFIG_PATH="$deb_root/usr/lib/x86_64-linux-gnu/pkgconfig:$deb_root/usr/share/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  # pkg-config (re2) sees the unpacked packages' .pc files only; their includedir and libdir name /usr
+  # itself (re2.pc does not derive them from its prefix), so the sysroot maps them into the prefix
+  export PKG_CONFIG_LIBDIR="$deb_root/usr/lib/x86_64-linux-gnu/pkgconfig:$deb_root/usr/share/pkgconfig"
+  export PKG_CONFIG_SYSROOT_DIR="$deb_root"
   trainer_ld_path="$libdirs"
   say "Debian libraries: $(ls "$repo"/.debs/*.deb | wc -l) packages from .debs/ unpacked into $deb_root"
 elif have_system_libs; then
@@ -104,6 +107,13 @@ else
 fi
 
 # --- 3. configure and build ------------------------------------------------------------------------
+# NCCL's header (c10d's ProcessGroupNCCL.hpp includes it): the CUDA toolkit's where it has one, else
+# the nvidia-nccl wheel's beside torch (CPATH comes after the -isystem folders)
+torch_site=$("$py" -c 'import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))')
+if [ -f "$torch_site/nvidia/nccl/include/nccl.h" ]; then
+  export CPATH="${CPATH:+$CPATH:}$torch_site/nvidia/nccl/include"
+fi
+say "compiler: $(c++ --version 2>/dev/null | head -1); nvcc: $(nvcc --version 2>/dev/null | tail -1)"
 gpu_test_areas=$(grep -l '\[gpu\]' "$repo"/tests/*/*.cpp 2>/dev/null | xargs -r -n1 dirname | xargs -r -n1 basename | sort -u)
 targets=(trainer)
 for area in $gpu_test_areas; do targets+=("test_$area"); done
@@ -165,8 +175,12 @@ fi
 # train.cuda_graphs): each section writes its own report, so a section cut short by the budget does
 # not take the other's figures with it.
 left=$(( budget - $(elapsed) ))
-if [ $left -ge 270 ]; then
+if [ $left -ge 400 ]; then
   size=(--rounds 2)
+elif [ $left -ge 200 ]; then
+  # the full step counts once per side: a run cut by its timeout leaves no figure at all
+  say "only ${left}s of the ${budget}s budget left: one round per side"
+  size=(--rounds 1)
 elif [ $left -ge 120 ]; then
   say "only ${left}s of the ${budget}s budget left: the short benchmark (--quick)"
   size=(--quick)

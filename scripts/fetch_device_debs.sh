@@ -20,6 +20,7 @@ packages=(
   libjpeg62-turbo-dev libjpeg62-turbo    # image_folder JPEG
   libpng-dev libpng16-16                 # image_folder PNG
   libgloo-dev                            # headers c10d's ProcessGroupGloo.hpp includes (no library linked)
+  libre2-dev libre2-9                    # the config's user-named patterns (config::NamePattern)
 )
 
 command -v apt-get >/dev/null || { echo "fetch_device_debs: apt-get not found (a Debian 12 machine is needed)" >&2; exit 1; }

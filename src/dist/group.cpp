@@ -11,6 +11,7 @@
 
 #include "dist/dist_impl.hpp"
 #include "dist/nccl_backend.hpp"
+#include "io/weight_copy.hpp"
 
 namespace trainer::dist {
 
@@ -233,7 +234,8 @@ void Group::broadcast_module(torch::nn::Module& m) {
   std::map<std::string, size_t> index;  // the open chunk of each (dtype, device)
   std::map<std::string, int64_t> filled;
   for (auto& t : tensors) {
-    if (!t.defined() || t.numel() == 0) continue;
+    // a released weight (io/weight_copy.hpp): no values to send, none to receive
+    if (!t.defined() || t.numel() == 0 || io::is_released(t)) continue;
     std::string key = std::string(c10::toString(t.scalar_type())) + "@" + t.device().str();
     const int64_t bytes = t.numel() * static_cast<int64_t>(t.element_size());
     auto it = index.find(key);

@@ -44,4 +44,19 @@ std::string weight_conversion(const torch::Tensor& file, const torch::Tensor& mo
   return weight_dtype_name(file.scalar_type()) + " -> " + weight_dtype_name(model.scalar_type());
 }
 
+void release_weight(torch::Tensor& t) {
+  if (t.numel() <= 1) return;  // nothing to gain, and is_released could not tell it apart
+  torch::NoGradGuard no_grad;
+  t.set_(torch::zeros({1}, t.options()).expand(t.sizes()));
+}
+
+bool is_released(const torch::Tensor& t) {
+  // zero strides on every dimension that has a step: release_weight's form, not a sharded run's
+  // freed storage (dist.sharding full keeps the strides and empties the storage)
+  if (!t.defined() || t.numel() <= 1) return false;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != 0) return false;
+  return true;
+}
+
 }  // namespace trainer::io

@@ -24,4 +24,12 @@ std::optional<std::string> weight_copy_problem(const torch::Tensor& file, const 
 // "float16 -> float32" when the copy converts, else "".
 std::string weight_conversion(const torch::Tensor& file, const torch::Tensor& model);
 
+// A released weight: a model's tensor that keeps its name, shape and dtype but no values (one
+// element, broadcast to the shape by zero strides), for a weight this process never reads (a
+// pipeline rank's other stages). Reading it gives zeros; writing into it fails loudly (PyTorch
+// refuses in-place writes where elements share memory). Loading a weight file skips it, the start-up
+// broadcast and the EMA leave it alone, and its bytes are not held.
+void release_weight(torch::Tensor& t);
+bool is_released(const torch::Tensor& t);
+
 }  // namespace trainer::io

@@ -168,6 +168,42 @@ TEST_CASE("a pp 2 x dp 2 checkpoint resumes at pp 4, at dp 4 and in one process,
   CHECK(f.tensors.size() == io::load_checkpoint_group(dir / "one5" / "tiny" / "checkpoints" / "step-5", "model").tensors.size());
 }
 
+// Each rank releases the weights of the stages it does not run (they were built only so that every
+// rank draws one process's initial weights): a weight it needed would read zeros, and its losses
+// would leave one process's. The EMA shadow releases the same tensors and follows the rest, so the
+// checkpoint's EMA weights (gathered from the ranks' parts) are one process's too.
+TEST_CASE("pp 2 releases the other stages' weights on each rank, and its EMA weights are one process's",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_release");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string ema = " --set train.ema.decay=0.8";
+  auto single = one_process(cfg, dir, ema);
+  auto pp = launched(2, cfg, ema + " --set dist.pipeline_parallel=2", dir / "pp");
+  test::tp2d::require_trained(pp, test::tp2d::kSteps, 2);
+  test::tp2d::check_same_losses(single, pp, "pp 2 with train.ema");
+  std::smatch m;
+  REQUIRE(std::regex_search(pp.output, m, std::regex(R"((\d+) of the other stages released \(([\d.]+) (bytes|KiB|MiB|GiB)\))")));
+  CHECK(std::stoi(m[1]) > 0);
+  CHECK(std::stod(m[2]) > 0);
+  const auto last = "step-" + std::to_string(test::tp2d::kSteps);
+  const auto a = dir / "single" / "tiny" / "checkpoints" / last, b = dir / "pp" / "tiny" / "checkpoints" / last;
+  // the losses agree to 1e-6; AdamW's normalised steps carry the last bits further into the weights
+  test::tp2d::check_same_tensors(a, b, "model", 1e-4);
+  test::tp2d::check_same_tensors(a, b, "ema", 1e-4);
+  // model.init loads into the weights each rank holds (the released ones are another rank's to load)
+  const auto init = dir / "ema.safetensors";
+  auto ex = test::run_trainer("export " + a.string() + " --ema --out " + init.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  const std::string from = " --set model.init.from=" + init.string();
+  auto single2 = one_process(cfg, dir / "init", from);
+  auto pp2 = launched(2, cfg, from + " --set dist.pipeline_parallel=2", dir / "init" / "pp");
+  test::tp2d::require_trained(pp2, test::tp2d::kSteps, 2);
+  test::tp2d::check_same_losses(single2, pp2, "pp 2 from model.init");
+  CHECK(std::abs(single2.losses.front() - single.losses.front()) > 1e-3);  // it did start elsewhere
+}
+
 namespace pp_train {
 
 // The largest of a `trainer check --memory` pipeline table's "total" row (one column per pp rank).

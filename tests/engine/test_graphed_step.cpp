@@ -349,7 +349,8 @@ TEST_CASE("on a GPU, graphed runs take the eager runs' steps (ResNet fp32, GPT b
       "run: {name: r, out_dir: runs, seed: 5, deterministic: true}\n"
       "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 10, channels_last: true}\n"
       "data: {format: synthetic, workers: 2, synthetic: {num_samples: 1024, val_samples: 64, image_size: 28}}\n"
-      "train: {batch_size: 32, grad_accum: 2, max_steps: 12, log_every: 1, grad_clip: 1.0, device: cuda, tf32: false}\n"
+      "train: {batch_size: 32, grad_accum: 2, max_steps: 12, log_every: 1, grad_clip: 1.0, device: cuda, precision: fp32,\n"
+      "        tf32: false}\n"
       "optim: {name: sgd, lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005}\n"
       "schedule: {name: cosine, warmup_steps: 3}\nlog: {progress: off}\n";
   // deterministic runs (cuDNN and cuBLAS pick fixed algorithms), so the graphed steps must match the

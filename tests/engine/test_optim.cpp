@@ -191,6 +191,50 @@ TEST_CASE("fused optimizers hand gradients laid out unlike their parameter to th
   CHECK(fused_vs_loop(sgd, 4, transposed_grad) < 1e-6);
 }
 
+TEST_CASE("fused optimizers take gradients whose strides differ only in dimensions of size 1", "[unit]") {
+  // a channels-last conv weight of one input channel: autograd may hand back a gradient strided like a
+  // contiguous tensor (the size-1 dimension's stride is free); the elements sit at the same offsets
+  for (auto kind : {config::OptimizerKind::Sgd, config::OptimizerKind::Adamw}) {
+    INFO(config::name_of(kind));
+    torch::manual_seed(3);
+    auto init = torch::randn({4, 1, 3, 3});
+    auto make = [&] {
+      auto m = std::make_shared<torch::nn::Module>();
+      auto w = torch::empty({4, 1, 3, 3}, torch::TensorOptions().memory_format(torch::MemoryFormat::ChannelsLast));
+      w.copy_(init);
+      m->register_parameter("w", w);
+      return m;
+    };
+    auto a = make(), b = make();
+    REQUIRE(a->parameters()[0].strides() == torch::IntArrayRef({9, 1, 3, 1}));
+    OptimConfig c;
+    c.name = kind;
+    c.lr = 0.05;
+    c.momentum = 0.9;
+    c.weight_decay = 0.01;
+    c.fused = true;
+    auto fused = build_optimizer(c, *a);
+    c.fused = false;
+    auto loop = build_optimizer(c, *b);
+    auto* hooks = dynamic_cast<GraphableOptimizer*>(fused.get());
+    REQUIRE(hooks != nullptr);
+    for (int step = 0; step < 3; ++step) {
+      auto g = torch::randn({4, 1, 3, 3});  // contiguous: strides (9, 9, 3, 1)
+      a->parameters()[0].mutable_grad() = g.clone();
+      b->parameters()[0].mutable_grad() = g.clone();
+      CHECK(fused_update_supported(a->parameters()[0]));
+      fused->step();
+      loop->step();
+      CHECK(hooks->last_step_fused());
+    }
+    CHECK((a->parameters()[0] - b->parameters()[0]).abs().max().item<double>() < 1e-6);
+  }
+  // a size-1 dimension does not excuse a real difference elsewhere
+  auto p = torch::empty({4, 2, 3, 3}, torch::TensorOptions().memory_format(torch::MemoryFormat::ChannelsLast));
+  p.mutable_grad() = torch::zeros({4, 2, 3, 3});
+  CHECK_FALSE(fused_update_supported(p));
+}
+
 TEST_CASE("fused AdamW resumes from saved state exactly (its step counters follow the loaded state)", "[unit]") {
   OptimConfig c;
   c.name = config::OptimizerKind::Adamw;

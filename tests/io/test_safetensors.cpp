@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "io/safetensors.hpp"
+#include "io/weight_copy.hpp"
 #include "test_util.hpp"
 
 using trainer::io::SafetensorsError;
@@ -237,6 +238,33 @@ TEST_CASE("load_state_into non-strict loads what matches and ignores the rest", 
   f.tensors = {{"lin.bias", torch::tensor({1.0f, 2.0f})}, {"extra", torch::zeros(1)}};
   trainer::io::load_state_into(m, f, /*strict=*/false);
   CHECK(torch::equal(m.lin->bias, torch::tensor({1.0f, 2.0f})));
+}
+
+TEST_CASE("a released weight keeps its shape, reads zeros, refuses writes, and loading skips it", "[unit]") {
+  Tiny m;
+  auto w = m.lin->weight;
+  REQUIRE_FALSE(trainer::io::is_released(w));
+  trainer::io::release_weight(m.lin->weight);
+  CHECK(trainer::io::is_released(m.lin->weight));
+  CHECK(m.lin->weight.sizes() == torch::IntArrayRef({2, 3}));
+  CHECK(m.lin->weight.storage().nbytes() == sizeof(float));
+  CHECK(torch::equal(m.lin->weight, torch::zeros({2, 3})));
+  {
+    torch::NoGradGuard ng;
+    CHECK_THROWS(m.lin->weight.copy_(torch::ones({2, 3})));
+  }
+  // a freed storage that keeps its strides (dist.sharding full) is not a released weight
+  auto freed = torch::ones({2, 3});
+  freed.storage().set_nbytes(0);
+  CHECK_FALSE(trainer::io::is_released(freed));
+  // strict loading neither needs nor writes it; the rest loads
+  trainer::io::SafetensorsFile f;
+  f.tensors = {{"lin.bias", torch::tensor({1.0f, 2.0f})}, {"steps", torch::zeros({1}, torch::kLong)}};
+  trainer::io::load_state_into(m, f);
+  CHECK(torch::equal(m.lin->bias, torch::tensor({1.0f, 2.0f})));
+  f.tensors.emplace_back("lin.weight", torch::ones({2, 3}));
+  trainer::io::load_state_into(m, f);
+  CHECK(trainer::io::is_released(m.lin->weight));
 }
 
 TEST_CASE("tied tensors are written under both names and load from either", "[unit]") {

@@ -117,10 +117,25 @@ std::unique_ptr<torch::optim::Optimizer> build_optimizer(const config::OptimConf
   }
 }
 
+namespace {
+
+// The fused kernels walk a parameter and its gradient as flat memory: element i of one must sit at
+// offset i of the other. A dimension of size 1 has no steps, so its stride says nothing: autograd's
+// layout contract leaves it free (a channels-last conv weight of one input channel gets a gradient
+// strided like a contiguous one), and PyTorch's own fused-optimizer check ignores it too.
+bool same_memory_order(const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.sizes() != b.sizes()) return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) != 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+}  // namespace
+
 bool fused_update_supported(const torch::Tensor& p) {
   const auto& g = p.grad();
   return g.defined() && !g.is_sparse() && (p.is_cpu() || p.is_cuda()) && p.is_floating_point() &&
-         g.scalar_type() == p.scalar_type() && p.is_non_overlapping_and_dense() && g.strides() == p.strides();
+         g.scalar_type() == p.scalar_type() && p.is_non_overlapping_and_dense() && same_memory_order(g, p);
 }
 
 namespace {

@@ -11,10 +11,12 @@
 #include <set>
 #include <stdexcept>
 
+#include "config/file_read.hpp"
 #include "config/load.hpp"
 #include "device/host_alloc_probe.hpp"
 #include "dist/pipeline_link.hpp"
 #include "engine/parallel/data_parallel_over.hpp"
+#include "io/weight_copy.hpp"
 #include "pipeline/executor.hpp"
 #include "pipeline/plan.hpp"
 
@@ -159,21 +161,27 @@ void PipelineStages::keep_stages(models::Model& model) {
     any_tied = true;
     tied_here = tied_here || ranks.count(m.rank);
   }
-  int64_t frozen = 0, kept = 0;
+  int64_t released = 0, kept = 0, released_bytes = 0;
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
     if (trained_by[p.key()].count(m.rank)) {
       ++kept;
       continue;
     }
-    if (p.value().requires_grad()) ++frozen;
+    // never read here: no gradient, and no values (the whole model was built only so that every
+    // rank draws one process's initial weights)
     p.value().set_requires_grad(false);
+    if (io::is_released(p.value())) continue;  // a tensor registered under two names
+    released_bytes += p.value().numel() * static_cast<int64_t>(p.value().element_size());
+    io::release_weight(p.value());
+    ++released;
   }
   // the first and last stage's ranks of this (dp, tp) coordinate sum the tied gradients (same ranks, same order)
   if (any_tied && tied_here) {
     const auto members = m.pp.ranks();
     m.tied = m.dist.new_group({members.front(), members.back()}, "pp-tied");
   }
-  spdlog::info("pipeline: {}; {} parameter tensors read here ({} not trained on this rank){}", describe(), kept, frozen,
+  spdlog::info("pipeline: {}; {} parameter tensors read here, {} of the other stages released ({}){}", describe(), kept,
+               released, trainer::human_bytes(static_cast<uint64_t>(released_bytes)),
                m.shared.empty() ? "" : fmt::format(", {} tied with the other end of the pipeline", m.shared.size()));
 }
 

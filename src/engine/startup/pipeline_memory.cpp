@@ -206,7 +206,7 @@ void print_pipeline_memory(const PipelineMemory& m, const config::RunConfig& c, 
   for (size_t i = 0; i < m.ranks.front().plan.rows.size(); ++i)  // the same strategy on every rank: the same rows
     row(m.ranks.front().plan.rows[i].label + " (its stages)",
         [&](const PipelineRankMemory& r) { return bytes_text(static_cast<double>(r.plan.rows[i].bytes)); });
-  row("the rest of the model (built, not trained)",
+  row("other stages (at start-up only, then released)",
       [](const PipelineRankMemory& r) { return bytes_text(static_cast<double>(r.untrained)); });
   row("microbatches held at the peak", [](const PipelineRankMemory& r) { return std::to_string(r.in_flight); });
   row("activations at the peak (measured x held)", [](const PipelineRankMemory& r) { return bytes_text(r.activations); });

@@ -20,13 +20,13 @@ struct PipelineRankMemory {
   int64_t rank = 0;             // pp coordinate
   std::vector<int64_t> stages;  // its stages
   MemoryPlan plan;              // the strategy's rows for the parameters its stages train, over its dp ranks
-  int64_t untrained = 0;        // the rest of the model's parameters: every rank builds the whole model
+  int64_t untrained = 0;        // the rest of the model's parameters: built at start-up, then released
   double activations = 0;       // the most bytes its microbatches hold at once
   int64_t in_flight = 0;        // the most microbatches it holds at once
   // across steps, the gradients of its parameters (the step's: their full size, before a sharded
   // strategy's reduction) and the activations
   double total() const {
-    return static_cast<double>(plan.fixed.total() + plan.fixed.gradients + untrained) + activations;
+    return static_cast<double>(plan.fixed.total() + plan.fixed.gradients) + activations;
   }
 };
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "io/weight_copy.hpp"
+
 
 namespace trainer::engine {
 namespace {
@@ -31,6 +33,10 @@ Ema::Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr sha
     if (!live_t[i].sizes().equals(shadow_t[i].sizes()) || live_t[i].scalar_type() != shadow_t[i].scalar_type())
       throw std::invalid_argument("train.ema: the shadow model's tensors differ from the model's");
     shadow_t[i].requires_grad_(false);  // never trained: its tensors only follow the live ones
+    if (io::is_released(live_t[i])) {  // a pipeline rank's other stages: no values to follow
+      io::release_weight(shadow_t[i]);
+      continue;
+    }
     auto& s = live_t[i].is_floating_point() ? shadow_float_ : shadow_other_;
     auto& l = live_t[i].is_floating_point() ? live_float_ : live_other_;
     s.push_back(shadow_t[i]);
