@@ -8,7 +8,6 @@
 
 #include "io/weight_copy.hpp"
 
-
 namespace trainer::engine {
 namespace {
 
