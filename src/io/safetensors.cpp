@@ -316,11 +316,7 @@ void load_state_into(torch::nn::Module& m, const SafetensorsFile& f, bool strict
   const std::string path = f.path.empty() ? std::string("<in-memory safetensors>") : f.path;
   std::unordered_map<std::string, torch::Tensor> target;  // registered name -> module tensor
   std::vector<std::string> order;
-  std::set<std::string> released;  // weights this process does not hold (release_weight): neither loaded nor required
-  for (const auto& p : m.named_parameters(true)) {
-    target[p.key()] = p.value(), order.push_back(p.key());
-    if (is_released(p.value())) released.insert(p.key());
-  }
+  for (const auto& p : m.named_parameters(true)) target[p.key()] = p.value(), order.push_back(p.key());
   for (const auto& b : m.named_buffers(true)) target[b.key()] = b.value(), order.push_back(b.key());
   std::unordered_map<std::string, std::string> alias_of;  // alias -> registered name
   if (const auto* tied = dynamic_cast<const TiedState*>(&m))
@@ -347,7 +343,7 @@ void load_state_into(torch::nn::Module& m, const SafetensorsFile& f, bool strict
   }
   std::vector<std::string> missing, unfaithful, converted;
   for (const auto& name : order) {
-    if (released.count(name)) continue;
+    if (is_released(target[name])) continue;  // a weight this process does not hold: neither required nor loaded
     auto it = source.find(name);
     if (it == source.end()) {
       missing.push_back(name);
@@ -380,8 +376,8 @@ void load_state_into(torch::nn::Module& m, const SafetensorsFile& f, bool strict
 
   torch::NoGradGuard no_grad;
   for (const auto& [name, src] : source) {
-    if (released.count(name)) continue;
     auto& dst = target[name];
+    if (is_released(dst)) continue;
     if (src->sizes().equals(dst.sizes())) dst.copy_(*src);  // keeps dst's device, dtype and memory format
   }
 }
