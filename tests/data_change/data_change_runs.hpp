@@ -114,6 +114,9 @@ inline void apply(Change c, const DataSet& d) {
     const fs::path fresh = d.folder.parent_path() / "fresh";
     fs::create_directories(fresh);
     d.write(1, fresh);
+    // d.file first: a run that looks between two renames (IDX: images, then labels) names d.file, as
+    // it would after both (it looks at a set's files in the order they were opened, d.file first)
+    fs::rename(fresh / d.file.filename(), d.file);
     for (const auto& e : fs::directory_iterator(fresh)) fs::rename(e.path(), d.folder / e.path().filename());
   }
 }
