@@ -31,6 +31,10 @@ class LimitedDataset : public Dataset {
     return inner_->fill(index, epoch, augment, input, target);
   }
   torch::Tensor finish(const torch::Tensor& raw, bool pin) const override { return inner_->finish(raw, pin); }
+  bool finishes_anywhere() const override { return inner_->finishes_anywhere(); }
+  torch::Tensor finish_tensor(const torch::Tensor& raw, bool channels_last) const override {
+    return inner_->finish_tensor(raw, channels_last);
+  }
   void check_unchanged() const override { inner_->check_unchanged(); }
 
  private:
@@ -114,6 +118,10 @@ void check_against_model(const DatasetPair& pair, const config::DataConfig& data
 }
 
 }  // namespace
+
+torch::Tensor Dataset::finish_tensor(const torch::Tensor&, bool) const {
+  throw std::logic_error(describe() + ": this dataset finishes its batches on the host only");
+}
 
 Example Dataset::get(int64_t index, int64_t epoch, bool augment) const {
   if (index < 0 || index >= size())

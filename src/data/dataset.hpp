@@ -64,6 +64,12 @@ class Dataset {
   // Turns a raw collated input (B, ...) into the model input: images become normalised float.
   // `pin` asks for the result in pinned host memory (only honoured when CUDA is available).
   virtual torch::Tensor finish(const torch::Tensor& raw, bool pin) const = 0;
+  // finish() as tensor operations on whatever device `raw` is on, for a loader that copies raw batches
+  // to a GPU and finishes them there (LoaderOptions::finish_on_device): images cross as uint8, a
+  // quarter of the float's bytes. The values are finish()'s bit for bit; `channels_last` asks for
+  // that memory format (images). Datasets without it answer false and throw.
+  virtual bool finishes_anywhere() const { return false; }
+  virtual torch::Tensor finish_tensor(const torch::Tensor& raw, bool channels_last) const;
   // Throws DataChanged when a file the dataset holds changed since it was opened (the loader asks
   // at each epoch boundary). Datasets that hold no file (synthetic) never throw.
   virtual void check_unchanged() const {}

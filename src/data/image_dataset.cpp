@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <cstring>
+#include <utility>
 
 namespace trainer::data {
 
@@ -11,9 +12,13 @@ ImageDataset::ImageDataset(ImageOptions opts, int64_t channels, int64_t height, 
 
 const uint8_t* ImageDataset::fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& s) const {
   if (src_h == height_ && src_w == width_) return src;
-  s.resized.resize(channels_ * height_ * width_);
-  resize_short_center_crop(src, channels_, src_h, src_w, s.resized.data(), height_, s.filter);
-  return s.resized.data();
+  uint8_t* out = s.out;
+  if (!out) {
+    s.resized.resize(channels_ * height_ * width_);
+    out = s.resized.data();
+  }
+  resize_short_center_crop(src, channels_, src_h, src_w, out, height_, s.filter);
+  return out;
 }
 
 const uint8_t* ImageDataset::source(int64_t index, ImageScratch& scratch, int64_t* label, int64_t* h,
@@ -26,11 +31,19 @@ const uint8_t* ImageDataset::source(int64_t index, ImageScratch& scratch, int64_
 const uint8_t* ImageDataset::resized_crop_of(int64_t index, ImageScratch& s, int64_t* label,
                                              const std::function<CropBox(int64_t, int64_t)>& choose) const {
   int64_t h = 0, w = 0;
+  uint8_t* const slot = std::exchange(s.out, nullptr);  // the source (fit() to the output size) stays in scratch
   const uint8_t* full = source(index, s, label, &h, &w);
+  s.out = slot;
   if (!full) return nullptr;
   const CropBox box = choose(h, w);
+  uint8_t* out = crop_target(s);
+  resized_crop(full, channels_, h, w, box, out, height_, width_, s.tmp, s.filter);
+  return out;
+}
+
+uint8_t* ImageDataset::crop_target(ImageScratch& s) const {
+  if (s.out) return s.out;
   s.cropped.resize(channels_ * height_ * width_);
-  resized_crop(full, channels_, h, w, box, s.cropped.data(), height_, width_, s.tmp, s.filter);
   return s.cropped.data();
 }
 
@@ -39,6 +52,9 @@ const uint8_t* ImageDataset::resized_crop_of(int64_t index, ImageScratch& s, int
 bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const {
   thread_local ImageScratch scratch;
   const auto& aug = opts_.augment;
+  auto* dst = static_cast<uint8_t*>(input);
+  const bool moved_after = augment && augment_enabled(aug);  // pad-crop / flip / rotation copy src into dst
+  scratch.out = moved_after ? nullptr : dst;                  // else a resize writes into the slot itself
   const uint8_t* src = nullptr;
   if (augment && aug.random_resized_crop) {
     SampleRng rng = make_rng(RngStream::ResizedCrop, opts_.seed, epoch, index);
@@ -50,11 +66,10 @@ bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input,
     src = pixels(index, scratch, target);
     if (!src) return false;
   }
-  auto* dst = static_cast<uint8_t*>(input);
-  if (augment && augment_enabled(aug)) {
+  if (moved_after) {
     SampleRng rng = make_rng(RngStream::Augment, opts_.seed, epoch, index);
     apply_augment(src, channels_, height_, width_, aug.crop_padding, sample_augment(aug, rng), dst);
-  } else {
+  } else if (src != dst) {  // pixels at the output size already (a memory block, a decode at that size)
     std::memcpy(dst, src, channels_ * height_ * width_);
   }
   if (augment && jitter_enabled(aug)) {
@@ -70,6 +85,23 @@ torch::Tensor ImageDataset::finish(const torch::Tensor& raw, bool pin) const {
                  : batch_pool_.empty(raw.sizes().vec(), torch::kFloat32);  // (B, C, H, W)
   normalizer_.apply(raw.data_ptr<uint8_t>(), out.data_ptr<float>(), raw.size(0), channels_, height_ * width_);
   return out;
+}
+
+torch::Tensor ImageDataset::finish_tensor(const torch::Tensor& raw, bool channels_last) const {
+  torch::Tensor table;  // (C * 256) float: finish()'s values, looked up rather than recomputed
+  {
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    auto& t = tables_[raw.device().str()];
+    if (!t.defined()) t = torch::tensor(normalizer_.table(channels_)).to(raw.device());
+    table = t;
+  }
+  const auto offsets = torch::arange(channels_, raw.options().dtype(torch::kLong)) * 256;  // (C): each channel's row
+  if (channels_last) {  // the lookup in (B, H, W, C) order: its result seen as (B, C, H, W) is channels-last
+    auto index = raw.permute({0, 2, 3, 1}).contiguous().to(torch::kLong) + offsets;  // (B, H, W, C)
+    return table.take(index).permute({0, 3, 1, 2});
+  }
+  auto index = raw.to(torch::kLong) + offsets.view({1, channels_, 1, 1});  // (B, C, H, W)
+  return table.take(index);
 }
 
 ChannelStats ImageDataset::compute_stats(int64_t max_samples) const {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,10 @@ struct ImageOptions {
 struct ImageScratch {
   std::vector<uint8_t> decoded, resized, tmp, cropped;
   std::vector<float> filter;
+  // Where a resize to the output size writes (fit, resized crops): the batch's slot when nothing
+  // follows it there (no augmentation), so the pixels are not copied once more; nullptr: `resized` /
+  // `cropped`. Set by fill() for each sample.
+  uint8_t* out = nullptr;
 };
 
 class ImageDataset : public Dataset {
@@ -38,10 +44,16 @@ class ImageDataset : public Dataset {
   std::vector<int64_t> target_shape() const override { return {}; }
   bool fill(int64_t index, int64_t epoch, bool augment, void* input, int64_t* target) const override;
   torch::Tensor finish(const torch::Tensor& raw, bool pin) const override;
+  bool finishes_anywhere() const override { return true; }
+  torch::Tensor finish_tensor(const torch::Tensor& raw, bool channels_last) const override;
 
   // Statistics of the un-augmented samples; at most `max_samples`, evenly spaced (0 = all).
   ChannelStats compute_stats(int64_t max_samples) const;
-  void set_normalizer(Normalizer n) { normalizer_ = std::move(n); }
+  void set_normalizer(Normalizer n) {
+    normalizer_ = std::move(n);
+    std::lock_guard<std::mutex> lock(tables_mu_);
+    tables_.clear();
+  }
   // Samples used for the statistics when data.normalize leaves them to be computed (0 = all).
   int64_t stats_samples() const { return stats_samples_; }
   const Normalizer& normalizer() const { return normalizer_; }
@@ -60,6 +72,8 @@ class ImageDataset : public Dataset {
   // only the box (image_folder) overrides it. nullptr as pixels().
   virtual const uint8_t* resized_crop_of(int64_t index, ImageScratch& scratch, int64_t* label,
                                          const std::function<CropBox(int64_t, int64_t)>& choose) const;
+  // Where a resized crop goes: the slot (scratch.out) or scratch.cropped.
+  uint8_t* crop_target(ImageScratch& scratch) const;
   // For readers whose sources are `src_h` x `src_w`: resizes to the output size when they differ.
   const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch) const;
   // Counts a skipped sample and warns (the first few times; then every 1000th).
@@ -70,6 +84,8 @@ class ImageDataset : public Dataset {
   Normalizer normalizer_;
   int64_t stats_samples_ = 0;
   mutable BufferPool batch_pool_;  // finish()'s float batches, reused
+  mutable std::mutex tables_mu_;   // finish_tensor()'s lookup table, one copy per device
+  mutable std::map<std::string, torch::Tensor> tables_;
 };
 
 }  // namespace trainer::data

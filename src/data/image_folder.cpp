@@ -136,10 +136,10 @@ class ImageFolderDataset : public ImageDataset {
       return bad_sample(file + ": out of memory while decoding", index);
     }
     check_unchanged_file(index);
-    s.cropped.resize(channels_ * height_ * width_);
-    resize_bilinear_window(s.decoded.data(), channels_, region.height, region.width, region.window, s.cropped.data(),
-                           height_, width_, s.filter);
-    return s.cropped.data();
+    uint8_t* out = crop_target(s);
+    resize_bilinear_window(s.decoded.data(), channels_, region.height, region.width, region.window, out, height_,
+                           width_, s.filter);
+    return out;
   }
 
   // After each read (one stat): a file deleted or replaced since the scan ends the run (or reloads

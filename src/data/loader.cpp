@@ -33,8 +33,12 @@ Batch DataLoader::build(const BatchPlan& plan) const {
   std::vector<int64_t> in_shape = dataset_->sample_shape(), t_shape = dataset_->target_shape();
   in_shape.insert(in_shape.begin(), n);
   t_shape.insert(t_shape.begin(), n);
-  // raw bytes/tokens collated in place: no per-sample tensors
-  auto raw = raw_pool_.empty(in_shape, dataset_->raw_dtype());  // (B, ...), memory reused (data/buffer_pool.hpp)
+  const bool to_device = opts_.device_index >= 0 && opts_.pin_memory;
+  const bool raw_to_device = to_device && opts_.finish_on_device && dataset_->finishes_anywhere();
+  // raw bytes/tokens collated in place: no per-sample tensors; memory reused (data/buffer_pool.hpp),
+  // or pinned (torch's caching host allocator) when the raw bytes are what is copied
+  auto raw = raw_to_device ? torch::empty(in_shape, host_options(dataset_->raw_dtype(), true))
+                           : raw_pool_.empty(in_shape, dataset_->raw_dtype());  // (B, ...)
   auto target = torch::empty(t_shape, host_options(torch::kInt64, opts_.pin_memory));     // (B) or (B, T)
   auto* raw_ptr = static_cast<uint8_t*>(raw.data_ptr());
   auto* t_ptr = target.data_ptr<int64_t>();
@@ -52,12 +56,21 @@ Batch DataLoader::build(const BatchPlan& plan) const {
     raw = raw.narrow(0, 0, rows);
     target = target.narrow(0, 0, rows);
   }
+  if (raw_to_device) {  // the uint8 batch crosses; finish_tensor() normalises it on the copy stream
+    Batch batch{torch::Tensor(), torch::Tensor(), plan.epoch};
+    auto on_device = device::copy_to_device_async(
+        {raw, target}, opts_.device_index, batch.copied,
+        [&](std::vector<torch::Tensor>& t) { t[0] = dataset_->finish_tensor(t[0], opts_.channels_last); });
+    batch.input = on_device[0];
+    batch.target = on_device[1];
+    return batch;
+  }
   Batch batch{[&] {
                 const StageTimer timer(Stage::Collate);
                 return dataset_->finish(raw, opts_.pin_memory);
               }(),
               target, plan.epoch};
-  if (opts_.device_index >= 0 && opts_.pin_memory) {
+  if (to_device) {
     auto on_device = device::copy_to_device_async({batch.input, batch.target}, opts_.device_index, batch.copied);
     batch.input = on_device[0];
     batch.target = on_device[1];

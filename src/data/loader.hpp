@@ -46,6 +46,11 @@ struct LoaderOptions {
   // own stream (device/cuda_copy.hpp), so that the copy overlaps the running step; next() makes the
   // caller's current stream wait for it. -1: batches stay on the host.
   int device_index = -1;
+  // With a device copy: datasets that can (Dataset::finishes_anywhere: images) cross as raw uint8 in
+  // pinned memory and are normalised on the device, on the copy stream (the same floats, a quarter
+  // of the bytes, no normalisation on the workers); false: finished on the host, copied as float.
+  bool finish_on_device = true;
+  bool channels_last = false;  // device-finished images in channels-last memory format (model.channels_last)
   // train = false: the pass covers only the first `eval_samples` samples of the split (0 = all), shared
   // among the ranks as a whole split is, so that every world size scores the same samples (train.eval_steps)
   int64_t eval_samples = 0;

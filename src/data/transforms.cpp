@@ -129,6 +129,14 @@ Normalizer::Normalizer(const std::string& mode, int64_t channels, const std::vec
   else if (mode == "minmax") text_ = "minmax min=" + list(a) + " max=" + list(b);
 }
 
+std::vector<float> Normalizer::table(int64_t channels) const {
+  if (!table_.empty()) return table_;
+  std::vector<float> t(channels * 256);
+  for (int64_t c = 0; c < channels; ++c)
+    for (int v = 0; v < 256; ++v) t[c * 256 + v] = static_cast<uint8_t>(v) * (1.0f / 255.0f);  // apply()'s product
+  return t;
+}
+
 void Normalizer::apply(const uint8_t* src, float* dst, int64_t batch, int64_t channels, int64_t hw) const {
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t c = 0; c < channels; ++c) {

@@ -72,6 +72,8 @@ class Normalizer {
   Normalizer(const std::string& mode, int64_t channels, const std::vector<double>& a, const std::vector<double>& b);
   // (B, C, H, W) uint8 -> (B, C, H, W) float
   void apply(const uint8_t* src, float* dst, int64_t batch, int64_t channels, int64_t hw) const;
+  // apply()'s values as a (channels, 256) table: row c, column v is what byte v of channel c becomes
+  std::vector<float> table(int64_t channels) const;
   std::string describe() const { return text_; }
 
  private:

@@ -6,6 +6,7 @@
 
 #include <torch/types.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -19,8 +20,11 @@ class CopyFence {
 
 // Copies each of `host` (pinned CPU tensors) to CUDA device `device` on the calling thread's copy
 // stream, without waiting; returns the device tensors in order and sets `fence` to their completion.
+// `then` (may be empty) runs on that stream after the copies and before the fence, on the device
+// tensors, which it may replace: the loader's uint8 -> float normalisation of a raw image batch.
 std::vector<torch::Tensor> copy_to_device_async(const std::vector<torch::Tensor>& host, int device,
-                                                std::shared_ptr<CopyFence>& fence);
+                                                std::shared_ptr<CopyFence>& fence,
+                                                const std::function<void(std::vector<torch::Tensor>&)>& then = {});
 
 // Makes the current stream wait for `fence` and tells the caching allocator that `tensors` are used
 // on it (so their memory is not reused by the copy stream while the step still reads them).

@@ -29,12 +29,14 @@ c10::cuda::CUDAStream copy_stream(c10::DeviceIndex device) {
 }  // namespace
 
 std::vector<torch::Tensor> copy_to_device_async(const std::vector<torch::Tensor>& host, int device,
-                                                std::shared_ptr<CopyFence>& fence) {
+                                                std::shared_ptr<CopyFence>& fence,
+                                                const std::function<void(std::vector<torch::Tensor>&)>& then) {
   const auto index = static_cast<c10::DeviceIndex>(device);
   auto stream = copy_stream(index);
   c10::cuda::CUDAStreamGuard guard(stream);
   std::vector<torch::Tensor> out;
   for (const auto& t : host) out.push_back(t.to(torch::Device(torch::kCUDA, index), /*non_blocking=*/true));
+  if (then) then(out);  // kernels on the copy stream: ordered after the copies, before the event
   auto f = std::make_shared<EventFence>();
   f->event.record(stream);
   fence = f;

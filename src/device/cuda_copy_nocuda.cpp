@@ -5,7 +5,8 @@
 
 namespace trainer::device {
 
-std::vector<torch::Tensor> copy_to_device_async(const std::vector<torch::Tensor>&, int, std::shared_ptr<CopyFence>&) {
+std::vector<torch::Tensor> copy_to_device_async(const std::vector<torch::Tensor>&, int, std::shared_ptr<CopyFence>&,
+                                                const std::function<void(std::vector<torch::Tensor>&)>&) {
   throw std::runtime_error("copies to a CUDA device need a CUDA build of LibTorch");
 }
 

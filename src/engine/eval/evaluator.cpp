@@ -18,6 +18,7 @@ data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist:
   o.train = train;
   o.pin_memory = device.is_cuda();
   o.device_index = device.is_cuda() ? device.index() : -1;  // copied to the GPU by the loader's threads
+  o.channels_last = cfg.model.channels_last;                  // images normalised there in the model's format
   return o;
 }
 
