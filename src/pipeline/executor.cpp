@@ -107,6 +107,20 @@ void PeerLink::rethrow_with(const std::string& context) const {
 StepResult Executor::run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input,
                          const std::function<void()>& after_action) {
   StepResult out;
+  // The next kReceivesAhead receives are posted ahead, in the list's order, and one more each time
+  // one is taken: a message moves as soon as its sender posts it, while this rank computes, instead
+  // of starting its rendezvous at its action (torch.distributed.pipelining posts its receives ahead
+  // too). A window, not the whole step: a posted receive holds its buffer, and 1F1B bounds what a
+  // rank holds at once.
+  std::vector<size_t> receives;  // positions of the receive actions
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].op == Op::RecvActivation || actions[i].op == Op::RecvGrad) receives.push_back(i);
+  size_t posted = 0, taken = 0;
+  auto post_ahead = [&] {
+    for (; posted < receives.size() && posted < taken + kReceivesAhead; ++posted)
+      link_.prepost(actions[receives[posted]].peer, actions[receives[posted]]);
+  };
+  post_ahead();
   for (size_t i = 0; i < actions.size(); ++i) {
     const Action& a = actions[i];
     try {
@@ -119,6 +133,10 @@ StepResult Executor::run(const std::vector<Action>& actions, const std::function
         case Op::SendGrad: link_.send(take(grad_out_, {a.stage, a.micro}, "gradient"), a.peer, a); break;
         case Op::RecvActivation: act_in_[{a.stage, a.micro}] = as_input(link_.recv(a.peer, a)); break;
         case Op::RecvGrad: grad_in_[{a.stage, a.micro}] = link_.recv(a.peer, a); break;
+      }
+      if (a.op == Op::RecvActivation || a.op == Op::RecvGrad) {
+        ++taken;
+        post_ahead();
       }
     } catch (const PipelineStuck&) {
       throw;  // it names the rank and the action already

@@ -36,6 +36,11 @@ class PeerLink {
   // The next tensor from `peer` (blocks), which must be the message `what` (the receive action):
   // another message is an error naming both. PipelineStuck when it waits longer than its timeout.
   virtual torch::Tensor recv(int64_t peer, const Action& what) = 0;
+  // Posts the receive of `what` ahead of its action, so that the message can arrive while this rank
+  // computes (a rendezvous transport such as Gloo's moves the bytes only once both sides have
+  // posted); recv() of the same action later completes it. Called in the order of the receives,
+  // each before its recv(). May do nothing.
+  virtual void prepost(int64_t /*peer*/, const Action& /*what*/) {}
   virtual void flush() = 0;  // every send posted so far has completed
   // Called inside a catch block: the error being handled, rethrown with `context` before its text,
   // as its own kind where the link knows the kind (dist's communicator errors stay dist::DistError,
@@ -64,6 +69,8 @@ struct StepResult {
 
 class Executor {
  public:
+  static constexpr size_t kReceivesAhead = 4;  // receives posted ahead of their actions (PeerLink::prepost)
+
   // `stages`: this rank's stages (shape.rank_of(s) == rank for each); `input(micro)` gives stage 0's
   // input of a microbatch (asked on stage 0's rank only).
   Executor(const PipelineShape& shape, int64_t rank, std::vector<StageFn> stages, PeerLink& link);

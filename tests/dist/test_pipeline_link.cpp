@@ -1,6 +1,8 @@
 // The pipeline executor across processes: Gloo send/recv through dist::GroupPeerLink, every
 // schedule on 3 ranks, each rank's stages' gradients and the loss equal to one process's gradient
-// accumulation (fp64); a list out of step with its peer's is an error naming both messages.
+// accumulation (fp64) over four steps through one link (messages new, received ahead on their
+// recorded shapes, changed shapes, then those); a list out of step with its peer's is an error
+// naming both messages.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -39,32 +41,43 @@ TEST_CASE("worker: pipeline over Gloo", "[.worker]") {
     Mlp net(init), ref(init);
     dist::GroupPeerLink link(ctx->world_group());
     pipeline::Executor ex(sh, rank, stages_of(net, sh, rank), link);
-    pipeline::StepResult got;
-    try {
-      got = ex.run(prog[static_cast<size_t>(rank)], batch);
-    } catch (const dist::DistError& e) {  // the communicator's error keeps its kind through the executor
-      report << "DistError: " << e.what() << "\n";
-      report.flush();
-      std::_Exit(3);
-    } catch (const std::exception& e) {
-      report << "error: " << e.what() << "\n";
-      report.flush();
-      std::_Exit(3);  // the peers are stuck on this rank: end at once, as the trainer's error exit does
-    }
-    const double want = reference(ref, sh.microbatches);
-    if (rank == (sh.stages() - 1) % P) REQUIRE(got.loss_sum == Approx(want).epsilon(1e-13));
+    // four steps through one link: the first sends every message new, the second on the shapes both
+    // ends recorded (received ahead), the third with fewer rows (changed shapes), the fourth on those
+    const int64_t steps = broken ? 1 : 4;
     int64_t checked = 0;
-    for (const auto& st : stages_of(net, sh, rank))
-      for (const auto& p : st.params) {
-        bool same = false;
-        for (size_t i = 0; i < net.w.size(); ++i) {
-          if (p.is_same(net.w[i])) same = torch::allclose(p.grad(), ref.w[i].grad(), 1e-12, 1e-14);
-          if (p.is_same(net.b[i])) same = torch::allclose(p.grad(), ref.b[i].grad(), 1e-12, 1e-14);
-        }
-        REQUIRE(same);
-        ++checked;
+    for (int64_t step = 0; step < steps; ++step) {
+      const int64_t rows = step < 2 ? kMicro : kMicro - 1;
+      for (auto* m : {&net, &ref})
+        for (auto* list : {&m->w, &m->b})
+          for (auto& t : *list)
+            if (t.grad().defined()) t.mutable_grad().zero_();
+      pipeline::StepResult got;
+      try {
+        got = ex.run(prog[static_cast<size_t>(rank)], [rows](int64_t m) { return batch(m, rows); });
+      } catch (const dist::DistError& e) {  // the communicator's error keeps its kind through the executor
+        report << "DistError: " << e.what() << "\n";
+        report.flush();
+        std::_Exit(3);
+      } catch (const std::exception& e) {
+        report << "error: " << e.what() << "\n";
+        report.flush();
+        std::_Exit(3);  // the peers are stuck on this rank: end at once, as the trainer's error exit does
       }
-    report << pipeline::schedule_name(kind) << " " << checked << " gradients equal\n";
+      const double want = reference(ref, sh.microbatches, rows);
+      if (rank == (sh.stages() - 1) % P) REQUIRE(got.loss_sum == Approx(want).epsilon(1e-13));
+      for (const auto& st : stages_of(net, sh, rank))
+        for (const auto& p : st.params) {
+          bool same = false;
+          for (size_t i = 0; i < net.w.size(); ++i) {
+            if (p.is_same(net.w[i])) same = torch::allclose(p.grad(), ref.w[i].grad(), 1e-12, 1e-14);
+            if (p.is_same(net.b[i])) same = torch::allclose(p.grad(), ref.b[i].grad(), 1e-12, 1e-14);
+          }
+          INFO("step " << step << ", " << rows << " rows a microbatch");
+          REQUIRE(same);
+          ++checked;
+        }
+    }
+    report << pipeline::schedule_name(kind) << " " << checked << " gradients equal over " << steps << " steps\n";
   }
 }
 
@@ -75,7 +88,8 @@ TEST_CASE("pipeline over Gloo: every schedule on 3 ranks equals one process's gr
     INFO("rank " << r << ":\n" << procs[r].output());
     REQUIRE(procs[r].exit_code == 0);
     const auto text = test::read_file(procs[r].log.parent_path() / ("rank" + std::to_string(r) + ".txt"));
-    for (const char* s : {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"}) CHECK_THAT(text, Contains(std::string(s) + " "));
+    for (const char* s : {"gpipe", "1f1b", "interleaved_1f1b", "zero_bubble"})
+      CHECK_THAT(text, Contains(std::string(s) + " ") && Contains("over 4 steps"));
     CHECK_THAT(text, !Contains(" 0 gradients"));
   }
 }

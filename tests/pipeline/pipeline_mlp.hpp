@@ -38,15 +38,18 @@ struct Mlp {
   }
 };
 
-inline torch::Tensor batch(int64_t m) { return torch::arange(kMicro * kWidth, torch::kFloat64).reshape({kMicro, kWidth}).mul(0.1 * (m + 1)).sin(); }
+// microbatch m: `rows` rows (kMicro, or fewer: a step whose messages change shape)
+inline torch::Tensor batch(int64_t m, int64_t rows = kMicro) {
+  return torch::arange(kMicro * kWidth, torch::kFloat64).reshape({kMicro, kWidth}).mul(0.1 * (m + 1)).sin().narrow(0, 0, rows);
+}
 inline torch::Tensor target(int64_t m) { return torch::full({kMicro, kWidth}, 0.3 * m - 0.5, torch::kFloat64); }
-inline torch::Tensor loss_of(const torch::Tensor& y, int64_t m) { return (y - target(m)).pow(2).mean(); }
+inline torch::Tensor loss_of(const torch::Tensor& y, int64_t m) { return (y - target(m).narrow(0, 0, y.size(0))).pow(2).mean(); }
 
 // One process: M microbatches, loss / M each, backward after each (gradient accumulation).
-inline double reference(Mlp& net, int64_t M) {
+inline double reference(Mlp& net, int64_t M, int64_t rows = kMicro) {
   double sum = 0;
   for (int64_t m = 0; m < M; ++m) {
-    auto loss = loss_of(net.layers(batch(m), 0, kLayers - 1), m);
+    auto loss = loss_of(net.layers(batch(m, rows), 0, kLayers - 1), m);
     sum += loss.item<double>();
     (loss / static_cast<double>(M)).backward();
   }

@@ -47,7 +47,7 @@ PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init
         const auto stages = stages_of(out.nets[static_cast<size_t>(r)], sh, r);
         QueueLink link(box, r, timeout_s);
         Executor ex(sh, r, stages, link);
-        results[static_cast<size_t>(r)] = ex.run(prog[static_cast<size_t>(r)], batch);
+        results[static_cast<size_t>(r)] = ex.run(prog[static_cast<size_t>(r)], [](int64_t m) { return batch(m); });
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
       }

@@ -37,6 +37,7 @@ class TimedLink final : public pipeline::PeerLink {
     waited_ += std::chrono::duration<double>(Clock::now() - t0).count();
     return t;
   }
+  void prepost(int64_t peer, const pipeline::Action& what) override { inner_.prepost(peer, what); }
   void flush() override { inner_.flush(); }
   [[noreturn]] void rethrow_with(const std::string& context) const override {
     inner_.rethrow_with(context);
