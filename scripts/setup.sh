@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh Debian 12 machine for trainer, then configures and builds build/ (Release).
+# Sets up a fresh Debian 12 machine for trainer, then configures build/ (Release) and builds the
+# trainer binary: what the quickstart needs. scripts/test.sh builds the test programs (and the
+# benchmarks' helpers) before it runs them; `scripts/setup.sh --all` builds them here.
 # Idempotent and quick when everything is already there. Options (environment variables):
 #   Torch_DIR=/path/to/libtorch/share/cmake/Torch   use your own LibTorch; no Python environment needed
 #   TRAINER_VENV=/path                                where the pinned torch wheel lives
@@ -13,6 +15,13 @@ TORCHVISION_VERSION=0.26.0  # matches torch 2.11; tests and benchmarks only
 venv=${TRAINER_VENV:-$HOME/.cache/trainer/venv-torch-$TORCH_VERSION}
 build_dir=${TRAINER_BUILD_DIR:-$repo/build}
 log() { printf '[setup] %s\n' "$*"; }
+targets=(--target trainer)
+for a in "$@"; do
+  case "$a" in
+    --all) targets=() ;;
+    *) echo "setup.sh: unknown option $a (known: --all)" >&2; exit 2 ;;
+  esac
+done
 
 # --- Debian packages: exactly what the project uses ------------------------------------------------
 packages=(
@@ -76,8 +85,8 @@ if [ "${TRAINER_SKIP_BUILD:-0}" != 1 ]; then
     cmake -S "$repo" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}" > "$build_dir/configure.log" 2>&1 \
       || { cat "$build_dir/configure.log"; exit 1; }
   fi
-  log "building $build_dir"
+  log "building $build_dir (${targets[1]:-everything}; README.md gives the clean build's time)"
   start=$(date +%s)
-  cmake --build "$build_dir" -j "$(nproc)"
+  cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
   log "build done in $(( $(date +%s) - start )) s: $build_dir/trainer"
 fi

@@ -26,6 +26,16 @@ scale=${TRAINER_TEST_TIMEOUT_SCALE:-1}
 limit=$(awk -v s="$scale" 'BEGIN { if (s + 0 <= 0) exit 1; printf "%d", 900 * s + 0.5 }') ||
   { echo "TRAINER_TEST_TIMEOUT_SCALE=$scale is not a positive number" >&2; exit 2; }
 
+# the test programs (scripts/setup.sh builds the trainer binary alone); a no-op when they are built
+if [ ! -f "$build_dir/build.ninja" ]; then
+  echo "[test] $build_dir is not configured: run scripts/setup.sh first" >&2
+  exit 2
+fi
+echo "[test] building the test programs in $build_dir"
+start=$(date +%s)
+cmake --build "$build_dir" -j "$(nproc)"
+echo "[test] build done in $(( $(date +%s) - start )) s"
+
 hogs=()
 stop_hogs() {
   for pid in "${hogs[@]}"; do kill "$pid" 2>/dev/null || true; done
