@@ -15,10 +15,13 @@ TORCHVISION_VERSION=0.26.0  # matches torch 2.11; tests and benchmarks only
 venv=${TRAINER_VENV:-$HOME/.cache/trainer/venv-torch-$TORCH_VERSION}
 build_dir=${TRAINER_BUILD_DIR:-$repo/build}
 log() { printf '[setup] %s\n' "$*"; }
-targets=(--target trainer)
+# the real program's path: ninja reads a bare `trainer` as build/trainer, the front's file, which
+# alone does not build the program (CMakeLists.txt); libexec/trainer builds both
+targets=(--target libexec/trainer)
+what="the trainer binary"
 for a in "$@"; do
   case "$a" in
-    --all) targets=() ;;
+    --all) targets=(); what="everything" ;;
     *) echo "setup.sh: unknown option $a (known: --all)" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +88,7 @@ if [ "${TRAINER_SKIP_BUILD:-0}" != 1 ]; then
     cmake -S "$repo" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${cmake_args[@]}" > "$build_dir/configure.log" 2>&1 \
       || { cat "$build_dir/configure.log"; exit 1; }
   fi
-  log "building $build_dir (${targets[1]:-everything}; README.md gives the clean build's time)"
+  log "building $build_dir: $what (README.md gives the clean build's time)"
   start=$(date +%s)
   cmake --build "$build_dir" -j "$(nproc)" "${targets[@]}"
   log "build done in $(( $(date +%s) - start )) s: $build_dir/trainer"
