@@ -12,11 +12,7 @@ ImageDataset::ImageDataset(ImageOptions opts, int64_t channels, int64_t height, 
 
 const uint8_t* ImageDataset::fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& s) const {
   if (src_h == height_ && src_w == width_) return src;
-  uint8_t* out = s.out;
-  if (!out) {
-    s.resized.resize(channels_ * height_ * width_);
-    out = s.resized.data();
-  }
+  uint8_t* out = output(s, s.resized);
   resize_short_center_crop(src, channels_, src_h, src_w, out, height_, s.filter);
   return out;
 }
@@ -36,15 +32,15 @@ const uint8_t* ImageDataset::resized_crop_of(int64_t index, ImageScratch& s, int
   s.out = slot;
   if (!full) return nullptr;
   const CropBox box = choose(h, w);
-  uint8_t* out = crop_target(s);
+  uint8_t* out = output(s, s.cropped);
   resized_crop(full, channels_, h, w, box, out, height_, width_, s.tmp, s.filter);
   return out;
 }
 
-uint8_t* ImageDataset::crop_target(ImageScratch& s) const {
+uint8_t* ImageDataset::output(ImageScratch& s, std::vector<uint8_t>& fallback) const {
   if (s.out) return s.out;
-  s.cropped.resize(channels_ * height_ * width_);
-  return s.cropped.data();
+  fallback.resize(channels_ * height_ * width_);
+  return fallback.data();
 }
 
 // Training samples: RandomResizedCrop (of the source), then pad-crop / flip / rotation, then colour

@@ -72,8 +72,8 @@ class ImageDataset : public Dataset {
   // only the box (image_folder) overrides it. nullptr as pixels().
   virtual const uint8_t* resized_crop_of(int64_t index, ImageScratch& scratch, int64_t* label,
                                          const std::function<CropBox(int64_t, int64_t)>& choose) const;
-  // Where a resized crop goes: the slot (scratch.out) or scratch.cropped.
-  uint8_t* crop_target(ImageScratch& scratch) const;
+  // Where a resize to the output size writes: the slot (scratch.out), else `fallback` (one of scratch's).
+  uint8_t* output(ImageScratch& scratch, std::vector<uint8_t>& fallback) const;
   // For readers whose sources are `src_h` x `src_w`: resizes to the output size when they differ.
   const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch) const;
   // Counts a skipped sample and warns (the first few times; then every 1000th).

@@ -136,7 +136,7 @@ class ImageFolderDataset : public ImageDataset {
       return bad_sample(file + ": out of memory while decoding", index);
     }
     check_unchanged_file(index);
-    uint8_t* out = crop_target(s);
+    uint8_t* out = output(s, s.cropped);
     resize_bilinear_window(s.decoded.data(), channels_, region.height, region.width, region.window, out, height_,
                            width_, s.filter);
     return out;

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "data/stage_clock.hpp"
 
 namespace trainer::data {
@@ -56,22 +58,18 @@ Batch DataLoader::build(const BatchPlan& plan) const {
     raw = raw.narrow(0, 0, rows);
     target = target.narrow(0, 0, rows);
   }
-  if (raw_to_device) {  // the uint8 batch crosses; finish_tensor() normalises it on the copy stream
-    Batch batch{torch::Tensor(), torch::Tensor(), plan.epoch};
-    auto on_device = device::copy_to_device_async(
-        {raw, target}, opts_.device_index, batch.copied,
-        [&](std::vector<torch::Tensor>& t) { t[0] = dataset_->finish_tensor(t[0], opts_.channels_last); });
-    batch.input = on_device[0];
-    batch.target = on_device[1];
-    return batch;
-  }
-  Batch batch{[&] {
-                const StageTimer timer(Stage::Collate);
-                return dataset_->finish(raw, opts_.pin_memory);
-              }(),
+  Batch batch{raw_to_device ? raw
+                            : [&] {
+                                const StageTimer timer(Stage::Collate);
+                                return dataset_->finish(raw, opts_.pin_memory);
+                              }(),
               target, plan.epoch};
   if (to_device) {
-    auto on_device = device::copy_to_device_async({batch.input, batch.target}, opts_.device_index, batch.copied);
+    std::function<void(std::vector<torch::Tensor>&)> finish_there;  // the uint8 batch normalised on the copy stream
+    if (raw_to_device)
+      finish_there = [&](std::vector<torch::Tensor>& t) { t[0] = dataset_->finish_tensor(t[0], opts_.channels_last); };
+    auto on_device =
+        device::copy_to_device_async({batch.input, batch.target}, opts_.device_index, batch.copied, finish_there);
     batch.input = on_device[0];
     batch.target = on_device[1];
   }

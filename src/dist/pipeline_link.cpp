@@ -32,14 +32,14 @@ std::string message_name(bool activation, int64_t stage, int64_t micro) {
 
 void GroupPeerLink::send(const torch::Tensor& t, int64_t peer, const Action& what) {
   if (t.dim() > kMaxDims) throw std::invalid_argument("pipeline: a message of more than 10 dimensions");
-  const Key key{peer, is_activation(what.op), what.stage, what.micro};
+  const Key key = key_of(peer, what);
   const Shape now{t.scalar_type(), t.sizes().vec()};
   const auto last = sent_.find(key);
   const int64_t route = last == sent_.end() ? kNew : last->second == now ? kSame : kChanged;
   auto header = torch::zeros({kHeader}, torch::kInt64);
   auto* h = header.data_ptr<int64_t>();
   h[0] = kMagic;
-  h[1] = std::get<1>(key) ? 1 : 0;
+  h[1] = is_activation(what.op) ? 1 : 0;
   h[2] = what.stage;
   h[3] = what.micro;
   h[4] = route;
@@ -56,6 +56,10 @@ void GroupPeerLink::send(const torch::Tensor& t, int64_t peer, const Action& wha
   sent_[key] = now;
 }
 
+GroupPeerLink::Key GroupPeerLink::key_of(int64_t peer, const Action& what) {
+  return {peer, is_activation(what.op), what.stage, what.micro};
+}
+
 GroupPeerLink::Incoming GroupPeerLink::post(int64_t peer, const Action& what) {
   const std::string label = pipeline::describe(what);
   const auto device = group_.device();
@@ -63,7 +67,7 @@ GroupPeerLink::Incoming GroupPeerLink::post(int64_t peer, const Action& what) {
   in.what = what;
   in.head = torch::empty({kHeader}, torch::TensorOptions().dtype(torch::kInt64).device(device));
   in.head_op = group_.recv_async(in.head, peer, kHeaderTag, label);
-  const auto last = received_.find(Key{peer, is_activation(what.op), what.stage, what.micro});
+  const auto last = received_.find(key_of(peer, what));
   if (last != received_.end()) {  // sent before: a payload (or a placeholder) of that shape comes on tag 1
     in.body = torch::empty(last->second.sizes, torch::TensorOptions().dtype(last->second.dtype).device(device));
     in.body_op = group_.recv_async(in.body, peer, kAgreedTag, label);
@@ -85,7 +89,7 @@ torch::Tensor GroupPeerLink::finish(int64_t peer, Incoming& in) {
     throw std::runtime_error("pipeline: at " + label + " the next message from rank " + std::to_string(peer) + " is the " +
                              message_name(h[1] == 1, h[2], h[3]) + ", not the " + message_name(act, what.stage, what.micro));
   const Shape shape{static_cast<torch::ScalarType>(h[5]), std::vector<int64_t>(h + 7, h + 7 + h[6])};
-  const Key key{peer, act, what.stage, what.micro};
+  const Key key = key_of(peer, what);
   const bool agreed = received_.count(key) > 0;
   if ((h[4] == kNew) == agreed)  // the two ends' records of this message differ: a bug, never a guess
     throw std::logic_error("pipeline: at " + label + " rank " + std::to_string(peer) + " and this rank disagree on whether " +

@@ -59,6 +59,7 @@ class GroupPeerLink final : public pipeline::PeerLink {
     torch::Tensor head, body;
     std::shared_ptr<AsyncOp> head_op, body_op;
   };
+  static Key key_of(int64_t peer, const pipeline::Action& what);  // a send's or a receive's record
   Incoming post(int64_t peer, const pipeline::Action& what);  // the header, and the tag-1 payload if agreed
   torch::Tensor finish(int64_t peer, Incoming& in);           // reads the header, returns the payload
 
