@@ -7,22 +7,30 @@
 #      when the machine lacks them;
 #   2. stops there, cleanly, when no CUDA device is visible;
 #   3. runs the [gpu] tests;
-#   4. benchmarks GPT-2 124M (bf16, block 1024) and ResNet-50 (bf16, channels_last, 224x224 synthetic)
+#   4. feeds ResNet-50 (bf16, batch 256) from a generated ImageNet-like JPEG folder with half and all of
+#      the node's cores as loader workers, next to torchvision's DataLoader + PyTorch eager and the
+#      trainer's synthetic-data rate (scripts/bench/bench_feed.py), then times the input pipelines alone
+#      at 1, 4 and all cores' workers (scripts/bench/bench_input.py);
+#   5. benchmarks GPT-2 124M (bf16, block 1024) and ResNet-50 (bf16, channels_last, 224x224 synthetic)
 #      for a fixed number of steps next to their PyTorch-Python equivalents (scripts/bench/bench_train.py
 #      --device cuda): tokens/s, images/s, MFU = tokens/s x (6N + 12 n_layer block n_embd) / 989e12
 #      (H100/H200 dense bf16), peak CUDA memory and trainer / PyTorch ratios; then ResNet-18-CIFAR
 #      (bf16, batch 128) without and with train.cuda_graphs next to PyTorch eager (the graphs ratio);
-#   5. dist.sharding full on GPT-2 124M (bf16, block 1024, synthetic tokens, 20 steps) next to none:
+#   6. dist.sharding full on GPT-2 124M (bf16, block 1024, synthetic tokens, 20 steps) next to none:
 #      on 2 ranks over NCCL when there are two GPUs, else a world of one (where full shards nothing:
 #      the check is that it runs the none path and logs none's losses); losses, tokens/s, held bytes;
-#   6. dist.tensor_parallel: tp 2 over NCCL against one rank of the same global batch on two GPUs, or
-#      on one GPU dist.tensor_parallel 1 (today's path: no tp collective, step 5's none losses).
+#   7. dist.tensor_parallel: tp 2 over NCCL against one rank of the same global batch on two GPUs, or
+#      on one GPU dist.tensor_parallel 1 (today's path: no tp collective, step 6's none losses).
 # The whole check is meant to fit in 8 minutes; the benchmark shrinks (--quick) or is skipped when the
 # build left too little of DEVICE_CHECK_BUDGET_S.
-# Reports: device_check.log, gpu_tests_<area>.log, bench_cuda_compare.{md,json}, bench_cuda_graphs.{md,json},
+# Reports: device_check.log, gpu_tests_<area>.log, bench_feed.{md,json}, bench_input.md,
+#   bench_cuda_compare.{md,json}, bench_cuda_graphs.{md,json},
 #   sharding_full_{none,full}.log, sharding_full.txt, tp_{base,tp}.log and tensor_parallel.txt.
 # Environment: PYTHON (python3), BUILD_DIR (build-device), JOBS (nproc), DEVICE_CHECK_BUDGET_S (480),
-#   DEVICE_CHECK_REQUIRE_GPU=1 (exit 2 instead of 0 when there is no CUDA device), OUT (results folder).
+#   DEVICE_CHECK_REQUIRE_GPU=1 (exit 2 instead of 0 when there is no CUDA device), OUT (results folder),
+#   DEVICE_CHECK_SECTIONS (default "tests feed input compare graphs sharding tp": the parts to run),
+#   DEVICE_CHECK_BENCH_SIZE (quick or a number of rounds for compare and graphs; default: by the budget),
+#   DEVICE_CHECK_FEED_ARGS (more bench_feed.py arguments, e.g. "--steps 60 --warmup 20").
 # Exit: 0 checked (or no GPU), 1 a build, test or benchmark failed, 2 no GPU with REQUIRE_GPU.
 set -uo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,6 +45,8 @@ log_file="$results/device_check.log"
 exec > >(tee "$log_file") 2>&1
 
 elapsed() { echo $(( $(date +%s) - t_start )); }
+sections=" ${DEVICE_CHECK_SECTIONS:-tests feed input compare graphs sharding tp} "
+section_on() { [[ "$sections" == *" $1 "* ]]; }
 say() { printf '[device_check %4ss] %s\n' "$(elapsed)" "$*"; }
 die() { say "FAILED: $*"; exit 1; }
 
@@ -151,7 +161,9 @@ command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,m
 
 # --- 5. the [gpu] tests ----------------------------------------------------------------------------
 status=0
-if [ -z "$gpu_test_areas" ]; then
+if ! section_on tests; then
+  say "[gpu] tests not in DEVICE_CHECK_SECTIONS"
+elif [ -z "$gpu_test_areas" ]; then
   say "no [gpu] tests in tests/ (no TEST_CASE is tagged [gpu])"
 else
   for area in $gpu_test_areas; do
@@ -170,12 +182,49 @@ else
   done
 fi
 
-# --- 6. the GPU benchmark, one section at a time --------------------------------------------------
+# --- 6. the input pipeline on this node's cores ------------------------------------------------------
+# feed: ResNet-50 bf16 fed from JPEGs by the trainer's loader (uint8 batches normalised on the GPU) and
+# by torchvision's DataLoader, next to the trainer's synthetic-data rate (scripts/bench/bench_feed.py);
+# input: the pipelines alone, trainer bench-data vs torchvision at 1, 4 and all cores' workers
+# (scripts/bench/bench_input.py): the per-core figures a 2-core machine cannot give at 16 workers.
+cores=$(nproc)
+feed_workers=$(( cores >= 16 ? 16 : cores ))
+jpeg_dir="$build/jpeg-folder"
+section_on feed && {
+  slice=$(( budget - $(elapsed) - 5 )); [ $slice -gt 240 ] && slice=240
+  if [ $slice -lt 90 ]; then
+    say "feed section skipped: ${slice}s left"
+  else
+    say "feed: ResNet-50 bf16 from JPEGs, $(( feed_workers / 2 )) and $feed_workers workers ($slice s at most)"
+    PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_feed.py" --trainer "$trainer_bin" --python "$py" \
+      --work "$jpeg_dir" --images 4096 --workers "$(( feed_workers / 2 )),$feed_workers" --timeout 120 \
+      --markdown "$results/bench_feed.md" --json "$results/bench_feed.json" ${DEVICE_CHECK_FEED_ARGS:-} || { say "feed section FAILED or ran out of time"; status=1; }
+  fi
+}
+section_on input && {
+  slice=$(( budget - $(elapsed) - 5 )); [ $slice -gt 150 ] && slice=150
+  if [ $slice -lt 60 ]; then
+    say "input section skipped: ${slice}s left"
+  else
+    say "input: trainer bench-data vs torchvision DataLoader, 1, 4 and $feed_workers workers ($slice s at most)"
+    PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_input.py" --trainer "$trainer_bin" \
+      --work "$jpeg_dir" --images 4096 --workers "1,4,$feed_workers" --batches 24 --repeats 1 \
+      --out "$results/bench_input.md" || { say "input section FAILED or ran out of time"; status=1; }
+  fi
+}
+
+# --- 7. the GPU benchmark, one section at a time --------------------------------------------------
 # compare (GPT-2 124M, ResNet-50 vs PyTorch eager) first, then graphs (ResNet-18-CIFAR without / with
 # train.cuda_graphs): each section writes its own report, so a section cut short by the budget does
 # not take the other's figures with it.
 left=$(( budget - $(elapsed) ))
-if [ $left -ge 400 ]; then
+if [ -n "${DEVICE_CHECK_BENCH_SIZE:-}" ]; then
+  case "$DEVICE_CHECK_BENCH_SIZE" in
+    quick) size=(--quick) ;;
+    [0-9]*) size=(--rounds "$DEVICE_CHECK_BENCH_SIZE") ;;
+    *) die "DEVICE_CHECK_BENCH_SIZE: quick or a number of rounds, not '$DEVICE_CHECK_BENCH_SIZE'" ;;
+  esac
+elif [ $left -ge 400 ]; then
   size=(--rounds 2)
 elif [ $left -ge 200 ]; then
   # the full step counts once per side: a run cut by its timeout leaves no figure at all
@@ -190,6 +239,7 @@ else
 fi
 for section in compare graphs; do
   [ ${#size[@]} -eq 0 ] && break
+  section_on "$section" || continue
   left=$(( budget - $(elapsed) - 5 ))
   # compare may take up to two thirds of what is left; graphs gets the rest
   [ "$section" = compare ] && slice=$(( left * 2 / 3 )) || slice=$left
@@ -204,11 +254,13 @@ for section in compare graphs; do
   PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_train.py" "${bench[@]}" || {
     say "benchmark section $section FAILED or ran out of time"; status=1; }
 done
-# --- 7. dist.sharding full: GPT-2 124M ---------------------------------------------------------------
+# --- 8. dist.sharding full: GPT-2 124M ---------------------------------------------------------------
 # What the CPU tests cannot show: the per-unit all-gathers, storage frees and prefetches on CUDA
 # (the caching allocator, NCCL streams) give none's losses. One GPU is a world of one: full = none.
 left=$(( budget - $(elapsed) - 5 ))
-if [ $left -lt 60 ]; then
+if ! section_on sharding; then
+  :
+elif [ $left -lt 60 ]; then
   say "dist.sharding full check skipped: ${left}s left"
 else
   full_cfg="$build/sharding_full_gpt2.yaml"
@@ -236,13 +288,15 @@ YAML
     --show param_bytes grad_bytes optim_state_bytes --label "full vs none on $full_ranks rank(s)" |
     tee "$results/sharding_full.txt" || status=1
 fi
-# --- 8. tensor parallel: GPT-2 124M ----------------------------------------------------------------
+# --- 9. tensor parallel: GPT-2 124M ----------------------------------------------------------------
 # Two GPUs: tp 2 over NCCL (the region all-reduces, the vocab-parallel loss on CUDA) against one rank
 # of the same global batch. One GPU: dist.tensor_parallel 1 stated explicitly is today's path at no
-# cost: no tp_comm_ms in its records, its losses those of step 7's none run.
+# cost: no tp_comm_ms in its records, its losses those of step 8's none run.
 left=$(( budget - $(elapsed) - 5 ))
-if [ $left -lt 60 ] || [ ! -f "${full_cfg:-}" ]; then
-  say "tensor parallel check skipped: ${left}s left"
+if ! section_on tp; then
+  :
+elif [ $left -lt 60 ] || [ ! -f "${full_cfg:-}" ]; then
+  say "tensor parallel check skipped: ${left}s left or no step 8 config"
 else
   tp_args=("$trainer_bin" run "$full_cfg" --force --resume never --set dist.tensor_parallel=1)
   tp_ranks=1

@@ -44,31 +44,44 @@ def cpu_name():
     return "%s, %d cores%s" % (model, os.cpu_count() or 0, ", " + "/".join(bf16) if bf16 else ", no native bf16")
 
 
-def make_folder(root, images, seed=0):
-    """root/train/<class>/*.jpg and root/val/<class>/*.jpg: 500x375 quality-90 JPEGs with texture
-    (noise, gradients and shapes: a flat image would decode unrealistically fast)."""
+def _make_image(args):
+    """One 500x375 quality-90 JPEG with texture (noise, gradients and shapes: a flat image would decode
+    unrealistically fast), from its own seed: the same file whichever process draws it."""
     import numpy as np
     from PIL import Image, ImageDraw
-    done = os.path.join(root, ".done-%d" % images)
+    path, seed, i = args
+    rng = np.random.default_rng([seed, i])
+    yy, xx = np.mgrid[0:375, 0:500]
+    base = np.stack([(xx * rng.uniform(0.2, 0.6) + yy * rng.uniform(0.1, 0.5) + rng.uniform(0, 255)) % 256
+                     for _ in range(3)], axis=-1)
+    noise = rng.normal(0, 28, size=(375, 500, 3))
+    img = Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
+    draw = ImageDraw.Draw(img)
+    for _ in range(12):
+        x0, y0 = rng.integers(0, 450), rng.integers(0, 330)
+        draw.ellipse([x0, y0, x0 + rng.integers(10, 120), y0 + rng.integers(10, 120)],
+                     fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
+    img.save(path, quality=90)
+
+
+def make_folder(root, images, seed=0, jobs=1):
+    """root/train/c<i % 4>/<i>.jpg for i < images (kept between runs: a marker names the count), drawn
+    by `jobs` processes."""
+    done = os.path.join(root, ".done-v2-%d" % images)
     if os.path.exists(done):
         return
-    rng = np.random.default_rng(seed)
-    for split, count in (("train", images),):
-        for i in range(count):
-            cls = "c%d" % (i % 4)
-            d = os.path.join(root, split, cls)
-            os.makedirs(d, exist_ok=True)
-            yy, xx = np.mgrid[0:375, 0:500]
-            base = np.stack([(xx * rng.uniform(0.2, 0.6) + yy * rng.uniform(0.1, 0.5) + rng.uniform(0, 255)) % 256
-                             for _ in range(3)], axis=-1)
-            noise = rng.normal(0, 28, size=(375, 500, 3))
-            img = Image.fromarray(np.clip(base + noise, 0, 255).astype(np.uint8))
-            draw = ImageDraw.Draw(img)
-            for _ in range(12):
-                x0, y0 = rng.integers(0, 450), rng.integers(0, 330)
-                draw.ellipse([x0, y0, x0 + rng.integers(10, 120), y0 + rng.integers(10, 120)],
-                             fill=tuple(int(v) for v in rng.integers(0, 256, 3)))
-            img.save(os.path.join(d, "%04d.jpg" % i), quality=90)
+    work = []
+    for i in range(images):
+        d = os.path.join(root, "train", "c%d" % (i % 4))
+        os.makedirs(d, exist_ok=True)
+        work.append((os.path.join(d, "%04d.jpg" % i), seed, i))
+    if jobs > 1:
+        import multiprocessing
+        with multiprocessing.Pool(jobs) as pool:
+            pool.map(_make_image, work, chunksize=16)
+    else:
+        for w in work:
+            _make_image(w)
     open(done, "w").close()
 
 
@@ -179,7 +192,7 @@ def main():
     ap.add_argument("--out", default="")
     ap.add_argument("--dali-python", default="", help="a python with nvidia-dali installed: adds DALI's CPU pipeline")
     a = ap.parse_args()
-    make_folder(a.work, a.images)
+    make_folder(a.work, a.images, jobs=os.cpu_count() or 1)
     if a.images < 64 * (a.batches + 2 * max(int(w) for w in a.workers.split(",")) + 1):
         raise SystemExit("--images: the validation pass needs (batches + warm-up) x 64 images")
     cfg = os.path.join(a.work, "bench_input.yaml")
