@@ -100,7 +100,9 @@ if ls "$repo"/.debs/*.deb >/dev/null 2>&1; then
   fi
   libdirs="$deb_root/usr/lib/x86_64-linux-gnu:$deb_root/lib/x86_64-linux-gnu:$deb_root/usr/lib"
   export CMAKE_PREFIX_PATH="$deb_root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
-  export CPATH="$deb_root/usr/include${CPATH:+:$CPATH}"
+  # the multiarch folder too: jconfig.h (JPEG_LIB_VERSION) and openssl's configuration.h live there, and
+  # the machine's own (Ubuntu's libjpeg-turbo8: version 80) would pair with the packages' libjpeg.so.62
+  export CPATH="$deb_root/usr/include/x86_64-linux-gnu:$deb_root/usr/include${CPATH:+:$CPATH}"
   export LIBRARY_PATH="$libdirs${LIBRARY_PATH:+:$LIBRARY_PATH}"
   # pkg-config (re2) sees the unpacked packages' .pc files only; their includedir and libdir name /usr
   # itself (re2.pc does not derive them from its prefix), so the sysroot maps them into the prefix
