@@ -135,6 +135,13 @@ cmake -S "$repo" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$t
 for dep in yaml-cpp spdlog fmt Catch2; do
   grep -m1 "^${dep}_DIR:" "$build/CMakeCache.txt" | sed "s/^/[device_check] found /"
 done
+# ninja tracks files, not the environment: a build made with other include folders is cleaned first
+env_stamp="$build/.include-env"
+if [ -f "$env_stamp" ] && [ "$(cat "$env_stamp")" != "${CPATH:-}|${LIBRARY_PATH:-}" ]; then
+  say "include folders changed since the last build: cleaning $build"
+  cmake --build "$build" --target clean >/dev/null 2>&1
+fi
+echo "${CPATH:-}|${LIBRARY_PATH:-}" >"$env_stamp"
 say "building ${targets[*]} with $jobs jobs"
 cmake --build "$build" -j "$jobs" --target "${targets[@]}" >"$build/build.log" 2>&1 ||
   { grep -m20 -B2 -A6 'error' "$build/build.log"; die "build (log: $build/build.log)"; }
