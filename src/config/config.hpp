@@ -129,7 +129,7 @@ struct DataConfig {
   double val_fraction = 0.1;   // text: contiguous tail used for validation when val_path is empty
   int64_t image_size = 0;      // image_folder / resize: output side in pixels (0 = keep)
   int64_t workers = 2;
-  int64_t prefetch = 4;        // batches buffered ahead of the step
+  int64_t prefetch = 4;        // finished batches waiting ahead of the step (besides one per worker)
   std::string on_bad_sample = "error";  // error | skip
   OnChange on_change = OnChange::Error;  // a data file changed under the run: checkpoint + exit 65, or reopen it
   int64_t limit_samples = 0;   // use only the first N training samples (0 = all); for smoke tests

@@ -119,7 +119,10 @@ DataLoader::Slot DataLoader::build_slot(const std::optional<BatchPlan>& plan) co
 void DataLoader::worker_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (true) {
-    work_cv_.wait(lock, [&] { return stop_ || (!plan_end_ && next_assign_ < next_deliver_ + opts_.prefetch); });
+    // in flight (handed to a worker, not yet delivered): one being built per worker plus `prefetch`
+    // finished ones waiting. A bound of `prefetch` alone let only that many workers build at once:
+    // 16 workers with prefetch 4 fed a GPU at the rate of 4 (measured: 1,686 of 6,052 images/s).
+    work_cv_.wait(lock, [&] { return stop_ || (!plan_end_ && next_assign_ < next_deliver_ + in_flight_limit()); });
     if (stop_) return;
     const int64_t seq = next_assign_++;
     std::optional<BatchPlan> plan = sampler_.next(plan_pos_);

@@ -35,7 +35,7 @@ namespace trainer::data {
 struct LoaderOptions {
   int64_t batch_size = 32;
   int64_t workers = 2;   // 0: batches are built on the calling thread inside next()
-  int64_t prefetch = 4;  // batches buffered ahead (at least 1)
+  int64_t prefetch = 4;  // finished batches buffered ahead (at least 1), besides the one each worker builds
   int64_t seed = 0;
   int64_t rank = 0;
   int64_t world_size = 1;
@@ -91,6 +91,9 @@ class DataLoader {
   bool check_due(int64_t n) const;
   const Dataset& dataset() const { return *dataset_; }
   int64_t live_workers() const;        // threads currently running (for tests)
+  // Batches handed to workers and not yet delivered, at most: workers + prefetch, so that every
+  // worker has a batch to build while `prefetch` finished ones wait for the step.
+  int64_t in_flight_limit() const { return opts_.workers + opts_.prefetch; }
 
  private:
   struct Slot {

@@ -5,6 +5,9 @@
 
 #include <dirent.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <set>
 
 #include "data/loader.hpp"
@@ -247,6 +250,68 @@ TEST_CASE("loader: destruction mid-stream and after errors joins every worker", 
     CHECK_THROWS_AS([&] { while (failing.next()) {} }(), DataError);
   }
   CHECK(thread_count() == before);
+}
+
+namespace {
+
+// fill() blocks until the gate opens (or 60 s pass: a failing test, not a hang), counting the fills
+// started and finished: a batch of one sample is one fill, so these count batches in progress.
+class GatedDataset : public IndexDataset {
+ public:
+  using IndexDataset::IndexDataset;
+  bool fill(int64_t index, int64_t epoch, bool train, void* input, int64_t* target) const override {
+    std::unique_lock<std::mutex> lock(mu);
+    ++started;
+    cv.notify_all();
+    cv.wait_for(lock, std::chrono::seconds(60), [&] { return open; });
+    lock.unlock();
+    IndexDataset::fill(index, epoch, train, input, target);
+    lock.lock();
+    ++finished;
+    cv.notify_all();
+    return true;
+  }
+  template <class Pred>
+  bool wait_until(Pred pred) const {  // a condition, not a time: 60 s is only the failure's bound
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, std::chrono::seconds(60), [&] { return pred(); });
+  }
+  int started_now() const {
+    std::lock_guard<std::mutex> lock(mu);
+    return started;
+  }
+  void release() const {
+    std::lock_guard<std::mutex> lock(mu);
+    open = true;
+    cv.notify_all();
+  }
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  mutable int started = 0, finished = 0;
+  mutable bool open = false;
+};
+
+}  // namespace
+
+TEST_CASE("loader: every worker builds a batch at once, and workers + prefetch batches are the most in flight",
+          "[unit]") {
+  for (const auto& [workers, prefetch] : {std::pair<int64_t, int64_t>{6, 1}, {3, 4}}) {
+    auto ds = std::make_shared<GatedDataset>(1000);
+    auto o = opts(1, 0, 1, true, workers);
+    o.prefetch = prefetch;
+    DataLoader l(ds, o);
+    REQUIRE(l.in_flight_limit() == workers + prefetch);
+    // all the workers in a fill together: none waits for the step while the gate is shut
+    CHECK(ds->wait_until([&] { return ds->started == workers; }));
+    ds->release();
+    // then the finished batches fill the buffer, and no worker starts another
+    CHECK(ds->wait_until([&] { return ds->finished == workers + prefetch; }));
+    CHECK(ds->started_now() == workers + prefetch);
+    // each delivery frees one place
+    REQUIRE(l.next());
+    CHECK(ds->wait_until([&] { return ds->finished == workers + prefetch + 1; }));
+    CHECK(ds->started_now() == workers + prefetch + 1);
+  }
 }
 
 TEST_CASE("loader: evaluation batches, the short last batch, and limit_samples", "[unit]") {

@@ -37,13 +37,13 @@ Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConf
   data::LoaderOptions o;
   o.batch_size = cfg.train.batch_size;
   o.workers = workers;
-  o.prefetch = std::max<int64_t>(1, workers);  // enough to keep each worker busy, little to drain
+  o.prefetch = cfg.data.prefetch;  // as the run's loader: every worker busy, data.prefetch batches waiting
   o.seed = cfg.run.seed;
   o.train = train;
   data::DataLoader loader(ds, o);
   Measured m;
   m.workers = workers;
-  const int64_t warm_up = std::max<int64_t>(2, o.prefetch + workers + 1);
+  const int64_t warm_up = std::max<int64_t>(2, o.prefetch + workers + 1);  // the whole in-flight bound, and one
   for (int64_t k = 0; k < warm_up; ++k)
     if (!loader.next())
       throw std::invalid_argument(fmt::format(
