@@ -91,13 +91,16 @@ torch::Tensor ImageDataset::finish_tensor(const torch::Tensor& raw, bool channel
     if (!t.defined()) t = torch::tensor(normalizer_.table(channels_)).to(raw.device());
     table = t;
   }
-  const auto offsets = torch::arange(channels_, raw.options().dtype(torch::kLong)) * 256;  // (C): each channel's row
+  // int32 indices through index_select (take wants int64: twice the bytes, and on a GPU each copy
+  // stream keeps its own cached block of them)
+  const auto offsets = torch::arange(channels_, raw.options().dtype(torch::kInt)) * 256;  // (C): each channel's row
+  auto lookup = [&](const torch::Tensor& index) { return table.index_select(0, index.view(-1)).view(index.sizes()); };
   if (channels_last) {  // the lookup in (B, H, W, C) order: its result seen as (B, C, H, W) is channels-last
-    auto index = raw.permute({0, 2, 3, 1}).contiguous().to(torch::kLong) + offsets;  // (B, H, W, C)
-    return table.take(index).permute({0, 3, 1, 2});
+    auto index = raw.permute({0, 2, 3, 1}).to(torch::kInt, false, false, at::MemoryFormat::Contiguous);  // (B, H, W, C)
+    return lookup(index.add_(offsets)).permute({0, 3, 1, 2});
   }
-  auto index = raw.to(torch::kLong) + offsets.view({1, channels_, 1, 1});  // (B, C, H, W)
-  return table.take(index);
+  auto index = raw.to(torch::kInt, false, false, at::MemoryFormat::Contiguous);  // (B, C, H, W)
+  return lookup(index.add_(offsets.view({1, channels_, 1, 1})));
 }
 
 ChannelStats ImageDataset::compute_stats(int64_t max_samples) const {
