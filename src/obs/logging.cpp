@@ -88,7 +88,9 @@ void init_run_logging(int64_t rank, const std::string& level, const std::string&
   logger->set_level(std::min(spdlog::level::from_str(level), spdlog::level::debug));
   // other ranks speak on the console only to report errors
   console->set_level(rank == 0 ? spdlog::level::from_str(level) : spdlog::level::err);
-  logger->flush_on(spdlog::level::warn);
+  // every line reaches the file when it is logged: a rank that dies of a signal (obs/crash_report)
+  // keeps the lines before its last words (a few lines a log step: the writes cost nothing measurable)
+  logger->flush_on(spdlog::level::trace);
   spdlog::set_default_logger(logger);
 }
 

@@ -29,17 +29,13 @@ std::string fmt_num(double v) {
   return fmt::format("{:.4g}", v);
 }
 
-std::optional<double> num(const json& r, const char* key) {
-  if (!r.contains(key) || !r.at(key).is_number()) return std::nullopt;
-  return r.at(key).get<double>();
-}
 
 ReportSeries series_of(const std::vector<json>& recs, const std::string& kind, const char* key, const std::string& name,
                        const std::string& color) {
   ReportSeries s{name, color, {}, {}};
   for (const auto& r : recs) {
     if (r.value("kind", "") != kind) continue;
-    auto x = num(r, "step"), y = num(r, key);
+    auto x = record_number(r, "step"), y = record_number(r, key);
     if (x && y && std::isfinite(*y)) {
       s.x.push_back(*x);
       s.y.push_back(*y);
@@ -72,31 +68,31 @@ Attempts attempts_of(const std::vector<json>& recs, const json* summary, const j
       ranks_before.push_back(world_now);
     }
     if (kind == "attempt" || kind == "world" || kind == "train")
-      if (auto w = num(r, "world_size")) world_now = w;
+      if (auto w = record_number(r, "world_size")) world_now = w;
   }
   Attempts out;
   auto text = [](std::optional<double> v, const char* f) { return v ? fmt::format(fmt::runtime(f), *v) : "?"; };
   for (size_t i = 0; i < as.size(); ++i) {
     const json& a = *as[i];
-    const auto start = num(a, "start_step");
-    std::optional<double> end = i + 1 < as.size() ? num(*as[i + 1], "start_step")
-                                : summary          ? num(*summary, "steps")
-                                : last_train       ? num(*last_train, "step")
+    const auto start = record_number(a, "start_step");
+    std::optional<double> end = i + 1 < as.size() ? record_number(*as[i + 1], "start_step")
+                                : summary          ? record_number(*summary, "steps")
+                                : last_train       ? record_number(*last_train, "step")
                                                    : std::nullopt;
     std::string from = "fresh start";
     if (a.contains("resumed_from") && a.at("resumed_from").is_string()) from = a.at("resumed_from").get<std::string>();
     else if (a.contains("resumed_from") && !a.at("resumed_from").is_null()) from = a.at("resumed_from").dump();
-    const auto world = num(a, "world_size");
+    const auto world = record_number(a, "world_size");
     const auto& ranks = ranks_before[i];
-    out.rows.push_back({text(num(a, "attempt"), "{:.0f}"), text(start, "{:.0f}"),
+    out.rows.push_back({text(record_number(a, "attempt"), "{:.0f}"), text(start, "{:.0f}"),
                         i + 1 < as.size() || summary ? text(end, "{:.0f}") : text(end, "{:.0f}") + " (last record)",
-                        text(num(a, "time_s"), "{:.1f} s"), from, text(world, "{:.0f}")});
+                        text(record_number(a, "time_s"), "{:.1f} s"), from, text(world, "{:.0f}")});
     if (start && i > 0) {
       std::string title = fmt::format("resumed at step {}", *start);
       if (world && ranks && *world != *ranks) {
         title += fmt::format(" on {:.0f} ranks (was {:.0f})", *world, *ranks);
         out.world_rows.push_back({text(start, "{:.0f}"), text(ranks, "{:.0f}") + " -> " + text(world, "{:.0f}"),
-                                  fmt::format("resumed (attempt {})", text(num(a, "attempt"), "{:.0f}"))});
+                                  fmt::format("resumed (attempt {})", text(record_number(a, "attempt"), "{:.0f}"))});
       }
       out.markers.push_back({*start, title});
     }
@@ -109,7 +105,7 @@ void add_world_changes(const std::vector<json>& recs, Attempts& out) {
   std::optional<std::pair<double, double>> last;  // (step, size): a new writer may write a change again
   for (const auto& r : recs) {
     if (r.value("kind", "") != "world") continue;
-    const auto step = num(r, "step"), now = num(r, "world_size"), before = num(r, "previous_world_size");
+    const auto step = record_number(r, "step"), now = record_number(r, "world_size"), before = record_number(r, "previous_world_size");
     if (!step || !now) continue;
     if (last && last->first == *step && last->second == *now) continue;
     last = {*step, *now};
@@ -229,14 +225,14 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
     row("steps", fmt_num(s.value("steps", 0.0)));
     row("epochs", fmt::format("{:.3f}", s.value("epochs", 0.0)));
     row("samples seen", fmt::format("{}", s.value("samples", int64_t{0})));
-    const auto n_attempts = num(s, "attempts");
-    row("wall time", fmt::format("{:.1f} s", num(s, "wall_s").value_or(0.0)) +
+    const auto n_attempts = record_number(s, "attempts");
+    row("wall time", fmt::format("{:.1f} s", record_number(s, "wall_s").value_or(0.0)) +
                          (n_attempts && *n_attempts > 1 ? fmt::format(" over {:.0f} attempts", *n_attempts) : ""));
     if (n_attempts) row("attempts", fmt::format("{:.0f}", *n_attempts));
     row("parameters", fmt::format("{}", s.value("num_parameters", int64_t{0})));
     row("device / precision / ranks",
         s.value("device", "?") + " / " + s.value("precision", "?") + " / " + std::to_string(s.value("world_size", 1)));
-    if (auto b = num(s, "best_value"))
+    if (auto b = record_number(s, "best_value"))
       row("best " + s.value("best_metric", "?"), fmt::format("{:.4f} at step {}", *b, s.value("best_step", int64_t{0})));
   } else {
     row("status", "no summary record: the run has not finished (or was stopped)");
@@ -249,16 +245,16 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   if (last_train) {
     row("final train loss", fmt::format("{:.4f}", last_train->value("loss", 0.0)));
     row("final throughput", fmt::format("{:.1f} samples/s", last_train->value("samples_per_s", 0.0)));
-    if (auto m = num(*last_train, "peak_rss_mb")) row("peak host RSS", fmt::format("{:.0f} MB", *m));
-    if (auto m = num(*last_train, "cuda_peak_allocated_mb")) row("peak CUDA allocated", fmt::format("{:.0f} MB", *m));
-    if (auto m = num(*last_train, "mfu")) row("MFU", fmt::format("{:.1f} %", *m * 100));
+    if (auto m = record_number(*last_train, "peak_rss_mb")) row("peak host RSS", fmt::format("{:.0f} MB", *m));
+    if (auto m = record_number(*last_train, "cuda_peak_allocated_mb")) row("peak CUDA allocated", fmt::format("{:.0f} MB", *m));
+    if (auto m = record_number(*last_train, "mfu")) row("MFU", fmt::format("{:.1f} %", *m * 100));
   }
   if (last_eval) {
     row("final val loss", fmt::format("{:.4f}", last_eval->value("loss", 0.0)));
-    if (auto a = num(*last_eval, "accuracy")) row("final val accuracy", fmt::format("{:.2f} %", *a * 100));
-    if (auto a = num(*last_eval, "top5")) row("final val top-5", fmt::format("{:.2f} %", *a * 100));
-    if (auto b = num(*last_eval, "bpb")) row("final val bits per byte", fmt::format("{:.4f}", *b));
-    if (auto p = num(*last_eval, "ppl")) row("final val perplexity", fmt::format("{:.3f}", *p));
+    if (auto a = record_number(*last_eval, "accuracy")) row("final val accuracy", fmt::format("{:.2f} %", *a * 100));
+    if (auto a = record_number(*last_eval, "top5")) row("final val top-5", fmt::format("{:.2f} %", *a * 100));
+    if (auto b = record_number(*last_eval, "bpb")) row("final val bits per byte", fmt::format("{:.4f}", *b));
+    if (auto p = record_number(*last_eval, "ppl")) row("final val perplexity", fmt::format("{:.3f}", *p));
   }
 
   std::ostringstream h;
@@ -400,6 +396,11 @@ int cmd_report(const std::vector<std::string>& dirs, const std::string& out) {
   }
   const fs::path target = out.empty() ? default_out : fs::path(out);
   return write_page(target, render_comparison(runs), std::to_string(runs.size()) + " runs");
+}
+
+std::optional<double> record_number(const json& r, const char* key) {
+  if (!r.contains(key) || !r.at(key).is_number()) return std::nullopt;
+  return r.at(key).get<double>();
 }
 
 }  // namespace trainer::obs

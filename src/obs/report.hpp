@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,9 @@ std::string config_for_model_family(const std::string& config_yaml);
 
 // The page's head: <!DOCTYPE html> to <body>, with the title and the style every page shares.
 std::string page_start(const std::string& title);
+
+// A record's numeric field (nullopt: absent or not a number), for the report's pages.
+std::optional<double> record_number(const nlohmann::json& r, const char* key);
 
 // The page for `records` (metrics.jsonl lines, "attempt" records make an Attempts table) and `config_yaml` (the run's config.yaml text).
 std::string render_report(const std::string& run_name, const std::vector<nlohmann::json>& records,

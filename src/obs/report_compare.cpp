@@ -20,10 +20,6 @@ using nlohmann::json;
 constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 
-std::optional<double> num(const json& r, const char* key) {
-  if (!r.contains(key) || !r.at(key).is_number()) return std::nullopt;
-  return r.at(key).get<double>();
-}
 
 // The last record of `kind` (nullptr: none).
 const json* last_of(const std::vector<json>& recs, const char* kind) {
@@ -37,7 +33,7 @@ ReportSeries run_series(const RunRecords& run, size_t i, const char* kind, const
   ReportSeries s{run.name, kPalette[i % 10], {}, {}, i >= 10};
   for (const auto& r : run.records) {
     if (r.value("kind", "") != kind) continue;
-    const auto x = num(r, "step"), y = num(r, key);
+    const auto x = record_number(r, "step"), y = record_number(r, key);
     if (x && y && std::isfinite(*y)) {
       s.x.push_back(*x);
       s.y.push_back(*y);
@@ -111,18 +107,18 @@ std::string render_comparison(const std::vector<RunRecords>& runs) {
     const json* train = last_of(recs, "train");
     const json* eval = last_of(recs, "eval");
     std::string best;
-    if (summary && num(*summary, "best_value"))
-      best = fmt::format("{} {:.4f}", summary->value("best_metric", "?"), *num(*summary, "best_value"));
+    if (summary && record_number(*summary, "best_value"))
+      best = fmt::format("{} {:.4f}", summary->value("best_metric", "?"), *record_number(*summary, "best_value"));
     const std::vector<std::string> row = {
         summary ? "finished" : "not finished",
-        summary ? cell(num(*summary, "steps"), "{:.0f}") : train ? cell(num(*train, "step"), "{:.0f}") : "",
-        train ? cell(num(*train, "loss"), "{:.4f}") : "",
-        eval ? cell(num(*eval, "loss"), "{:.4f}") : "",
-        eval ? cell(num(*eval, "accuracy"), "{:.2f}", 100) : "",
-        eval ? cell(num(*eval, "bpb"), "{:.4f}") : "",
+        summary ? cell(record_number(*summary, "steps"), "{:.0f}") : train ? cell(record_number(*train, "step"), "{:.0f}") : "",
+        train ? cell(record_number(*train, "loss"), "{:.4f}") : "",
+        eval ? cell(record_number(*eval, "loss"), "{:.4f}") : "",
+        eval ? cell(record_number(*eval, "accuracy"), "{:.2f}", 100) : "",
+        eval ? cell(record_number(*eval, "bpb"), "{:.4f}") : "",
         best,
-        summary ? cell(num(*summary, "wall_s"), "{:.1f}") : "",
-        train ? cell(num(*train, "samples_per_s"), "{:.1f}") : "",
+        summary ? cell(record_number(*summary, "wall_s"), "{:.1f}") : "",
+        train ? cell(record_number(*train, "samples_per_s"), "{:.1f}") : "",
         runs[i].dir.string()};
     h << "<tr><td><span style=\"color:" << kPalette[i % 10] << "\">&#9632;</span> " << html_escape(runs[i].name)
       << "</td>";

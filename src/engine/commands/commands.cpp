@@ -35,6 +35,7 @@
 #include "io/run_dir.hpp"
 #include "models/init_load.hpp"
 #include "models/model.hpp"
+#include "obs/crash_report.hpp"
 #include "obs/logging.hpp"
 #include "pipeline/plan.hpp"
 
@@ -471,6 +472,7 @@ int cmd_run(const RunArgs& args) {
     }
     auto dir = io::prepare_run_dir(loaded.cfg, env.rank, dist::writes_run_files(env));  // a joiner is not the writer
     obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
+    obs::install_crash_report(env.rank, dir.rank_log(env.rank).string());  // a fatal signal's stack, in that log too
     logging = true;
     spdlog::info("run directory {}", dir.root.string());
     for (const auto& w : loaded.warnings) spdlog::warn("{}", w.str());
