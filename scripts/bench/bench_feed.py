@@ -24,6 +24,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_input import cpu_name, make_folder  # noqa: E402
+from stats import write_reports  # noqa: E402
 from trainer_side import TrainerRunError, run_trainer, to_yaml  # noqa: E402
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -183,14 +184,7 @@ def main():
     lines += ["", "trainer on synthetic batches (no decode): %.1f img/s, step %.1f ms" % (
         ceiling["samples_per_s"], ceiling.get("step_ms", float("nan"))), "", "trainer bench-data --run (last row's run):",
         "", "```", verdict, "```"]
-    text = "\n".join(lines)
-    print(text)
-    if a.markdown:
-        with open(a.markdown, "w") as f:
-            f.write(text + "\n")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(results, f, indent=1, default=str)
+    write_reports("\n".join(lines), a.markdown, results, a.json)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, HERE)
 import trainer_side  # noqa: E402
 import workloads  # noqa: E402
-from stats import median  # noqa: E402
+from stats import median, write_reports  # noqa: E402
 
 PEAK_BF16_TFLOPS = 989.0  # H100/H200 SXM dense bf16: the MFU denominator
 
@@ -401,14 +401,7 @@ def main(argv):
     if "memory" in args.sections:
         report["memory"] = memory(args, work, env)
     report["meta"]["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    text = markdown(report)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text + "\n")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    write_reports(markdown(report), args.markdown, report, args.json)
     failed = any(e[s]["errors"] and not e[s]["runs"] for e in report.get("compare", []) for s in ("trainer", "python"))
     g = report.get("graphs")
     failed = failed or bool(g and any(g[s]["errors"] and not g[s]["runs"] for s in ("eager", "graphs", "python")))

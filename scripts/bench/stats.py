@@ -15,3 +15,15 @@ def steady(intervals, warmup):
     short for its warm-up still gives a figure, flagged by the caller through the interval count)."""
     kept = [iv for iv in intervals if iv["step"] - iv["steps"] >= warmup]
     return kept or intervals[-1:]
+
+
+def write_reports(text, markdown_path=None, data=None, json_path=None):
+    """Prints a benchmark's Markdown report and writes it (and its data as JSON) where asked."""
+    import json
+    print(text)
+    if markdown_path:
+        with open(markdown_path, "w") as f:
+            f.write(text + "\n")
+    if json_path:
+        with open(json_path, "w") as f:
+            json.dump(data, f, indent=1, default=str)

@@ -6,9 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 
 namespace trainer::obs {
 namespace {
@@ -114,22 +112,6 @@ void install_crash_report(int64_t rank, const std::string& rank_log_file) {
     ::sigemptyset(&sa.sa_mask);
     ::sigaction(sig, &sa, nullptr);
   }
-}
-
-void inject_crash(int64_t step) {
-  static const int64_t at = [] {
-    const char* v = std::getenv("TRAINER_INJECT_CRASH");
-    if (!v || !*v) return int64_t{-1};
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    if (*end != '\0' || n < 0)
-      throw std::invalid_argument(std::string("TRAINER_INJECT_CRASH: '") + v + "' is not a step number (0, 1, ...)");
-    return static_cast<int64_t>(n);
-  }();
-  static bool raised = false;
-  if (raised || step != at) return;
-  raised = true;
-  ::raise(SIGSEGV);
 }
 
 }  // namespace trainer::obs

@@ -15,7 +15,4 @@ namespace trainer::obs {
 // `rank_log_file` is opened for appending now; "" reports on stderr alone.
 void install_crash_report(int64_t rank, const std::string& rank_log_file);
 
-// TRAINER_INJECT_CRASH=<step> (tests): raises SIGSEGV at that step boundary, once.
-void inject_crash(int64_t step);
-
 }  // namespace trainer::obs

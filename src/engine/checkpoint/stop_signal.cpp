@@ -93,20 +93,35 @@ void clear_stop_request() {
   g_sigint_count.store(0);
 }
 
+namespace {
+
+// TRAINER_INJECT_<X>=STEP: the step boundary at which a test's fault is raised, once (-1: none)
+int64_t injected_step(const char* var) {
+  const char* v = std::getenv(var);
+  if (!v || !*v) return -1;
+  char* end = nullptr;
+  const long long n = std::strtoll(v, &end, 10);
+  if (*end != '\0' || n < 0)
+    throw std::invalid_argument(std::string(var) + ": '" + v + "' is not a step number (0, 1, ...)");
+  return static_cast<int64_t>(n);
+}
+
+}  // namespace
+
 void inject_stop_signal(int64_t step) {
-  static const int64_t at = [] {
-    const char* v = std::getenv("TRAINER_INJECT_SIGNAL");
-    if (!v || !*v) return int64_t{-1};
-    char* end = nullptr;
-    const long long n = std::strtoll(v, &end, 10);
-    if (*end != '\0' || n < 0)
-      throw std::invalid_argument(std::string("TRAINER_INJECT_SIGNAL: '") + v + "' is not a step number (0, 1, ...)");
-    return static_cast<int64_t>(n);
-  }();
+  static const int64_t at = injected_step("TRAINER_INJECT_SIGNAL");
   static bool raised = false;
   if (raised || step != at) return;
   raised = true;
   ::raise(SIGTERM);  // the handler sets the flag the step boundary polls
+}
+
+void inject_crash(int64_t step) {
+  static const int64_t at = injected_step("TRAINER_INJECT_CRASH");
+  static bool raised = false;
+  if (raised || step != at) return;
+  raised = true;
+  ::raise(SIGSEGV);  // obs/crash_report's handler writes the stack, then the process dies of it
 }
 
 }  // namespace trainer::engine

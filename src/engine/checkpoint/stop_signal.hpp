@@ -33,5 +33,7 @@ void clear_stop_request();        // forget a received signal (tests; after a ha
 // rank of a launched job reads the same variable). STEP may be the step a run resumes at. Throws
 // std::invalid_argument naming the variable when its value is not a step number.
 void inject_stop_signal(int64_t step);
+// TRAINER_INJECT_CRASH=STEP (tests): SIGSEGV at that step boundary, once (obs/crash_report.hpp reports it).
+void inject_crash(int64_t step);
 
 }  // namespace trainer::engine

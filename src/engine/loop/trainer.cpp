@@ -35,7 +35,6 @@
 #include "engine/step/graphed_step.hpp"
 #include "engine/step/step_runner.hpp"
 #include "models/model.hpp"
-#include "obs/crash_report.hpp"
 #include "obs/history.hpp"
 #include "obs/profiler.hpp"
 
@@ -225,7 +224,7 @@ class Trainer final : public WorldParts {
   // at the same step boundary (WorldRecovery::agree_stop). A change agreed is kept in agreed_change_.
   Next boundary_vote(int64_t step, bool log_step) {
     inject_stop_signal(step);  // TRAINER_INJECT_SIGNAL (tests, drills): a preemption at this boundary
-    obs::inject_crash(step);   // TRAINER_INJECT_CRASH (tests): a segfault at this boundary
+    inject_crash(step);        // TRAINER_INJECT_CRASH (tests): a segfault at this boundary
     const auto b = recovery_->agree_stop(step, log_step, step_is_final(step),
                                          train_loader_->check_due(recovery_->grad_accum()),
                                          [this] { return look_at_data_files(); });
