@@ -4,7 +4,7 @@
 Resize(256) + CenterCrop(224)) on a generated ImageNet-like folder (500x375 JPEGs, quality 90,
 textured), batch 64, 1 and 2 workers, alternating the two sides, medians of --repeats rounds.
 
-Usage: python scripts/bench/bench_input.py [--trainer build/trainer] [--work DIR] [--images 768]
+Usage: python scripts/bench/bench_input.py [--trainer build/trainer] [--work DIR] [--images 1024]
            [--batches 6] [--repeats 3] [--workers 1,2] [--out FILE.md] [--dali-python PY]
 With --dali-python (a python whose venv has the nvidia-dali wheel, e.g. nvidia-dali-cuda120 from PyPI),
 DALI's CPU pipeline of the same work is a third column.
@@ -185,7 +185,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--trainer", default="build/trainer")
     ap.add_argument("--work", default="/tmp/bench_input")
-    ap.add_argument("--images", type=int, default=768)
+    ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--batches", type=int, default=6)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", default="1,2")
@@ -193,7 +193,8 @@ def main():
     ap.add_argument("--dali-python", default="", help="a python with nvidia-dali installed: adds DALI's CPU pipeline")
     a = ap.parse_args()
     make_folder(a.work, a.images, jobs=os.cpu_count() or 1)
-    if a.images < 64 * (a.batches + 2 * max(int(w) for w in a.workers.split(",")) + 1):
+    # bench-data's warm-up drains the loader's in-flight bound: data.prefetch (4) + workers, and one
+    if a.images < 64 * (a.batches + 4 + max(int(w) for w in a.workers.split(",")) + 1):
         raise SystemExit("--images: the validation pass needs (batches + warm-up) x 64 images")
     cfg = os.path.join(a.work, "bench_input.yaml")
     with open(cfg, "w") as f:

@@ -3,7 +3,8 @@
 // stack (glibc's backtrace_symbols_fd) to stderr and to its own rank log, then dies of that same
 // signal: the exit status (139 for SIGSEGV), a core dump and `trainer launch`'s report are what they
 // would be without the handler. Everything the handler does is async-signal-safe (write, backtrace
-// once loaded, raise); it runs on an alternate stack, so a stack overflow is reported too.
+// once loaded, raise). On the installing (main) thread it runs on an alternate stack, so that
+// thread's stack overflow is reported too; another thread's overflow dies without the report.
 #pragma once
 
 #include <cstdint>

@@ -35,6 +35,7 @@ train:
   batch_size: 8
   max_steps: 5
   device: cpu
+  precision: fp32  # both runs alike: auto times bf16 and fp32, and a busy host can flip it
   threads: 1
   log_every: 1
 optim:

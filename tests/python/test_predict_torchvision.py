@@ -50,7 +50,7 @@ def main():
                 " mlp_dim: 32, in_channels: 3, num_classes: 3}\n"
                 f"data: {{format: image_folder, path: train, val_path: val, workers: 1,"
                 f" normalize: {{mode: mean_std, mean: {MEAN}, std: {STD}}}}}\n"
-                "train: {batch_size: 16, max_steps: 30, log_every: 10, threads: 1}\n"
+                "train: {batch_size: 16, max_steps: 30, log_every: 10, threads: 1, precision: fp32}\n"  # fp32 as torchvision's side (auto may time bf16 faster on a busy host)
                 "optim: {name: adamw, lr: 0.003}\nlog: {progress: off}\n")
     env = dict(os.environ, OMP_NUM_THREADS="1")
     run = lambda *args: subprocess.run([bin_path, *args], check=True, env=env, capture_output=True, text=True)

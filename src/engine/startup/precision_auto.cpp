@@ -93,7 +93,9 @@ std::pair<double, double> time_precisions(models::Model& model, const std::vecto
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
   const double warm = std::max(once(Precision::Fp32), once(Precision::Bf16));  // first calls pick kernels
-  const int reps = warm > 1000 ? 1 : 3;
+  // alternating pairs, as many as fit about 0.3 s a precision (3 to 15): a tiny model's step of a few
+  // milliseconds is otherwise decided by the host's noise (a busy 2-core host flipped such probes)
+  const int reps = warm > 1000 ? 1 : std::clamp(static_cast<int>(300.0 / std::max(warm, 1.0)), 3, 15);
   std::vector<double> fp32, bf16;
   for (int r = 0; r < reps; ++r) {
     fp32.push_back(once(Precision::Fp32));
