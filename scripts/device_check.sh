@@ -199,28 +199,26 @@ fi
 cores=$(nproc)
 feed_workers=$(( cores >= 16 ? 16 : cores ))
 jpeg_dir="$build/jpeg-folder"
-section_on feed && {
-  slice=$(( budget - $(elapsed) - 5 )); [ $slice -gt 240 ] && slice=240
-  if [ $slice -lt 90 ]; then
-    say "feed section skipped: ${slice}s left"
-  else
-    say "feed: ResNet-50 bf16 from JPEGs, $(( feed_workers / 2 )) and $feed_workers workers ($slice s at most)"
-    PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_feed.py" --trainer "$trainer_bin" --python "$py" \
-      --work "$jpeg_dir" --images 4096 --workers "$(( feed_workers / 2 )),$feed_workers" --timeout 120 \
-      --markdown "$results/bench_feed.md" --json "$results/bench_feed.json" ${DEVICE_CHECK_FEED_ARGS:-} || { say "feed section FAILED or ran out of time"; status=1; }
-  fi
+# A benchmark section: its command under a slice of what is left of the budget (at most CAP s),
+# skipped with under MIN s left; a failure or a timeout fails the check.
+timed_section() {  # NAME CAP MIN WHAT COMMAND...
+  local name=$1 cap=$2 min=$3 what=$4 slice
+  shift 4
+  section_on "$name" || return 0
+  slice=$(( budget - $(elapsed) - 5 )); [ $slice -gt "$cap" ] && slice=$cap
+  if [ $slice -lt "$min" ]; then say "$name section skipped: ${slice}s left"; return 0; fi
+  say "$name: $what ($slice s at most)"
+  PYTHONUNBUFFERED=1 timeout "$slice" "$@" || { say "$name section FAILED or ran out of time"; status=1; }
 }
-section_on input && {
-  slice=$(( budget - $(elapsed) - 5 )); [ $slice -gt 150 ] && slice=150
-  if [ $slice -lt 60 ]; then
-    say "input section skipped: ${slice}s left"
-  else
-    say "input: trainer bench-data vs torchvision DataLoader, 1, 4 and $feed_workers workers ($slice s at most)"
-    PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_input.py" --trainer "$trainer_bin" \
-      --work "$jpeg_dir" --images 4096 --workers "1,4,$feed_workers" --batches 24 --repeats 1 \
-      --out "$results/bench_input.md" || { say "input section FAILED or ran out of time"; status=1; }
-  fi
-}
+# shellcheck disable=SC2086  # DEVICE_CHECK_FEED_ARGS: several arguments
+timed_section feed 240 90 "ResNet-50 bf16 from JPEGs, $(( feed_workers / 2 )) and $feed_workers workers" \
+  "$py" "$repo/scripts/bench/bench_feed.py" --trainer "$trainer_bin" --python "$py" \
+  --work "$jpeg_dir" --images 4096 --workers "$(( feed_workers / 2 )),$feed_workers" --timeout 120 \
+  --markdown "$results/bench_feed.md" --json "$results/bench_feed.json" ${DEVICE_CHECK_FEED_ARGS:-}
+timed_section input 150 60 "trainer bench-data vs torchvision DataLoader, 1, 4 and $feed_workers workers" \
+  "$py" "$repo/scripts/bench/bench_input.py" --trainer "$trainer_bin" \
+  --work "$jpeg_dir" --images 4096 --workers "1,4,$feed_workers" --batches 24 --repeats 1 \
+  --out "$results/bench_input.md"
 
 # --- 7. the GPU benchmark, one section at a time --------------------------------------------------
 # compare (GPT-2 124M, ResNet-50 vs PyTorch eager) first, then graphs (ResNet-18-CIFAR without / with

@@ -43,7 +43,7 @@ Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConf
   data::DataLoader loader(ds, o);
   Measured m;
   m.workers = workers;
-  const int64_t warm_up = std::max<int64_t>(2, o.prefetch + workers + 1);  // the whole in-flight bound, and one
+  const int64_t warm_up = std::max<int64_t>(2, loader.in_flight_limit() + 1);  // the whole in-flight bound, and one
   for (int64_t k = 0; k < warm_up; ++k)
     if (!loader.next())
       throw std::invalid_argument(fmt::format(
