@@ -92,8 +92,6 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
                          "groups); use restart");
   // what the stages do not run yet (docs/PIPELINE.md): refused before anything starts
   const std::string not_yet = " is not wired with dist.pipeline_parallel yet";
-  if (c.train.precision == Precision::Fp16)
-    err("train.precision", "fp16" + not_yet + " (its loss scale); bf16 and fp32 are");
   if (c.train.cuda_graphs) err("train.cuda_graphs", "true" + not_yet);
 }
 

@@ -45,6 +45,7 @@ void Executor::forward(const Action& a, const std::function<torch::Tensor(int64_
     out.loss_sum += y.detach().item<double>();
     ++out.losses;
     y = y / static_cast<double>(shape_.microbatches);
+    if (loss_scale_.defined()) y = y * loss_scale_.to(y.dtype()).reshape({});  // LossScaler::scale_loss's order
   } else if (shape_.rank_of(a.stage + 1) == rank_) {
     act_in_[{a.stage + 1, a.micro}] = as_input(y);
   } else {

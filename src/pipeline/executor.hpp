@@ -82,6 +82,12 @@ class Executor {
   StepResult run(const std::vector<Action>& actions, const std::function<torch::Tensor(int64_t)>& input,
                  const std::function<void()>& after_action = {});
 
+  // fp16's dynamic loss scale ((1,) or (), on the loss's device; undefined: none): the last stage's
+  // backward starts from loss / M x scale, as one process's scaled accumulation, so every gradient
+  // sent between the stages and accumulated into the parameters carries the scale until the
+  // scaler's unscale. StepResult's losses stay unscaled.
+  void set_loss_scale(torch::Tensor scale) { loss_scale_ = std::move(scale); }
+
  private:
   using Key = std::pair<int64_t, int64_t>;  // (stage, micro)
   struct Saved {
@@ -99,6 +105,7 @@ class Executor {
   int64_t rank_;
   std::vector<StageFn> stages_;
   PeerLink& link_;
+  torch::Tensor loss_scale_;
   std::map<Key, Saved> saved_;                     // forwards whose backward has not finished
   std::map<Key, torch::Tensor> act_in_, grad_in_;  // inputs arrived (received, or from a local stage)
   std::map<Key, torch::Tensor> grad_of_output_;    // zero bubble: kept from the input half for the weight half

@@ -214,3 +214,46 @@ TEST_CASE("pp 2, M 8: the measured activation peak of GPipe holds M microbatches
   CHECK(peak["1f1b"] * 8 <= peak["gpipe"] * 3);
   WARN("measured activation peak at pp 2, M 8: gpipe " << peak["gpipe"] << " MiB, 1f1b " << peak["1f1b"] << " MiB");
 }
+
+// fp16's dynamic loss scale through the stages, run on a CPU by TRAINER_INJECT_LOSS_SCALE (the
+// scaler on at fp32): the scale rides the gradients between the stages and comes off exactly (one
+// process's losses), and an overflow on the last stage's rank alone (TRAINER_INJECT_NONFINITE_GRAD
+// RANK:STEP) skips that step on both ranks, as it skips it in one process: the vote is the world's.
+TEST_CASE("pp 2 with fp16's loss scaler logs one process's losses, and an overflow on one stage skips the step on both",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_loss_scale");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string scale = "TRAINER_INJECT_LOSS_SCALE=65536";
+  auto single = test::train_tiny_gpt(scale, "run " + cfg + kArgs, dir / "single");
+  require_trained(single, kSteps, 1);
+  auto pp = test::train_tiny_gpt(scale, "launch -n 2 -- run " + cfg + kArgs + kPp2, dir / "pp");
+  require_trained(pp, kSteps, 2);
+  check_same_losses(single, pp, "pp 2, loss scale 65536");
+  const auto last = test::records(dir / "pp" / "tiny" / "metrics.jsonl", "train").back();
+  CHECK(last.at("loss_scale").get<double>() == 65536.0);
+  CHECK(last.at("skipped_steps").get<int64_t>() == 0);
+
+  // step 4's gradients non-finite: everywhere in one process, on pp rank 1 (the last stage) alone at pp 2
+  auto single_skip = test::train_tiny_gpt(scale + " TRAINER_INJECT_NONFINITE_GRAD=4", "run " + cfg + kArgs,
+                                          dir / "single_skip");
+  INFO(single_skip.output);
+  REQUIRE(single_skip.exit_code == 0);
+  auto pp_skip = test::train_tiny_gpt(scale + " TRAINER_INJECT_NONFINITE_GRAD=1:4",
+                                      "launch -n 2 -- run " + cfg + kArgs + kPp2, dir / "pp_skip");
+  INFO(pp_skip.output);
+  REQUIRE(pp_skip.exit_code == 0);
+  const auto want = test::train_losses(dir / "single_skip" / "tiny" / "metrics.jsonl");
+  const auto got = test::train_losses(dir / "pp_skip" / "tiny" / "metrics.jsonl");
+  REQUIRE(want.size() == kSteps);  // the skipped step logs the loss of its forward
+  REQUIRE(got.size() == want.size());
+  for (const auto& [step, loss] : want) {
+    INFO("step " << step << ": " << loss << " vs " << got.at(step));
+    CHECK(std::abs(got.at(step) - loss) <= kRel * std::abs(loss));
+  }
+  // the skip changed the run (step 5 starts from step 3's weights), and the scale backed off once
+  CHECK(std::abs(want.at(5) - single.losses[4]) > 1e-4);
+  const auto end = test::records(dir / "pp_skip" / "tiny" / "metrics.jsonl", "train").back();
+  CHECK(end.at("skipped_steps").get<int64_t>() == 1);
+  CHECK(end.at("loss_scale").get<double>() == 32768.0);
+}

@@ -32,7 +32,8 @@ struct PipelineRun {
   std::vector<Mlp> nets;  // per rank: its copy, gradients in its own stages' layers
 };
 
-PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init, const Program& prog, double timeout_s = 30) {
+PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init, const Program& prog, double timeout_s = 30,
+                         const torch::Tensor& loss_scale = {}) {
   const auto split = balance_stages(std::vector<double>(kLayers, 1.0), sh.stages());
   PipelineRun out;
   out.nets.reserve(static_cast<size_t>(sh.ranks));
@@ -47,6 +48,7 @@ PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init
         const auto stages = stages_of(out.nets[static_cast<size_t>(r)], sh, r);
         QueueLink link(box, r, timeout_s);
         Executor ex(sh, r, stages, link);
+        ex.set_loss_scale(loss_scale);
         results[static_cast<size_t>(r)] = ex.run(prog[static_cast<size_t>(r)], [](int64_t m) { return batch(m); });
       } catch (...) {
         errors[static_cast<size_t>(r)] = std::current_exception();
@@ -92,6 +94,28 @@ TEST_CASE("every schedule's pipeline equals one process's gradient accumulation 
           for (int64_t r = 0; r < P; ++r)
             if (sh.rank_of(s) != r) CHECK_FALSE(got.nets[static_cast<size_t>(r)].w[split[static_cast<size_t>(s)].first].grad().defined());
       }
+}
+
+TEST_CASE("fp16's loss scale: every stage's gradients carry it exactly, the losses stay unscaled", "[unit][pipeline]") {
+  // a power of two scales fp64 exactly: the gradients are scale x one process's, bit for bit, on
+  // every stage (the scale crossed each rank boundary with the gradients), and the logged loss is not scaled
+  const Mlp init(5);
+  const auto scale = torch::full({1}, 1024.0, torch::kFloat32);  // LossScaler's (1,) float32
+  for (Schedule kind : {Schedule::GPipe, Schedule::OneFOneB, Schedule::ZeroBubble}) {
+    const PipelineShape sh{3, 4, 1};
+    INFO(schedule_name(kind));
+    const auto plain = run_pipeline(kind, sh, init, make_schedule(kind, sh));
+    const auto scaled = run_pipeline(kind, sh, init, make_schedule(kind, sh), 30, scale);
+    CHECK(scaled.loss_sum == plain.loss_sum);
+    const auto split = balance_stages(std::vector<double>(kLayers, 1.0), sh.stages());
+    for (int64_t s = 0; s < sh.stages(); ++s)
+      for (int64_t i = split[static_cast<size_t>(s)].first; i <= split[static_cast<size_t>(s)].last; ++i) {
+        INFO("stage " << s << ", layer " << i);
+        const auto r = static_cast<size_t>(sh.rank_of(s));
+        CHECK(torch::equal(scaled.nets[r].w[i].grad(), plain.nets[r].w[i].grad() * 1024.0));
+        CHECK(torch::equal(scaled.nets[r].b[i].grad(), plain.nets[r].b[i].grad() * 1024.0));
+      }
+  }
 }
 
 TEST_CASE("a rank that waits too long names the action and the peer it waits for", "[unit][pipeline]") {

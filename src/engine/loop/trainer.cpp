@@ -100,7 +100,7 @@ class Trainer final : public WorldParts {
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
     warn_if_warmup_clipped(cfg_, total_steps_);
-    scaler_ = std::make_unique<LossScaler>(LossScalerConfig{.enabled = precision_ == Precision::Fp16}, device_);
+    scaler_ = std::make_unique<LossScaler>(run_loss_scaler_config(precision_ == Precision::Fp16), device_);
     evaluation_ = std::make_unique<RunEvaluation>(cfg_, spec.rules.eval_metrics.front());
     if (val_set_) evaluation_->set_evaluator(make_evaluator());
 

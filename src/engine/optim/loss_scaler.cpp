@@ -1,6 +1,26 @@
 #include "engine/optim/loss_scaler.hpp"
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
 namespace trainer::engine {
+
+LossScalerConfig run_loss_scaler_config(bool fp16) {
+  LossScalerConfig c;
+  c.enabled = fp16;
+  const char* v = std::getenv("TRAINER_INJECT_LOSS_SCALE");
+  if (!v) return c;
+  double s = 0;
+  char tail = 0;
+  if (std::sscanf(v, "%lf%c", &s, &tail) != 1 || !std::isfinite(s) || s <= 0)
+    throw std::invalid_argument(std::string("TRAINER_INJECT_LOSS_SCALE: '") + v + "' is not a positive scale (65536, ...)");
+  c.enabled = true;
+  c.init_scale = s;
+  return c;
+}
 
 LossScaler::LossScaler(LossScalerConfig cfg, const torch::Device& device) : cfg_(cfg) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);

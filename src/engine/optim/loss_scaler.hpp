@@ -20,6 +20,11 @@ struct LossScalerConfig {
   int64_t growth_interval = 2000;  // clean steps in a row before the scale grows
 };
 
+// A run's scaler: on for fp16. TRAINER_INJECT_LOSS_SCALE=S (tests and drills) turns it on at the
+// initial scale S (a positive finite number) whatever the precision, so that its scaling, its
+// skipped steps and the ranks' overflow vote run on a CPU; std::invalid_argument for another value.
+LossScalerConfig run_loss_scaler_config(bool fp16);
+
 // What a checkpoint saves to resume the scaler exactly.
 struct LossScalerState {
   double scale = 65536.0;

@@ -208,10 +208,9 @@ void PipelineStages::check_tied(const models::Model& model) const {
 
 PipelineStages::StepLoss PipelineStages::forward_backward(
     models::Model& model, const torch::Tensor& input, const torch::Tensor& target, int64_t accum, Precision precision,
-    const torch::Device& device, const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss) {
+    const torch::Device& device, const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss,
+    const torch::Tensor& loss_scale) {
   auto& m = *impl_;
-  if (precision == Precision::Fp16)  // train.precision auto may pick it on a GPU: the loss scale is not applied here
-    throw std::invalid_argument("pipeline parallel does not run fp16 yet (its loss scale): set train.precision bf16 or fp32");
   const int64_t M = accum * m.plan.shape.microbatches, B = input.size(0);
   if (B % M != 0)
     throw std::invalid_argument("pipeline: a step's " + std::to_string(B) + " samples do not split into " +
@@ -253,6 +252,7 @@ PipelineStages::StepLoss PipelineStages::forward_backward(
   dist::GroupPeerLink link(m.pp);
   TimedLink timed(link, m.waited_s);
   pipeline::Executor ex(shape, m.rank, std::move(fns), timed);
+  ex.set_loss_scale(loss_scale);  // fp16: an overflow on any stage is voted over the world (PipelineOver::agree_flag)
   device::HeldBytesMeter held(device);
   const auto r = ex.run(
       m.program(M)[static_cast<size_t>(m.rank)], [&](int64_t mb) { return input.narrow(0, mb * micro, micro); },

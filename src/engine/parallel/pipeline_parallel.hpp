@@ -48,15 +48,18 @@ class PipelineStages {
   // One step's forwards and backwards over `input` / `target` (the step's batches concatenated, cut
   // into grad_accum x M equal microbatches), gradients accumulated into this rank's parameters as one
   // process's gradient accumulation would. `loss(logits, target)` is the training loss of a
-  // microbatch. Returns the sum of the microbatch losses (fp32, on every rank of the pp group) and
-  // their count.
+  // microbatch. `loss_scale` (fp16's LossScaler::scale_tensor(); undefined: none) multiplies the
+  // last stage's losses before their backward, so the gradients passed between the stages carry it
+  // as one process's scaled backward does. Returns the sum of the unscaled microbatch losses (fp32,
+  // on every rank of the pp group) and their count.
   struct StepLoss {
     torch::Tensor sum;
     int64_t count = 0;
   };
   StepLoss forward_backward(models::Model& model, const torch::Tensor& input, const torch::Tensor& target,
                             int64_t accum, Precision precision, const torch::Device& device,
-                            const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss);
+                            const std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>& loss,
+                            const torch::Tensor& loss_scale = {});
 
   // Evaluation: the model's output for `input` (forward's, as the last stage makes it) on every rank
   // of the pp group, the stages run in order with their activations sent point to point. A collective
@@ -64,7 +67,7 @@ class PipelineStages {
   torch::Tensor forward(models::Model& model, const torch::Tensor& input);
 
   // The run's strategy: `inner` (the data-parallel one over the dp group) plus the tied weights' sum
-  // after backward, the gradient norm over every stage, the fp16 vote over the world and a checkpoint
+  // after backward, the gradient norm over every stage, the fp16 overflow vote over the world and a checkpoint
   // part that writes this rank's stages' tensors (each parameter once, by the rank that owns it).
   std::unique_ptr<DataParallel> wrap(std::unique_ptr<DataParallel> inner);
 

@@ -21,8 +21,9 @@ namespace {
 
 // TRAINER_INJECT_NONFINITE_GRAD=7,8: fault injection for tests and drills. The gradients of those
 // optimizer steps (1-based, as logged) are made NaN on every rank after the gradient sync, once per
-// listing: a step redone after a rollback is clean unless it is listed again ("7,7").
-std::multiset<int64_t> injected_nonfinite_steps() {
+// listing: a step redone after a rollback is clean unless it is listed again ("7,7"). An item
+// RANK:STEP ("1:7") poisons that rank's gradients alone (an overflow on one pipeline stage).
+std::multiset<int64_t> injected_nonfinite_steps(int64_t rank) {
   std::multiset<int64_t> out;
   const char* v = std::getenv("TRAINER_INJECT_NONFINITE_GRAD");
   if (!v) return out;
@@ -30,15 +31,15 @@ std::multiset<int64_t> injected_nonfinite_steps() {
   std::string item;
   while (std::getline(ss, item, ',')) {
     if (item.empty()) continue;
-    size_t used = 0;
-    int64_t step = -1;
-    try {
-      step = std::stoll(item, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != item.size() || step < 1)
-      throw std::invalid_argument("TRAINER_INJECT_NONFINITE_GRAD: '" + item + "' is not a step number (1, 2, ...)");
-    out.insert(step);
+    long long r = -1, step = -1;
+    char tail = 0;
+    const bool ranked = item.find(':') != std::string::npos;
+    const int got = ranked ? std::sscanf(item.c_str(), "%lld:%lld%c", &r, &step, &tail)
+                           : std::sscanf(item.c_str(), "%lld%c", &step, &tail);
+    if (got != (ranked ? 2 : 1) || step < 1 || (ranked && r < 0))
+      throw std::invalid_argument("TRAINER_INJECT_NONFINITE_GRAD: '" + item +
+                                  "' is not a step number (1, 2, ...) or RANK:STEP (1:7)");
+    if (!ranked || r == rank) out.insert(step);
   }
   return out;
 }
@@ -67,7 +68,7 @@ std::string number_text(double v) {
 StepRunner::StepRunner(StepParts parts, StepSettings settings)
     : parts_(std::move(parts)),
       set_(std::move(settings)),
-      inject_nonfinite_(injected_nonfinite_steps()),
+      inject_nonfinite_(injected_nonfinite_steps(set_.rank)),
       inject_read_failure_(injected_read_failure(set_.rank)) {
   if (BatchMixer::wanted(set_.mixup, set_.cutmix)) {
     mixer_.emplace(set_.mixup, set_.cutmix, set_.num_classes, set_.seed, set_.data_rank);
@@ -249,7 +250,8 @@ PipelineStages::StepLoss StepRunner::pipeline_forward_backward(int64_t step, Int
     out = parts_.pipeline->forward_backward(parts_.model, input, target, accum, set_.precision, set_.device,
                                             [this](const torch::Tensor& logits, const torch::Tensor& t) {
                                               return models_loss(parts_.model, logits, t, set_.label_smoothing);
-                                            });
+                                            },
+                                            parts_.scaler.enabled() ? parts_.scaler.scale_tensor() : torch::Tensor());
   }
   parts_.parallel.before_backward(true);  // after_backward syncs every bucket now
   times.compute_ms += ms_since(t1);
