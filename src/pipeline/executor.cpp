@@ -42,7 +42,8 @@ void Executor::forward(const Action& a, const std::function<torch::Tensor(int64_
   torch::Tensor in = a.stage == 0 ? input(a.micro) : take(act_in_, k, "input activation");
   torch::Tensor y = stage(a.stage).forward(in, a.micro);
   if (a.stage == shape_.stages() - 1) {  // the loss of the microbatch; the step's loss is their mean
-    out.loss_sum += y.detach().item<double>();
+    const auto l = y.detach().to(torch::kFloat64).reshape({});
+    out.loss_sum = out.loss_sum.defined() ? out.loss_sum + l : l;
     ++out.losses;
     y = y / static_cast<double>(shape_.microbatches);
     if (loss_scale_.defined()) y = y * loss_scale_.to(y.dtype()).reshape({});  // LossScaler::scale_loss's order

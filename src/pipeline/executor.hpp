@@ -63,8 +63,11 @@ struct StageFn {
 };
 
 struct StepResult {
-  double loss_sum = 0;   // the last stage's microbatch losses, summed (0 on the other ranks)
-  int64_t losses = 0;    // how many (M on the last stage's rank, else 0)
+  // The last stage's microbatch losses summed in fp64 on their device, without a host sync (a GPU
+  // stage enqueues its next microbatch while this one runs); undefined on the other ranks.
+  torch::Tensor loss_sum;
+  int64_t losses = 0;  // how many (M on the last stage's rank, else 0)
+  double loss_value() const { return loss_sum.defined() ? loss_sum.item<double>() : 0.0; }  // a host sync
 };
 
 class Executor {

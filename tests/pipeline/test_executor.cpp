@@ -58,7 +58,7 @@ PipelineRun run_pipeline(Schedule kind, const PipelineShape& sh, const Mlp& init
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   for (const auto& r : results) {
-    out.loss_sum += r.loss_sum;
+    out.loss_sum += r.loss_value();
     out.losses += r.losses;
   }
   (void)kind;

@@ -131,7 +131,7 @@ Ranks run_pipeline(const config::RunConfig& c, const Plan& plan) {
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
   for (const auto& r : results) {
-    out.loss_sum += r.loss_sum;
+    out.loss_sum += r.loss_value();
     out.losses += r.losses;
   }
   return out;

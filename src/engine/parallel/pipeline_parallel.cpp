@@ -260,7 +260,8 @@ PipelineStages::StepLoss PipelineStages::forward_backward(
   m.act_peak = std::max(m.act_peak, held.peak());
   timed.flush();
   // the last stage's losses to every rank of the pp group (rank 0 records them)
-  auto sum = torch::tensor({r.loss_sum}, torch::kFloat64).to(m.pp.device());
+  auto sum = r.loss_sum.defined() ? r.loss_sum.reshape({1}).to(m.pp.device())
+                                  : torch::zeros({1}, torch::TensorOptions().dtype(torch::kFloat64).device(m.pp.device()));
   m.pp.all_reduce(sum, dist::Reduce::Sum, "pipeline loss");
   return {sum.reshape({}).to(device, torch::kFloat32), M};
 }
