@@ -16,15 +16,10 @@
 
 #include "data/resize_detail.hpp"
 #include "data/transforms.hpp"
+#include "data/vector_clones.hpp"
 
 namespace trainer::data {
 namespace resize_detail {
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TRAINER_VECTOR_CLONES __attribute__((target_clones("avx2", "default"), optimize("vect-cost-model=dynamic")))
-#else
-#define TRAINER_VECTOR_CLONES
-#endif
 
 AxisWeights axis_weights(int64_t in, int64_t out, double off, double len) {
   AxisWeights a;
@@ -169,9 +164,17 @@ TRAINER_VECTOR_CLONES
 void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, const float* in, int64_t n, float* out) {
   for (int64_t o = o0; o < o1; ++o) {
     float* acc = out + (o - o0) * n;
-    std::fill(acc, acc + n, 0.0f);
     const float* w = &a.weights[o * a.max_count];
-    for (int64_t k = 0; k < a.count[o]; ++k) {
+    if (a.count[o] == 0) {
+      std::fill(acc, acc + n, 0.0f);
+      continue;
+    }
+    // the first term written, not added to zeros: 0 + x is x (the weights and pixels are >= 0, so
+    // no -0 appears), one pass over the row fewer
+    const float w0 = w[0];
+    const float* row0 = in + (a.start[o] - base) * n;
+    for (int64_t i = 0; i < n; ++i) acc[i] = w0 * row0[i];
+    for (int64_t k = 1; k < a.count[o]; ++k) {
       const float wk = w[k];
       const float* row = in + (a.start[o] - base + k) * n;
       for (int64_t i = 0; i < n; ++i) acc[i] += wk * row[i];

@@ -16,14 +16,21 @@ std::vector<uint8_t> ramp(int64_t c, int64_t h, int64_t w) {
 }  // namespace
 
 TEST_CASE("transforms: horizontal flip mirrors every row", "[unit]") {
-  auto src = ramp(2, 3, 4);
-  std::vector<uint8_t> dst(src.size());
-  AugmentChoice a;
-  a.flip = true;
-  apply_augment(src.data(), 2, 3, 4, 0, a, dst.data());
-  for (int c = 0; c < 2; ++c)
-    for (int y = 0; y < 3; ++y)
-      for (int x = 0; x < 4; ++x) CHECK(dst[(c * 3 + y) * 4 + x] == src[(c * 3 + y) * 4 + (3 - x)]);
+  // rows shorter than a vector, of a vector's odd multiple plus a tail, and the 224 of ImageNet
+  for (int w : {4, 37, 224}) {
+    auto src = ramp(2, 3, w);
+    for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(src[i] * 7 + i);  // distinct neighbours
+    std::vector<uint8_t> dst(src.size());
+    AugmentChoice a;
+    a.flip = true;
+    apply_augment(src.data(), 2, 3, w, 0, a, dst.data());
+    int wrong = 0;
+    for (int c = 0; c < 2; ++c)
+      for (int y = 0; y < 3; ++y)
+        for (int x = 0; x < w; ++x) wrong += dst[(c * 3 + y) * w + x] != src[(c * 3 + y) * w + (w - 1 - x)];
+    INFO("width " << w);
+    CHECK(wrong == 0);
+  }
 }
 
 TEST_CASE("transforms: crop with padding shifts the image and fills zeros", "[unit]") {
@@ -102,4 +109,30 @@ TEST_CASE("transforms: normalizer tables", "[unit]") {
   Normalizer none;
   none.apply(src, dst, 1, 2, 2);
   CHECK(dst[1] == 1.0f);
+}
+
+TEST_CASE("transforms: the normalizer's vector lookup gives its table's values at any length and alignment", "[unit]") {
+  // the AVX-512 path (gathers, streamed stores from a 64-byte boundary) against the table, bit for
+  // bit: planes of a length that is no multiple of 16, written from an unaligned address
+  const int64_t batch = 2, channels = 3, hw = 1000 + 7, n = batch * channels * hw;
+  Normalizer norm("mean_std", channels, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225});
+  const auto table = norm.table(channels);
+  std::vector<uint8_t> src(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) src[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+  for (int64_t shift : {0, 1, 5, 16}) {
+    std::vector<float> buf(static_cast<size_t>(n + 32), -7.0f);
+    float* dst = buf.data() + shift;
+    norm.apply(src.data(), dst, batch, channels, hw);
+    int64_t wrong = 0;
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t i = 0; i < hw; ++i) {
+          const int64_t k = (b * channels + c) * hw + i;
+          wrong += dst[k] != table[static_cast<size_t>(c * 256 + src[static_cast<size_t>(k)])];
+        }
+    INFO("dst offset " << shift << " floats");
+    CHECK(wrong == 0);
+    CHECK(buf[static_cast<size_t>(n + shift)] == -7.0f);  // nothing written past the end
+    if (shift > 0) CHECK(buf[static_cast<size_t>(shift - 1)] == -7.0f);
+  }
 }
