@@ -20,15 +20,18 @@
 #      on 2 ranks over NCCL when there are two GPUs, else a world of one (where full shards nothing:
 #      the check is that it runs the none path and logs none's losses); losses, tokens/s, held bytes;
 #   7. dist.tensor_parallel: tp 2 over NCCL against one rank of the same global batch on two GPUs, or
-#      on one GPU dist.tensor_parallel 1 (today's path: no tp collective, step 6's none losses).
+#      on one GPU dist.tensor_parallel 1 (today's path: no tp collective, step 6's none losses);
+#   8. dist.pipeline_parallel 2 in fp16 (the loss scale through the stages) with both ranks on
+#      cuda:0 over Gloo, against one process in fp16 (scripts/bench/pp_shared_device.sh).
 # The whole check is meant to fit in 8 minutes; the benchmark shrinks (--quick) or is skipped when the
 # build left too little of DEVICE_CHECK_BUDGET_S.
 # Reports: device_check.log, gpu_tests_<area>.log, bench_feed.{md,json}, bench_input.md,
 #   bench_cuda_compare.{md,json}, bench_cuda_graphs.{md,json},
-#   sharding_full_{none,full}.log, sharding_full.txt, tp_{base,tp}.log and tensor_parallel.txt.
+#   sharding_full_{none,full}.log, sharding_full.txt, tp_{base,tp}.log, tensor_parallel.txt and
+#   pipeline_fp16.txt (the runs' logs under BUILD_DIR/pp).
 # Environment: PYTHON (python3), BUILD_DIR (build-device), JOBS (nproc), DEVICE_CHECK_BUDGET_S (480),
 #   DEVICE_CHECK_REQUIRE_GPU=1 (exit 2 instead of 0 when there is no CUDA device), OUT (results folder),
-#   DEVICE_CHECK_SECTIONS (default "tests feed input compare graphs sharding tp": the parts to run),
+#   DEVICE_CHECK_SECTIONS (default "tests feed input compare graphs sharding tp pp": the parts to run),
 #   DEVICE_CHECK_BENCH_SIZE (quick or a number of rounds for compare and graphs; default: by the budget),
 #   DEVICE_CHECK_FEED_ARGS (more bench_feed.py arguments, e.g. "--steps 60 --warmup 20").
 # Exit: 0 checked (or no GPU), 1 a build, test or benchmark failed, 2 no GPU with REQUIRE_GPU.
@@ -45,7 +48,7 @@ log_file="$results/device_check.log"
 exec > >(tee "$log_file") 2>&1
 
 elapsed() { echo $(( $(date +%s) - t_start )); }
-sections=" ${DEVICE_CHECK_SECTIONS:-tests feed input compare graphs sharding tp} "
+sections=" ${DEVICE_CHECK_SECTIONS:-tests feed input compare graphs sharding tp pp} "
 section_on() { [[ "$sections" == *" $1 "* ]]; }
 say() { printf '[device_check %4ss] %s\n' "$(elapsed)" "$*"; }
 die() { say "FAILED: $*"; exit 1; }
@@ -325,6 +328,19 @@ else
   absent=(); [ "$tp_ranks" = 1 ] && absent=(--absent tp_comm_ms)
   "$py" "$repo/scripts/bench/compare_runs.py" "$build/tp" base tp --run gpt2_full --steps 20 --tol 1e-2 --show tp_comm_ms \
     "${absent[@]}" --label "tp $tp_ranks vs one rank" | tee "$results/tensor_parallel.txt" || status=1
+fi
+# --- 10. pipeline parallel in fp16: GPT-2 124M ------------------------------------------------------
+# The loss scale rides the gradients between the stages; an overflow on either stage skips the step
+# on both. Both ranks on cuda:0 (two nodes of one local rank each, Gloo): one GPU is enough to run it.
+left=$(( budget - $(elapsed) - 5 ))
+if ! section_on pp; then
+  :
+elif [ $left -lt 60 ] || [ ! -f "${full_cfg:-}" ]; then
+  say "pipeline parallel fp16 check skipped: ${left}s left or no step 8 config"
+else
+  say "pipeline parallel 2 in fp16 on cuda:0 (two ranks, Gloo) against one process, GPT-2 124M"
+  PYTHON="$py" "$repo/scripts/bench/pp_shared_device.sh" "$trainer_bin" "$full_cfg" "$build/pp" cuda fp16 20 2e-2 \
+    $(( left / 2 - 5 )) | tee "$results/pipeline_fp16.txt" || status=1
 fi
 say "done in $(elapsed)s (status $status); results in $results"
 exit $status
