@@ -318,7 +318,7 @@ class Loader {
       case FieldType::Int: {
         int64_t v;
         if (f.accepts_auto && n.IsScalar() && n.Scalar() == "auto") {
-          *std::get<int64_t*>(f.ref) = 0;
+          *std::get<int64_t*>(f.ref) = f.auto_value;
           return;
         }
         if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return bad(f.accepts_auto ? "an integer or auto" : "an integer");

@@ -177,7 +177,11 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.p("val_path", d.val_path, "Validation data (\"\" = the format's test files or a split of path).");
   k.f("val_fraction", d.val_fraction, 0, 0.9, "text: fraction of the file (its tail) used for validation.");
   k.i("image_size", d.image_size, 0, 8192, "Resize images to this side in pixels (0 = keep).");
-  k.i("workers", d.workers, 0, 256, "Loader worker threads (0 = load on the training thread).");
+  k.i("workers", d.workers, 0, 256,
+      "Loader worker threads (0 = load on the training thread); auto = on CUDA every hardware thread of this "
+      "rank's share but one (at least 2, at most 16: the host's job there is the input pipeline), on a CPU 2.");
+  k.out.back().accepts_auto = true;
+  k.out.back().auto_value = -1;
   k.i("prefetch", d.prefetch, 1, 1024, "Finished batches waiting ahead of the step, besides the one each worker is building (at most data.workers + data.prefetch batches in memory).");
   k.c("on_bad_sample", d.on_bad_sample, {"error", "skip"}, "A sample that fails to decode: stop, or skip and count it.");
   k.e("on_change", d.on_change,

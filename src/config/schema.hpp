@@ -37,7 +37,8 @@ struct FieldInfo {
   // (config/arch.hpp), filled in `applies_to` by describe_fields. Other keys apply to every arch.
   bool family_key = false;
   std::vector<std::string> applies_to;
-  bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as 0
+  bool accepts_auto = false;         // Int only: the word `auto` is accepted and stored as auto_value
+  int64_t auto_value = 0;            // what `auto` is stored as (0, or -1 where 0 means something else)
   bool changes_training = true;      // false: a resumed run may change it (where, how fast, how long, what it logs)
   bool regex = false;                // StringList: every entry must be a NamePattern (RE2 syntax)
   // Choice: string* or EnumRef

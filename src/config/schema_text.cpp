@@ -80,7 +80,7 @@ std::string value_text(const FieldInfo& f) {
           const auto& v = *r;
           using T = std::decay_t<decltype(v)>;
           if constexpr (std::is_same_v<T, bool>) return v ? "true" : "false";
-          else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && v == 0 ? "auto" : std::to_string(v);
+          else if constexpr (std::is_same_v<T, int64_t>) return f.accepts_auto && v == f.auto_value ? "auto" : std::to_string(v);
           else if constexpr (std::is_same_v<T, double>) return float_text(v);
           else if constexpr (std::is_same_v<T, std::string>) return quote(v);
           else if constexpr (std::is_same_v<T, std::vector<double>>) {

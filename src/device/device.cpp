@@ -43,6 +43,15 @@ int64_t default_threads(int64_t configured, int64_t local_world_size) {
   return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_world_size));
 }
 
+WorkersChoice choose_workers(int64_t configured, bool cuda, int64_t local_world_size, int64_t hardware_threads) {
+  if (configured >= 0) return {configured, ""};
+  if (!cuda) return {2, "on a CPU the cores train: 2 loader threads"};
+  const int64_t share = std::max<int64_t>(1, hardware_threads) / std::max<int64_t>(1, local_world_size);
+  const int64_t n = std::clamp<int64_t>(share - 1, 2, 16);
+  return {n, std::to_string(hardware_threads) + " hardware threads / " + std::to_string(local_world_size) +
+                 " local rank(s) = " + std::to_string(share) + ", one kept for the step (at least 2, at most 16)"};
+}
+
 std::string cpu_math_summary() {
   auto& ctx = at::globalContext();
   std::ostringstream s;

@@ -131,10 +131,12 @@ TEST_CASE("a run with precision auto logs and keeps a choice consistent with thi
   CHECK(first.output.find("precision " + choice + ",") != std::string::npos);  // the run's start line
   // the config as written stays auto; a resume computes in the precision the run started with
   CHECK(test::read_file(dir / "runs/pa/config.yaml").find("  precision: \"auto\"\n") != std::string::npos);
-  auto second = test::run_trainer("run " + cfg + " --set train.max_steps=3");
+  auto second = test::run_trainer("run " + cfg + " --set train.max_steps=3 --set data.workers=auto");
   INFO(second.output);
   REQUIRE(second.exit_code == 0);
   CHECK(second.output.find("train.precision auto: " + choice + " (kept from") != std::string::npos);
+  // data.workers auto, which a resumed run may change to: on a CPU the cores train
+  CHECK(second.output.find("data.workers auto: 2 (on a CPU the cores train: 2 loader threads)") != std::string::npos);
   auto check = test::run_trainer("check " + cfg);
   INFO(check.output);
   REQUIRE(check.exit_code == 0);

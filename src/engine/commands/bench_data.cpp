@@ -8,11 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
+#include <torch/cuda.h>
 
 #include "config/exit_codes.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/stage_clock.hpp"
+#include "device/device.hpp"
 #include "engine/commands/command_common.hpp"
 #include "obs/logging.hpp"
 
@@ -105,8 +107,12 @@ int bench(const BenchDataArgs& args) {
     throw std::invalid_argument("train.batch_size is auto (chosen by measuring the model): give one with "
                                 "--set train.batch_size=N");
   if (args.batches < 1) throw std::invalid_argument("--batches must be at least 1");
+  // data.workers auto: what a run of this config on this machine would start
+  const bool cuda = cfg.train.device == config::DeviceKind::Cuda ||
+                    (cfg.train.device == config::DeviceKind::Auto && torch::cuda::is_available());
+  const auto run_workers = device::choose_workers(cfg.data.workers, cuda, env.local_world_size);
   std::vector<int64_t> workers = args.workers;
-  if (workers.empty()) workers = {1, 2, cfg.data.workers};
+  if (workers.empty()) workers = {1, 2, run_workers.workers};
   for (int64_t w : workers)
     if (w < 0 || w > 256) throw std::invalid_argument(fmt::format("--workers {}: give 0 to 256", w));
   std::sort(workers.begin(), workers.end());
@@ -135,9 +141,9 @@ int bench(const BenchDataArgs& args) {
       const auto needed = static_cast<int64_t>(std::ceil(rate->first / best.per_worker()));
       std::cout << fmt::format("the run in {} consumes {:.1f} samples/s without its data wait (median of {} "
                                "records); at {:.1f} samples/s a worker (measured with {}) about {} worker(s) keep "
-                               "it fed (data.workers: {})\n",
+                               "it fed (data.workers: {}{})\n",
                                args.run_dir, rate->first, rate->second, best.per_worker(), best.workers, needed,
-                               cfg.data.workers);
+                               run_workers.workers, cfg.data.workers < 0 ? ", auto" : "");
     }
   }
   return kExitOk;

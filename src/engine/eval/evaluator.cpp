@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "config/load.hpp"
+#include "device/device.hpp"
 
 namespace trainer::engine {
 
@@ -10,7 +11,7 @@ data::LoaderOptions run_loader_options(const config::RunConfig& cfg, const dist:
                                        const torch::Device& device, bool train) {
   data::LoaderOptions o;
   o.batch_size = cfg.train.batch_size;
-  o.workers = cfg.data.workers;
+  o.workers = device::choose_workers(cfg.data.workers, device.is_cuda(), env.local_world_size).workers;
   o.prefetch = cfg.data.prefetch;
   o.seed = cfg.run.seed;
   o.rank = env.rank;

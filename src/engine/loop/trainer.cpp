@@ -11,6 +11,7 @@
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "device/cuda_graph.hpp"
+#include "device/device.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
@@ -95,6 +96,10 @@ class Trainer final : public WorldParts {
     // once the micro-batch is chosen; from here the world is recovery_'s (env(), grad_accum())
     recovery_ = std::make_unique<WorldRecovery>(*dist_, launch_, cfg_, hash, *this);
     train_loader_ = make_train_loader();
+    if (cfg_.data.workers < 0) {
+      const auto w = device::choose_workers(cfg_.data.workers, device_.is_cuda(), env().local_world_size);
+      spdlog::info("data.workers auto: {} ({})", w.workers, w.why);
+    }
     total_steps_ = total_optimizer_steps(cfg_.train, train_loader_->batches_per_epoch());
 
     optimizer_ = parallel_->make_optimizer(cfg_.optim, *model_);  // sharded: this rank's pieces only
