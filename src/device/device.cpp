@@ -7,6 +7,7 @@
 
 #if defined(__GLIBC__)
 #include <malloc.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -43,12 +44,19 @@ int64_t default_threads(int64_t configured, int64_t local_world_size) {
   return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_world_size));
 }
 
+int64_t usable_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max<int64_t>(1, std::thread::hardware_concurrency());
+}
+
 WorkersChoice choose_workers(int64_t configured, bool cuda, int64_t local_world_size, int64_t hardware_threads) {
   if (configured >= 0) return {configured, ""};
   if (!cuda) return {2, "on a CPU the cores train: 2 loader threads"};
   const int64_t share = std::max<int64_t>(1, hardware_threads) / std::max<int64_t>(1, local_world_size);
   const int64_t n = std::clamp<int64_t>(share - 1, 2, 16);
-  return {n, std::to_string(hardware_threads) + " hardware threads / " + std::to_string(local_world_size) +
+  return {n, std::to_string(hardware_threads) + " usable hardware threads / " + std::to_string(local_world_size) +
                  " local rank(s) = " + std::to_string(share) + ", one kept for the step (at least 2, at most 16)"};
 }
 

@@ -18,19 +18,24 @@ int cuda_device_count();
 // Throws std::runtime_error when cuda is asked for and none exists.
 torch::Device select_device(config::DeviceKind want, int64_t local_rank);
 
+// The hardware threads this process may run on: its CPU affinity mask's (a cgroup's cpuset, taskset,
+// a scheduler's binding), else std::thread::hardware_concurrency().
+int64_t usable_cpus();
+
 // Intra-op threads for this process: `configured` when > 0, else hardware cores / local ranks.
 int64_t default_threads(int64_t configured, int64_t local_world_size);
 
 // data.workers auto (`configured` < 0): on CUDA the host's job is the input pipeline (a ResNet-50 on
 // one H200 ate 4,600 JPEG images/s, 12 workers' worth), so every hardware thread of this rank's share
-// but one (the step's own), at least 2 and at most 16; on a CPU the cores train, so 2. `configured`
-// >= 0 is kept. `why` says how auto chose (empty when configured).
+// (the threads the process may run on, divided by the local ranks) but one (the step's own), at
+// least 2 and at most 16; on a CPU the cores train, so 2. `configured` >= 0 is kept. `why` says how
+// auto chose (empty when configured).
 struct WorkersChoice {
   int64_t workers = 2;
   std::string why;
 };
 WorkersChoice choose_workers(int64_t configured, bool cuda, int64_t local_world_size,
-                             int64_t hardware_threads = std::thread::hardware_concurrency());
+                             int64_t hardware_threads = usable_cpus());
 
 // CPU math libraries as LibTorch reports them (MKL, oneDNN, OpenMP, BLAS, capability).
 std::string cpu_math_summary();
