@@ -107,6 +107,9 @@ int bench(const BenchDataArgs& args) {
     throw std::invalid_argument("train.batch_size is auto (chosen by measuring the model): give one with "
                                 "--set train.batch_size=N");
   if (args.batches < 1) throw std::invalid_argument("--batches must be at least 1");
+  // malloc as a run of this config sets it (engine/startup configure_process): libjpeg's per-image
+  // buffers and the scratch above the mmap threshold are then reused, not mapped and faulted again
+  if (cfg.train.reuse_host_memory) device::keep_host_memory_for_reuse();
   // data.workers auto: what a run of this config on this machine would start
   const bool cuda = cfg.train.device == config::DeviceKind::Cuda ||
                     (cfg.train.device == config::DeviceKind::Auto && torch::cuda::is_available());
