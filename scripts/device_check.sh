@@ -264,15 +264,8 @@ for section in compare graphs; do
   PYTHONUNBUFFERED=1 timeout "$slice" "$py" "$repo/scripts/bench/bench_train.py" "${bench[@]}" || {
     say "benchmark section $section FAILED or ran out of time"; status=1; }
 done
-# --- 8. dist.sharding full: GPT-2 124M ---------------------------------------------------------------
-# What the CPU tests cannot show: the per-unit all-gathers, storage frees and prefetches on CUDA
-# (the caching allocator, NCCL streams) give none's losses. One GPU is a world of one: full = none.
-left=$(( budget - $(elapsed) - 5 ))
-if ! section_on sharding; then
-  :
-elif [ $left -lt 60 ]; then
-  say "dist.sharding full check skipped: ${left}s left"
-else
+# The GPT-2 124M config of the sharding, tensor-parallel and pipeline sections (written once).
+gpt2_config() {
   full_cfg="$build/sharding_full_gpt2.yaml"
   cat >"$full_cfg" <<'YAML'
 run: {name: gpt2_full, seed: 1}
@@ -283,6 +276,18 @@ optim: {name: adamw, lr: 6.0e-4, weight_decay: 0.1}
 checkpoint: {every_steps: 0}
 log: {progress: "off", tensorboard: false}
 YAML
+}
+
+# --- 8. dist.sharding full: GPT-2 124M ---------------------------------------------------------------
+# What the CPU tests cannot show: the per-unit all-gathers, storage frees and prefetches on CUDA
+# (the caching allocator, NCCL streams) give none's losses. One GPU is a world of one: full = none.
+left=$(( budget - $(elapsed) - 5 ))
+if ! section_on sharding; then
+  :
+elif [ $left -lt 60 ]; then
+  say "dist.sharding full check skipped: ${left}s left"
+else
+  gpt2_config
   full_ranks=1
   full_launch=("$trainer_bin")
   if [ "${cuda_count:-0}" -ge 2 ]; then full_ranks=2; full_launch=("$trainer_bin" launch -n 2 --); fi
@@ -335,9 +340,10 @@ fi
 left=$(( budget - $(elapsed) - 5 ))
 if ! section_on pp; then
   :
-elif [ $left -lt 60 ] || [ ! -f "${full_cfg:-}" ]; then
-  say "pipeline parallel fp16 check skipped: ${left}s left or no step 8 config"
+elif [ $left -lt 60 ]; then
+  say "pipeline parallel fp16 check skipped: ${left}s left"
 else
+  gpt2_config
   say "pipeline parallel 2 in fp16 on cuda:0 (two ranks, Gloo) against one process, GPT-2 124M"
   PYTHON="$py" "$repo/scripts/bench/pp_shared_device.sh" "$trainer_bin" "$full_cfg" "$build/pp" cuda fp16 20 2e-2 \
     $(( left / 2 - 5 )) | tee "$results/pipeline_fp16.txt" || status=1
