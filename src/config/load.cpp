@@ -303,6 +303,7 @@ class Loader {
       if (v < f.min || v > f.max) {
         std::ostringstream m;
         m << "value " << v << " is out of range [" << f.min << ", " << f.max << "]";
+        if (f.accepts_auto && f.type == FieldType::Int) m << " (or auto)";  // train.batch_size, data.workers, ...
         error(where, f.key, m.str());
         return false;
       }

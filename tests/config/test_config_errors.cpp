@@ -89,7 +89,7 @@ TEST_CASE("an out-of-range value gives the range", "[unit]") {
 
 TEST_CASE("a negative batch size is out of range", "[unit]") {
   auto e = errors_of("train:\n  max_steps: 10\n  batch_size: -4\ndata:\n  format: synthetic\n");
-  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:15: train.batch_size: value -4 is out of range [1, 1e+07]"});
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:3:15: train.batch_size: value -4 is out of range [1, 1e+07] (or auto)"});
 }
 
 TEST_CASE("a choice outside the list suggests the closest choice", "[unit]") {
