@@ -6,7 +6,8 @@
 // pp 2 x tp 2 load and save again, and pp 2 x dp 2 loads that and saves it once more, every model
 // tensor bit for bit (A -> B -> A); a stage stopped with SIGSTOP is named by its peer within
 // dist.timeout_s, and the job ends non-zero; the records' measured activation peak of GPipe holds M
-// microbatches, 1F1B's at most P.
+// microbatches, 1F1B's at most P; fp16's loss scaler (on at fp32 by TRAINER_INJECT_LOSS_SCALE) gives
+// one process's losses, and one stage's overflow skips the step on both ranks.
 #include <catch2/catch.hpp>
 
 #include <csignal>

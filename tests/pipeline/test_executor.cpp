@@ -1,6 +1,7 @@
 // The executor runs each schedule's lists on P ranks (threads over in-process queues) and gives one
 // process's gradient accumulation: the same losses and every parameter's gradient, fp64, for uneven
-// stages and M < P. A rank that waits too long names its action; a list out of order is named.
+// stages and M < P; a loss scale reaches every stage's gradients exactly. A rank that waits too long
+// names its action; a list out of order is named.
 #include <catch2/catch.hpp>
 
 #include <chrono>

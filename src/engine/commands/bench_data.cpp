@@ -8,7 +8,6 @@
 #include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
-#include <torch/cuda.h>
 
 #include "config/exit_codes.hpp"
 #include "data/dataset.hpp"
@@ -112,7 +111,7 @@ int bench(const BenchDataArgs& args) {
   if (cfg.train.reuse_host_memory) device::keep_host_memory_for_reuse();
   // data.workers auto: what a run of this config on this machine would start
   const bool cuda = cfg.train.device == config::DeviceKind::Cuda ||
-                    (cfg.train.device == config::DeviceKind::Auto && torch::cuda::is_available());
+                    (cfg.train.device == config::DeviceKind::Auto && device::cuda_available());
   const auto run_workers = device::choose_workers(cfg.data.workers, cuda, env.local_world_size);
   std::vector<int64_t> workers = args.workers;
   if (workers.empty()) workers = {1, 2, run_workers.workers};
