@@ -149,10 +149,10 @@ torch::Tensor Gpt::forward(const torch::Tensor& idx) {
   // units (see units()): 0 embeddings, 1..n_layer the blocks, n_layer + 1 the head (ln_f). The tied
   // wte is used again by lm_head, so unit 0 is left only after the logits.
   enter_unit(0);
-  auto x = unit_forward(0, idx);  // (B, T, C)
+  auto x = run_unit(0, idx);  // (B, T, C)
   for (size_t i = 1; i <= transformer->blocks.size(); ++i) {
     enter_unit(i);
-    x = leave_unit(i, unit_forward(i, x));  // (B, T, C)
+    x = leave_unit(i, run_unit(i, x));  // (B, T, C)
   }
   const size_t head = transformer->blocks.size() + 1;
   enter_unit(head);

@@ -104,6 +104,7 @@ class Gpt : public Model, public io::TiedState {
   std::vector<ModelUnit> units() const override;  // embeddings (with the tied lm_head), h.0.., head
   torch::Tensor unit_forward(size_t i, const torch::Tensor& x) override;  // a pipeline stage's piece
   bool gates_units() const override { return true; }
+  bool draws_in_training() const override { return cfg_.dropout > 0; }
   // lm_head.weight is transformer.wte.weight (registered once, so optimizers see it once)
   std::vector<std::pair<std::string, std::string>> tied_names() const override {
     return {{"lm_head.weight", "transformer.wte.weight"}};

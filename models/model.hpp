@@ -17,6 +17,7 @@
 #include "models/builtin.hpp"
 #include "tensor_parallel/communicator.hpp"
 #include "tensor_parallel/layers.hpp"
+#include "models/unit_rng.hpp"
 #include "tensor_parallel/sharding.hpp"
 
 namespace trainer::models {
@@ -96,6 +97,14 @@ class Model : public torch::nn::Module {
   // The tp group's collectives the model was built over (solo() when T = 1).
   virtual tensor_parallel::Communicator& tp_comm() const { return tensor_parallel::solo(); }
 
+  // Dropout streams by unit (unit_rng.hpp): true when a forward in training mode draws random numbers
+  // (dropout above 0). The engine then gives each step a key, and each microbatch its index, before the
+  // forward; every unit's forward in training mode draws from its own stream. nullopt: torch's default
+  // stream, as the probes and evaluation use it.
+  virtual bool draws_in_training() const { return false; }
+  void set_step_key(std::optional<uint64_t> key) { streams_.step_key = key; }
+  void set_microbatch(int64_t micro) { streams_.micro = micro; }
+
  protected:
   // units()[i] is about to run / has run (its parameters last read by `y`): see UnitGate
   void enter_unit(size_t i) {
@@ -105,8 +114,12 @@ class Model : public torch::nn::Module {
   // Unit i's forward (forward_units): a family with pipeline stages overrides it; the default throws
   // (the config refuses dist.pipeline_parallel for a family whose ArchRules have no pipeline_units).
   virtual torch::Tensor unit_forward(size_t i, const torch::Tensor& x);
+  // unit_forward(i, x) in unit i's dropout stream when a step key is set and the model trains: forward
+  // and forward_units call it for every unit whose forward draws random numbers.
+  torch::Tensor run_unit(size_t i, const torch::Tensor& x);
 
  private:
+  UnitStreams streams_;
   std::vector<std::shared_ptr<torch::nn::Module>> kept_in_eval_;
   UnitGate* gate_ = nullptr;
 };

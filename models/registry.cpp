@@ -50,8 +50,14 @@ torch::Tensor Model::forward_units(const torch::Tensor& x, int64_t first, int64_
     throw std::invalid_argument("model " + arch() + ": units " + std::to_string(first) + ".." + std::to_string(last) +
                                 " are not a range of its " + std::to_string(n) + " units");
   torch::Tensor y = x;
-  for (int64_t i = first; i <= last; ++i) y = unit_forward(static_cast<size_t>(i), y);
+  for (int64_t i = first; i <= last; ++i) y = run_unit(static_cast<size_t>(i), y);
   return y;
+}
+
+torch::Tensor Model::run_unit(size_t i, const torch::Tensor& x) {
+  if (!streams_.step_key || !is_training()) return unit_forward(i, x);
+  UnitRngScope rng(x.device(), unit_stream_seed(*streams_.step_key, streams_.micro, static_cast<int64_t>(i)));
+  return unit_forward(i, x);
 }
 
 torch::Tensor Model::unit_forward(size_t, const torch::Tensor&) {

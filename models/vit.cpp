@@ -209,7 +209,7 @@ torch::Tensor VisionTransformer::forward(const torch::Tensor& input) {
   torch::Tensor x = input;
   for (size_t i = 0; i <= encoder->blocks.size() + 1; ++i) {  // units(): 0 embeddings, 1..num_layers the blocks, the head
     enter_unit(i);
-    x = leave_unit(i, unit_forward(i, x));
+    x = leave_unit(i, run_unit(i, x));
   }
   return x;  // (B, num_classes)
 }

@@ -88,6 +88,7 @@ class VisionTransformer : public Model {
   std::vector<ModelUnit> units() const override;  // embeddings, encoder_layer_0.., head
   torch::Tensor unit_forward(size_t i, const torch::Tensor& x) override;  // a pipeline stage's piece
   bool gates_units() const override { return true; }
+  bool draws_in_training() const override { return cfg_.dropout > 0 || cfg_.attention_dropout > 0; }
 
   torch::nn::Conv2d conv_proj{nullptr};
   torch::Tensor class_token;  // (1, 1, D)

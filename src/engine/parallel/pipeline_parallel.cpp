@@ -227,6 +227,7 @@ PipelineStages::StepLoss PipelineStages::forward_backward(
     f.stage = s;
     f.forward = [&, range, last](const torch::Tensor& in, int64_t mb) {
       AutocastScope autocast(precision, device);
+      model.set_microbatch(mb);  // dropout: one process's micro-batch mb draws these units' masks
       auto h = model.forward_units(in, range.first, range.last);
       return last ? loss(h, target.narrow(0, mb * micro, micro)) : h;
     };

@@ -152,6 +152,13 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
   std::vector<data::Batch> taken;  // batches a graphed step took from the loader but left to this eager one
   if (graph_ && steps_in_process_++ >= kGraphWarmupSteps)
     if (auto out = graphed_train_step(step, need_norm, times, taken)) return *out;
+  // dropout streams by unit (models/unit_rng.hpp): every rank draws the step's key, so the default
+  // stream stays alike on all of them; a captured graph replays its own draws
+  struct KeyReset {
+    models::Model& m;
+    ~KeyReset() { m.set_step_key(std::nullopt); }
+  } key_reset{parts_.model};
+  if (parts_.model.draws_in_training() && !graph_) parts_.model.set_step_key(models::draw_step_key());
   torch::Tensor step_loss;
   int64_t step_losses = accum;  // micro-batch losses in step_loss
   if (parts_.pipeline) {  // the stages run every micro-batch of the step, forward and backward
@@ -177,6 +184,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
     parts_.parallel.before_backward(micro == accum - 1);
     RECORD_USER_SCOPE("trainer::forward_backward");
+    parts_.model.set_microbatch(micro);  // the pipeline's microbatch index of these samples
     auto l = forward_backward(parts_.model, input, target, accum, set_.precision, set_.device, parts_.scaler,
                               set_.label_smoothing);
     step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step
