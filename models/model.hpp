@@ -144,6 +144,10 @@ struct AttentionProbe {
 struct BuildContext {
   tensor_parallel::Communicator* tp = &tensor_parallel::solo();
   bool sequence_parallel = false;
+  // build_model_on calls it on the model built on the CPU, before the model moves to its device: a
+  // pipeline rank releases the other stages' weights here (io::release_weight), so they never take
+  // the device's memory (the whole model was built only so that every rank draws one process's weights).
+  std::function<void(Model&)> before_move = {};
 };
 
 struct ModelSpec {

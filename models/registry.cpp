@@ -2,6 +2,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "io/weight_copy.hpp"
 #include "models/gpt.hpp"
 #include "models/model.hpp"
 #include "models/resnet.hpp"
@@ -88,7 +89,7 @@ bool has_channels_last_strides(const torch::Tensor& t) {
 void to_channels_last(torch::nn::Module& m) {
   torch::NoGradGuard no_grad;
   auto restride = [](torch::Tensor& t) {
-    if (t.dim() != 4 || has_channels_last_strides(t)) return;
+    if (t.dim() != 4 || has_channels_last_strides(t) || io::is_released(t)) return;
     t.set_data(at::empty_like(t, at::MemoryFormat::ChannelsLast).copy_(t));
   };
   for (auto& p : m.parameters(/*recurse=*/true)) restride(p);
@@ -129,7 +130,8 @@ const ModelRegistry& builtin_models() {
 
 ModelPtr build_model_on(const config::ModelConfig& cfg, const torch::Device& device, const BuildContext& ctx) {
   auto model = builtin_models().create(cfg, ctx);
-  model->to(device);
+  if (ctx.before_move) ctx.before_move(*model);
+  io::move_weights(*model, device);  // a released weight stays released: no bytes on the device
   if (cfg.channels_last && model->input_kind() == InputKind::Image) to_channels_last(*model);
   return model;
 }

@@ -59,4 +59,17 @@ bool is_released(const torch::Tensor& t) {
   return true;
 }
 
+void move_weights(torch::nn::Module& m, const torch::Device& device) {
+  torch::NoGradGuard no_grad;
+  auto move = [&device](torch::Tensor& t) {
+    if (!t.defined() || t.device() == device) return;
+    if (is_released(t))
+      t.set_data(torch::zeros({1}, t.options().device(device)).expand(t.sizes()));
+    else
+      t.set_data(t.to(device));
+  };
+  for (auto& p : m.parameters(/*recurse=*/true)) move(p);
+  for (auto& b : m.buffers(/*recurse=*/true)) move(b);
+}
+
 }  // namespace trainer::io

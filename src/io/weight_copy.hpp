@@ -31,5 +31,8 @@ std::string weight_conversion(const torch::Tensor& file, const torch::Tensor& mo
 // broadcast and the EMA leave it alone, and its bytes are not held.
 void release_weight(torch::Tensor& t);
 bool is_released(const torch::Tensor& t);
+// Module::to(device) for the parameters and buffers of `m` (recursively), except that a released
+// tensor stays released on the device (Module::to would allocate and fill its whole shape).
+void move_weights(torch::nn::Module& m, const torch::Device& device);
 
 }  // namespace trainer::io

@@ -81,8 +81,10 @@ class Trainer final : public WorldParts {
     tokens_ = train_set_->kind() == data::SampleKind::Tokens;
     precision_ = planner.resolve_model_choices(*train_set_, spec.attention_probe != nullptr);
     // seeded above: every rank draws the same weights (a tp rank then keeps its slices); train.freeze applied
-    model_ = build_run_model(cfg_, device_, tp_.build_context());
-    if (auto* pipe = tp_.pipeline()) pipe->keep_stages(*model_);  // pipeline: its stages' parameters alone train here
+    auto ctx = tp_.build_context();
+    if (auto* pipe = tp_.pipeline())  // its stages' parameters alone train here; the others never reach the device
+      ctx.before_move = [pipe](models::Model& m) { pipe->keep_stages(m); };
+    model_ = build_run_model(cfg_, device_, ctx);
     params_ = unique_parameters(*model_);
     parallel_ = tp_.make_strategy(*dist_, cfg_.dist);
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it

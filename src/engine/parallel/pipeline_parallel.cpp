@@ -168,8 +168,8 @@ void PipelineStages::keep_stages(models::Model& model) {
       ++kept;
       continue;
     }
-    // never read here: no gradient, and no values (the whole model was built only so that every
-    // rank draws one process's initial weights)
+    // never read here: no gradient, and no values (the whole model was built on the CPU only so
+    // that every rank draws one process's initial weights; released before it moves to the device)
     p.value().set_requires_grad(false);
     if (io::is_released(p.value())) continue;  // a tensor registered under two names
     released_bytes += p.value().numel() * static_cast<int64_t>(p.value().element_size());

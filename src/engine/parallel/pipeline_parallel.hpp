@@ -41,8 +41,10 @@ class PipelineStages {
   // (dist.pipeline.microbatches, or auto's divisor of the chosen micro-batch).
   void set_batch(const config::RunConfig& cfg);
 
-  // Before the run collects its trainable parameters: those no stage of this rank owns or reads stop
-  // requiring gradients (their values stay one process's initial ones, and are never read here).
+  // On the model built on the CPU, before it moves to the device (models::BuildContext::before_move):
+  // the parameters no stage of this rank owns or reads stop requiring gradients and are released
+  // (io::release_weight), so they never take device memory. A collective of the pp group's first and
+  // last ranks when they share a tied parameter (their group is made here).
   void keep_stages(models::Model& model);
 
   // One step's forwards and backwards over `input` / `target` (the step's batches concatenated, cut

@@ -70,7 +70,13 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
                               const DataParallel* parallel, const models::BuildContext& ctx) {
   auto gen = at::detail::getDefaultCPUGenerator();
   const auto saved = gen.get_state();  // the shadow's random init is overwritten: it must not shift the run's draws
-  auto shadow = models::build_model_on(cfg.model, device, ctx);
+  auto shadow_ctx = ctx;  // a pipeline rank's other stages: released before the shadow moves to the device
+  shadow_ctx.before_move = [&live](models::Model& shadow) {
+    auto live_t = ema_tensors(live), shadow_t = ema_tensors(shadow);
+    for (size_t i = 0; i < live_t.size() && i < shadow_t.size(); ++i)
+      if (io::is_released(live_t[i]) && live_t[i].sizes().equals(shadow_t[i].sizes())) io::release_weight(shadow_t[i]);
+  };
+  auto shadow = models::build_model_on(cfg.model, device, shadow_ctx);
   gen.set_state(saved);
   shadow->eval();  // it is only ever evaluated
   spdlog::info("train.ema: decay {} every {} step(s), {}{}", cfg.train.ema.decay, cfg.train.ema.every,

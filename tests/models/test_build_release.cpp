@@ -1,0 +1,85 @@
+// build_model_on with BuildContext::before_move (what a pipeline rank does at start-up): the hook
+// sees the model built on the CPU, and the weights it releases stay released when the model moves to
+// its device (io::move_weights; Module::to would allocate and fill their whole shape), while every
+// other weight arrives with one process's values. The [gpu] case moves to cuda:0 (set_data cannot move
+// a CPU tensor to the meta device, so no device stands in for it on a CPU host).
+#include <catch2/catch.hpp>
+
+#include <torch/cuda.h>
+
+#include "io/weight_copy.hpp"
+#include "models/model.hpp"
+#include "skip.hpp"
+
+using namespace trainer;
+
+namespace build_release {  // named: the unity build joins the model tests
+
+config::ModelConfig tiny_gpt() {
+  config::ModelConfig m;
+  m.arch = "gpt";
+  m.vocab_size = 61;
+  m.block_size = 8;
+  m.n_layer = 2;
+  m.n_head = 2;
+  m.n_embd = 16;
+  return m;
+}
+
+bool in_block0(const std::string& name) { return name.starts_with("transformer.h.0."); }
+
+// The model built on `device` with transformer.h.0's weights released before the move, and the device
+// its hook saw the model on.
+std::pair<models::ModelPtr, torch::Device> built_releasing_block0(const torch::Device& device) {
+  torch::Device seen(torch::kCPU);
+  models::BuildContext ctx;
+  ctx.before_move = [&seen](models::Model& m) {
+    for (auto& p : m.named_parameters(/*recurse=*/true)) {
+      seen = p.value().device();
+      if (in_block0(p.key())) io::release_weight(p.value());
+    }
+  };
+  torch::manual_seed(4);
+  auto m = models::build_model_on(tiny_gpt(), device, ctx);
+  return {m, seen};
+}
+
+// Every weight on `device`: block 0's released, the rest with the plain build's values.
+void check_moved(const models::ModelPtr& m, const torch::Device& device, bool values) {
+  torch::manual_seed(4);
+  auto plain = models::build_model_on(tiny_gpt(), torch::Device(torch::kCPU));
+  auto ref = plain->named_parameters(/*recurse=*/true);
+  int64_t released = 0;
+  for (auto& p : m->named_parameters(/*recurse=*/true)) {
+    INFO(p.key());
+    CHECK(p.value().device().type() == device.type());
+    CHECK(p.value().sizes() == ref[p.key()].sizes());
+    CHECK(io::is_released(p.value()) == in_block0(p.key()));
+    released += in_block0(p.key()) ? 1 : 0;
+    if (values && !in_block0(p.key())) CHECK(torch::equal(p.value().cpu(), ref[p.key()]));
+  }
+  int64_t in_ref = 0;
+  for (const auto& p : ref) in_ref += in_block0(p.key()) ? 1 : 0;
+  CHECK(in_ref >= 6);  // ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj (and their biases)
+  CHECK(released == in_ref);
+}
+
+}  // namespace build_release
+
+TEST_CASE("build_model_on: before_move sees the CPU model, and what it releases stays released", "[unit]") {
+  auto [cpu, seen] = build_release::built_releasing_block0(torch::Device(torch::kCPU));
+  CHECK(seen.is_cpu());
+  build_release::check_moved(cpu, torch::Device(torch::kCPU), /*values=*/true);
+}
+
+TEST_CASE("build_model_on to cuda:0: the released weights take no device memory, the others arrive whole", "[gpu]") {
+  if (!torch::cuda::is_available()) TRAINER_SKIP("no CUDA device");
+  const torch::Device cuda(torch::kCUDA, 0);
+  auto [m, seen] = build_release::built_releasing_block0(cuda);
+  CHECK(seen.is_cpu());  // the hook ran before the move
+  build_release::check_moved(m, cuda, /*values=*/true);
+  // Module::to would have given a released weight its whole shape's bytes on the device
+  torch::Tensor t = torch::zeros({4, 4});
+  io::release_weight(t);
+  CHECK_FALSE(io::is_released(t.to(cuda)));
+}
