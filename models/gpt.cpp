@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "models/checkpoint.hpp"
+#include "models/partial_build.hpp"
 #include "tensor_parallel/layers.hpp"
 #include "tensor_parallel/mappings.hpp"
 
@@ -100,35 +101,44 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x) {
   return y + mlp(ln_2(y));     // (B, T, C)
 }
 
-TransformerImpl::TransformerImpl(const config::ModelConfig& cfg) {
+TransformerImpl::TransformerImpl(const config::ModelConfig& cfg, const std::function<bool(size_t)>& keep) {
+  // units (Gpt::units()): 0 embeddings, 1..n_layer the blocks, n_layer + 1 the head, which reads wte
+  const auto head = static_cast<size_t>(cfg.n_layer) + 1;
   wte = register_module("wte", nn::Embedding(cfg.vocab_size, cfg.n_embd));
+  if (!keep(0) && !keep(head)) release_module(*wte);
   wpe = register_module("wpe", nn::Embedding(cfg.block_size, cfg.n_embd));
+  if (!keep(0)) release_module(*wpe);
   h = register_module("h", nn::ModuleList());
   for (int64_t i = 0; i < cfg.n_layer; ++i) {
     blocks.push_back(Block(cfg));
+    if (!keep(static_cast<size_t>(i) + 1)) release_module(*blocks.back());  // its construction drew its values
     h->push_back(blocks.back());
   }
   ln_f = register_module("ln_f", LayerNorm(cfg.n_embd, cfg.bias));
+  if (!keep(head)) release_module(*ln_f);
 }
 
 Gpt::Gpt(const config::ModelConfig& cfg, const BuildContext& ctx) : cfg_(cfg), tp_(ctx.tp) {
   popts_.sequence_parallel = ctx.sequence_parallel && tp_->size() > 1;
   check_config(cfg);
-  transformer = register_module("transformer", Transformer(cfg));
+  // a pipeline rank keeps its units' weights alone (tensor parallel slices whole weights: it keeps all)
+  const std::function<bool(size_t)> all = [](size_t) { return true; };
+  transformer = register_module("transformer", Transformer(cfg, ctx.keeps_unit && tp_->size() == 1 ? ctx.keeps_unit : all));
   // nanoGPT's init: N(0, 0.02) for Linear and Embedding weights, zero biases, and the projections
-  // that write into the residual stream scaled by 1/sqrt(2 n_layer) (GPT-2's residual scaling).
+  // that write into the residual stream scaled by 1/sqrt(2 n_layer) (GPT-2's residual scaling). A
+  // released weight's draws are made all the same (init_normal), so the kept ones are a whole build's.
   torch::NoGradGuard no_grad;
   for (auto& m : modules(/*include_self=*/false)) {
     if (auto* l = m->as<nn::Linear>()) {
-      nn::init::normal_(l->weight, 0.0, kInitStd);
-      if (l->bias.defined()) nn::init::zeros_(l->bias);
+      init_normal(l->weight, 0.0, kInitStd);
+      if (l->bias.defined()) init_zeros(l->bias);
     } else if (auto* e = m->as<nn::Embedding>()) {
-      nn::init::normal_(e->weight, 0.0, kInitStd);
+      init_normal(e->weight, 0.0, kInitStd);
     }
   }
   const double proj_std = kInitStd / std::sqrt(2.0 * static_cast<double>(std::max<int64_t>(cfg.n_layer, 1)));
   for (auto& p : named_parameters(true))
-    if (p.key().size() >= 13 && p.key().ends_with("c_proj.weight")) nn::init::normal_(p.value(), 0.0, proj_std);
+    if (p.key().size() >= 13 && p.key().ends_with("c_proj.weight")) init_normal(p.value(), 0.0, proj_std);
   if (tp_->size() > 1) parallelize();
 }
 

@@ -81,7 +81,8 @@ TORCH_MODULE(Block);
 // nanoGPT's `transformer` ModuleDict.
 class TransformerImpl : public torch::nn::Module {
  public:
-  explicit TransformerImpl(const config::ModelConfig& cfg);
+  // `keep(u)` false: unit u's weights are released once drawn (partial_build.hpp)
+  TransformerImpl(const config::ModelConfig& cfg, const std::function<bool(size_t)>& keep);
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   tensor_parallel::VocabParallelEmbedding tp_wte{nullptr};  // dist.tensor_parallel: in wte's place (wte null)
   torch::nn::ModuleList h;

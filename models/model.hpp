@@ -148,6 +148,10 @@ struct BuildContext {
   // pipeline rank releases the other stages' weights here (io::release_weight), so they never take
   // the device's memory (the whole model was built only so that every rank draws one process's weights).
   std::function<void(Model&)> before_move = {};
+  // Set: the units (units()) whose weights this process keeps; a family that can (GPT) releases the
+  // others' right after drawing them, so the host never holds the whole model (partial_build.hpp).
+  // The kept weights equal a whole build's bit for bit. Unset, or a family that cannot: all built.
+  std::function<bool(size_t unit)> keeps_unit = {};
 };
 
 struct ModelSpec {

@@ -1,9 +1,10 @@
 // Dropout through pipeline stages (models/unit_rng.hpp): each unit draws its masks from a stream of
 // (the step's key, the microbatch, the unit), so `trainer launch` at pp 2 and 4, every schedule,
 // uneven stages and activation checkpointing log the losses of one process whose micro-batches are
-// the pipeline's microbatches, within 1e-6 relative for 10 AdamW steps; a pp 2 checkpoint resumes at
-// pp 2 bit for bit and in one process with one process's masks (every rank's default stream stays
-// the one the checkpoint stores).
+// the pipeline's microbatches, within 1e-6 relative for 10 AdamW steps, and so do dp 2 (DDP and
+// dist.sharding full) and pp 2 x dp 2 (each micro-batch keyed by its place in the global batch); a
+// pp 2 checkpoint resumes at pp 2 bit for bit and in one process with one process's masks (every
+// rank's default stream stays the one the checkpoint stores).
 #include <catch2/catch.hpp>
 
 #include "spawn.hpp"
@@ -91,4 +92,23 @@ TEST_CASE("pp 2 with dropout: a checkpoint resumes bit for bit at pp 2, and in o
     else
       test::tp2d::check_same_losses(one, rest, "a pp 2 checkpoint resumed in one process", 5);
   }
+}
+
+// Each data-parallel rank's micro-batch is keyed by its place in the global batch (rank r holds
+// [r B, (r + 1) B) of each: data/sampler.hpp), so dp ranks draw one process's masks too.
+TEST_CASE("dp 2, dp 2 with dist.sharding full, and pp 2 x dp 2 with dropout log one process's losses at their micro-batch",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("dp_dropout");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  auto one8 = pp_dropout::single(cfg, dir / "one8");  // micro-batches of 8, accumulation 2
+  for (const auto& [name, layout] : std::vector<std::pair<std::string, std::string>>{
+           {"ddp", ""}, {"zero3", " --set dist.sharding=full"}}) {
+    auto dp = test::train_tiny_gpt("", "launch -n 2 -- run " + cfg + pp_dropout::kDropArgs + layout, dir / name);
+    test::tp2d::require_trained(dp, test::tp2d::kSteps, 2);
+    test::tp2d::check_same_losses(one8, dp, name.c_str());
+  }
+  auto one2 = pp_dropout::single(cfg, dir / "one2", pp_dropout::kMicro2);
+  auto ppdp = pp_dropout::pipelined(4, cfg, " --set dist.pipeline_parallel=2", dir / "ppdp");  // dp = 4 / 2
+  test::tp2d::check_same_losses(one2, ppdp, "pp 2 x dp 2");
 }

@@ -7,6 +7,8 @@
 
 #include <torch/cuda.h>
 
+#include <set>
+
 #include "io/weight_copy.hpp"
 #include "models/model.hpp"
 #include "skip.hpp"
@@ -82,4 +84,38 @@ TEST_CASE("build_model_on to cuda:0: the released weights take no device memory,
   torch::Tensor t = torch::zeros({4, 4});
   io::release_weight(t);
   CHECK_FALSE(io::is_released(t.to(cuda)));
+}
+
+// BuildContext::keeps_unit (models/partial_build.hpp): GPT releases the units it does not keep as it
+// draws them, and makes the same draws for their init passes, so what it keeps is a whole build's.
+TEST_CASE("GPT built with keeps_unit: the kept units bit for bit a whole build's, the others released, the "
+          "same draws",
+          "[unit]") {
+  auto cfg = build_release::tiny_gpt();
+  cfg.n_layer = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head (reads wte)
+  auto cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  torch::manual_seed(6);
+  auto whole = models::build_model_on(cfg, torch::Device(torch::kCPU));
+  const auto after_whole = cpu.get_state();
+  const auto ref = whole->named_parameters(/*recurse=*/true);
+  const auto units = whole->units();
+  for (const std::set<size_t> keep : {std::set<size_t>{0}, {1}, {4}, {2, 3}, {0, 4}, {3}}) {
+    models::BuildContext ctx;
+    ctx.keeps_unit = [&keep](size_t u) { return keep.count(u) > 0; };
+    torch::manual_seed(6);
+    auto part = models::build_model_on(cfg, torch::Device(torch::kCPU), ctx);
+    CHECK(torch::equal(cpu.get_state(), after_whole));  // every draw made, in order
+    int64_t held = 0, all = 0;
+    for (const auto& p : part->named_parameters(/*recurse=*/true)) {
+      const auto u = static_cast<size_t>(models::unit_of(units, p.key()));
+      // wte is unit 0's, and the head reads it
+      const bool kept = keep.count(u) || (p.key() == "transformer.wte.weight" && keep.count(4));
+      INFO("keep " << *keep.begin() << " (" << keep.size() << " units): " << p.key());
+      CHECK(io::is_released(p.value()) == (!kept && p.value().numel() > 1));
+      if (kept) CHECK(torch::equal(p.value(), ref[p.key()]));
+      held += io::is_released(p.value()) ? 0 : p.value().numel();
+      all += p.value().numel();
+    }
+    CHECK(held < all);
+  }
 }

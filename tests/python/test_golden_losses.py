@@ -204,7 +204,15 @@ def check():
             print(f"skipped: {spec['needs']} is missing (scripts/setup.sh prepares it)")
             return 77
     errors = []
+    unchecked = []
     for name in RUNS:
+        if name not in golden["runs"]:
+            # a change of the arithmetic on purpose drops a run from the files of the CPUs it could not
+            # be remade on; `--write` on such a CPU adds it back (tests/reference/README.md)
+            unchecked.append(name)
+            print(f"{name}: not checked: {os.path.relpath(path, ROOT)} holds no losses of it "
+                  f"({golden.get('dropped', {}).get(name, 'dropped')}); --write on this CPU adds them")
+            continue
         want = golden["runs"][name]
         if want["overrides"] != overrides(name):
             errors.append(f"{name}: the golden file was made with {want['overrides']}, "
@@ -220,7 +228,11 @@ def check():
     if errors:
         print(f"{len(errors)} difference(s) from {path}")
         return 1
-    print(f"ok: every loss of both runs equals {os.path.relpath(path, ROOT)} bit for bit")
+    checked = [n for n in RUNS if n not in unchecked]
+    if not checked:
+        print("skipped: no run of this test has golden losses for this CPU")
+        return 77
+    print(f"ok: every loss of {', '.join(checked)} equals {os.path.relpath(path, ROOT)} bit for bit")
     return 0
 
 

@@ -82,14 +82,16 @@ class Trainer final : public WorldParts {
     precision_ = planner.resolve_model_choices(*train_set_, spec.attention_probe != nullptr);
     // seeded above: every rank draws the same weights (a tp rank then keeps its slices); train.freeze applied
     auto ctx = tp_.build_context();
-    if (auto* pipe = tp_.pipeline())  // its stages' parameters alone train here; the others never reach the device
+    if (auto* pipe = tp_.pipeline()) {  // its stages' parameters alone train here; the others never reach the device
+      ctx.keeps_unit = [pipe](size_t unit) { return pipe->holds_unit(static_cast<int64_t>(unit)); };
       ctx.before_move = [pipe](models::Model& m) { pipe->keep_stages(m); };
+    }
     model_ = build_run_model(cfg_, device_, ctx);
     params_ = unique_parameters(*model_);
     parallel_ = tp_.make_strategy(*dist_, cfg_.dist);
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
-    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get(), tp_.build_context());  // the broadcast weights
+    if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get(), ctx);  // the broadcast weights
 
     if (cfg_.train.batch_size == 0) {
       planner.choose_micro_batch(*train_set_);
@@ -154,7 +156,7 @@ class Trainer final : public WorldParts {
         StepParts{*model_, params_, *train_loader_, *optimizer_, *scaler_,
                   [this](int64_t step) { return schedule_->lr_at(step); }, *parallel_, tp_.pipeline()},
         run_step_settings(cfg_, precision_, device_, tokens_, recovery_->grad_accum(), env().rank,
-                          tp_.data_env(env()).rank));
+                          tp_.data_env(env()).rank, data_world()));
   }
 
   // --- the world size changes: dist.recovery in_process (engine/world_recovery.hpp) -------------

@@ -56,7 +56,7 @@ struct PipelineStages::Impl {
   dist::DistContext& dist;
   dist::Group& pp;
   bool dp_rank0 = true;
-  int64_t dp_size = 1;
+  int64_t dp_rank = 0, dp_size = 1;
   pipeline::Plan plan;
   int64_t rank = 0;                    // pp coordinate
   std::vector<int64_t> stages;         // this rank's, ascending
@@ -70,7 +70,8 @@ struct PipelineStages::Impl {
   Impl(dist::DistContext& d, dist::DeviceMesh& mesh, const config::RunConfig& cfg)
       : dist(d), pp(mesh.group(dist::MeshDim::PP)), plan(pipeline::make_plan(cfg)) {
     rank = mesh.rank(dist::MeshDim::PP);
-    dp_rank0 = mesh.rank(dist::MeshDim::DP) == 0;
+    dp_rank = mesh.rank(dist::MeshDim::DP);
+    dp_rank0 = dp_rank == 0;
     dp_size = mesh.size(dist::MeshDim::DP);
     for (int64_t s = rank; s < plan.shape.stages(); s += plan.shape.ranks) stages.push_back(s);
   }
@@ -129,6 +130,12 @@ void PipelineStages::set_batch(const config::RunConfig& cfg) {
   spdlog::info("pipeline: {}", describe());
 }
 
+bool PipelineStages::holds_unit(int64_t unit) const {
+  const auto& m = *impl_;
+  const int64_t s = m.stage_of_unit(unit);
+  return std::find(m.stages.begin(), m.stages.end(), s) != m.stages.end();
+}
+
 void PipelineStages::keep_stages(models::Model& model) {
   auto& m = *impl_;
   const auto units = model.units();
@@ -163,17 +170,19 @@ void PipelineStages::keep_stages(models::Model& model) {
     tied_here = tied_here || ranks.count(m.rank);
   }
   int64_t released = 0, kept = 0, released_bytes = 0;
+  std::set<const void*> seen;  // a tensor registered under two names counts once
   for (auto& p : model.named_parameters(/*recurse=*/true)) {
     if (trained_by[p.key()].count(m.rank)) {
       ++kept;
       continue;
     }
-    // never read here: no gradient, and no values (the whole model was built on the CPU only so
-    // that every rank draws one process's initial weights; released before it moves to the device)
+    // never read here: no gradient, and no values (the model was built on the CPU so that every rank
+    // draws one process's initial weights; a family that can released them as it drew them
+    // (BuildContext::keeps_unit), the rest go here, before the model moves to the device)
     p.value().set_requires_grad(false);
-    if (io::is_released(p.value())) continue;  // a tensor registered under two names
+    if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
     released_bytes += p.value().numel() * static_cast<int64_t>(p.value().element_size());
-    io::release_weight(p.value());
+    if (!io::is_released(p.value())) io::release_weight(p.value());
     ++released;
   }
   // the first and last stage's ranks of this (dp, tp) coordinate sum the tied gradients (same ranks, same order)
@@ -215,7 +224,12 @@ PipelineStages::StepLoss PipelineStages::forward_backward(
   if (B % M != 0)
     throw std::invalid_argument("pipeline: a step's " + std::to_string(B) + " samples do not split into " +
                                 std::to_string(M) + " microbatches");
-  const int64_t micro = B / M;
+  const int64_t micro = B / M, per_batch = m.plan.shape.microbatches;
+  // microbatch mb's place among the global batch's microbatches, as one process at this microbatch
+  // size counts them: piece mb % M' of this dp rank's share of batch mb / M' (data/sampler.hpp)
+  auto global_micro = [&m, per_batch](int64_t mb) {
+    return (mb / per_batch) * m.dp_size * per_batch + m.dp_rank * per_batch + mb % per_batch;
+  };
   auto shape = m.plan.shape;
   shape.microbatches = M;
   const auto units = model.units();
@@ -227,7 +241,7 @@ PipelineStages::StepLoss PipelineStages::forward_backward(
     f.stage = s;
     f.forward = [&, range, last](const torch::Tensor& in, int64_t mb) {
       AutocastScope autocast(precision, device);
-      model.set_microbatch(mb);  // dropout: one process's micro-batch mb draws these units' masks
+      model.set_microbatch(global_micro(mb));  // dropout: one process's masks for these samples
       auto h = model.forward_units(in, range.first, range.last);
       return last ? loss(h, target.narrow(0, mb * micro, micro)) : h;
     };

@@ -46,6 +46,8 @@ class PipelineStages {
   // (io::release_weight), so they never take device memory. A collective of the pp group's first and
   // last ranks when they share a tied parameter (their group is made here).
   void keep_stages(models::Model& model);
+  // Whether a stage of this rank runs unit `unit` of the model (models::BuildContext::keeps_unit).
+  bool holds_unit(int64_t unit) const;
 
   // One step's forwards and backwards over `input` / `target` (the step's batches concatenated, cut
   // into grad_accum x M equal microbatches), gradients accumulated into this rank's parameters as one

@@ -125,7 +125,8 @@ void StepRunner::enable_graphs(GraphConditions c) {
 
 
 StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision, const torch::Device& device,
-                               bool tokens, int64_t grad_accum, int64_t rank, int64_t data_rank) {
+                               bool tokens, int64_t grad_accum, int64_t rank, int64_t data_rank,
+                               int64_t data_world) {
   return {.grad_accum = grad_accum,
           .grad_clip = cfg.train.grad_clip,
           .nonfinite = cfg.train.nonfinite,
@@ -135,6 +136,7 @@ StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision
           .channels_last = cfg.model.channels_last,
           .rank = rank,
           .data_rank = data_rank,
+          .data_world = data_world,
           .label_smoothing = cfg.train.label_smoothing,
           .mixup = cfg.data.mixup,
           .cutmix = cfg.data.cutmix,
@@ -184,7 +186,9 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     // gradients sync only on the last micro-batch: earlier ones accumulate locally (no_sync)
     parts_.parallel.before_backward(micro == accum - 1);
     RECORD_USER_SCOPE("trainer::forward_backward");
-    parts_.model.set_microbatch(micro);  // the pipeline's microbatch index of these samples
+    // the index of these samples' micro-batch in the global batch, as one process at this micro-batch
+    // size would count it (rank r holds [r B, (r + 1) B) of each global batch: data/sampler.hpp)
+    parts_.model.set_microbatch(micro * set_.data_world + set_.data_rank);
     auto l = forward_backward(parts_.model, input, target, accum, set_.precision, set_.device, parts_.scaler,
                               set_.label_smoothing);
     step_loss = step_loss.defined() ? step_loss + l : l;  // stays on the device until a log step

@@ -72,6 +72,8 @@ struct StepSettings {
   int64_t rank = 0;                 // this process's rank (logs, fault injection)
   int64_t data_rank = 0;            // its data-parallel coordinate: the mixer's draws (a tp group's or a
                                     // pipeline's ranks mix the same batch the same way)
+  int64_t data_world = 1;           // the data-parallel ranks: with data_rank, a micro-batch's place in
+                                    // the global batch (its dropout streams, models/unit_rng.hpp)
   double label_smoothing = 0;       // train.label_smoothing (the training loss only)
   config::MixupConfig mixup;        // data.mixup / data.cutmix (image models; off by default)
   config::CutmixConfig cutmix;
@@ -82,7 +84,8 @@ struct StepSettings {
 // The step settings of a run's config; `grad_accum`, `rank` and `data_rank` are the current world's
 // (an in-process regroup changes them).
 StepSettings run_step_settings(const config::RunConfig& cfg, Precision precision, const torch::Device& device,
-                               bool tokens, int64_t grad_accum, int64_t rank, int64_t data_rank);
+                               bool tokens, int64_t grad_accum, int64_t rank, int64_t data_rank,
+                               int64_t data_world);
 
 class StepRunner {
  public:
