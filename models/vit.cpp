@@ -5,7 +5,9 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "io/weight_copy.hpp"
 #include "models/checkpoint.hpp"
+#include "models/partial_build.hpp"
 #include "tensor_parallel/region_rng.hpp"
 
 namespace trainer::models {
@@ -23,7 +25,9 @@ torch::Tensor vit_linear(const nn::Linear& l, const torch::Tensor& x) { return a
 
 // nn.init.trunc_normal_(t, std) with torch's default bounds [-2, 2] (absolute, not in units of std):
 // inverse-CDF sampling of the truncated normal, as PyTorch does it.
+// A released `t` (a pipeline rank's other stage): the same draws into a scratch tensor (partial_build.hpp).
 void trunc_normal_(torch::Tensor t, double std) {
+  if (io::is_released(t)) t = torch::empty(t.sizes(), t.options());
   auto cdf = [](double x) { return (1.0 + std::erf(x / std::sqrt(2.0))) / 2.0; };
   const double lo = cdf(-2.0 / std), hi = cdf(2.0 / std);
   t.uniform_(2 * lo - 1, 2 * hi - 1).erfinv_().mul_(std * std::sqrt(2.0)).clamp_(-2.0, 2.0);
@@ -156,16 +160,21 @@ torch::Tensor EncoderBlockImpl::forward(const torch::Tensor& input) {
   return x + y;                                             // (B, S, D)
 }
 
-VitEncoderImpl::VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_length) {
+VitEncoderImpl::VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_length,
+                               const std::function<bool(size_t)>& keep) {
   pos_embedding = register_parameter("pos_embedding", torch::empty({1, seq_length, cfg.hidden_dim}));
   {
     torch::NoGradGuard no_grad;
     nn::init::normal_(pos_embedding, 0.0, 0.02);  // from BERT, as torchvision
+    if (!keep(0)) io::release_weight(pos_embedding);
   }
   auto layers = register_module("layers", std::make_shared<nn::Module>());
-  for (int64_t i = 0; i < cfg.num_layers; ++i)
+  for (int64_t i = 0; i < cfg.num_layers; ++i) {
     blocks.push_back(layers->register_module("encoder_layer_" + std::to_string(i), EncoderBlock(cfg)));
+    if (!keep(static_cast<size_t>(i) + 1)) release_module(*blocks.back());  // a block's init is its constructor's
+  }
   ln = register_module("ln", layer_norm(cfg.hidden_dim));
+  if (!keep(static_cast<size_t>(cfg.num_layers) + 1)) release_module(*ln);
 }
 
 VisionTransformer::VisionTransformer(const config::ModelConfig& cfg, const BuildContext& ctx) : cfg_(cfg), tp_(ctx.tp) {
@@ -173,16 +182,24 @@ VisionTransformer::VisionTransformer(const config::ModelConfig& cfg, const Build
   const int64_t D = cfg.hidden_dim, p = cfg.patch_size, side = cfg.image_size / p;
   // Members are built in torchvision's order (conv_proj, class_token, encoder, heads) so that the
   // same seed draws the same random numbers for the same tensors.
+  // A pipeline rank keeps its units' weights alone (ctx.keeps_unit; tensor parallel slices whole
+  // weights: it keeps all); a released unit's draws are made all the same (partial_build.hpp).
+  const std::function<bool(size_t)> keep =
+      ctx.keeps_unit && tp_->size() == 1 ? ctx.keeps_unit : [](size_t) { return true; };
+  const auto head_unit = static_cast<size_t>(cfg.num_layers) + 1;
   conv_proj = register_module("conv_proj", nn::Conv2d(nn::Conv2dOptions(cfg.in_channels, D, p).stride(p)));
+  if (!keep(0)) release_module(*conv_proj);
   class_token = register_parameter("class_token", torch::zeros({1, 1, D}));
-  encoder = register_module("encoder", VitEncoder(cfg, side * side + 1));
+  if (!keep(0)) io::release_weight(class_token);
+  encoder = register_module("encoder", VitEncoder(cfg, side * side + 1, keep));
   auto heads = register_module("heads", std::make_shared<nn::Module>());
   head = heads->register_module("head", nn::Linear(D, cfg.num_classes));
+  if (!keep(head_unit)) release_module(*head);
   torch::NoGradGuard no_grad;
   trunc_normal_(conv_proj->weight, std::sqrt(1.0 / static_cast<double>(cfg.in_channels * p * p)));
-  nn::init::zeros_(conv_proj->bias);
-  nn::init::zeros_(head->weight);  // torchvision starts from a zero head: every class at the same logit
-  nn::init::zeros_(head->bias);
+  init_zeros(conv_proj->bias);
+  init_zeros(head->weight);  // torchvision starts from a zero head: every class at the same logit
+  init_zeros(head->bias);
   if (tp_->size() > 1) {
     if (ctx.sequence_parallel)
       throw std::invalid_argument("vit: dist.sequence_parallel is not supported (the sequence is the patches and "

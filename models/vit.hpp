@@ -68,7 +68,9 @@ TORCH_MODULE(EncoderBlock);
 // torchvision's Encoder: pos_embedding, layers.encoder_layer_{i}, ln.
 class VitEncoderImpl : public torch::nn::Module {
  public:
-  VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_length);
+  // `keep(u)` false: unit u's weights (units(): 0 embeddings, 1..L blocks, L + 1 head) released once
+  // drawn (partial_build.hpp)
+  VitEncoderImpl(const config::ModelConfig& cfg, int64_t seq_length, const std::function<bool(size_t)>& keep);
   torch::Tensor pos_embedding;  // (1, S, D), S = patches + 1
   std::vector<EncoderBlock> blocks;
   torch::nn::LayerNorm ln{nullptr};

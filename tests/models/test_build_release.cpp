@@ -119,3 +119,37 @@ TEST_CASE("GPT built with keeps_unit: the kept units bit for bit a whole build's
     CHECK(held < all);
   }
 }
+
+TEST_CASE("ViT built with keeps_unit: the kept units bit for bit a whole build's, the others released, the "
+          "same draws",
+          "[unit]") {
+  config::ModelConfig cfg;
+  cfg.arch = "vit";
+  cfg.image_size = 8;
+  cfg.patch_size = 4;
+  cfg.in_channels = 3;
+  cfg.num_layers = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head
+  cfg.num_heads = 2;
+  cfg.hidden_dim = 8;
+  cfg.mlp_dim = 16;
+  cfg.num_classes = 5;
+  auto cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
+  torch::manual_seed(6);
+  auto whole = models::build_model_on(cfg, torch::Device(torch::kCPU));
+  const auto after_whole = cpu.get_state();
+  const auto ref = whole->named_parameters(/*recurse=*/true);
+  const auto units = whole->units();
+  for (const std::set<size_t> keep : {std::set<size_t>{0}, {1}, {4}, {2, 3}, {0, 4}}) {
+    models::BuildContext ctx;
+    ctx.keeps_unit = [&keep](size_t u) { return keep.count(u) > 0; };
+    torch::manual_seed(6);
+    auto part = models::build_model_on(cfg, torch::Device(torch::kCPU), ctx);
+    CHECK(torch::equal(cpu.get_state(), after_whole));
+    for (const auto& p : part->named_parameters(/*recurse=*/true)) {
+      const bool kept = keep.count(static_cast<size_t>(models::unit_of(units, p.key()))) > 0;
+      INFO("keep " << *keep.begin() << " (" << keep.size() << " units): " << p.key());
+      CHECK(io::is_released(p.value()) == (!kept && p.value().numel() > 1));
+      if (kept) CHECK(torch::equal(p.value(), ref[p.key()]));
+    }
+  }
+}

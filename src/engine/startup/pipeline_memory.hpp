@@ -20,7 +20,8 @@ struct PipelineRankMemory {
   int64_t rank = 0;             // pp coordinate
   std::vector<int64_t> stages;  // its stages
   MemoryPlan plan;              // the strategy's rows for the parameters its stages train, over its dp ranks
-  int64_t untrained = 0;        // the rest of the model's parameters: built at start-up, then released
+  int64_t untrained = 0;        // the host's transient at start-up: the largest unit of the other stages,
+                                // drawn and dropped (at tensor parallel all of them: built whole, then released)
   double activations = 0;       // the most bytes its microbatches hold at once
   int64_t in_flight = 0;        // the most microbatches it holds at once
   // across steps, the gradients of its parameters (the step's: their full size, before a sharded
