@@ -66,6 +66,15 @@ void Executor::backward(const Action& a, bool input_half_only) {
   if (it == saved_.end()) throw std::logic_error("its forward has not run");
   const Saved& sv = it->second;
   const torch::Tensor g = output_grad(a);
+  if (!sv.output.requires_grad()) {
+    // no graph: the first stage with every parameter frozen (train.freeze) and an input that takes no
+    // gradient: nothing to compute and nothing to send back
+    if (input_half_only)
+      grad_of_output_[k] = g;
+    else
+      saved_.erase(it);
+    return;
+  }
   const std::vector<torch::Tensor> grads = g.defined() ? std::vector<torch::Tensor>{g} : std::vector<torch::Tensor>{};
   const bool wants_input_grad = sv.input.requires_grad();
   torch::Tensor gin;
@@ -91,7 +100,7 @@ void Executor::weight_half(const Action& a) {
   if (it == saved_.end() || !grad_of_output_.count(k)) throw std::logic_error("its input half has not run");
   const torch::Tensor g = grad_of_output_.at(k);
   const auto& params = stage(a.stage).params;
-  if (!params.empty())
+  if (!params.empty() && it->second.output.requires_grad())
     torch::autograd::backward({it->second.output}, g.defined() ? std::vector<torch::Tensor>{g} : std::vector<torch::Tensor>{},
                               /*retain_graph=*/false, /*create_graph=*/false, params);
   grad_of_output_.erase(k);

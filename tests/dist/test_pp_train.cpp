@@ -264,3 +264,21 @@ TEST_CASE("train.batch_size auto at pp 2 picks what trainer check --memory predi
     CHECK(a.at(s) == b.at(s));  // the same micro-batch, the same schedule: the same arithmetic
   }
 }
+
+// A first stage with nothing to train (train.freeze of the embeddings and block 0: fine-tuning the top
+// of a model) builds no graph: its backward has nothing to do and nothing to send, under 1F1B and
+// under zero bubble's split backward alike.
+TEST_CASE("pp 2 with the whole first stage frozen logs one process's losses", "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_frozen_stage");
+  auto cfg = test::write_tiny_gpt_config(dir).string();  // stage 0: units 0-1 (embeddings, h.0)
+  const std::string freeze = " --set train.freeze=[wte,wpe,h\\.0\\.]";
+  auto single = one_process(cfg, dir, freeze);
+  for (const std::string sched : {"1f1b", "zero_bubble"}) {
+    auto pp = launched(2, cfg, freeze + " --set dist.pipeline_parallel=2 --set dist.pipeline.schedule=" + sched,
+                       dir / sched);
+    test::tp2d::require_trained(pp, test::tp2d::kSteps, 2);
+    CHECK(pp.output.find("stage 0 (units 0-1) on pp rank 0 of 2") != std::string::npos);
+    test::tp2d::check_same_losses(single, pp, sched.c_str());
+  }
+}
