@@ -121,9 +121,10 @@ TransformerImpl::TransformerImpl(const config::ModelConfig& cfg, const std::func
 Gpt::Gpt(const config::ModelConfig& cfg, const BuildContext& ctx) : cfg_(cfg), tp_(ctx.tp) {
   popts_.sequence_parallel = ctx.sequence_parallel && tp_->size() > 1;
   check_config(cfg);
-  // a pipeline rank keeps its units' weights alone (tensor parallel slices whole weights: it keeps all)
+  // a pipeline rank keeps its units' weights alone (tensor parallel's slices of a released weight are
+  // released too: tensor_parallel::take_ranges)
   const std::function<bool(size_t)> all = [](size_t) { return true; };
-  transformer = register_module("transformer", Transformer(cfg, ctx.keeps_unit && tp_->size() == 1 ? ctx.keeps_unit : all));
+  transformer = register_module("transformer", Transformer(cfg, ctx.keeps_unit ? ctx.keeps_unit : all));
   // nanoGPT's init: N(0, 0.02) for Linear and Embedding weights, zero biases, and the projections
   // that write into the residual stream scaled by 1/sqrt(2 n_layer) (GPT-2's residual scaling). A
   // released weight's draws are made all the same (init_normal), so the kept ones are a whole build's.

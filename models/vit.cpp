@@ -182,10 +182,9 @@ VisionTransformer::VisionTransformer(const config::ModelConfig& cfg, const Build
   const int64_t D = cfg.hidden_dim, p = cfg.patch_size, side = cfg.image_size / p;
   // Members are built in torchvision's order (conv_proj, class_token, encoder, heads) so that the
   // same seed draws the same random numbers for the same tensors.
-  // A pipeline rank keeps its units' weights alone (ctx.keeps_unit; tensor parallel slices whole
-  // weights: it keeps all); a released unit's draws are made all the same (partial_build.hpp).
-  const std::function<bool(size_t)> keep =
-      ctx.keeps_unit && tp_->size() == 1 ? ctx.keeps_unit : [](size_t) { return true; };
+  // A pipeline rank keeps its units' weights alone (ctx.keeps_unit; tensor parallel's slices of a
+  // released weight are released too); a released unit's draws are made all the same (partial_build.hpp).
+  const std::function<bool(size_t)> keep = ctx.keeps_unit ? ctx.keeps_unit : [](size_t) { return true; };
   const auto head_unit = static_cast<size_t>(cfg.num_layers) + 1;
   conv_proj = register_module("conv_proj", nn::Conv2d(nn::Conv2dOptions(cfg.in_channels, D, p).stride(p)));
   if (!keep(0)) release_module(*conv_proj);

@@ -9,8 +9,12 @@
 namespace trainer::tensor_parallel {
 namespace {
 
-// A parameter holding an exact copy of `t` (its own storage; `t` is not tracked).
-torch::Tensor copied(const torch::Tensor& t) { return t.detach().clone().contiguous(); }
+// A parameter holding an exact copy of `t` (its own storage; `t` is not tracked); a released `t` stays
+// released (take_ranges).
+torch::Tensor copied(const torch::Tensor& t) {
+  if (released_form(t)) return torch::zeros({1}, t.options()).expand(t.sizes());
+  return t.detach().clone().contiguous();
+}
 
 torch::Tensor enter_region(const torch::Tensor& x, Communicator& comm, const ParallelOptions& o) {
   return o.sequence_parallel ? gather_from_sequence(x, comm, o.seq_dim) : copy_to_region(x, comm);
@@ -98,6 +102,10 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(const torch::Tensor& full
                                                        ParallelOptions opts)
     : comm_(&comm), opts_(opts), shard_(vocab_shard(full_weight.size(0), comm.rank(), comm.size())) {
   if (full_weight.dim() != 2) throw std::invalid_argument("VocabParallelEmbedding: the weight must be [vocab, C]");
+  if (released_form(full_weight)) {  // a pipeline rank's other stage: released, as its source
+    weight = register_parameter("weight", torch::zeros({1}, full_weight.options()).expand({shard_.local(), full_weight.size(1)}));
+    return;
+  }
   auto local = torch::zeros({shard_.local(), full_weight.size(1)}, full_weight.options());
   if (shard_.real() > 0) local.narrow(0, 0, shard_.real()).copy_(full_weight.narrow(0, shard_.start, shard_.real()).detach());
   weight = register_parameter("weight", local);

@@ -31,14 +31,28 @@ std::vector<Range> qkv_head_ranges(int64_t n_embd, int64_t n_head, int64_t rank,
   return out;
 }
 
+bool released_form(const torch::Tensor& t) {
+  if (!t.defined() || t.numel() <= 1) return false;
+  for (int64_t d = 0; d < t.dim(); ++d)
+    if (t.size(d) > 1 && t.stride(d) != 0) return false;
+  return true;
+}
+
 torch::Tensor take_ranges(const torch::Tensor& full, int64_t dim, const std::vector<Range>& ranges) {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> parts;
+  int64_t taken = 0;
   for (const auto& [b, e] : ranges) {
     if (b < 0 || e < b || e > full.size(dim))
       throw std::invalid_argument("tensor parallel: range [" + std::to_string(b) + ", " + std::to_string(e) +
                                   ") outside dim " + std::to_string(dim) + " of size " + std::to_string(full.size(dim)));
     parts.push_back(full.narrow(dim, b, e - b));
+    taken += e - b;
+  }
+  if (released_form(full)) {
+    auto shape = full.sizes().vec();
+    shape[static_cast<size_t>(dim < 0 ? dim + full.dim() : dim)] = taken;
+    return torch::zeros({1}, full.options()).expand(shape);
   }
   return torch::cat(parts, dim).contiguous().clone();
 }

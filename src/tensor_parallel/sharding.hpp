@@ -39,8 +39,14 @@ Range chunk_range(int64_t n, int64_t rank, int64_t size);
 // GPT's c_attn and ViT's in_proj_weight are laid out so. n_head must divide by size.
 std::vector<Range> qkv_head_ranges(int64_t n_embd, int64_t n_head, int64_t rank, int64_t size);
 
-// `full`'s `ranges` along `dim`, concatenated: a contiguous copy, bit for bit.
+// `full`'s `ranges` along `dim`, concatenated: a contiguous copy, bit for bit. A released `full` (a
+// pipeline rank's other stage: io::release_weight's form, one element broadcast by zero strides)
+// gives a released slice of the slice's shape: nothing is allocated for it.
 torch::Tensor take_ranges(const torch::Tensor& full, int64_t dim, const std::vector<Range>& ranges);
+
+// io::is_released's test (tensor_parallel sits below io): more than one element, and a zero stride
+// on every dimension that has a step.
+bool released_form(const torch::Tensor& t);
 
 // The spec of `take_ranges(full, dim, ranges)`; dim < 0 for a replicated tensor.
 ShardSpec spec_of(const torch::Tensor& full, int64_t dim, std::vector<Range> ranges, bool partial_grad = false);

@@ -54,6 +54,32 @@ TEST_CASE("shard rules: head-group rows of a fused qkv, the vocabulary padding, 
   auto w = torch::randn({48, 16}, torch::kFloat64);
   auto part = tpl::take_ranges(w, 0, tpl::qkv_head_ranges(16, 4, 1, 2));
   CHECK(torch::equal(part, torch::cat({w.slice(0, 8, 16), w.slice(0, 24, 32), w.slice(0, 40, 48)})));
+  CHECK_FALSE(tpl::released_form(part));
+}
+
+// A pipeline rank's other stages are released (io::release_weight: one element, zero strides) before
+// the tensor-parallel layers slice them: their slices stay released, so nothing is allocated.
+TEST_CASE("the tensor-parallel layers slice a released weight into released slices", "[unit][tp]") {
+  auto released = [](std::vector<int64_t> shape) { return torch::zeros({1}, torch::kFloat64).expand(shape); };
+  const auto w = released({48, 16});
+  REQUIRE(tpl::released_form(w));
+  const auto part = tpl::take_ranges(w, 0, tpl::qkv_head_ranges(16, 4, 1, 2));
+  CHECK(part.sizes() == torch::IntArrayRef({24, 16}));
+  CHECK(tpl::released_form(part));
+  CHECK(tpl::released_form(tpl::take_ranges(released({8, 12}), 1, {{0, 6}})));
+  auto& c = tpl::solo();
+  tpl::ColumnParallelLinear col(released({8, 4}), released({8}), std::vector<tpl::Range>{{0, 8}}, c, tpl::ParallelOptions{});
+  CHECK(tpl::released_form(col->weight));
+  CHECK(tpl::released_form(col->bias));
+  tpl::RowParallelLinear row(released({8, 4}), released({8}), c, tpl::ParallelOptions{});
+  CHECK(tpl::released_form(row->weight));
+  CHECK(tpl::released_form(row->bias));
+  tpl::VocabParallelEmbedding emb(released({10, 4}), c, tpl::ParallelOptions{});
+  CHECK(tpl::released_form(emb->weight));
+  CHECK(emb->weight.sizes() == torch::IntArrayRef({10, 4}));
+  // a whole weight is copied, as before
+  tpl::RowParallelLinear whole(torch::randn({8, 4}), torch::randn({8}), c, tpl::ParallelOptions{});
+  CHECK_FALSE(tpl::released_form(whole->weight));
 }
 
 TEST_CASE("vocab-parallel cross entropy checks its inputs", "[unit][tp]") {

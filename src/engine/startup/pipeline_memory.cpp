@@ -122,18 +122,15 @@ PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_si
     const auto units = model.units();
     std::vector<torch::Tensor> frozen;
     std::map<int64_t, int64_t> other_units;  // unit -> bytes of its parameters this rank does not keep
-    int64_t others = 0;
     for (auto& p : model.named_parameters(/*recurse=*/true))
       if (p.value().requires_grad() && !mine.count(p.key())) {
         p.value().set_requires_grad(false);
         frozen.push_back(p.value());
         other_units[models::unit_of(units, p.key())] += param_bytes(p.value());
-        others += param_bytes(p.value());
       }
     // models/partial_build.hpp: a unit this rank does not keep is held on the host only while it is
-    // drawn, one at a time; tensor parallel builds the whole model first (its slicing reads whole weights)
+    // drawn, one at a time (at tensor parallel: this rank's slices of it)
     for (const auto& [u, bytes] : other_units) rm.untrained = std::max(rm.untrained, bytes);
-    if (c.dist.tensor_parallel > 1) rm.untrained = others;
     rm.plan = strategy_memory_plan(c.dist, dp_size, model, c.optim);
     if (c.dist.sharding == config::Sharding::Full) {
       // a pipeline holds its stages' units gathered for the whole schedule (step_runner.cpp), and
@@ -215,7 +212,7 @@ void print_pipeline_memory(const PipelineMemory& m, const config::RunConfig& c, 
   for (size_t i = 0; i < m.ranks.front().plan.rows.size(); ++i)  // the same strategy on every rank: the same rows
     row(m.ranks.front().plan.rows[i].label + " (its stages)",
         [&](const PipelineRankMemory& r) { return bytes_text(static_cast<double>(r.plan.rows[i].bytes)); });
-  row(c.dist.tensor_parallel > 1 ? "other stages (host, at start-up only)" : "largest other unit (host, at start-up)",
+  row("largest other unit (host, at start-up)",
       [](const PipelineRankMemory& r) { return bytes_text(static_cast<double>(r.untrained)); });
   row("microbatches held at the peak", [](const PipelineRankMemory& r) { return std::to_string(r.in_flight); });
   row("activations at the peak (measured x held)", [](const PipelineRankMemory& r) { return bytes_text(r.activations); });

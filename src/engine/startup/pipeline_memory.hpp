@@ -21,7 +21,7 @@ struct PipelineRankMemory {
   std::vector<int64_t> stages;  // its stages
   MemoryPlan plan;              // the strategy's rows for the parameters its stages train, over its dp ranks
   int64_t untrained = 0;        // the host's transient at start-up: the largest unit of the other stages,
-                                // drawn and dropped (at tensor parallel all of them: built whole, then released)
+                                // drawn and dropped (models/partial_build.hpp)
   double activations = 0;       // the most bytes its microbatches hold at once
   int64_t in_flight = 0;        // the most microbatches it holds at once
   // across steps, the gradients of its parameters (the step's: their full size, before a sharded
