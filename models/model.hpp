@@ -15,9 +15,9 @@
 #include "config/arch.hpp"
 #include "config/config.hpp"
 #include "models/builtin.hpp"
+#include "models/unit_rng.hpp"
 #include "tensor_parallel/communicator.hpp"
 #include "tensor_parallel/layers.hpp"
-#include "models/unit_rng.hpp"
 #include "tensor_parallel/sharding.hpp"
 
 namespace trainer::models {
@@ -145,11 +145,11 @@ struct BuildContext {
   tensor_parallel::Communicator* tp = &tensor_parallel::solo();
   bool sequence_parallel = false;
   // build_model_on calls it on the model built on the CPU, before the model moves to its device: a
-  // pipeline rank releases the other stages' weights here (io::release_weight), so they never take
-  // the device's memory (the whole model was built only so that every rank draws one process's weights).
+  // pipeline rank releases there what its build did not release already (io::release_weight), so the
+  // other stages' weights never take the device's memory.
   std::function<void(Model&)> before_move = {};
-  // Set: the units (units()) whose weights this process keeps; a family that can (GPT) releases the
-  // others' right after drawing them, so the host never holds the whole model (partial_build.hpp).
+  // Set: the units (units()) whose weights this process keeps; a family that can (GPT, ViT) releases
+  // the others' right after drawing them, so the host never holds the whole model (partial_build.hpp).
   // The kept weights equal a whole build's bit for bit. Unset, or a family that cannot: all built.
   std::function<bool(size_t unit)> keeps_unit = {};
 };

@@ -8,12 +8,8 @@
 
 #include <torch/torch.h>
 
-#include <cstddef>
-#include <functional>
 
 namespace trainer::models {
-
-using UnitFilter = std::function<bool(size_t unit)>;
 
 // Every parameter and buffer of `m` (recursively) released.
 void release_module(torch::nn::Module& m);

@@ -44,7 +44,7 @@ std::vector<Range> qkv_head_ranges(int64_t n_embd, int64_t n_head, int64_t rank,
 // gives a released slice of the slice's shape: nothing is allocated for it.
 torch::Tensor take_ranges(const torch::Tensor& full, int64_t dim, const std::vector<Range>& ranges);
 
-// io::is_released's test (tensor_parallel sits below io): more than one element, and a zero stride
+// io::is_released's test (tensor_parallel does not link io): more than one element, and a zero stride
 // on every dimension that has a step.
 bool released_form(const torch::Tensor& t);
 

@@ -282,3 +282,25 @@ TEST_CASE("pp 2 with the whole first stage frozen logs one process's losses", "[
     test::tp2d::check_same_losses(single, pp, sched.c_str());
   }
 }
+
+// Early stopping decides on the evaluation's loss, which every pp rank receives from the last stage:
+// the ranks stop together, at one process's step.
+TEST_CASE("pp 2: early stopping stops every rank at one process's step", "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_early_stop");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  // the first evaluation (step 2) is the best; the second (step 4) cannot improve on it by 100
+  const std::string stop = " --set train.eval_every=2 --set train.early_stopping.metric=loss "
+                           "--set train.early_stopping.patience=1 --set train.early_stopping.min_delta=100";
+  auto single = test::train_tiny_gpt("", "run " + cfg + kPpArgs + stop, dir / "single");
+  auto pp = launched(2, cfg, stop + " --set dist.pipeline_parallel=2", dir / "pp");
+  for (const auto* run : {&single, &pp}) {
+    INFO(run->output);
+    REQUIRE(run->exit_code == 0);
+    CHECK(run->output.find("early stopping at step 4: loss has not improved for 1 evaluations") != std::string::npos);
+    CHECK(run->losses.size() == 4);
+  }
+  for (size_t i = 0; i < 4 && i < pp.losses.size(); ++i) CHECK(std::abs(pp.losses[i] - single.losses[i]) <= 1e-6 * single.losses[i]);
+  // rank 1 stopped there too, not only rank 0 (its log is its own)
+  CHECK(test::read_file(dir / "pp" / "tiny" / "logs" / "rank1.log").find("early stopping at step 4") != std::string::npos);
+}

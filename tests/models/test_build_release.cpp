@@ -7,6 +7,7 @@
 
 #include <torch/cuda.h>
 
+#include <functional>
 #include <set>
 
 #include "io/weight_copy.hpp"
@@ -86,20 +87,20 @@ TEST_CASE("build_model_on to cuda:0: the released weights take no device memory,
   CHECK_FALSE(io::is_released(t.to(cuda)));
 }
 
-// BuildContext::keeps_unit (models/partial_build.hpp): GPT releases the units it does not keep as it
-// draws them, and makes the same draws for their init passes, so what it keeps is a whole build's.
-TEST_CASE("GPT built with keeps_unit: the kept units bit for bit a whole build's, the others released, the "
-          "same draws",
-          "[unit]") {
-  auto cfg = build_release::tiny_gpt();
-  cfg.n_layer = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head (reads wte)
+namespace build_release {
+
+// BuildContext::keeps_unit (models/partial_build.hpp): for each set of kept units, a build that draws
+// every weight in a whole build's order (the generator ends where a whole build leaves it), holds the
+// kept units' weights bit for bit (and those they read: `reads(name, keep)`), and releases the rest.
+void check_partial_builds(const config::ModelConfig& cfg, const std::vector<std::set<size_t>>& keeps,
+                          const std::function<bool(const std::string&, const std::set<size_t>&)>& reads) {
   auto cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
   torch::manual_seed(6);
   auto whole = models::build_model_on(cfg, torch::Device(torch::kCPU));
   const auto after_whole = cpu.get_state();
   const auto ref = whole->named_parameters(/*recurse=*/true);
   const auto units = whole->units();
-  for (const std::set<size_t> keep : {std::set<size_t>{0}, {1}, {4}, {2, 3}, {0, 4}, {3}}) {
+  for (const auto& keep : keeps) {
     models::BuildContext ctx;
     ctx.keeps_unit = [&keep](size_t u) { return keep.count(u) > 0; };
     torch::manual_seed(6);
@@ -108,9 +109,8 @@ TEST_CASE("GPT built with keeps_unit: the kept units bit for bit a whole build's
     int64_t held = 0, all = 0;
     for (const auto& p : part->named_parameters(/*recurse=*/true)) {
       const auto u = static_cast<size_t>(models::unit_of(units, p.key()));
-      // wte is unit 0's, and the head reads it
-      const bool kept = keep.count(u) || (p.key() == "transformer.wte.weight" && keep.count(4));
-      INFO("keep " << *keep.begin() << " (" << keep.size() << " units): " << p.key());
+      const bool kept = keep.count(u) || reads(p.key(), keep);
+      INFO(cfg.arch << ", keep " << *keep.begin() << " (" << keep.size() << " units): " << p.key());
       CHECK(io::is_released(p.value()) == (!kept && p.value().numel() > 1));
       if (kept) CHECK(torch::equal(p.value(), ref[p.key()]));
       held += io::is_released(p.value()) ? 0 : p.value().numel();
@@ -120,36 +120,27 @@ TEST_CASE("GPT built with keeps_unit: the kept units bit for bit a whole build's
   }
 }
 
-TEST_CASE("ViT built with keeps_unit: the kept units bit for bit a whole build's, the others released, the "
-          "same draws",
+}  // namespace build_release
+
+TEST_CASE("GPT and ViT built with keeps_unit: the kept units bit for bit a whole build's, the others released, "
+          "the same draws",
           "[unit]") {
-  config::ModelConfig cfg;
-  cfg.arch = "vit";
-  cfg.image_size = 8;
-  cfg.patch_size = 4;
-  cfg.in_channels = 3;
-  cfg.num_layers = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head
-  cfg.num_heads = 2;
-  cfg.hidden_dim = 8;
-  cfg.mlp_dim = 16;
-  cfg.num_classes = 5;
-  auto cpu = at::globalContext().defaultGenerator(c10::Device(c10::kCPU));
-  torch::manual_seed(6);
-  auto whole = models::build_model_on(cfg, torch::Device(torch::kCPU));
-  const auto after_whole = cpu.get_state();
-  const auto ref = whole->named_parameters(/*recurse=*/true);
-  const auto units = whole->units();
-  for (const std::set<size_t> keep : {std::set<size_t>{0}, {1}, {4}, {2, 3}, {0, 4}}) {
-    models::BuildContext ctx;
-    ctx.keeps_unit = [&keep](size_t u) { return keep.count(u) > 0; };
-    torch::manual_seed(6);
-    auto part = models::build_model_on(cfg, torch::Device(torch::kCPU), ctx);
-    CHECK(torch::equal(cpu.get_state(), after_whole));
-    for (const auto& p : part->named_parameters(/*recurse=*/true)) {
-      const bool kept = keep.count(static_cast<size_t>(models::unit_of(units, p.key()))) > 0;
-      INFO("keep " << *keep.begin() << " (" << keep.size() << " units): " << p.key());
-      CHECK(io::is_released(p.value()) == (!kept && p.value().numel() > 1));
-      if (kept) CHECK(torch::equal(p.value(), ref[p.key()]));
-    }
-  }
+  auto gpt = build_release::tiny_gpt();
+  gpt.n_layer = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head, which reads unit 0's wte
+  build_release::check_partial_builds(gpt, {{0}, {1}, {4}, {2, 3}, {0, 4}, {3}},
+                                      [](const std::string& name, const std::set<size_t>& keep) {
+                                        return name == "transformer.wte.weight" && keep.count(4) > 0;
+                                      });
+  config::ModelConfig vit;
+  vit.arch = "vit";
+  vit.image_size = 8;
+  vit.patch_size = 4;
+  vit.in_channels = 3;
+  vit.num_layers = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head
+  vit.num_heads = 2;
+  vit.hidden_dim = 8;
+  vit.mlp_dim = 16;
+  vit.num_classes = 5;
+  build_release::check_partial_builds(vit, {{0}, {1}, {4}, {2, 3}, {0, 4}},
+                                      [](const std::string&, const std::set<size_t>&) { return false; });
 }

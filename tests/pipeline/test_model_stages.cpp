@@ -14,6 +14,7 @@
 #include "pipeline/unit_range_print.hpp"
 #include "pipeline/queue_link.hpp"
 #include "test_util.hpp"
+#include "tiny_models.hpp"
 
 using namespace trainer;
 using namespace trainer::pipeline;
@@ -23,34 +24,8 @@ namespace model_stages {  // named: the unity build joins the pipeline tests
 
 constexpr int64_t kSeed = 5;
 
-config::RunConfig gpt_config(int64_t n_layer) {
-  config::RunConfig c;
-  c.model.arch = "gpt";
-  c.model.vocab_size = 61;  // odd on purpose
-  c.model.block_size = 8;
-  c.model.n_layer = n_layer;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.dropout = 0;
-  c.train.batch_size = 8;
-  return c;
-}
-
-config::RunConfig vit_config() {
-  config::RunConfig c;
-  c.model.arch = "vit";
-  c.model.image_size = 8;
-  c.model.patch_size = 4;
-  c.model.in_channels = 1;
-  c.model.num_layers = 3;
-  c.model.num_heads = 2;
-  c.model.hidden_dim = 8;
-  c.model.mlp_dim = 16;
-  c.model.num_classes = 5;
-  c.model.dropout = 0;
-  c.train.batch_size = 8;
-  return c;
-}
+config::RunConfig gpt_config(int64_t n_layer) { return test::tiny_stage_gpt(n_layer); }
+config::RunConfig vit_config() { return test::tiny_stage_vit(); }
 
 models::ModelPtr build(const config::RunConfig& c) {
   torch::manual_seed(kSeed);

@@ -10,38 +10,14 @@
 #include "models/model.hpp"
 #include "models/unit_rng.hpp"
 #include "pipeline/plan.hpp"
+#include "tiny_models.hpp"
 
 using namespace trainer;
 
 namespace unit_streams {  // named: the unity build joins the pipeline tests
 
-config::RunConfig gpt_config() {
-  config::RunConfig c;
-  c.model.arch = "gpt";
-  c.model.vocab_size = 61;
-  c.model.block_size = 8;
-  c.model.n_layer = 3;
-  c.model.n_head = 2;
-  c.model.n_embd = 16;
-  c.model.dropout = 0.2;
-  return c;
-}
-
-config::RunConfig vit_config() {
-  config::RunConfig c;
-  c.model.arch = "vit";
-  c.model.image_size = 8;
-  c.model.patch_size = 4;
-  c.model.in_channels = 1;
-  c.model.num_layers = 3;
-  c.model.num_heads = 2;
-  c.model.hidden_dim = 8;
-  c.model.mlp_dim = 16;
-  c.model.num_classes = 5;
-  c.model.dropout = 0.2;
-  c.model.attention_dropout = 0.1;
-  return c;
-}
+config::RunConfig gpt_config() { return test::tiny_stage_gpt(3, /*dropout=*/0.2); }
+config::RunConfig vit_config() { return test::tiny_stage_vit(/*dropout=*/0.2, /*attention_dropout=*/0.1); }
 
 models::ModelPtr build(const config::RunConfig& c) {
   torch::manual_seed(5);
