@@ -11,6 +11,7 @@
 #include <set>
 
 #include "io/weight_copy.hpp"
+#include "model_test_util.hpp"
 #include "models/model.hpp"
 #include "skip.hpp"
 
@@ -18,16 +19,7 @@ using namespace trainer;
 
 namespace build_release {  // named: the unity build joins the model tests
 
-config::ModelConfig tiny_gpt() {
-  config::ModelConfig m;
-  m.arch = "gpt";
-  m.vocab_size = 61;
-  m.block_size = 8;
-  m.n_layer = 2;
-  m.n_head = 2;
-  m.n_embd = 16;
-  return m;
-}
+config::ModelConfig tiny_gpt() { return test::tiny_gpt_cfg(); }
 
 bool in_block0(const std::string& name) { return name.starts_with("transformer.h.0."); }
 
@@ -131,16 +123,8 @@ TEST_CASE("GPT and ViT built with keeps_unit: the kept units bit for bit a whole
                                       [](const std::string& name, const std::set<size_t>& keep) {
                                         return name == "transformer.wte.weight" && keep.count(4) > 0;
                                       });
-  config::ModelConfig vit;
-  vit.arch = "vit";
-  vit.image_size = 8;
-  vit.patch_size = 4;
-  vit.in_channels = 3;
+  auto vit = test::tiny_vit_cfg();
   vit.num_layers = 3;  // units: 0 embeddings, 1-3 the blocks, 4 the head
-  vit.num_heads = 2;
-  vit.hidden_dim = 8;
-  vit.mlp_dim = 16;
-  vit.num_classes = 5;
   build_release::check_partial_builds(vit, {{0}, {1}, {4}, {2, 3}, {0, 4}},
                                       [](const std::string&, const std::set<size_t>&) { return false; });
 }
