@@ -12,43 +12,13 @@ import sys
 
 SKIP = 77
 
-# tests/dist/train_runs.hpp's tiny GPT with dropout 0.1, 20 steps of 8 samples
-TINY_GPT = """run:
-  name: tiny
-  seed: 3
-  deterministic: true
-model:
-  arch: gpt
-  vocab_size: 32
-  block_size: 16
-  n_layer: 2
-  n_head: 2
-  n_embd: 32
-  dropout: 0.1
-  bias: true
-data:
-  format: synthetic
-  workers: 1
-  synthetic:
-    num_samples: 1024
-    val_samples: 32
-train:
-  batch_size: 8
-  max_steps: 20
-  global_batch_size: 8
-  device: cpu
-  precision: fp32  # both runs alike: auto times bf16 and fp32, and a busy host can flip it
-  threads: 1
-  log_every: 1
-optim:
-  name: adamw
-  lr: 0.003
-  weight_decay: 0.0
-dist:
-  timeout_s: 60
-log:
-  progress: "off"
-"""
+# test_export_full's tiny GPT (tests/dist/train_runs.hpp's) with dropout 0.1, 20 steps of 8 samples
+from test_export_full import TINY_GPT as _BASE  # noqa: E402 (this folder is the script's path)
+
+TINY_GPT = (_BASE.replace("  dropout: 0.0\n", "  dropout: 0.1\n")
+            .replace("  max_steps: 5\n", "  max_steps: 20\n  global_batch_size: 8\n"))
+assert "dropout: 0.1" in TINY_GPT and "max_steps: 20" in TINY_GPT
+
 # one process in micro-batches of 2 (accumulation 4) draws the pipeline's dropout masks: pp 2 cuts each
 # batch of 8 into 4 microbatches of 2 (models/unit_rng.hpp)
 LAYOUTS = {"one": ["run", "{cfg}", "--set", "train.batch_size=2"],

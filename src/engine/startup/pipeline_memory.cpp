@@ -112,6 +112,7 @@ PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_si
   auto shape = plan.shape;
   shape.microbatches = m.microbatches;
   const auto program = pipeline::make_schedule(plan.schedule, shape);
+  const auto units = model.units();
   for (int64_t r = 0; r < shape.ranks; ++r) {
     PipelineRankMemory rm;
     rm.rank = r;
@@ -119,7 +120,6 @@ PipelineMemory measure_pipeline_memory(const config::RunConfig& c, int64_t dp_si
     replay(program[static_cast<size_t>(r)], m.stage_bytes, rm);
     // the strategy's rows over the parameters this rank trains; the others are held, never trained
     const auto mine = trained_by(model, plan, r);
-    const auto units = model.units();
     std::vector<torch::Tensor> frozen;
     std::map<int64_t, int64_t> other_units;  // unit -> bytes of its parameters this rank does not keep
     for (auto& p : model.named_parameters(/*recurse=*/true))
