@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "io/weight_copy.hpp"
+#include "models/convnet.hpp"
 #include "models/gpt.hpp"
 #include "models/model.hpp"
 #include "models/resnet.hpp"
@@ -100,6 +101,7 @@ namespace {
 // The built-in families: one line each; a family's spec lives next to its model.
 void add_builtin_specs(ModelRegistry& registry) {
   registry.add(resnet_spec());
+  registry.add(convnet_spec());
   registry.add(gpt_spec());
   registry.add(vit_spec());
 }

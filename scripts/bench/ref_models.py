@@ -5,6 +5,7 @@ Same layouts, parameter names and initialisation rules as models/resnet.cpp and 
   BasicBlocks with 16/32/64 x width planes (1x1 conv + BN `downsample` where the shape changes) ->
   global average pool -> fc; torchvision's init (He-normal fan_out convs, BN as the identity).
 - ResNet-50: torchvision's own (the trainer copies its layout and names).
+- ConvNet: models/convnet.cpp's airbench-style net (the quickstart's), same names and init draws.
 - GPT: the nanoGPT-style module in tests/reference/nanogpt_ref.py, which the model tests check
   models/gpt.cpp against.
 Both take `activation_checkpointing`: recompute per ResNet stage or per GPT block in backward, as
@@ -75,6 +76,39 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))  # (B, num_classes)
 
 
+class ConvNet(nn.Module):
+    """models/convnet.cpp: an airbench-style net. A 3x3 stem conv (with bias) and GELU, then three blocks
+    of conv -> 2x2 max-pool -> BN -> GELU -> conv -> BN -> GELU, a global max-pool and a bias-free head.
+    Widths 24-32-64-128 times `width`; PyTorch's default init, built in the trainer's order (the same
+    draws for the same seed)."""
+
+    def __init__(self, width=1.0, in_channels=3, num_classes=10, activation_checkpointing=False):
+        super().__init__()
+        w = [max(1, round(b * width)) for b in (24, 32, 64, 128)]
+        self.activation_checkpointing = activation_checkpointing
+        self.stem = nn.Conv2d(in_channels, w[0], 3, 1, 1, bias=True)
+        self.blocks = nn.ModuleList()
+        for i in range(3):
+            block = nn.Module()
+            block.conv1 = nn.Conv2d(w[i], w[i + 1], 3, 1, 1, bias=False)
+            block.bn1 = nn.BatchNorm2d(w[i + 1])
+            block.conv2 = nn.Conv2d(w[i + 1], w[i + 1], 3, 1, 1, bias=False)
+            block.bn2 = nn.BatchNorm2d(w[i + 1])
+            self.blocks.append(block)
+        self.head = nn.Linear(w[3], num_classes, bias=False)
+
+    @staticmethod
+    def _block(b, x):
+        x = F.gelu(b.bn1(F.max_pool2d(b.conv1(x), 2)))  # (B, C', H/2, W/2)
+        return F.gelu(b.bn2(b.conv2(x)))
+
+    def forward(self, x):
+        x = F.gelu(self.stem(x))  # (B, w0, H, W)
+        for b in self.blocks:
+            x = checkpoint(self._block, b, x, use_reentrant=False) if self.activation_checkpointing else self._block(b, x)
+        return self.head(torch.amax(x, dim=(2, 3)))  # (B, num_classes)
+
+
 class CheckpointedGPT(GPT):
     """nanoGPT reference with optional per-block activation checkpointing."""
 
@@ -112,12 +146,15 @@ def build_model(model_cfg):
             return model
         return CifarResNet(depth, float(model_cfg.get("width", 1.0)), int(model_cfg["in_channels"]),
                            int(model_cfg["num_classes"]), ac)
+    if model_cfg["arch"] == "convnet":
+        return ConvNet(float(model_cfg.get("width", 1.0)), int(model_cfg.get("in_channels", 3)),
+                       int(model_cfg["num_classes"]), ac)
     if model_cfg["arch"] == "gpt":
         cfg = GPTConfig(vocab_size=int(model_cfg["vocab_size"]), block_size=int(model_cfg["block_size"]),
                         n_layer=int(model_cfg["n_layer"]), n_head=int(model_cfg["n_head"]),
                         n_embd=int(model_cfg["n_embd"]), dropout=0.0, bias=bool(model_cfg.get("bias", True)))
         return CheckpointedGPT(cfg, ac)
-    raise ValueError(f"unknown arch {model_cfg['arch']!r}; known: gpt, resnet")
+    raise ValueError(f"unknown arch {model_cfg['arch']!r}; known: convnet, gpt, resnet")
 
 
 def gpt_flops_per_token(model, n_layer, block, n_embd):

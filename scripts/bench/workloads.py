@@ -9,7 +9,7 @@ trainer's loader threads).
 import copy
 import os
 
-# He et al.'s CIFAR layout on Fashion-MNIST-shaped images (1x28x28, 10 classes), the quickstart's model family
+# He et al.'s CIFAR layout on Fashion-MNIST-shaped images (1x28x28, 10 classes), the quickstart's model family until 2026-12-05
 RESNET_FMNIST = {
     "arch": "resnet", "depth": 8, "width": 2.0, "in_channels": 1, "num_classes": 10, "channels_last": True,
 }
@@ -41,7 +41,7 @@ def _workload(name, model, optim, batch, precision, steps, warmup, log_every, th
 
 
 def cpu_compare_workloads(quick, threads):
-    """(a) ResNet CIFAR layout (depth 8, width 2: the quickstart's model) on 28x28x1, fp32 channels_last,
+    """(a) ResNet CIFAR layout (depth 8, width 2: the quickstart's model until 2026-12-05) on 28x28x1, fp32 channels_last,
     batch 128; (b) GPT-mini fp32 and bf16, batch 32. Sized for a 2-core machine: about a second per
     step when idle, so that one run takes well under a minute."""
     steps, warmup, log_every = (6, 2, 2) if quick else (30, 6, 6)

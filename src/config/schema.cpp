@@ -113,7 +113,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.family();
   k.i("num_classes", m.num_classes, 2, 1e6, "Output classes.");
   k.family();
-  k.f("width", m.width, 0.125, 16, "Channel multiplier (base 64 for the torchvision layout, 16 for CIFAR).");
+  k.f("width", m.width, 0.125, 16, "Channel multiplier: ResNet base 64 (torchvision layout) or 16 (CIFAR layout); convnet widths 24-32-64-128.");
   k.family();
   k.b("zero_init_residual", m.zero_init_residual, "Zero the last BatchNorm weight of each residual branch.");
   k.family();
@@ -153,7 +153,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.f("attention_dropout", m.attention_dropout, 0, 0.99, "ViT dropout on the attention weights.");
   k.family();
   k.b("activation_checkpointing", m.activation_checkpointing,
-      "Recompute activations in backward (per ResNet stage, GPT block or ViT encoder block) to save memory.");
+      "Recompute activations in backward (per ResNet stage, ConvNet block, GPT block or ViT encoder block) to save memory.");
   k.p("init_from", m.init_from, "The old spelling of model.init.from, still read (setting both is an error).");
   k.prefix = "model.init";
   k.p("from", m.init.from,

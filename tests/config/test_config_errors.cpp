@@ -132,7 +132,7 @@ TEST_CASE("a key of the other architecture is refused", "[unit]") {
 
 TEST_CASE("an unknown arch lists the known ones", "[unit]") {
   auto e = errors_of(kValidHead + "model:\n  arch: gtp\n");
-  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.arch: unknown arch 'gtp'; known: gpt, resnet, vit (did you mean 'gpt'?)"});
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.arch: unknown arch 'gtp'; known: convnet, gpt, resnet, vit (did you mean 'gpt'?)"});
 }
 
 TEST_CASE("global_batch_size must divide by batch_size x world size", "[unit]") {
@@ -269,7 +269,7 @@ TEST_CASE("keys of vit are refused for other archs, and keys shared with vit nam
   REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.patch_size: applies to model.arch 'vit', but model.arch is 'resnet'"});
   e = errors_of(kValidHead + "model:\n  arch: gpt\n  in_channels: 1\n");
   REQUIRE(e == std::vector<std::string>{
-                   "exp.yaml:7:3: model.in_channels: applies to model.arch 'resnet, vit', but model.arch is 'gpt'"});
+                   "exp.yaml:7:3: model.in_channels: applies to model.arch 'convnet, resnet, vit', but model.arch is 'gpt'"});
   CHECK(errors_of(kVitHead + "  patch_size: 4\n  dropout: 0.1\n  num_classes: 3\n").empty());
 }
 

@@ -31,6 +31,16 @@ inline config::ModelConfig resnet_cfg(int64_t depth, int64_t num_classes = 10) {
 }
 
 // The reference module of tests/reference/nanogpt_ref.py (GPTConfig defaults).
+// The quickstart's ConvNet (widths 24-32-64-128) on 1-channel images.
+inline config::ModelConfig convnet_cfg(double width = 1.0, int64_t in_channels = 1) {
+  config::ModelConfig cfg;
+  cfg.arch = "convnet";
+  cfg.width = width;
+  cfg.in_channels = in_channels;
+  cfg.num_classes = 10;
+  return cfg;
+}
+
 inline config::ModelConfig tiny_gpt_cfg() {
   config::ModelConfig c;
   c.arch = "gpt";

@@ -31,6 +31,20 @@ TEST_CASE("interop export: resnet18 and gpt safetensors with reference logits", 
     io::save_safetensors((dir / "resnet18.safetensors").string(), io::named_state(*model), {{"arch", "resnet"}});
     io::save_safetensors((dir / "resnet18_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
   }
+  {
+    // the quickstart's ConvNet: its init for seed 123 (PyTorch draws the same), then off the init with
+    // BatchNorm statistics that moved
+    auto model = test::make_model(test::convnet_cfg(), 123);
+    io::save_safetensors((dir / "convnet_init.safetensors").string(), io::named_state(*model));
+    torch::AutoGradMode on(true);
+    for (int i = 0; i < 2; ++i) model->forward(torch::randn({4, 1, 28, 28}));
+    torch::NoGradGuard off;
+    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn(p.sizes()));
+    model->eval();
+    auto x = torch::randn({3, 1, 28, 28});
+    io::save_safetensors((dir / "convnet.safetensors").string(), io::named_state(*model), {{"arch", "convnet"}});
+    io::save_safetensors((dir / "convnet_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
+  }
   auto cfg = test::resnet_cfg(20, 10);
   export_model("resnet20_cifar", cfg, torch::randn({2, 3, 32, 32}));
   auto gpt = test::tiny_gpt_cfg();

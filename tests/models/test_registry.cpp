@@ -12,14 +12,14 @@
 
 using namespace trainer;
 
-TEST_CASE("registry knows resnet, gpt and vit and lists them for an unknown arch", "[unit]") {
+TEST_CASE("registry knows convnet, resnet, gpt and vit and lists them for an unknown arch", "[unit]") {
   models::ModelRegistry registry;
   models::register_builtin_models(registry);
-  CHECK(registry.names() == std::vector<std::string>{"gpt", "resnet", "vit"});
+  CHECK(registry.names() == std::vector<std::string>{"convnet", "gpt", "resnet", "vit"});
   config::ModelConfig cfg;
   cfg.arch = "mlp";
   CHECK_THROWS_AS(registry.create(cfg), std::invalid_argument);
-  CHECK_THROWS_WITH(registry.create(cfg), "unknown model.arch 'mlp'; known: gpt, resnet, vit");
+  CHECK_THROWS_WITH(registry.create(cfg), "unknown model.arch 'mlp'; known: convnet, gpt, resnet, vit");
   CHECK_THROWS_WITH(registry.add(models::gpt_spec()), "model arch 'gpt' is registered twice");
   auto gpt = test::make_model(test::tiny_gpt_cfg());
   CHECK(gpt->arch() == "gpt");
@@ -79,7 +79,7 @@ TEST_CASE("every ModelSpec's rules are what config knows of the family, and its 
 TEST_CASE("a model's units partition its parameters and the checkpointed ones are its blocks", "[unit]") {
   auto cifar = test::resnet_cfg(8);
   auto imagenet = test::resnet_cfg(18);
-  for (auto cfg : {cifar, imagenet, test::tiny_gpt_cfg(), test::tiny_vit_cfg()}) {
+  for (auto cfg : {cifar, imagenet, test::tiny_gpt_cfg(), test::tiny_vit_cfg(), test::convnet_cfg()}) {
     INFO(cfg.arch << " " << cfg.depth);
     auto model = test::make_model(cfg);
     const auto units = model->units();
@@ -97,6 +97,7 @@ TEST_CASE("a model's units partition its parameters and the checkpointed ones ar
     if (cfg.arch == "gpt") CHECK(blocks.size() == static_cast<size_t>(cfg.n_layer));
     if (cfg.arch == "vit") CHECK(blocks.size() == static_cast<size_t>(cfg.num_layers));
     if (cfg.arch == "resnet") CHECK(blocks.size() == (cfg.depth == 18 ? 4u : 3u));  // stages
+    if (cfg.arch == "convnet") CHECK(blocks.size() == 3u);
   }
 }
 
@@ -146,7 +147,9 @@ TEST_CASE("every family gates its units: each unit's weights are read only betwe
   auto imagenet = test::resnet_cfg(18);
   auto vit_ac = test::tiny_vit_cfg();
   vit_ac.activation_checkpointing = true;
-  for (auto cfg : {cifar, imagenet, test::tiny_gpt_cfg(), test::tiny_vit_cfg(), vit_ac}) {
+  auto convnet_ac = test::convnet_cfg();
+  convnet_ac.activation_checkpointing = true;
+  for (auto cfg : {cifar, imagenet, test::tiny_gpt_cfg(), test::tiny_vit_cfg(), vit_ac, test::convnet_cfg(), convnet_ac}) {
     INFO(cfg.arch << " " << cfg.depth);
     torch::manual_seed(1);
     auto model = test::make_model(cfg);

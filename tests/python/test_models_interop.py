@@ -1,7 +1,8 @@
 """Safetensors written by the C++ models load with strict=True into the matching PyTorch modules
-(torchvision's resnet18 and VisionTransformer, the nanoGPT-style reference) and give the same logits.
+(torchvision's resnet18 and VisionTransformer, the nanoGPT-style reference, ref_models.ConvNet) and give
+the same logits.
 For ViT also: the C++ vit_b_16 has torchvision's vit_b_16 names and shapes, and the C++ initialisation
-draws what torchvision's does for the same seed.
+draws what torchvision's does for the same seed; so does the ConvNet against ref_models.ConvNet.
 
 The files come from the Catch2 test "interop export: ..." in tests/models (run here first). Exit 77 (skip)
 when torchvision or safetensors is missing.
@@ -21,7 +22,9 @@ except ImportError as e:  # pragma: no cover
 
 SRC = os.environ.get("TRAINER_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
+sys.path.insert(0, os.path.join(SRC, "scripts", "bench"))
 from nanogpt_ref import GPT, GPTConfig  # noqa: E402
+from ref_models import ConvNet  # noqa: E402  (the quickstart's model, as its Python reference builds it)
 
 
 def cifar_resnet(n, num_classes):
@@ -77,17 +80,15 @@ def tv_vit(in_channels=3, **kw):
     return model
 
 
-def check_vit_init(name, folder, seed, **kw):
-    """The C++ model built after manual_seed(seed) against torchvision's after torch.manual_seed(seed)."""
+def check_init(name, folder, seed, build):
+    """The C++ model built after manual_seed(seed) against build() after torch.manual_seed(seed)."""
     torch.manual_seed(seed)
-    from torchvision.models.vision_transformer import VisionTransformer
-
-    ref = VisionTransformer(**kw).state_dict()
+    ref = build().state_dict()
     got = load_file(os.path.join(folder, name + "_init.safetensors"))
     assert sorted(got) == sorted(ref), (sorted(set(got) ^ set(ref)))
     worst = max((got[k] - ref[k]).abs().max().item() for k in ref)
-    print(f"{name} init (seed {seed}): {len(ref)} tensors, max |C++ - torchvision| {worst:.3g}")
-    assert worst == 0.0, f"{name}: the initialisation differs from torchvision's by {worst}"
+    print(f"{name} init (seed {seed}): {len(ref)} tensors, max |C++ - PyTorch| {worst:.3g}")
+    assert worst == 0.0, f"{name}: the initialisation differs from PyTorch's by {worst}"
 
 
 def check_vit_b_16_layout(folder):
@@ -117,6 +118,8 @@ def main():
     torch.set_num_threads(1)
     check("resnet18", torchvision.models.resnet18(num_classes=10), folder)
     check("resnet20_cifar", cifar_resnet(3, 10), folder)
+    check("convnet", ConvNet(1.0, in_channels=1, num_classes=10), folder)
+    check_init("convnet", folder, 123, lambda: ConvNet(1.0, in_channels=1, num_classes=10))
     check("gpt", GPT(GPTConfig()), folder)
     check("gpt_nobias", GPT(GPTConfig(bias=False)), folder)
 
@@ -127,7 +130,8 @@ def main():
     grey = {**tiny, "image_size": 28, "patch_size": 7}
     check("vit_rgb", tv_vit(**tiny), folder)
     check("vit_grey", tv_vit(in_channels=1, **grey), folder)
-    check_vit_init("vit_rgb", folder, 123, **tiny)
+    from torchvision.models.vision_transformer import VisionTransformer
+    check_init("vit_rgb", folder, 123, lambda: VisionTransformer(**tiny))
     check_vit_b_16_layout(folder)
     return 0
 

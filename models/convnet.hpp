@@ -1,0 +1,40 @@
+// A small VGG-style ConvNet for small images, after airbench's CIFAR-10 net (Keller Jordan's speedruns):
+// a 3x3 stem conv, then three blocks of conv -> 2x2 max-pool -> BN -> GELU -> conv -> BN -> GELU, a global
+// max-pool and a bias-free linear head. Each block halves the image, so a 28x28 Fashion-MNIST image meets
+// the wide layers at 14, 7 and 3 pixels: a third of the quickstart ResNet's step for a better score
+// (docs/PERFORMANCE.md, "Time to accuracy"). Widths 24-32-64-128 times model.width. PyTorch's default
+// initialisation, so `scripts/bench/ref_models.py`'s ConvNet draws the same weights for the same seed.
+#pragma once
+
+#include "models/model.hpp"
+
+namespace trainer::models {
+
+class ConvNet : public Model {
+ public:
+  static constexpr int64_t kBlocks = 3;
+  explicit ConvNet(const config::ModelConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x) override;  // (B, C, H, W) -> (B, num_classes)
+  InputKind input_kind() const override { return InputKind::Image; }
+  std::string arch() const override { return "convnet"; }
+  double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const override;
+  std::vector<ModelUnit> units() const override;  // stem, block1..3, head
+  bool gates_units() const override { return true; }
+
+ private:
+  torch::Tensor run_block(size_t i, const torch::Tensor& x);
+
+  config::ModelConfig cfg_;
+  torch::nn::Conv2d stem_{nullptr};
+  torch::nn::ModuleList blocks_{nullptr};  // blocks.i.{conv1, bn1, conv2, bn2}
+  std::vector<torch::nn::Conv2d> conv1_, conv2_;
+  std::vector<torch::nn::BatchNorm2d> bn1_, bn2_;
+  torch::nn::Linear head_{nullptr};
+};
+
+ModelSpec convnet_spec();
+
+// The channel widths model.width gives: stem, then each block's (rounded, at least 1).
+std::vector<int64_t> convnet_widths(double width);
+
+}  // namespace trainer::models
