@@ -1,7 +1,7 @@
 // A small VGG-style ConvNet for small images, after airbench's CIFAR-10 net (Keller Jordan's speedruns):
 // a 3x3 stem conv, then three blocks of conv -> 2x2 max-pool -> BN -> GELU -> conv -> BN -> GELU, a global
 // max-pool and a bias-free linear head. Each block halves the image, so a 28x28 Fashion-MNIST image meets
-// the wide layers at 14, 7 and 3 pixels: a third of the quickstart ResNet's step for a better score
+// the wide layers at 14, 7 and 3 pixels: less than half the old quickstart ResNet's step, a better score
 // (docs/PERFORMANCE.md, "Time to accuracy"). Widths 24-32-64-128 times model.width. PyTorch's default
 // initialisation, so `scripts/bench/ref_models.py`'s ConvNet draws the same weights for the same seed.
 #pragma once
