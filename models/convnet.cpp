@@ -14,11 +14,7 @@ nn::Conv2d conv3x3(int64_t in, int64_t out, bool bias) {
   return nn::Conv2d(nn::Conv2dOptions(in, out, 3).padding(1).bias(bias));
 }
 
-std::string shape_of(const torch::Tensor& x) {
-  std::string s = "[";
-  for (int64_t i = 0; i < x.dim(); ++i) s += (i ? ", " : "") + std::to_string(x.size(i));
-  return s + "]";
-}
+std::string shape_of(const torch::Tensor& x) { return c10::str(x.sizes()); }  // "[2, 1, 28, 28]"
 
 }  // namespace
 
