@@ -15,7 +15,7 @@ figure. (The trainer's config also evaluates an EMA of the weights; this referen
 
 Usage: python scripts/bench/quickstart_ref.py [--seed 0] [--epochs 4] [--precision auto|bf16|fp32]
                                               [--best] [--arch convnet|resnet] [--depth 8] [--width 1]
-                                              [--crop-padding 0] [--tta]
+                                              [--crop-padding 0] [--tta] [--label-smoothing 0.1] [--alt-flip]
 Prints the test accuracy, the training seconds and the wall seconds, with the CPU."""
 import argparse
 import gzip
@@ -73,6 +73,10 @@ def main():
     ap.add_argument("--width", type=float, default=1.0, help="convnet only: the widths 24-32-64-128 times this")
     ap.add_argument("--crop-padding", type=int, default=0, help="random shifts of up to this many pixels")
     ap.add_argument("--tta", action="store_true", help="also score each test image with its mirror")
+    ap.add_argument("--label-smoothing", type=float, default=0.1)
+    ap.add_argument("--alt-flip", action="store_true",
+                    help="alternating flips (data.augment.hflip_alternate): a coin per image in the first epoch, "
+                         "then the opposite of the epoch before")
     ap.add_argument("--best", action="store_true", help="configs/fmnist_best.yaml: convnet width 1.5, 18 epochs, padding 2, tta")
     a = ap.parse_args()
     if a.best:
@@ -112,14 +116,18 @@ def main():
     t_train = time.perf_counter()
     step = 0
     model.train()
+    # --alt-flip: each image's first-epoch flip (drawn only then, so other runs keep their draws)
+    coins = torch.rand(x_train.shape[0]) < 0.5 if a.alt_flip else None
+    epoch = -1
     while step < total:
+        epoch += 1
         perm = torch.randperm(x_train.shape[0])
         for b in range(per_epoch):
             if step >= total:
                 break
             idx_b = perm[b * batch:(b + 1) * batch]
             xb = x_train[idx_b]
-            flip = torch.rand(batch) < 0.5
+            flip = (coins[idx_b] ^ (epoch % 2 == 1)) if a.alt_flip else torch.rand(batch) < 0.5
             xb[flip] = xb[flip].flip(3)
             if a.crop_padding:
                 xb = shifted(xb, a.crop_padding, pad_value)
@@ -128,7 +136,7 @@ def main():
             for g in opt.param_groups:
                 g["lr"] = lr_at(step)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-                loss = F.cross_entropy(model(xb), y_train[idx_b], label_smoothing=0.1)
+                loss = F.cross_entropy(model(xb), y_train[idx_b], label_smoothing=a.label_smoothing)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

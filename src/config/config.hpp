@@ -83,6 +83,7 @@ inline const std::string& init_file(const ModelConfig& m) { return m.init.from.e
 struct AugmentConfig {
   int64_t crop_padding = 0;   // random crop of the original size after zero padding by this much
   bool hflip = false;         // random horizontal flip with p = 0.5
+  bool hflip_alternate = false;  // with hflip: each image's epoch-0 coin, then the opposite of the epoch before
   double rotation_degrees = 0.0;  // random rotation in [-d, d]
   // torchvision's RandomResizedCrop(size, scale, ratio): a box of scale x the area and an aspect
   // ratio log-uniform in `ratio`, resized to the output size (10 attempts, then a centre crop)

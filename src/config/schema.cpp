@@ -196,6 +196,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.prefix = "data.augment";
   k.i("crop_padding", d.augment.crop_padding, 0, 1024, "Random crop after zero padding by this many pixels (0 = off).");
   k.b("hflip", d.augment.hflip, "Random horizontal flip (p = 0.5).");
+  k.b("hflip_alternate", d.augment.hflip_alternate,
+      "With hflip: airbench's alternating flip. An image is flipped in the first epoch by its own coin, then in each "
+      "epoch the opposite of the epoch before, so every two epochs show it both ways (still p = 0.5 per epoch).");
   k.f("rotation_degrees", d.augment.rotation_degrees, 0, 180, "Random rotation in [-d, d] degrees (0 = off).");
   k.b("random_resized_crop", d.augment.random_resized_crop,
       "torchvision's RandomResizedCrop: a random box (area rrc_scale x the image's, aspect ratio log-uniform in "

@@ -61,6 +61,8 @@ void check_image_recipes(const LoadedConfig& loaded, bool token_arch, const Reci
   if (!a.random_resized_crop)
     for (const char* key : {"data.augment.rrc_scale", "data.augment.rrc_ratio"})
       if (loaded.is_set(key)) err(key, "has no effect without data.augment.random_resized_crop: true");
+  if (!a.hflip && a.hflip_alternate)
+    err("data.augment.hflip_alternate", "has no effect without data.augment.hflip: true");
   const bool image_arch = !token_arch && find_arch(c.model.arch) != nullptr;
   if (image_arch && c.model.in_channels != 3)
     for (const auto& [key, v] : {std::pair<const char*, double>{"data.augment.saturation", a.saturation},

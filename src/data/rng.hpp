@@ -34,7 +34,7 @@ class SampleRng {
 };
 
 // Stream names keep unrelated random uses apart even with equal (seed, epoch, index).
-enum class RngStream : uint64_t { Shuffle = 1, Augment = 2, Synthetic = 3, ResizedCrop = 4, ColorJitter = 5 };
+enum class RngStream : uint64_t { Shuffle = 1, Augment = 2, Synthetic = 3, ResizedCrop = 4, ColorJitter = 5, AlternateFlip = 6 };
 
 inline SampleRng make_rng(RngStream stream, int64_t seed, int64_t epoch, int64_t index) {
   return SampleRng(hash_key(hash_key(static_cast<uint64_t>(stream), static_cast<uint64_t>(seed)),

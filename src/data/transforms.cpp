@@ -34,6 +34,11 @@ AugmentChoice sample_augment(const config::AugmentConfig& cfg, SampleRng& rng) {
   return a;
 }
 
+bool alternating_flip(int64_t seed, int64_t epoch, int64_t index) {
+  SampleRng rng = make_rng(RngStream::AlternateFlip, seed, /*epoch=*/0, index);  // the image's coin, every epoch
+  return rng.coin() != (epoch % 2 != 0);
+}
+
 namespace {
 
 // dst = src reversed, n bytes: a flipped row (std::reverse_copy stays scalar at -O2; this loop

@@ -40,6 +40,10 @@ struct AugmentChoice {
 
 bool augment_enabled(const config::AugmentConfig& cfg);
 AugmentChoice sample_augment(const config::AugmentConfig& cfg, SampleRng& rng);
+// data.augment.hflip_alternate (airbench's derandomized flip): whether image `index` is flipped in
+// `epoch`: its own coin in epoch 0, then the opposite of the epoch before. Random flips show an image
+// the same way in consecutive epochs half the time; this never does, and stays p = 0.5 per epoch.
+bool alternating_flip(int64_t seed, int64_t epoch, int64_t index);
 
 // dst = rotate(flip(crop(pad(src)))) with zero fill and nearest-neighbour rotation, same size as src.
 void apply_augment(const uint8_t* src, int64_t channels, int64_t h, int64_t w, int64_t padding,

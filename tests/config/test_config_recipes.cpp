@@ -88,6 +88,13 @@ TEST_CASE("RandomResizedCrop's scale and ratio must be ordered pairs in range", 
   CHECK(unused[0] == "exp.yaml:6:5: data.augment.rrc_scale: has no effect without data.augment.random_resized_crop: true");
 }
 
+TEST_CASE("the alternating flip without hflip is refused as having no effect", "[unit]") {
+  auto e = recipe_errors(kImageHead + "  augment:\n    hflip_alternate: true\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:6:5: data.augment.hflip_alternate: has no effect without data.augment.hflip: true");
+  CHECK(recipe_errors(kImageHead + "  augment: {hflip: true, hflip_alternate: true}\n").empty());
+}
+
 TEST_CASE("bits per byte of token shards need data.bytes_per_token", "[unit]") {
   auto e = recipe_errors(kGptHead + "  bytes_per_token: 0\n", {"train.early_stopping.metric=bpb"});
   REQUIRE(e.size() == 1);

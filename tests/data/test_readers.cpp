@@ -285,3 +285,29 @@ TEST_CASE("image_folder: RandomResizedCrop cuts the whole decoded image, then re
     CHECK_FALSE(torch::allclose(ds->get(index, epoch, false).input, want_t, 0, 1e-6));
   }
 }
+
+TEST_CASE("idx: data.augment.hflip_alternate shows each image mirrored in the next epoch", "[unit]") {
+  auto dir = scratch_dir("data_idx_alt_flip");
+  write_idx(dir, "train", cycle_labels(40, 10), 5, 4, false);
+  auto cfg = data_cfg("idx", dir / "train-images-idx3-ubyte");
+  cfg.augment.hflip = true;
+  auto random_flips = create_datasets(cfg, resnet(1, 10), 0).train;
+  cfg.augment.hflip_alternate = true;
+  auto alternating = create_datasets(cfg, resnet(1, 10), 0).train;
+  int random_repeats = 0, flipped = 0;
+  for (int64_t i = 0; i < 40; ++i) {
+    const auto plain = alternating->get(i, 0, /*augment=*/false).input;
+    REQUIRE(torch::allclose(plain, expected_image(i, 1, 5, 4)));
+    const auto e0 = alternating->get(i, 0, true).input, e1 = alternating->get(i, 1, true).input;
+    const auto e2 = alternating->get(i, 2, true).input;
+    INFO("sample " << i);
+    CHECK(torch::equal(e0, plain) != torch::equal(e0, plain.flip({2})));  // 4 columns, no symmetric image
+    CHECK(torch::equal(e1, e0.flip({2})));
+    CHECK(torch::equal(e2, e0));
+    flipped += !torch::equal(e0, plain);
+    random_repeats += torch::equal(random_flips->get(i, 0, true).input, random_flips->get(i, 1, true).input);
+  }
+  CHECK(flipped > 0);
+  CHECK(flipped < 40);
+  CHECK(random_repeats > 0);  // random flips repeat an image's orientation about half the time
+}

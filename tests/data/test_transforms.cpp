@@ -136,3 +136,21 @@ TEST_CASE("transforms: the normalizer's vector lookup gives its table's values a
     if (shift > 0) CHECK(buf[static_cast<size_t>(shift - 1)] == -7.0f);
   }
 }
+
+TEST_CASE("transforms: the alternating flip turns every image over each epoch, half of them at a time", "[unit]") {
+  int flipped_at_0 = 0;
+  for (int64_t index = 0; index < 1000; ++index) {
+    const bool first = alternating_flip(7, 0, index);
+    flipped_at_0 += first;
+    for (int64_t epoch = 1; epoch < 6; ++epoch) {
+      INFO("image " << index << ", epoch " << epoch);
+      CHECK(alternating_flip(7, epoch, index) == (first != (epoch % 2 == 1)));
+    }
+  }
+  CHECK(flipped_at_0 > 430);  // p = 0.5 per epoch: 1000 coins land in [430, 570] with probability > 0.9999
+  CHECK(flipped_at_0 < 570);
+  int same_as_seed_7 = 0;  // another seed draws other coins
+  for (int64_t index = 0; index < 1000; ++index) same_as_seed_7 += alternating_flip(8, 0, index) == alternating_flip(7, 0, index);
+  CHECK(same_as_seed_7 > 430);
+  CHECK(same_as_seed_7 < 570);
+}

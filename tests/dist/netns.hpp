@@ -96,7 +96,9 @@ class HostNet {
         !sh("ip -n " + bridge + " link set br0 up", err))
       return false;
     for (int h = 0; h < hosts; ++h) {
-      const std::string host = ns(h), peer = "p" + std::to_string(h);
+      const std::string host = ns(h);
+      std::string peer = "p";  // appended, not "p" + std::to_string(h): GCC 12's -Wrestrict false positive (bug 105329)
+      peer += std::to_string(h);
       if (!add_ns(host, err) ||
           !sh("ip -n " + host + " link add eth0 type veth peer name " + peer + " netns " + bridge, err) ||
           !sh("ip -n " + bridge + " link set " + peer + " master br0 up", err) ||
