@@ -63,9 +63,7 @@ bool ImageDataset::fill(int64_t index, int64_t epoch, bool augment, void* input,
     if (!src) return false;
   }
   if (moved_after) {
-    SampleRng rng = make_rng(RngStream::Augment, opts_.seed, epoch, index);
-    AugmentChoice choice = sample_augment(aug, rng);  // its other draws stay as they are
-    if (aug.hflip_alternate) choice.flip = alternating_flip(opts_.seed, epoch, index);
+    const AugmentChoice choice = augment_choice(aug, opts_.seed, epoch, index);
     apply_augment(src, channels_, height_, width_, aug.crop_padding, choice, dst);
   } else if (src != dst) {  // pixels at the output size already (a memory block, a decode at that size)
     std::memcpy(dst, src, channels_ * height_ * width_);

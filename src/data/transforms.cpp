@@ -39,6 +39,13 @@ bool alternating_flip(int64_t seed, int64_t epoch, int64_t index) {
   return rng.coin() != (epoch % 2 != 0);
 }
 
+AugmentChoice augment_choice(const config::AugmentConfig& cfg, int64_t seed, int64_t epoch, int64_t index) {
+  SampleRng rng = make_rng(RngStream::Augment, seed, epoch, index);
+  AugmentChoice a = sample_augment(cfg, rng);
+  if (cfg.hflip && cfg.hflip_alternate) a.flip = alternating_flip(seed, epoch, index);
+  return a;
+}
+
 namespace {
 
 // dst = src reversed, n bytes: a flipped row (std::reverse_copy stays scalar at -O2; this loop

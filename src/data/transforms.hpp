@@ -44,6 +44,10 @@ AugmentChoice sample_augment(const config::AugmentConfig& cfg, SampleRng& rng);
 // `epoch`: its own coin in epoch 0, then the opposite of the epoch before. Random flips show an image
 // the same way in consecutive epochs half the time; this never does, and stays p = 0.5 per epoch.
 bool alternating_flip(int64_t seed, int64_t epoch, int64_t index);
+// Every choice of sample `index` in `epoch`, the one place that decides them: sample_augment's draws
+// from the Augment stream, the flip taken from alternating_flip instead when hflip_alternate is on
+// (the other draws stay as they are, so turning it on changes no crop or angle).
+AugmentChoice augment_choice(const config::AugmentConfig& cfg, int64_t seed, int64_t epoch, int64_t index);
 
 // dst = rotate(flip(crop(pad(src)))) with zero fill and nearest-neighbour rotation, same size as src.
 void apply_augment(const uint8_t* src, int64_t channels, int64_t h, int64_t w, int64_t padding,

@@ -118,8 +118,7 @@ TEST_CASE("a resize written straight into the batch's slot gives the bytes of th
       int flipped = 0, kept = 0;
       for (int64_t index = 0; index < in_slot->size(); ++index) {
         const int64_t epoch = 2;
-        auto rng = data::make_rng(data::RngStream::Augment, 3, epoch, index);
-        const bool flip = data::sample_augment(cfg.augment, rng).flip;
+        const bool flip = data::augment_choice(cfg.augment, 3, epoch, index).flip;
         const auto a = in_slot->get(index, epoch, /*augment=*/true).input;  // (C, H, W)
         const auto b = via_scratch->get(index, epoch, /*augment=*/true).input;
         INFO("sample " << index << (flip ? " (flipped)" : ""));

@@ -154,3 +154,31 @@ TEST_CASE("transforms: the alternating flip turns every image over each epoch, h
   CHECK(same_as_seed_7 > 430);
   CHECK(same_as_seed_7 < 570);
 }
+
+TEST_CASE("transforms: hflip_alternate replaces only the flip of a sample's choices", "[unit]") {
+  trainer::config::AugmentConfig cfg;
+  cfg.crop_padding = 2;
+  cfg.hflip = true;
+  cfg.rotation_degrees = 10.0;
+  auto alternate = cfg;
+  alternate.hflip_alternate = true;
+  int differs = 0;
+  for (int64_t index = 0; index < 200; ++index)
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      INFO("image " << index << ", epoch " << epoch);
+      SampleRng rng = make_rng(RngStream::Augment, 5, epoch, index);
+      const AugmentChoice drawn = sample_augment(cfg, rng);
+      const AugmentChoice plain = augment_choice(cfg, 5, epoch, index);
+      const AugmentChoice alt = augment_choice(alternate, 5, epoch, index);
+      CHECK(plain.flip == drawn.flip);  // without the option: the Augment stream's coin
+      CHECK(plain.crop_y == drawn.crop_y);
+      CHECK(plain.crop_x == drawn.crop_x);
+      CHECK(plain.angle_deg == drawn.angle_deg);
+      CHECK(alt.flip == alternating_flip(5, epoch, index));
+      CHECK(alt.crop_y == drawn.crop_y);  // the other draws stay as they are
+      CHECK(alt.crop_x == drawn.crop_x);
+      CHECK(alt.angle_deg == drawn.angle_deg);
+      differs += alt.flip != plain.flip;
+    }
+  CHECK(differs > 0);  // the two flips are different coins
+}
