@@ -72,6 +72,11 @@ std::string format_eval_line(const EvalRecord& r) {
   if (r.ppl) s += fmt::format(" | ppl {:.3f}", *r.ppl);
   if (r.bpb) s += fmt::format(" | bpb {:.4f}", *r.bpb);
   if (r.tta_accuracy) s += fmt::format(" | flip TTA loss {:.4f} accuracy {:.2f}%", *r.tta_loss, *r.tta_accuracy * 100);
+  if (r.ema_loss) {  // train.ema.eval: the averaged weights' figures, beside the trained weights'
+    s += fmt::format(" | EMA loss {:.4f}", *r.ema_loss);
+    if (r.ema_accuracy) s += fmt::format(" accuracy {:.2f}%", *r.ema_accuracy * 100);
+    if (r.ema_ppl) s += fmt::format(" ppl {:.3f}", *r.ema_ppl);
+  }
   s += fmt::format(" | best {} {:.4f} at step {} | {:.0f} ms", r.best_metric, r.best_value, r.best_step, r.eval_ms);
   return s;
 }

@@ -38,6 +38,25 @@ TEST_CASE("an eval record carries the metrics of its kind only", "[unit]") {
   CHECK(s[1] == std::pair<std::string, double>{"eval/accuracy", 0.9});
 }
 
+TEST_CASE("the eval line gives the flip TTA and EMA figures beside the plain ones", "[unit]") {
+  EvalRecord r;
+  r.step = 8424;
+  r.loss = 0.2336;
+  r.accuracy = 0.9469;
+  r.best_metric = "accuracy";
+  r.best_value = 0.9469;
+  r.best_step = 8424;
+  r.eval_ms = 3300;
+  CHECK(format_eval_line(r) == "eval step 8424 | loss 0.2336 | accuracy 94.69% | best accuracy 0.9469 at step 8424 | 3300 ms");
+  r.tta_loss = 0.2278;
+  r.tta_accuracy = 0.9473;
+  r.ema_loss = 0.2312;
+  r.ema_accuracy = 0.9463;
+  CHECK(format_eval_line(r) ==
+        "eval step 8424 | loss 0.2336 | accuracy 94.69% | flip TTA loss 0.2278 accuracy 94.73% | EMA loss 0.2312 "
+        "accuracy 94.63% | best accuracy 0.9469 at step 8424 | 3300 ms");
+}
+
 TEST_CASE("VmRSS and VmHWM are read from /proc status text", "[unit]") {
   auto m = parse_proc_status("Name:\ttrainer\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\nThreads:\t3\n");
   REQUIRE(m);
