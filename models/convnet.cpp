@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "models/checkpoint.hpp"
+#include "models/whitening.hpp"
 
 namespace trainer::models {
 namespace {
@@ -30,11 +31,16 @@ ConvNet::ConvNet(const config::ModelConfig& cfg) : cfg_(cfg) {
   const auto w = convnet_widths(cfg.width);
   // Modules are built in PyTorch's order (stem, blocks, head) with its default init: the same draws
   // as ref_models.ConvNet after the same torch.manual_seed.
-  stem_ = register_module("stem", conv3x3(cfg.in_channels, w[0], /*bias=*/true));
+  const int64_t k = cfg.whiten;
+  if (k > 0)  // filled by init_from_data at a fresh start (or from a checkpoint); no draws
+    whiten_ = register_buffer("whiten", torch::zeros({2 * cfg.in_channels * k * k, cfg.in_channels, k, k}));
+  else
+    stem_ = register_module("stem", conv3x3(cfg.in_channels, w[0], /*bias=*/true));
   blocks_ = register_module("blocks", nn::ModuleList());
   for (int64_t b = 0; b < kBlocks; ++b) {
     auto block = std::make_shared<nn::Module>();
-    conv1_.push_back(block->register_module("conv1", conv3x3(w[b], w[b + 1], false)));
+    const int64_t in = b == 0 ? stem_channels() : w[b];
+    conv1_.push_back(block->register_module("conv1", conv3x3(in, w[b + 1], false)));
     bn1_.push_back(block->register_module("bn1", nn::BatchNorm2d(w[b + 1])));
     conv2_.push_back(block->register_module("conv2", conv3x3(w[b + 1], w[b + 1], false)));
     bn2_.push_back(block->register_module("bn2", nn::BatchNorm2d(w[b + 1])));
@@ -56,16 +62,22 @@ torch::Tensor ConvNet::forward(const torch::Tensor& input) {
   if (input.dim() != 4 || input.size(1) != cfg_.in_channels)
     throw std::invalid_argument("convnet expects images (B, " + std::to_string(cfg_.in_channels) + ", H, W), got " +
                                 shape_of(input));
-  if (input.size(2) < 8 || input.size(3) < 8)
-    throw std::invalid_argument("convnet needs images of at least 8x8 pixels (three 2x2 max-pools), got " + shape_of(input));
+  const int64_t least = 8 + std::max<int64_t>(cfg_.whiten - 1, 0);  // the whitening conv has no padding
+  if (input.size(2) < least || input.size(3) < least)
+    throw std::invalid_argument("convnet needs images of at least " + std::to_string(least) + "x" + std::to_string(least) +
+                                " pixels (three 2x2 max-pools" + (cfg_.whiten > 0 ? ", the unpadded whitening conv" : "") +
+                                "), got " + shape_of(input));
   torch::Tensor x = input;
   if (cfg_.channels_last) {
     // weights may have been replaced since construction (loading, broadcast): keep them channels-last too
-    if (!has_channels_last_strides(stem_->weight)) models::to_channels_last(*this);
+    if (!has_channels_last_strides(stem_ ? stem_->weight : whiten_)) models::to_channels_last(*this);
     x = x.contiguous(at::MemoryFormat::ChannelsLast);
   }
   enter_unit(0);  // units(): 0 the stem, 1..3 the blocks, 4 the head
-  x = leave_unit(0, torch::gelu(stem_(x)));  // (B, w0, H, W)
+  if (stem_)
+    x = leave_unit(0, torch::gelu(stem_(x)));  // (B, w0, H, W)
+  else  // frozen: no gradient reaches the input of block 1's first conv, nor is one computed for it
+    x = leave_unit(0, torch::gelu(torch::conv2d(x, whiten_)));  // (B, 2 C k^2, H - k + 1, W - k + 1)
   for (size_t i = 0; i < static_cast<size_t>(kBlocks); ++i) {
     enter_unit(i + 1);
     if (cfg_.activation_checkpointing)
@@ -83,9 +95,16 @@ double ConvNet::train_flops_per_sample(const std::vector<int64_t>& shape) const 
   if (shape.size() != 3) throw std::invalid_argument("convnet FLOPs need a (C, H, W) sample shape");
   const auto w = convnet_widths(cfg_.width);
   double h = static_cast<double>(shape[1]), wd = static_cast<double>(shape[2]);
-  double f = 2.0 * 9 * static_cast<double>(cfg_.in_channels * w[0]) * h * wd;  // stem
+  double f = 0;
+  if (cfg_.whiten > 0) {
+    const double k = static_cast<double>(cfg_.whiten), d = static_cast<double>(cfg_.in_channels) * k * k;
+    h -= k - 1, wd -= k - 1;
+    f += 2.0 * (2 * d) * d * h * wd / 3.0;  // frozen, no gradient: forward only, a third of the 3x below
+  } else {
+    f += 2.0 * 9 * static_cast<double>(cfg_.in_channels * w[0]) * h * wd;  // stem
+  }
   for (int64_t b = 0; b < kBlocks; ++b) {
-    f += 2.0 * 9 * static_cast<double>(w[b] * w[b + 1]) * h * wd;  // conv1 at the block's input size
+    f += 2.0 * 9 * static_cast<double>((b == 0 ? stem_channels() : w[b]) * w[b + 1]) * h * wd;  // conv1 at the block's input size
     h = std::floor(h / 2), wd = std::floor(wd / 2);
     f += 2.0 * 9 * static_cast<double>(w[b + 1] * w[b + 1]) * h * wd;  // conv2 after the pool
   }
@@ -94,11 +113,23 @@ double ConvNet::train_flops_per_sample(const std::vector<int64_t>& shape) const 
 }
 
 std::vector<ModelUnit> ConvNet::units() const {
-  std::vector<ModelUnit> u{{"stem", {"stem."}, false}};
+  std::vector<ModelUnit> u{{"stem", {cfg_.whiten > 0 ? "whiten" : "stem."}, false}};
   for (int64_t b = 0; b < kBlocks; ++b)
     u.push_back({"block" + std::to_string(b + 1), {"blocks." + std::to_string(b) + "."}, true});
   u.push_back({"head", {"head."}, false});
   return u;
+}
+
+int64_t ConvNet::stem_channels() const {
+  return cfg_.whiten > 0 ? 2 * cfg_.in_channels * cfg_.whiten * cfg_.whiten : convnet_widths(cfg_.width)[0];
+}
+
+int64_t ConvNet::data_init_samples() const { return cfg_.whiten > 0 ? kWhitenImages : 0; }
+
+void ConvNet::init_from_data(const torch::Tensor& images) {
+  if (cfg_.whiten <= 0) return;
+  torch::NoGradGuard no_grad;
+  whiten_.copy_(whitening_weight(images, cfg_.whiten));  // copy_ keeps the buffer's (channels-last) strides
 }
 
 ModelSpec convnet_spec() {
@@ -106,7 +137,7 @@ ModelSpec convnet_spec() {
   s.rules.name = "convnet";
   s.rules.input = config::ArchInput::Image;
   s.rules.fixed_image_size = false;  // global max-pool: any image of at least 8x8
-  s.rules.keys = {"model.in_channels", "model.num_classes", "model.width", "model.channels_last"};
+  s.rules.keys = {"model.in_channels", "model.num_classes", "model.width", "model.whiten", "model.channels_last"};
   s.rules.eval_metrics = {"accuracy", "top5", "loss"};
   s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {
     if (c.dist.tensor_parallel > 1) err("dist.tensor_parallel", "convnet has no tensor-parallel layers: use dist.sharding: full to cut memory instead");

@@ -102,6 +102,13 @@ class Model : public torch::nn::Module {
   // forward; every unit's forward in training mode draws from its own stream. nullopt: torch's default
   // stream, as the probes and evaluation use it.
   virtual bool draws_in_training() const { return false; }
+
+  // Weights computed from the training data rather than drawn (ConvNet's whitening stem): a fresh start
+  // (engine/loop/start_point.hpp) hands the first data_init_samples() training images, un-augmented and
+  // normalised, (N, C, H, W) float, to init_from_data, before model.init. Not a collective: every rank
+  // computes the same from the same images (models/whitening.hpp rounds alike on any CPU). 0: none.
+  virtual int64_t data_init_samples() const { return 0; }
+  virtual void init_from_data(const torch::Tensor& /*images*/) {}
   void set_step_key(std::optional<uint64_t> key) { streams_.step_key = key; }
   void set_microbatch(int64_t micro) { streams_.micro = micro; }
 

@@ -76,17 +76,40 @@ class CifarResNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))  # (B, num_classes)
 
 
+def whitening_weight(images, k, eps=5e-4):
+    """models/whitening.cpp through LAPACK: the +- eigenvectors of the uncentred covariance of the k x k
+    patches of `images` (N, C, H, W), each over sqrt(eigenvalue + eps), largest eigenvalue first, each
+    signed so that its largest component is positive. All patch positions (the trainer samples a grid
+    beyond 4 million patches)."""
+    c = images.shape[1]
+    patches = images.double().unfold(2, k, 1).unfold(3, k, 1)  # (N, C, H', W', k, k)
+    patches = patches.permute(0, 2, 3, 1, 4, 5).reshape(-1, c * k * k)  # rows in (C, k, k) order
+    cov = patches.T @ patches / patches.shape[0]
+    values, vectors = torch.linalg.eigh(cov)  # ascending, vectors in columns
+    values, vectors = values.flip(0), vectors.flip(1).T
+    big = vectors.abs().argmax(1)
+    vectors = vectors * torch.sign(vectors[torch.arange(len(big)), big]).unsqueeze(1)
+    w = (vectors / torch.sqrt(values.clamp_min(0) + eps).unsqueeze(1)).float().reshape(c * k * k, c, k, k)
+    return torch.cat([w, -w])
+
+
 class ConvNet(nn.Module):
     """models/convnet.cpp: an airbench-style net. A 3x3 stem conv (with bias) and GELU, then three blocks
     of conv -> 2x2 max-pool -> BN -> GELU -> conv -> BN -> GELU, a global max-pool and a bias-free head.
     Widths 24-32-64-128 times `width`; PyTorch's default init, built in the trainer's order (the same
-    draws for the same seed)."""
+    draws for the same seed). whiten=k: the stem is model.whiten's frozen k x k whitening conv (no draws)."""
 
-    def __init__(self, width=1.0, in_channels=3, num_classes=10, activation_checkpointing=False):
+    def __init__(self, width=1.0, in_channels=3, num_classes=10, activation_checkpointing=False, whiten=0):
         super().__init__()
         w = [max(1, round(b * width)) for b in (24, 32, 64, 128)]
         self.activation_checkpointing = activation_checkpointing
-        self.stem = nn.Conv2d(in_channels, w[0], 3, 1, 1, bias=True)
+        self.whiten_k = whiten
+        if whiten:  # model.whiten: frozen filters, set by init_whitening (or loaded)
+            d = in_channels * whiten * whiten
+            self.register_buffer("whiten", torch.zeros(2 * d, in_channels, whiten, whiten))
+            w[0] = 2 * d
+        else:
+            self.stem = nn.Conv2d(in_channels, w[0], 3, 1, 1, bias=True)
         self.blocks = nn.ModuleList()
         for i in range(3):
             block = nn.Module()
@@ -102,8 +125,11 @@ class ConvNet(nn.Module):
         x = F.gelu(b.bn1(F.max_pool2d(b.conv1(x), 2)))  # (B, C', H/2, W/2)
         return F.gelu(b.bn2(b.conv2(x)))
 
+    def init_whitening(self, images):
+        self.whiten.copy_(whitening_weight(images, self.whiten_k))
+
     def forward(self, x):
-        x = F.gelu(self.stem(x))  # (B, w0, H, W)
+        x = F.gelu(F.conv2d(x, self.whiten) if self.whiten_k else self.stem(x))  # (B, w0, H, W); whiten: H - k + 1
         for b in self.blocks:
             x = checkpoint(self._block, b, x, use_reentrant=False) if self.activation_checkpointing else self._block(b, x)
         return self.head(torch.amax(x, dim=(2, 3)))  # (B, num_classes)

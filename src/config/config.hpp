@@ -50,6 +50,7 @@ struct ModelConfig {
   int64_t in_channels = 3;
   int64_t num_classes = 10;
   double width = 1.0;  // channel multiplier on 64 (torchvision layout) or 16 (CIFAR layout)
+  int64_t whiten = 0;  // convnet: 0 = a learned 3x3 stem; k = a frozen k x k whitening stem (models/whitening.hpp)
   bool zero_init_residual = false;
   bool channels_last = false;
   // gpt (nanoGPT's names and defaults, except a byte-level vocabulary)

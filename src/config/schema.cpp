@@ -115,6 +115,12 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.family();
   k.f("width", m.width, 0.125, 16, "Channel multiplier: ResNet base 64 (torchvision layout) or 16 (CIFAR layout); convnet widths 24-32-64-128.");
   k.family();
+  k.i("whiten", m.whiten, 0, 8,
+      "ConvNet first layer: 0 = a learned 3x3 conv (24 x width channels); k = airbench's whitening layer, a frozen "
+      "k x k conv without padding whose 2 C k^2 filters are the +/- eigenvectors of the covariance of k x k patches "
+      "of the first 5000 training images (un-augmented), scaled by 1/sqrt(eigenvalue + 5e-4), computed at a fresh "
+      "start and saved with the weights (buffer `whiten`).");
+  k.family();
   k.b("zero_init_residual", m.zero_init_residual, "Zero the last BatchNorm weight of each residual branch.");
   k.family();
   k.b("channels_last", m.channels_last, "Keep activations and weights in NHWC (channels_last) memory format.");

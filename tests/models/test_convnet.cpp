@@ -5,6 +5,7 @@
 #include "io/safetensors.hpp"
 #include "model_test_util.hpp"
 #include "models/convnet.hpp"
+#include "models/whitening.hpp"
 #include "test_util.hpp"
 
 using namespace trainer;
@@ -34,6 +35,34 @@ TEST_CASE("convnet rejects wrong input shapes with clear messages", "[unit]") {
   CHECK_THROWS_WITH(model->forward(torch::randn({2, 3, 28, 28})), "convnet expects images (B, 1, H, W), got [2, 3, 28, 28]");
   CHECK_THROWS_WITH(model->forward(torch::randn({2, 1, 7, 28})),
                     "convnet needs images of at least 8x8 pixels (three 2x2 max-pools), got [2, 1, 7, 28]");
+}
+
+TEST_CASE("convnet model.whiten: a frozen whitening stem from the data, block 1 reads its 2 C k^2 channels", "[unit]") {
+  auto cfg = test::convnet_cfg(1.0, 3);
+  cfg.whiten = 2;
+  auto model = test::make_model(cfg, 9);
+  CHECK(model->data_init_samples() == 5000);
+  CHECK(test::make_model(test::convnet_cfg())->data_init_samples() == 0);
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const auto& [name, t] : io::named_state(*model)) shapes[name] = t.sizes().vec();
+  CHECK(shapes["whiten"] == std::vector<int64_t>{24, 3, 2, 2});
+  CHECK(shapes.count("stem.weight") == 0);
+  CHECK(shapes["blocks.0.conv1.weight"] == std::vector<int64_t>{32, 24, 3, 3});
+  CHECK(model->named_buffers().contains("whiten"));  // not a parameter: no optimizer state, no gradient
+  CHECK_FALSE(model->named_parameters().contains("whiten"));
+  const auto images = torch::randn({20, 3, 10, 10});
+  model->init_from_data(images);
+  CHECK(torch::equal(model->named_buffers()["whiten"], models::whitening_weight(images, 2)));
+  // the unpadded 2x2 conv takes a pixel: 9x9 is the least; a 2x2 stem's forward is the whitening conv's
+  CHECK(model->forward(torch::randn({2, 3, 9, 9})).sizes() == std::vector<int64_t>{2, 10});
+  CHECK_THROWS_WITH(model->forward(torch::randn({2, 3, 8, 9})),
+                    "convnet needs images of at least 9x9 pixels (three 2x2 max-pools, the unpadded whitening conv), got [2, 3, 8, 9]");
+  // FLOPs: the whitening conv's forward only (24 filters of 12 at 27x27), block 1 from 24 channels at 27x27
+  auto grey = test::convnet_cfg();
+  grey.whiten = 2;
+  const double macs = 729.0 * 8 * 4 / 3.0 + 729.0 * 9 * 8 * 32 + 169.0 * 9 * 32 * 32 + 169.0 * 9 * 32 * 64 +
+                      36.0 * 9 * 64 * 64 + 36.0 * 9 * 64 * 128 + 9.0 * 9 * 128 * 128 + 128.0 * 10;
+  CHECK(test::make_model(grey)->train_flops_per_sample({1, 28, 28}) == Approx(3.0 * 2.0 * macs));
 }
 
 TEST_CASE("convnet FLOPs per sample: the convolutions and the head counted by hand", "[unit]") {

@@ -45,6 +45,25 @@ TEST_CASE("interop export: resnet18 and gpt safetensors with reference logits", 
     io::save_safetensors((dir / "convnet.safetensors").string(), io::named_state(*model), {{"arch", "convnet"}});
     io::save_safetensors((dir / "convnet_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
   }
+  {
+    // model.whiten: an RGB ConvNet whose whitening filters come from these images (PyTorch recomputes
+    // them through LAPACK), its init for seed 123 (no stem draws), then trained a little as above
+    auto cfg = test::convnet_cfg(0.5, 3);
+    cfg.whiten = 2;
+    auto model = test::make_model(cfg, 123);
+    const auto images = torch::randn({40, 3, 12, 12}) * torch::linspace(0.5, 2.0, 12).view({1, 1, 1, 12});
+    model->init_from_data(images);
+    io::save_safetensors((dir / "convnet_whiten_init.safetensors").string(), io::named_state(*model));
+    io::save_safetensors((dir / "convnet_whiten_images.safetensors").string(), {{"images", images}});
+    torch::AutoGradMode on(true);
+    for (int i = 0; i < 2; ++i) model->forward(torch::randn({4, 3, 12, 12}));
+    torch::NoGradGuard off;
+    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn(p.sizes()));
+    model->eval();
+    auto x = torch::randn({3, 3, 12, 12});
+    io::save_safetensors((dir / "convnet_whiten.safetensors").string(), io::named_state(*model), {{"arch", "convnet"}});
+    io::save_safetensors((dir / "convnet_whiten_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
+  }
   auto cfg = test::resnet_cfg(20, 10);
   export_model("resnet20_cifar", cfg, torch::randn({2, 3, 32, 32}));
   auto gpt = test::tiny_gpt_cfg();

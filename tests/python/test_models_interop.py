@@ -91,6 +91,24 @@ def check_init(name, folder, seed, build):
     assert worst == 0.0, f"{name}: the initialisation differs from PyTorch's by {worst}"
 
 
+def check_whitening(folder):
+    """model.whiten: the trainer's Jacobi filters against LAPACK's from the same images; the init's draws."""
+    got = load_file(os.path.join(folder, "convnet_whiten_init.safetensors"))
+    images = load_file(os.path.join(folder, "convnet_whiten_images.safetensors"))["images"]
+    ref = ConvNet(0.5, in_channels=3, num_classes=10, whiten=2)
+    ref.init_whitening(images)
+    want = ref.whiten
+    assert got["whiten"].shape == want.shape == (24, 3, 2, 2), (got["whiten"].shape, want.shape)
+    rel = ((got["whiten"] - want).abs().max() / want.abs().max()).item()
+    print(f"convnet whitening filters: max |C++ - LAPACK| / max |filter| {rel:.3g}")
+    assert rel <= 1e-5, f"whitening filters differ by {rel} (relative)"
+    torch.manual_seed(123)
+    drawn = ConvNet(0.5, in_channels=3, num_classes=10, whiten=2).state_dict()
+    assert sorted(got) == sorted(drawn), sorted(set(got) ^ set(drawn))
+    worst = max((got[k] - drawn[k]).abs().max().item() for k in drawn if k != "whiten")
+    assert worst == 0.0, f"convnet whiten: the initialisation differs from PyTorch's by {worst}"
+
+
 def check_vit_b_16_layout(folder):
     with torch.device("meta"):  # shapes only: no 330 MB of weights
         ref = torchvision.models.vit_b_16().state_dict()
@@ -120,6 +138,8 @@ def main():
     check("resnet20_cifar", cifar_resnet(3, 10), folder)
     check("convnet", ConvNet(1.0, in_channels=1, num_classes=10), folder)
     check_init("convnet", folder, 123, lambda: ConvNet(1.0, in_channels=1, num_classes=10))
+    check_whitening(folder)
+    check("convnet_whiten", ConvNet(0.5, in_channels=3, num_classes=10, whiten=2), folder)
     check("gpt", GPT(GPTConfig()), folder)
     check("gpt_nobias", GPT(GPTConfig(bias=False)), folder)
 

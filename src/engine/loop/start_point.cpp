@@ -1,16 +1,41 @@
 #include "engine/loop/start_point.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+
 #include "engine/loop/world_change.hpp"
 #include "engine/startup/finetune.hpp"
 
 namespace trainer::engine {
 namespace {
 
-// No checkpoint to resume: model.init, if any, on every rank; the EMA starts from those weights.
+// The weights a model computes from its training data (Model::init_from_data): the first `n` samples
+// of the training set as the model sees them unaugmented (bad ones skipped), on every rank alike.
+void init_from_training_data(models::Model& model, const data::Dataset& train, int64_t n, bool primary) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<torch::Tensor> images;
+  for (int64_t i = 0; i < train.size() && static_cast<int64_t>(images.size()) < n; ++i) {
+    try {
+      images.push_back(train.get(i, /*epoch=*/0, /*augment=*/false).input);
+    } catch (const data::DataChanged&) {
+      throw;
+    } catch (const data::DataError&) {  // data.on_bad_sample: skip (an error otherwise throws earlier)
+    }
+  }
+  if (images.empty()) throw data::DataError(train.describe() + ": no training sample to initialise the model's data-computed weights from");
+  model.init_from_data(torch::stack(images));
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (primary) spdlog::info("model.{}: weights computed from the first {} training images in {:.1f} s", model.arch(), images.size(), s);
+}
+
+// No checkpoint to resume: the weights computed from the data, then model.init, if any, on every rank;
+// the EMA starts from those weights.
 void start_from_initial_weights(const StartParts& p, const config::ModelConfig& model,
                                 const std::filesystem::path& run_root, bool primary) {
   {
     FullParams whole(p.parallel, /*write=*/true);  // dist.sharding full: the weights it changes
+    if (const int64_t n = p.model.data_init_samples(); n > 0) init_from_training_data(p.model, p.loader.dataset(), n, primary);
     load_initial_weights(p.model, model, run_root, primary);
   }
   if (p.ema) p.ema->reset_from_live();

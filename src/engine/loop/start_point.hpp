@@ -3,7 +3,8 @@
 //             objects (CheckpointManager); the loader goes on at its position, the records' clock
 //             and resume check from it (RunRecorder); a run sized in epochs resumed on another
 //             number of data-parallel ranks is recounted (world_change.hpp)
-//   fresh     nothing to resume: model.init's weights on every rank, the EMA from those weights
+//   fresh     nothing to resume: the weights a model computes from its training data (ConvNet's
+//             model.whiten), then model.init's, on every rank; the EMA from those weights
 // A replacement rank that joins a running group starts from rank 0's state instead
 // (WorldRecovery::join), not from here.
 #pragma once
