@@ -65,7 +65,7 @@ def native_bf16():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--epochs", type=float, default=4.0)
+    ap.add_argument("--epochs", type=float, default=None, help="4 (--best: 18)")
     ap.add_argument("--arch", default="convnet", choices=["convnet", "resnet"])
     ap.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
     ap.add_argument("--threads", type=int, default=os.cpu_count())
@@ -78,9 +78,14 @@ def main():
                     help="alternating flips (data.augment.hflip_alternate): a coin per image in the first epoch, "
                          "then the opposite of the epoch before")
     ap.add_argument("--best", action="store_true", help="configs/fmnist_best.yaml: convnet width 1.5, 18 epochs, padding 2, tta")
+    ap.add_argument("--whiten", type=int, default=0, help="model.whiten: a frozen k x k whitening first layer")
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=0.3)
     a = ap.parse_args()
     if a.best:
-        a.arch, a.width, a.epochs, a.crop_padding, a.tta = "convnet", 1.5, 18.0, 2, True
+        a.arch, a.width, a.crop_padding, a.tta = "convnet", 1.5, 2, True
+        a.epochs = a.epochs or 18.0
+    a.epochs = a.epochs or 4.0
     t_start = time.perf_counter()
     torch.manual_seed(a.seed)
     torch.set_num_threads(a.threads)
@@ -95,23 +100,25 @@ def main():
 
     pad_value = (0.0 - mean) / std  # a black pixel, normalised
     if a.arch == "convnet":
-        model = build_model({"arch": "convnet", "width": a.width, "in_channels": 1, "num_classes": 10})
+        model = build_model({"arch": "convnet", "width": a.width, "in_channels": 1, "num_classes": 10, "whiten": a.whiten})
+        if a.whiten:
+            model.init_whitening(x_train[:5000])
     else:
         model = build_model({"arch": "resnet", "depth": a.depth, "width": 2.0, "in_channels": 1, "num_classes": 10})
     model = model.to(memory_format=torch.channels_last)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.SGD([{"params": decay, "weight_decay": 5e-4}, {"params": no_decay, "weight_decay": 0.0}],
-                          lr=0.3, momentum=0.9, nesterov=True)
-    batch = 128
+                          lr=a.lr, momentum=0.9, nesterov=True)
+    batch = a.batch_size
     per_epoch = x_train.shape[0] // batch  # drop_last, as the trainer's sampler
     total = int(round(a.epochs * per_epoch))
     warmup = 300
 
     def lr_at(step):  # 1-based step
         if step <= warmup:
-            return 0.3 * step / warmup
-        return 0.3 * max(0.0, (total - step) / max(1, total - warmup))
+            return a.lr * step / warmup
+        return a.lr * max(0.0, (total - step) / max(1, total - warmup))
 
     t_train = time.perf_counter()
     step = 0
@@ -157,7 +164,7 @@ def main():
     tta = f" (flip TTA {100 * correct_tta / x_test.shape[0]:.2f} %)" if a.tta else ""
     print(f"seed {a.seed}: {a.arch}{f' width {a.width:g}' if a.arch == 'convnet' else f' depth {a.depth}'}, test accuracy {100 * acc:.2f} %{tta}, training {train_s:.1f} s, wall "
           f"{time.perf_counter() - t_start:.1f} s, {total} steps, {'bf16' if bf16 else 'fp32'}, "
-          f"{a.threads} threads, torch {torch.__version__}")
+          f"batch {batch}, lr {a.lr:g}{f', whiten {a.whiten}' if a.whiten else ''}, {a.threads} threads, torch {torch.__version__}")
 
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ def build_model(model_cfg):
                            int(model_cfg["num_classes"]), ac)
     if model_cfg["arch"] == "convnet":
         return ConvNet(float(model_cfg.get("width", 1.0)), int(model_cfg.get("in_channels", 3)),
-                       int(model_cfg["num_classes"]), ac)
+                       int(model_cfg["num_classes"]), ac, int(model_cfg.get("whiten", 0)))
     if model_cfg["arch"] == "gpt":
         cfg = GPTConfig(vocab_size=int(model_cfg["vocab_size"]), block_size=int(model_cfg["block_size"]),
                         n_layer=int(model_cfg["n_layer"]), n_head=int(model_cfg["n_head"]),
