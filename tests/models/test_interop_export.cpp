@@ -31,19 +31,27 @@ TEST_CASE("interop export: resnet18 and gpt safetensors with reference logits", 
     io::save_safetensors((dir / "resnet18.safetensors").string(), io::named_state(*model), {{"arch", "resnet"}});
     io::save_safetensors((dir / "resnet18_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
   }
+  // a ConvNet moved off its init (two training-mode forwards move the BatchNorm statistics, noise the
+  // weights), then its weights and its eval-mode logits on a random batch of (C, H, W) images
+  auto export_moved = [&](const std::string& name, models::Model& model, std::vector<int64_t> chw) {
+    {
+      torch::AutoGradMode on(true);
+      chw.insert(chw.begin(), 4);
+      for (int i = 0; i < 2; ++i) model.forward(torch::randn(chw));
+    }
+    for (auto& p : model.parameters()) p.add_(0.05 * torch::randn(p.sizes()));
+    model.eval();
+    chw[0] = 3;
+    auto x = torch::randn(chw);
+    io::save_safetensors((dir / (name + ".safetensors")).string(), io::named_state(model), {{"arch", "convnet"}});
+    io::save_safetensors((dir / (name + "_io.safetensors")).string(), {{"input", x}, {"logits", model.forward(x)}});
+  };
   {
     // the quickstart's ConvNet: its init for seed 123 (PyTorch draws the same), then off the init with
     // BatchNorm statistics that moved
     auto model = test::make_model(test::convnet_cfg(), 123);
     io::save_safetensors((dir / "convnet_init.safetensors").string(), io::named_state(*model));
-    torch::AutoGradMode on(true);
-    for (int i = 0; i < 2; ++i) model->forward(torch::randn({4, 1, 28, 28}));
-    torch::NoGradGuard off;
-    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn(p.sizes()));
-    model->eval();
-    auto x = torch::randn({3, 1, 28, 28});
-    io::save_safetensors((dir / "convnet.safetensors").string(), io::named_state(*model), {{"arch", "convnet"}});
-    io::save_safetensors((dir / "convnet_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
+    export_moved("convnet", *model, {1, 28, 28});
   }
   {
     // model.whiten: an RGB ConvNet whose whitening filters come from these images (PyTorch recomputes
@@ -55,14 +63,7 @@ TEST_CASE("interop export: resnet18 and gpt safetensors with reference logits", 
     model->init_from_data(images);
     io::save_safetensors((dir / "convnet_whiten_init.safetensors").string(), io::named_state(*model));
     io::save_safetensors((dir / "convnet_whiten_images.safetensors").string(), {{"images", images}});
-    torch::AutoGradMode on(true);
-    for (int i = 0; i < 2; ++i) model->forward(torch::randn({4, 3, 12, 12}));
-    torch::NoGradGuard off;
-    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn(p.sizes()));
-    model->eval();
-    auto x = torch::randn({3, 3, 12, 12});
-    io::save_safetensors((dir / "convnet_whiten.safetensors").string(), io::named_state(*model), {{"arch", "convnet"}});
-    io::save_safetensors((dir / "convnet_whiten_io.safetensors").string(), {{"input", x}, {"logits", model->forward(x)}});
+    export_moved("convnet_whiten", *model, {3, 12, 12});
   }
   auto cfg = test::resnet_cfg(20, 10);
   export_model("resnet20_cifar", cfg, torch::randn({2, 3, 32, 32}));
