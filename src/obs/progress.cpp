@@ -76,6 +76,7 @@ std::string format_eval_line(const EvalRecord& r) {
     s += fmt::format(" | EMA loss {:.4f}", *r.ema_loss);
     if (r.ema_accuracy) s += fmt::format(" accuracy {:.2f}%", *r.ema_accuracy * 100);
     if (r.ema_ppl) s += fmt::format(" ppl {:.3f}", *r.ema_ppl);
+    if (r.ema_bpb) s += fmt::format(" bpb {:.4f}", *r.ema_bpb);
   }
   s += fmt::format(" | best {} {:.4f} at step {} | {:.0f} ms", r.best_metric, r.best_value, r.best_step, r.eval_ms);
   return s;

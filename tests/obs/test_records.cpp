@@ -55,6 +55,21 @@ TEST_CASE("the eval line gives the flip TTA and EMA figures beside the plain one
   CHECK(format_eval_line(r) ==
         "eval step 8424 | loss 0.2336 | accuracy 94.69% | flip TTA loss 0.2278 accuracy 94.73% | EMA loss 0.2312 "
         "accuracy 94.63% | best accuracy 0.9469 at step 8424 | 3300 ms");
+  // a language model's: perplexity and bits per byte for both weights
+  EvalRecord t;
+  t.step = 500;
+  t.loss = 1.25;
+  t.ppl = 3.490;
+  t.bpb = 1.8034;
+  t.ema_loss = 1.2;
+  t.ema_ppl = 3.320;
+  t.ema_bpb = 1.7312;
+  t.best_metric = "loss";
+  t.best_value = 1.25;
+  t.best_step = 500;
+  t.eval_ms = 120;
+  CHECK(format_eval_line(t) == "eval step 500 | loss 1.2500 | ppl 3.490 | bpb 1.8034 | EMA loss 1.2000 ppl 3.320 bpb 1.7312 | "
+                               "best loss 1.2500 at step 500 | 120 ms");
 }
 
 TEST_CASE("VmRSS and VmHWM are read from /proc status text", "[unit]") {
