@@ -208,6 +208,11 @@ int64_t DataLoader::live_workers() const {
   return static_cast<int64_t>(workers_.size());
 }
 
+int64_t DataLoader::ready_batches() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(ready_.size());
+}
+
 void DataLoader::start_workers() {
   std::lock_guard<std::mutex> lock(mu_);
   stop_ = false;

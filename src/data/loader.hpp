@@ -91,6 +91,8 @@ class DataLoader {
   bool check_due(int64_t n) const;
   const Dataset& dataset() const { return *dataset_; }
   int64_t live_workers() const;        // threads currently running (for tests)
+  // Batches built and waiting to be handed over (bench-data: those were not built while it timed).
+  int64_t ready_batches() const;
   // Batches handed to workers and not yet delivered, at most: workers + prefetch, so that every
   // worker has a batch to build while `prefetch` finished ones wait for the step.
   int64_t in_flight_limit() const { return opts_.workers + opts_.prefetch; }

@@ -6,6 +6,7 @@
 #include <dirent.h>
 
 #include <chrono>
+#include <thread>
 #include <condition_variable>
 #include <mutex>
 #include <set>
@@ -303,10 +304,16 @@ TEST_CASE("loader: every worker builds a batch at once, and workers + prefetch b
     REQUIRE(l.in_flight_limit() == workers + prefetch);
     // all the workers in a fill together: none waits for the step while the gate is shut
     CHECK(ds->wait_until([&] { return ds->started == workers; }));
+    CHECK(l.ready_batches() == 0);  // bench-data's count of batches built before its clock started
     ds->release();
     // then the finished batches fill the buffer, and no worker starts another
     CHECK(ds->wait_until([&] { return ds->finished == workers + prefetch; }));
     CHECK(ds->started_now() == workers + prefetch);
+    // a fill finishes before its batch is collated and queued: polled, 60 s only the failure's bound
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (l.ready_batches() < workers + prefetch && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    CHECK(l.ready_batches() == workers + prefetch);
     // each delivery frees one place
     REQUIRE(l.next());
     CHECK(ds->wait_until([&] { return ds->finished == workers + prefetch + 1; }));

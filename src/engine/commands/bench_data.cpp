@@ -30,9 +30,11 @@ struct Measured {
 
 // `batches` batches of the pipeline after a warm-up: the wall time, and the stages' thread time
 // over the timed part. The warm-up starts the threads and drains what they queued before the first
-// batch was asked for (the buffer plus one batch in flight per worker), so the timed batches are
-// built while timing: without the drain, batches queued while the dataset opened were counted at
-// the rate of popping a queue (millions of samples/s, no stage time at all).
+// batch was asked for (the buffer plus one batch in flight per worker). The workers refill the
+// buffer whenever this thread is not asking (a busy host deschedules it), so the batches already
+// built when the clock starts are handed over first and not counted: the counted ones were built
+// while timing. Without that, they were counted at the rate of popping a queue (millions of
+// samples/s, no stage time at all).
 Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConfig& cfg, int64_t workers,
                  int64_t batches, bool train) {
   data::LoaderOptions o;
@@ -52,14 +54,19 @@ Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConf
           train ? "training" : "validation", warm_up, workers, o.batch_size));
   data::StageClock::enable(true);
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t k = 0; k < batches; ++k) {
+  const int64_t built_before = loader.ready_batches();  // after t0: one finished in between is not counted
+  for (int64_t k = 0; k < built_before + batches; ++k) {
     auto b = loader.next();
     if (!b) break;  // the end of a validation pass
-    m.samples += b->input.size(0);
+    if (k >= built_before) m.samples += b->input.size(0);
   }
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   m.stage_ns = data::StageClock::totals();
   data::StageClock::enable(false);
+  if (m.samples == 0)  // a validation pass that ended within the batches already built
+    throw std::invalid_argument(fmt::format(
+        "the {} split ended before a batch was built while timing ({} worker(s) at batch {} build {} ahead): "
+        "it needs more batches", train ? "training" : "validation", workers, o.batch_size, warm_up + built_before));
   return m;
 }
 
