@@ -38,15 +38,25 @@ TEST_CASE("an eval record carries the metrics of its kind only", "[unit]") {
   CHECK(s[1] == std::pair<std::string, double>{"eval/accuracy", 0.9});
 }
 
-TEST_CASE("the eval line gives the flip TTA and EMA figures beside the plain ones", "[unit]") {
+namespace {
+
+// an eval record at `step` whose best is this evaluation's `metric`
+EvalRecord eval_record_at(int64_t step, double loss, const std::string& metric, double best, double ms) {
   EvalRecord r;
-  r.step = 8424;
-  r.loss = 0.2336;
+  r.step = step;
+  r.loss = loss;
+  r.best_metric = metric;
+  r.best_value = best;
+  r.best_step = step;
+  r.eval_ms = ms;
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("the eval line gives the flip TTA and EMA figures beside the plain ones", "[unit]") {
+  EvalRecord r = eval_record_at(8424, 0.2336, "accuracy", 0.9469, 3300);
   r.accuracy = 0.9469;
-  r.best_metric = "accuracy";
-  r.best_value = 0.9469;
-  r.best_step = 8424;
-  r.eval_ms = 3300;
   CHECK(format_eval_line(r) == "eval step 8424 | loss 0.2336 | accuracy 94.69% | best accuracy 0.9469 at step 8424 | 3300 ms");
   r.tta_loss = 0.2278;
   r.tta_accuracy = 0.9473;
@@ -56,18 +66,12 @@ TEST_CASE("the eval line gives the flip TTA and EMA figures beside the plain one
         "eval step 8424 | loss 0.2336 | accuracy 94.69% | flip TTA loss 0.2278 accuracy 94.73% | EMA loss 0.2312 "
         "accuracy 94.63% | best accuracy 0.9469 at step 8424 | 3300 ms");
   // a language model's: perplexity and bits per byte for both weights
-  EvalRecord t;
-  t.step = 500;
-  t.loss = 1.25;
+  EvalRecord t = eval_record_at(500, 1.25, "loss", 1.25, 120);
   t.ppl = 3.490;
   t.bpb = 1.8034;
   t.ema_loss = 1.2;
   t.ema_ppl = 3.320;
   t.ema_bpb = 1.7312;
-  t.best_metric = "loss";
-  t.best_value = 1.25;
-  t.best_step = 500;
-  t.eval_ms = 120;
   CHECK(format_eval_line(t) == "eval step 500 | loss 1.2500 | ppl 3.490 | bpb 1.8034 | EMA loss 1.2000 ppl 3.320 bpb 1.7312 | "
                                "best loss 1.2500 at step 500 | 120 ms");
 }
