@@ -33,7 +33,7 @@ ConvNet::ConvNet(const config::ModelConfig& cfg) : cfg_(cfg) {
   // as ref_models.ConvNet after the same torch.manual_seed.
   const int64_t k = cfg.whiten;
   if (k > 0)  // filled by init_from_data at a fresh start (or from a checkpoint); no draws
-    whiten_ = register_buffer("whiten", torch::zeros({2 * cfg.in_channels * k * k, cfg.in_channels, k, k}));
+    whiten_ = register_buffer("whiten", torch::zeros({stem_channels(), cfg.in_channels, k, k}));
   else
     stem_ = register_module("stem", conv3x3(cfg.in_channels, w[0], /*bias=*/true));
   blocks_ = register_module("blocks", nn::ModuleList());
@@ -97,9 +97,10 @@ double ConvNet::train_flops_per_sample(const std::vector<int64_t>& shape) const 
   double h = static_cast<double>(shape[1]), wd = static_cast<double>(shape[2]);
   double f = 0;
   if (cfg_.whiten > 0) {
-    const double k = static_cast<double>(cfg_.whiten), d = static_cast<double>(cfg_.in_channels) * k * k;
+    const double k = static_cast<double>(cfg_.whiten);
     h -= k - 1, wd -= k - 1;
-    f += 2.0 * (2 * d) * d * h * wd / 3.0;  // frozen, no gradient: forward only, a third of the 3x below
+    // frozen, no gradient: forward only, a third of the 3x below
+    f += 2.0 * static_cast<double>(stem_channels() * cfg_.in_channels) * k * k * h * wd / 3.0;
   } else {
     f += 2.0 * 9 * static_cast<double>(cfg_.in_channels * w[0]) * h * wd;  // stem
   }

@@ -26,21 +26,19 @@ void rotate(std::vector<double>& a, std::vector<double>& v, int64_t n, int64_t p
   const double theta = (a[q * n + q] - a[p * n + p]) / (2.0 * apq);
   const double t = (theta >= 0 ? 1.0 : -1.0) / (std::fabs(theta) + std::sqrt(theta * theta + 1.0));
   const double c = 1.0 / std::sqrt(t * t + 1.0), s = t * c;
-  for (int64_t k = 0; k < n; ++k) {  // columns p and q
-    const double kp = a[k * n + p], kq = a[k * n + q];
-    a[k * n + p] = c * kp - s * kq;
-    a[k * n + q] = s * kp + c * kq;
-  }
-  for (int64_t k = 0; k < n; ++k) {  // rows p and q
-    const double pk = a[p * n + k], qk = a[q * n + k];
-    a[p * n + k] = c * pk - s * qk;
-    a[q * n + k] = s * pk + c * qk;
-  }
-  for (int64_t k = 0; k < n; ++k) {
-    const double kp = v[k * n + p], kq = v[k * n + q];
-    v[k * n + p] = c * kp - s * kq;
-    v[k * n + q] = s * kp + c * kq;
-  }
+  // (x, y) -> (c x - s y, s x + c y) on the elements at offsets i and j, for k = 0..n-1
+  auto turn = [&](std::vector<double>& m, auto i, auto j) {
+    for (int64_t k = 0; k < n; ++k) {
+      const double x = m[i(k)], y = m[j(k)];
+      m[i(k)] = c * x - s * y;
+      m[j(k)] = s * x + c * y;
+    }
+  };
+  auto col = [n](int64_t c0) { return [n, c0](int64_t k) { return k * n + c0; }; };
+  auto row = [n](int64_t r0) { return [n, r0](int64_t k) { return r0 * n + k; }; };
+  turn(a, col(p), col(q));
+  turn(a, row(p), row(q));
+  turn(v, col(p), col(q));
 }
 
 }  // namespace
