@@ -17,6 +17,9 @@ nn::Conv2d conv3x3(int64_t in, int64_t out, bool bias) {
 
 std::string shape_of(const torch::Tensor& x) { return c10::str(x.sizes()); }  // "[2, 1, 28, 28]"
 
+// Three 2x2 max-pools need 8 pixels; the whitening conv has no padding and takes k - 1 more.
+int64_t convnet_min_side(const config::ModelConfig& c) { return 8 + std::max<int64_t>(c.whiten - 1, 0); }
+
 }  // namespace
 
 std::vector<int64_t> convnet_widths(double width) {
@@ -62,7 +65,7 @@ torch::Tensor ConvNet::forward(const torch::Tensor& input) {
   if (input.dim() != 4 || input.size(1) != cfg_.in_channels)
     throw std::invalid_argument("convnet expects images (B, " + std::to_string(cfg_.in_channels) + ", H, W), got " +
                                 shape_of(input));
-  const int64_t least = 8 + std::max<int64_t>(cfg_.whiten - 1, 0);  // the whitening conv has no padding
+  const int64_t least = convnet_min_side(cfg_);
   if (input.size(2) < least || input.size(3) < least)
     throw std::invalid_argument("convnet needs images of at least " + std::to_string(least) + "x" + std::to_string(least) +
                                 " pixels (three 2x2 max-pools" + (cfg_.whiten > 0 ? ", the unpadded whitening conv" : "") +
@@ -138,6 +141,7 @@ ModelSpec convnet_spec() {
   s.rules.name = "convnet";
   s.rules.input = config::ArchInput::Image;
   s.rules.fixed_image_size = false;  // global max-pool: any image of at least 8x8
+  s.rules.min_image_side = convnet_min_side;
   s.rules.keys = {"model.in_channels", "model.num_classes", "model.width", "model.whiten", "model.channels_last"};
   s.rules.eval_metrics = {"accuracy", "top5", "loss"};
   s.rules.check = [](const config::RunConfig& c, const config::ErrFn& err) {

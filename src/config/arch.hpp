@@ -5,6 +5,7 @@
 // names a family.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -29,6 +30,9 @@ struct ArchRules {
   std::string name;                       // the model.arch value
   ArchInput input = ArchInput::Image;
   bool fixed_image_size = false;          // images must be model.image_size square (ViT's position embedding)
+  // The smallest image side the model described by the config takes (the ConvNet's pooling);
+  // empty: any size. Checked at config load where the config tells the size, else at data open.
+  std::function<int64_t(const ModelConfig&)> min_image_side;
   std::vector<std::string> keys;          // the family's own model.* keys (full paths); others do not apply
   std::vector<std::string> eval_metrics;  // what its evaluation reports; the first is the default to watch
   std::function<void(const RunConfig&, const ErrFn&)> check;  // its cross-key rules (may be empty)

@@ -22,30 +22,42 @@ std::string run_name_problem(const std::string& n) {
   return "";
 }
 
-// An arch whose image size is fixed (ViT's position embedding) against the sizes the config already
-// tells: a resize (data.image_size), synthetic images and CIFAR (always 32x32). idx and image_folder
-// without a resize are checked when the data is opened (data/dataset.cpp). The error points at the
-// data key when the file sets it, else at model.image_size when the file sets that.
-void check_fixed_image_size(const LoadedConfig& loaded, const ErrFn& err) {
+// The image side the config already tells: a resize (data.image_size), synthetic images and CIFAR
+// (always 32x32). 0 where only the data tells (idx and image_folder without a resize: checked when
+// the data is opened, data/dataset.cpp).
+struct ToldSide {
+  int64_t side = 0;
+  std::string key, what;  // the key that sets it, and "data.image_size resizes to " or the like
+};
+ToldSide told_image_side(const RunConfig& c) {
+  if (c.data.image_size > 0) return {c.data.image_size, "data.image_size", "data.image_size resizes to "};
+  if (c.data.format == DataFormat::Synthetic)
+    return {c.data.synthetic.image_size, "data.synthetic.image_size", "data.synthetic.image_size makes "};
+  if (c.data.format == DataFormat::Cifar) return {32, "data.format", "data.format 'cifar' gives "};
+  return {};
+}
+
+// The arch's image-size rules against the size the config tells: a fixed size (ViT's position
+// embedding) and a smallest side (the ConvNet's pooling). The error points at the data key when the
+// file sets it, else at model.image_size when the file sets that.
+void check_image_side(const LoadedConfig& loaded, const ArchRules& arch, const ErrFn& err) {
   const RunConfig& c = loaded.cfg;
-  const int64_t want = c.model.image_size;
-  int64_t got = 0;
-  std::string key, what, hint;
-  if (c.data.image_size > 0) {
-    got = c.data.image_size, key = "data.image_size", what = "data.image_size resizes to ";
-  } else if (c.data.format == DataFormat::Synthetic) {
-    got = c.data.synthetic.image_size, key = "data.synthetic.image_size", what = "data.synthetic.image_size makes ";
-  } else if (c.data.format == DataFormat::Cifar) {
-    got = 32, key = "data.format", what = "data.format 'cifar' gives ";
-    hint = " (set data.image_size: " + std::to_string(want) + " to resize)";
-  } else {
-    return;
-  }
-  if (got == want) return;
-  if (!loaded.is_set(key) && loaded.is_set("model.image_size")) key = "model.image_size";
+  ToldSide told = told_image_side(c);
+  if (told.side == 0) return;
   const auto square = [](int64_t n) { return std::to_string(n) + "x" + std::to_string(n); };
-  err(key, what + square(got) + " images, but model.arch '" + c.model.arch + "' takes model.image_size " + square(want) +
-               " images" + hint);
+  const auto hint = [&](int64_t n) {  // CIFAR's size is not a key of its own: say which key changes it
+    return told.key == "data.format" ? " (set data.image_size: " + std::to_string(n) + " to resize)" : std::string();
+  };
+  if (arch.fixed_image_size && told.side != c.model.image_size) {
+    std::string key = told.key;
+    if (!loaded.is_set(key) && loaded.is_set("model.image_size")) key = "model.image_size";
+    err(key, told.what + square(told.side) + " images, but model.arch '" + c.model.arch + "' takes model.image_size " +
+                 square(c.model.image_size) + " images" + hint(c.model.image_size));
+  }
+  const int64_t least = arch.min_image_side ? arch.min_image_side(c.model) : 0;
+  if (told.side < least)
+    err(told.key, told.what + square(told.side) + " images, but model.arch '" + c.model.arch + "' takes images of at least " +
+                      square(least) + " with these model settings" + hint(least));
 }
 
 // model.init: one spelling of the file, and no loading options without a file to apply them to.
@@ -132,7 +144,7 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
   if (image_arch && gives_tokens(c.data.format))
     err("data.format", "'" + name_of(c.data.format) + "' gives tokens, but model.arch '" + c.model.arch +
                            "' takes images (use idx, cifar, image_folder or synthetic)");
-  if (arch && arch->fixed_image_size) check_fixed_image_size(loaded, err);
+  if (arch) check_image_side(loaded, *arch, err);
   if (c.data.format != DataFormat::Synthetic && c.data.path.empty())
     err("data.path", "required for data.format '" + name_of(c.data.format) + "'");
   const auto& nm = c.data.normalize;

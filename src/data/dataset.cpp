@@ -108,6 +108,11 @@ void check_against_model(const DatasetPair& pair, const config::DataConfig& data
       throw DataError(fmt::format("{}: the images are {}x{} but model.arch {} takes model.image_size {}x{} "
                                   "(set data.image_size to resize)",
                                   data.path, h, w, model.arch, model.image_size, model.image_size));
+    const int64_t least = arch && arch->min_image_side ? arch->min_image_side(model) : 0;
+    if (h < least || w < least)
+      throw DataError(fmt::format("{}: the images are {}x{} but model.arch {} takes images of at least {}x{} with these "
+                                  "model settings (set data.image_size to resize)",
+                                  data.path, h, w, model.arch, least, least));
   } else if (t.num_classes() > model.vocab_size) {
     throw DataError(fmt::format("{}: the data has a vocabulary of {} tokens but model.vocab_size is {}", data.path,
                                 t.num_classes(), model.vocab_size));

@@ -264,6 +264,21 @@ TEST_CASE("vit: images of another size than model.image_size are refused before 
                                         "model.arch 'vit' takes model.image_size 64x64 images"});
 }
 
+TEST_CASE("convnet: images smaller than its pooling takes are refused before anything starts", "[unit]") {
+  const std::string head = "train:\n  max_steps: 10\ndata:\n  format: synthetic\n  synthetic:\n    image_size: 7\n"
+                           "model:\n  arch: convnet\n";
+  REQUIRE(errors_of(head) == std::vector<std::string>{
+                                 "exp.yaml:6:5: data.synthetic.image_size: data.synthetic.image_size makes 7x7 images, but "
+                                 "model.arch 'convnet' takes images of at least 8x8 with these model settings"});
+  CHECK(errors_of(head, {"data.synthetic.image_size=8"}).empty());
+  // the unpadded k x k whitening conv takes k - 1 pixels more
+  auto e = errors_of(head, {"data.image_size=10", "model.whiten=4"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("data.image_size: data.image_size resizes to 10x10 images, but model.arch 'convnet' takes images of "
+                  "at least 11x11 with these model settings") != std::string::npos);
+  CHECK(errors_of(head, {"data.image_size=11", "model.whiten=4"}).empty());
+}
+
 TEST_CASE("keys of vit are refused for other archs, and keys shared with vit name every arch", "[unit]") {
   auto e = errors_of(kValidHead + "model:\n  patch_size: 4\n");
   REQUIRE(e == std::vector<std::string>{"exp.yaml:6:3: model.patch_size: applies to model.arch 'vit', but model.arch is 'resnet'"});

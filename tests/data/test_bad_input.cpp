@@ -189,6 +189,18 @@ TEST_CASE("bad input: images of another size than a vit's model.image_size", "[u
         (dir / "t.txt").string() + ": data.format text gives tokens but model.arch vit takes images");
 }
 
+TEST_CASE("bad input: images smaller than a convnet takes", "[unit]") {
+  auto dir = scratch_dir("bad_convnet_size");
+  write_idx(dir, "train", {1, 2, 3}, 9, 9, false);
+  config::ModelConfig convnet = resnet(1, 10);
+  convnet.arch = "convnet";
+  CHECK(data::create_datasets(cfg("idx", dir), convnet, 0).train->sample_shape() == std::vector<int64_t>{1, 9, 9});
+  convnet.whiten = 3;  // 8 pixels for the pools, 2 for the unpadded 3x3 whitening conv
+  CHECK(error_of(cfg("idx", dir), convnet) == dir.string() + ": the images are 9x9 but model.arch convnet takes images of "
+                                                             "at least 10x10 with these model settings (set data.image_size "
+                                                             "to resize)");
+}
+
 TEST_CASE("bad input: data that does not fit the model", "[unit]") {
   auto dir = scratch_dir("bad_model");
   write_idx(dir, "train", {1, 2}, 2, 2, false);
