@@ -81,6 +81,10 @@ def main():
     ap.add_argument("--whiten", type=int, default=0, help="model.whiten: a frozen k x k whitening first layer")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.3)
+    ap.add_argument("--lookahead", type=int, default=0,
+                    help="an experiment, not in the trainer: airbench's lookahead every K steps (the weights and BN "
+                         "statistics pulled to their running average with decay 0.95^K (step/total)^3, then replaced "
+                         "by it; the model ends on the average)")
     a = ap.parse_args()
     if a.best:
         a.arch, a.width, a.crop_padding, a.tta = "convnet", 1.5, 2, True
@@ -120,6 +124,15 @@ def main():
             return a.lr * step / warmup
         return a.lr * max(0.0, (total - step) / max(1, total - warmup))
 
+    # --lookahead: the running average of every float tensor of the state (parameters and BN statistics)
+    slow = [t.detach().clone() for t in model.state_dict().values() if t.is_floating_point()] if a.lookahead else None
+
+    def lookahead(decay):
+        with torch.no_grad():
+            for avg, cur in zip(slow, (t for t in model.state_dict().values() if t.is_floating_point())):
+                avg.lerp_(cur, 1 - decay)
+                cur.copy_(avg)
+
     t_train = time.perf_counter()
     step = 0
     model.train()
@@ -147,8 +160,12 @@ def main():
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if a.lookahead and step % a.lookahead == 0:
+                lookahead(0.95 ** a.lookahead * (step / total) ** 3)
             if step % 500 == 0:
                 print(f"step {step}/{total} loss {loss.item():.4f} ({time.perf_counter() - t_train:.0f} s)", flush=True)
+    if a.lookahead:
+        lookahead(1.0)  # the model ends on the average
     train_s = time.perf_counter() - t_train
     model.eval()
     correct = correct_tta = 0
@@ -164,7 +181,8 @@ def main():
     tta = f" (flip TTA {100 * correct_tta / x_test.shape[0]:.2f} %)" if a.tta else ""
     print(f"seed {a.seed}: {a.arch}{f' width {a.width:g}' if a.arch == 'convnet' else f' depth {a.depth}'}, test accuracy {100 * acc:.2f} %{tta}, training {train_s:.1f} s, wall "
           f"{time.perf_counter() - t_start:.1f} s, {total} steps, {'bf16' if bf16 else 'fp32'}, "
-          f"batch {batch}, lr {a.lr:g}{f', whiten {a.whiten}' if a.whiten else ''}, {a.threads} threads, torch {torch.__version__}")
+          f"batch {batch}, lr {a.lr:g}{f', whiten {a.whiten}' if a.whiten else ''}"
+          f"{f', lookahead {a.lookahead}' if a.lookahead else ''}, {a.threads} threads, torch {torch.__version__}")
 
 
 if __name__ == "__main__":
