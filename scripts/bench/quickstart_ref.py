@@ -77,18 +77,22 @@ def main():
     ap.add_argument("--alt-flip", action="store_true",
                     help="alternating flips (data.augment.hflip_alternate): a coin per image in the first epoch, "
                          "then the opposite of the epoch before")
-    ap.add_argument("--best", action="store_true", help="configs/fmnist_best.yaml: convnet width 1.5, 20 epochs, padding 2, tta")
+    ap.add_argument("--best", action="store_true",
+                    help="configs/fmnist_best.yaml: convnet width 1.5, 20 epochs, padding 2, alternating flips, "
+                         "lookahead 5, tta")
     ap.add_argument("--whiten", type=int, default=0, help="model.whiten: a frozen k x k whitening first layer")
     ap.add_argument("--batch-size", type=int, default=128)
     ap.add_argument("--lr", type=float, default=0.3)
-    ap.add_argument("--lookahead", type=int, default=0,
-                    help="an experiment, not in the trainer: airbench's lookahead every K steps (the weights and BN "
-                         "statistics pulled to their running average with decay 0.95^K (step/total)^3, then replaced "
-                         "by it; the model ends on the average)")
+    ap.add_argument("--lookahead", type=int, default=None,
+                    help="airbench's lookahead every K steps, as train.ema.lookahead (the weights and BN statistics "
+                         "pulled to their running average with decay 0.95^K (step/total)^3, then replaced by it; the "
+                         "model ends on the average); 0 = off (--best: 5)")
     a = ap.parse_args()
     if a.best:
-        a.arch, a.width, a.crop_padding, a.tta = "convnet", 1.5, 2, True
+        a.arch, a.width, a.crop_padding, a.tta, a.alt_flip = "convnet", 1.5, 2, True, True
         a.epochs = a.epochs or 20.0
+        a.lookahead = 5 if a.lookahead is None else a.lookahead
+    a.lookahead = a.lookahead or 0
     a.epochs = a.epochs or 4.0
     t_start = time.perf_counter()
     torch.manual_seed(a.seed)

@@ -158,6 +158,7 @@ struct EmaConfig {
   int64_t every = 1;    // optimizer steps between updates
   bool eval = false;    // also evaluate the EMA weights at every evaluation
   bool warmup = false;  // the decay of update n is min(decay, 1 - (1 + n)^(-2/3)) (timm's ModelEmaV3 warm-up)
+  bool lookahead = false;  // airbench's lookahead: the weights become the shadow at each update, decay x (t/T)^3
   bool operator==(const EmaConfig&) const = default;
 };
 

@@ -296,6 +296,10 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "Warm the decay up: update n (counted in EMA updates) uses min(decay, 1 - (1 + n)^(-2/3)), as timm's ModelEmaV3 "
       "with use_warmup, so a short run's shadow is not held back by the initial weights (0.999 without it keeps "
       "e^-2.3 = 10 % of them after 2300 steps).");
+  k.b("lookahead", t.ema.lookahead,
+      "Lookahead (airbench's): after each update the weights become the shadow, and the update after step t of T "
+      "uses decay x (t/T)^3 (0 early: the shadow follows the weights, then averages more and more); the last step "
+      "always updates, so the run ends on the average. Not with train.ema.warmup or train.ema.eval.");
   k.prefix = "train.early_stopping";
   k.c("metric", t.early_stopping.metric, {"", "loss", "accuracy", "top5", "bpb", "ppl"}, "Eval metric watched (\"\" = off).");
   k.e("mode", t.early_stopping.mode, "Better is lower (min) or higher (max); auto: max for accuracies.");

@@ -85,9 +85,19 @@ void check_bits_per_byte(const LoadedConfig& loaded, bool token_arch, const Reci
 }
 
 void check_ema(const LoadedConfig& loaded, const RecipeErr& err) {
-  if (loaded.cfg.train.ema.decay > 0) return;
-  for (const char* key : {"train.ema.every", "train.ema.eval"})
-    if (loaded.is_set(key)) err(key, "has no effect: train.ema.decay is 0 (EMA off)");
+  const auto& ema = loaded.cfg.train.ema;
+  if (ema.decay == 0) {
+    for (const char* key : {"train.ema.every", "train.ema.eval", "train.ema.warmup", "train.ema.lookahead"})
+      if (loaded.is_set(key)) err(key, "has no effect: train.ema.decay is 0 (EMA off)");
+    return;
+  }
+  if (!ema.lookahead) return;
+  // the lookahead's decay has its own ramp, and its shadow is the weights after every update
+  if (ema.warmup)
+    err("train.ema.warmup", "conflicts with train.ema.lookahead, whose decay ramps up as decay x (t/T)^3: set one");
+  if (ema.eval)
+    err("train.ema.eval", "with train.ema.lookahead the weights become the shadow at every update, and the run "
+                          "ends on it: the evaluation of the weights is the shadow's; leave it false");
 }
 
 }  // namespace

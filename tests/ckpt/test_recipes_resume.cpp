@@ -108,3 +108,45 @@ TEST_CASE("recipes: a resumed run with smoothing, EMA, mixup/cutmix, RRC and jit
   CHECK(none.exit_code == 1);
   CHECK(none.output.find("ema.safetensors: missing: this checkpoint holds no EMA weights") != std::string::npos);
 }
+
+// train.ema.lookahead writes the average into the weights: its shadow is training state, checkpointed
+// between updates (step 4 of every 5 here) and restored exactly.
+TEST_CASE("recipes: a resumed lookahead run equals the uninterrupted one and ends on the average", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("lookahead_resume");
+  const std::string la = "{decay: 0.77, every: 5, lookahead: true}";
+  trainer::test::write_file(dir / "a.yaml", recipes_config("a", la));
+  trainer::test::write_file(dir / "b.yaml", recipes_config("b", la));
+  trainer::test::write_file(dir / "c.yaml", recipes_config("c", ""));
+  for (const char* name : {"a", "c"}) {
+    auto r = run_trainer("run " + (dir / (std::string(name) + ".yaml")).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+  }
+  const auto ckpts_a = dir / "runs/a/checkpoints";
+  fs::create_directories(dir / "runs/b/checkpoints");
+  fs::copy(ckpts_a / "step-4", dir / "runs/b/checkpoints/step-4", fs::copy_options::recursive);
+  auto b = run_trainer("run " + (dir / "b.yaml").string());
+  INFO(b.output);
+  REQUIRE(b.exit_code == 0);
+  REQUIRE(b.output.find("resumed from ") != std::string::npos);
+
+  auto la_l = train_losses(dir / "runs/a/metrics.jsonl"), lb = train_losses(dir / "runs/b/metrics.jsonl");
+  auto lc = train_losses(dir / "runs/c/metrics.jsonl");
+  REQUIRE(la_l.size() == 12);
+  REQUIRE(lb.size() == 8);
+  REQUIRE(lc.size() == 12);
+  for (int64_t s = 5; s <= 12; ++s) {
+    INFO("step " << s);
+    CHECK(lb.at(s) == la_l.at(s));  // bitwise: the shadow saved at step 4 (the weights of step 0) continues
+  }
+  for (int64_t s = 1; s <= 5; ++s) CHECK(la_l.at(s) == lc.at(s));  // the first update follows step 5
+  CHECK(la_l.at(6) != lc.at(6));  // ... and moved the weights (decay 0.77 x (5/12)^3 = 0.056)
+  check_same_tensors(ckpts_a / "step-12/model.safetensors", dir / "runs/b/checkpoints/step-12/model.safetensors");
+  // step 12 is no multiple of 5, but the last: the weights are the average
+  check_same_tensors(ckpts_a / "step-12/model.safetensors", ckpts_a / "step-12/ema.safetensors");
+  auto s4 = trainer::io::load_safetensors((ckpts_a / "step-4/ema.safetensors").string());
+  auto m4 = trainer::io::load_safetensors((ckpts_a / "step-4/model.safetensors").string());
+  bool differs = false;
+  for (size_t i = 0; i < s4.tensors.size(); ++i) differs |= !torch::equal(s4.tensors[i].second, m4.tensors[i].second);
+  CHECK(differs);  // between updates the shadow is not the weights: it had to be saved
+}

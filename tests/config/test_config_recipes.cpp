@@ -114,3 +114,17 @@ TEST_CASE("EMA and mix keys that would do nothing are config errors", "[unit]") 
   CHECK(e[1] == "exp.yaml:3:9: train.ema.every: has no effect: train.ema.decay is 0 (EMA off)");
   CHECK(e[2] == "exp.yaml:3:19: train.ema.eval: has no effect: train.ema.decay is 0 (EMA off)");
 }
+
+TEST_CASE("train.ema.lookahead: off with the EMA, and not with the warm-up or the EMA's evaluation", "[unit]") {
+  auto off = recipe_errors(kImageHead, {"train.ema.lookahead=true"});
+  REQUIRE(off.size() == 1);
+  CHECK(off[0] == "--set train.ema.lookahead=true: train.ema.lookahead: has no effect: train.ema.decay is 0 (EMA off)");
+  CHECK(recipe_errors(kImageHead, {"train.ema.decay=0.77", "train.ema.every=5", "train.ema.lookahead=true"}).empty());
+  auto both = recipe_errors("train:\n  max_steps: 10\n  ema: {decay: 0.77, lookahead: true, warmup: true, eval: true}\n"
+                            "data:\n  format: synthetic\n");
+  REQUIRE(both.size() == 2);
+  CHECK(both[0] == "exp.yaml:3:39: train.ema.warmup: conflicts with train.ema.lookahead, whose decay ramps up as "
+                   "decay x (t/T)^3: set one");
+  CHECK(both[1] == "exp.yaml:3:53: train.ema.eval: with train.ema.lookahead the weights become the shadow at every "
+                   "update, and the run ends on it: the evaluation of the weights is the shadow's; leave it false");
+}

@@ -163,3 +163,31 @@ TEST_CASE("sharding full: train.ema gives none's EMA figures at 2 ranks, and its
   // the step-6 checkpoint (with its EMA weights) resumes under full on 4 ranks: the same losses
   check_resumed(dir, cfg + ema, dir / "full" / "tiny", 4, "full", "ema_on4");
 }
+
+// train.ema.lookahead writes the average back into the weights: under optimizer the ranks' flat
+// buffers, under full each rank's chunks (taken from the gathered whole). Every 5 of 12 steps, the last
+// one too.
+TEST_CASE("sharding: train.ema.lookahead at 2 ranks gives one process's losses, under none, optimizer and full",
+          "[dist][e2e]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("shard_lookahead");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string la = " --set train.ema.decay=0.9 --set train.ema.every=5 --set train.ema.lookahead=true";
+  std::map<std::string, std::vector<double>> losses;
+  for (const std::string mode : {"one", "plain", "none", "optimizer", "full"}) {
+    const std::string args = (mode == "plain" ? "" : la) + kShardCkptArgs;
+    auto r = shard_trainer((mode == "one" || mode == "plain" ? "run " + cfg : shard_launch(2, mode, cfg)) + args +
+                           " --out-dir " + (dir / mode).string());
+    INFO(mode << ": " << r.output);
+    REQUIRE(r.exit_code == 0);
+    for (const auto& j : test::records(dir / mode / "tiny/metrics.jsonl", "train")) losses[mode].push_back(j.at("loss"));
+    REQUIRE(losses[mode].size() == 12);
+  }
+  for (int i = 0; i < 5; ++i) CHECK(losses["one"][i] == losses["plain"][i]);  // the first update follows step 5
+  CHECK(losses["one"][5] != losses["plain"][5]);
+  for (const std::string mode : {"none", "optimizer", "full"})
+    for (size_t i = 0; i < 12; ++i) {
+      INFO(mode << " step " << i + 1);
+      CHECK(std::abs(losses[mode][i] - losses["one"][i]) <= 1e-5 * losses["one"][i]);
+    }
+}

@@ -264,7 +264,7 @@ class Trainer final : public WorldParts {
     ++step;
     recovery_->step_ran(step, log_step, outcome.grad_norm);
     if (nonfinite_.after_step(outcome.nonfinite, step, *steps_, *ckpt_, loop_.times)) return Next::Go;  // rolled back
-    if (ema_ && !outcome.nonfinite) ema_->after_step(step);  // a skipped step changed no weight
+    if (ema_ && !outcome.nonfinite) ema_->after_step(step, total_steps_);  // a skipped step changed no weight
     records_->log().step_done(step);
     if (log_step) records_->train(step, outcome.grad_norm, record_sources(step));
     recovery_->recorded();

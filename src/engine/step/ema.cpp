@@ -51,19 +51,28 @@ void Ema::reset_from_live() {
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
 }
 
-double Ema::decay_at(int64_t steps_done) const {
+double Ema::decay_at(int64_t steps_done, int64_t total_steps) const {
+  if (cfg_.lookahead) {  // airbench: 0.95^5 x (step / total_steps)^3 every 5 steps
+    const double t = total_steps > 0 ? std::min(1.0, static_cast<double>(steps_done) / total_steps) : 1.0;
+    return cfg_.decay * t * t * t;
+  }
   if (!cfg_.warmup) return cfg_.decay;
   const double n = static_cast<double>(steps_done / cfg_.every);  // updates made, this one included
   return std::min(cfg_.decay, 1.0 - std::pow(1.0 + n, -2.0 / 3.0));
 }
 
-void Ema::after_step(int64_t steps_done) {
-  if (steps_done % cfg_.every != 0) return;
-  FullParams whole(parallel_, /*write=*/false);  // dist.sharding full: a collective, on every rank alike
+void Ema::after_step(int64_t steps_done, int64_t total_steps) {
+  const bool last = cfg_.lookahead && steps_done >= total_steps;  // the run ends on the average
+  if (steps_done % cfg_.every != 0 && !last) return;
+  // dist.sharding full: a collective, on every rank alike; lookahead writes the weights back (each
+  // rank's chunks are taken from the whole ones)
+  FullParams whole(parallel_, /*write=*/cfg_.lookahead);
   torch::NoGradGuard ng;
-  // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them
-  torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - decay_at(steps_done));
+  // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them (a weight
+  // of 1, lookahead's first updates, gives the weights exactly: torch's lerp computes end - (end - start) x 0)
+  torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - decay_at(steps_done, total_steps));
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
+  if (cfg_.lookahead) torch::_foreach_copy_(live_float_, shadow_float_);
 }
 
 std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live, const torch::Device& device,
@@ -79,9 +88,14 @@ std::unique_ptr<Ema> make_ema(const config::RunConfig& cfg, models::Model& live,
   auto shadow = models::build_model_on(cfg.model, device, shadow_ctx);
   gen.set_state(saved);
   shadow->eval();  // it is only ever evaluated
-  spdlog::info("train.ema: decay {} every {} step(s), {}{}", cfg.train.ema.decay, cfg.train.ema.every,
-               cfg.train.ema.warmup ? "warmed up (min(decay, 1 - (1 + n)^(-2/3)) at update n)" : "no warm-up",
-               cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");
+  if (cfg.train.ema.lookahead)
+    spdlog::info("train.ema: lookahead every {} step(s), decay {} x (step / total steps)^3; the weights become the "
+                 "average at each update and at the last step",
+                 cfg.train.ema.every, cfg.train.ema.decay);
+  else
+    spdlog::info("train.ema: decay {} every {} step(s), {}{}", cfg.train.ema.decay, cfg.train.ema.every,
+                 cfg.train.ema.warmup ? "warmed up (min(decay, 1 - (1 + n)^(-2/3)) at update n)" : "no warm-up",
+                 cfg.train.ema.eval ? "; evaluated beside the trained weights" : "");
   return std::make_unique<Ema>(cfg.train.ema, live, std::move(shadow), parallel);
 }
 

@@ -9,6 +9,12 @@
 // warm-up; a function of the step, so a resumed run continues it exactly). Buffers: floating ones (BatchNorm running mean and
 // variance) are averaged like the parameters (timm ModelEmaV2, torchvision's reference with
 // use_buffers=True); integer ones (num_batches_tracked) are copied.
+//
+// train.ema.lookahead (airbench's lookahead, after Zhang et al. 2019): after each update the weights
+// become the shadow (the "slow weights"), and the update after step t of T uses decay x (t/T)^3: 0 at
+// first (the shadow is the weights), then pulling the weights back towards their past more and more
+// as the learning rate decays. The last step always updates, so the run ends on the average. The
+// state is the shadow, checkpointed as the EMA's, so a resume continues exactly.
 #pragma once
 
 #include <torch/torch.h>
@@ -32,8 +38,9 @@ class Ema {
   Ema(const config::EmaConfig& cfg, models::Model& live, models::ModelPtr shadow,
       const DataParallel* parallel = nullptr);
 
-  // After the optimizer step that made `steps_done` steps: an update when steps_done % every == 0.
-  void after_step(int64_t steps_done);
+  // After the optimizer step that made `steps_done` of the run's `total_steps` steps: an update when
+  // steps_done % every == 0 (lookahead: also at the last step), a collective under dist.sharding full.
+  void after_step(int64_t steps_done, int64_t total_steps);
   // The shadow becomes a copy of the live weights again (a resumed checkpoint without EMA weights).
   void reset_from_live();
 
@@ -41,8 +48,9 @@ class Ema {
   void set_parallel(const DataParallel* parallel) { parallel_ = parallel; }
   models::Model& model() { return *shadow_; }
   double decay() const { return cfg_.decay; }
-  // The decay of the update after `steps_done` steps: cfg.decay, or with warmup the smaller warm-up one.
-  double decay_at(int64_t steps_done) const;
+  // The decay of the update after `steps_done` steps: cfg.decay, with warmup the smaller warm-up one,
+  // with lookahead decay x (steps_done / total_steps)^3.
+  double decay_at(int64_t steps_done, int64_t total_steps) const;
   const config::EmaConfig& config() const { return cfg_; }
 
  private:
