@@ -40,6 +40,16 @@ void check_same_tensors(const fs::path& a, const fs::path& b) {
   }
 }
 
+// Run b (dir/b.yaml) from a copy of run a's step-4 checkpoint: it resumes there and finishes.
+void resume_b_from_step4(const fs::path& dir) {
+  fs::create_directories(dir / "runs/b/checkpoints");
+  fs::copy(dir / "runs/a/checkpoints/step-4", dir / "runs/b/checkpoints/step-4", fs::copy_options::recursive);
+  auto b = run_trainer("run " + (dir / "b.yaml").string());
+  INFO(b.output);
+  REQUIRE(b.exit_code == 0);
+  REQUIRE(b.output.find("resumed from ") != std::string::npos);
+}
+
 }  // namespace
 
 TEST_CASE("recipes: a resumed run with smoothing, EMA, mixup/cutmix, RRC and jitter equals the uninterrupted one",
@@ -55,12 +65,7 @@ TEST_CASE("recipes: a resumed run with smoothing, EMA, mixup/cutmix, RRC and jit
   const auto ckpts_a = dir / "runs/a/checkpoints";
   REQUIRE(fs::exists(ckpts_a / "step-4" / "ema.safetensors"));
 
-  fs::create_directories(dir / "runs/b/checkpoints");
-  fs::copy(ckpts_a / "step-4", dir / "runs/b/checkpoints/step-4", fs::copy_options::recursive);
-  auto b = run_trainer("run " + (dir / "b.yaml").string());
-  INFO(b.output);
-  REQUIRE(b.exit_code == 0);
-  REQUIRE(b.output.find("resumed from ") != std::string::npos);
+  resume_b_from_step4(dir);
 
   auto la = train_losses(dir / "runs/a/metrics.jsonl"), lb = train_losses(dir / "runs/b/metrics.jsonl");
   REQUIRE(la.size() == 12);
@@ -123,12 +128,7 @@ TEST_CASE("recipes: a resumed lookahead run equals the uninterrupted one and end
     REQUIRE(r.exit_code == 0);
   }
   const auto ckpts_a = dir / "runs/a/checkpoints";
-  fs::create_directories(dir / "runs/b/checkpoints");
-  fs::copy(ckpts_a / "step-4", dir / "runs/b/checkpoints/step-4", fs::copy_options::recursive);
-  auto b = run_trainer("run " + (dir / "b.yaml").string());
-  INFO(b.output);
-  REQUIRE(b.exit_code == 0);
-  REQUIRE(b.output.find("resumed from ") != std::string::npos);
+  resume_b_from_step4(dir);
 
   auto la_l = train_losses(dir / "runs/a/metrics.jsonl"), lb = train_losses(dir / "runs/b/metrics.jsonl");
   auto lc = train_losses(dir / "runs/c/metrics.jsonl");
