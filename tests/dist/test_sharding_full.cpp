@@ -176,7 +176,8 @@ TEST_CASE("sharding: train.ema.lookahead at 2 ranks gives one process's losses, 
   std::map<std::string, std::vector<double>> losses;
   for (const std::string mode : {"one", "plain", "none", "optimizer", "full"}) {
     const std::string args = (mode == "plain" ? "" : la) + kShardCkptArgs;
-    auto r = shard_trainer((mode == "one" || mode == "plain" ? "run " + cfg : shard_launch(2, mode, cfg)) + args +
+    const int world = mode == "one" || mode == "plain" ? 1 : 2;
+    auto r = shard_trainer(shard_launch(world, mode, cfg) + args +
                            " --out-dir " + (dir / mode).string());
     INFO(mode << ": " << r.output);
     REQUIRE(r.exit_code == 0);

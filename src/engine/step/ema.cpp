@@ -68,8 +68,7 @@ void Ema::after_step(int64_t steps_done, int64_t total_steps) {
   // rank's chunks are taken from the whole ones)
   FullParams whole(parallel_, /*write=*/cfg_.lookahead);
   torch::NoGradGuard ng;
-  // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them (a weight
-  // of 1, lookahead's first updates, gives the weights exactly: torch's lerp computes end - (end - start) x 0)
+  // lerp: shadow + (1 - decay) (weights - shadow), one multi-tensor kernel for all of them
   torch::_foreach_lerp_(shadow_float_, live_float_, 1.0 - decay_at(steps_done, total_steps));
   for (size_t i = 0; i < shadow_other_.size(); ++i) shadow_other_[i].copy_(live_other_[i]);
   if (cfg_.lookahead) torch::_foreach_copy_(live_float_, shadow_float_);
