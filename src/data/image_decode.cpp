@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include <jpeglib.h>
+#include <jerror.h>
 #include <png.h>
 #include <setjmp.h>
 
@@ -16,6 +17,7 @@
 #include "data/dataset.hpp"
 #include "config/file_read.hpp"
 #include "data/file_util.hpp"
+#include "data/pixel_rows.hpp"
 #include "data/stage_clock.hpp"
 #include "data/vector_clones.hpp"
 
@@ -55,39 +57,34 @@ struct JpegError {
   jpeg_error_mgr mgr;
   jmp_buf jump;
   char message[JMSG_LENGTH_MAX];
+  bool ended_early = false;  // the data ran out: libjpeg went on with grey
 };
-
 void jpeg_error_exit(j_common_ptr cinfo) {
   auto* err = reinterpret_cast<JpegError*>(cinfo->err);
   (*cinfo->err->format_message)(cinfo, err->message);
   longjmp(err->jump, 1);
 }
-void jpeg_silence(j_common_ptr, int) {}  // corrupt-data warnings: the decode result decides
-
-// n RGB pixels into three planes, one pass (the loads of three lanes become vector shuffles: a
-// 330-pixel crop's rows 5.6x faster than a pass per channel with a stride-3 read)
-TRAINER_VECTOR_CLONES
-void split_rgb(const uint8_t* __restrict src, int64_t n, uint8_t* __restrict r, uint8_t* __restrict g,
-               uint8_t* __restrict b) {
-  for (int64_t i = 0; i < n; ++i) {
-    r[i] = src[3 * i];
-    g[i] = src[3 * i + 1];
-    b[i] = src[3 * i + 2];
-  }
+// Corrupt-data warnings (extraneous bytes, a bad Huffman code) are common in real datasets and
+// PIL decodes through them, as libjpeg does. The end of the data before the image's is not: libjpeg
+// would fill the rest with grey, PIL refuses the file ("image file is truncated"), and so do we.
+void jpeg_note(j_common_ptr cinfo, int level) {
+  if (level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) reinterpret_cast<JpegError*>(cinfo->err)->ended_early = true;
 }
+[[noreturn]] void jpeg_fail(JpegError& err, const char* what) {
+  std::snprintf(err.message, sizeof err.message, "%s", what);
+  longjmp(err.jump, 1);
+}
+constexpr const char* kTruncated = "the file ends before its image data does (truncated)";
 
-// Planar (C, H, W) from interleaved (H, W, C).
-void deinterleave(const uint8_t* src, int64_t c, int64_t hw, uint8_t* dst) {
-  if (c == 1) {
-    std::memcpy(dst, src, hw);
-    return;
+// The colour model libjpeg gives out: CMYK (and YCCK, which libjpeg turns into CMYK) as it is,
+// converted here as PIL does; the others as the pipeline's channels.
+PixelKind jpeg_output(jpeg_decompress_struct& cinfo, int64_t channels) {
+  if (cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK) {
+    cinfo.out_color_space = JCS_CMYK;
+    return PixelKind::Cmyk;
   }
-  if (c == 3) {
-    split_rgb(src, hw, dst, dst + hw, dst + 2 * hw);
-    return;
-  }
-  for (int64_t i = 0; i < hw; ++i)
-    for (int64_t k = 0; k < c; ++k) dst[k * hw + i] = src[i * c + k];
+  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  return channels == 1 ? PixelKind::Grey : PixelKind::Rgb;
 }
 
 DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
@@ -96,7 +93,7 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
   JpegError err{};
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit;
-  err.mgr.emit_message = jpeg_silence;
+  err.mgr.emit_message = jpeg_note;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     throw DataError(fmt::format("{}: cannot decode JPEG: {}", path, err.message));
@@ -113,7 +110,7 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
     jpeg_destroy_decompress(&cinfo);
     return img;
   }
-  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  const PixelKind kind = jpeg_output(cinfo, channels);
   if (min_side > 0) {  // DCT-domain downscaling: decode only the resolution we need
     int64_t shorter = std::min(img.height, img.width);
     unsigned denom = 1;
@@ -124,16 +121,17 @@ DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& by
   jpeg_start_decompress(&cinfo);
   img.height = cinfo.output_height;
   img.width = cinfo.output_width;
-  const int64_t row = img.width * channels;
+  const int64_t row = img.width * pixel_bytes(kind);
   inter.resize(img.height * row);
   while (cinfo.output_scanline < cinfo.output_height) {
     JSAMPROW r = inter.data() + cinfo.output_scanline * row;
     jpeg_read_scanlines(&cinfo, &r, 1);
   }
-  jpeg_finish_decompress(&cinfo);
+  jpeg_finish_decompress(&cinfo);  // up to the end marker, which PIL also wants
+  if (err.ended_early) jpeg_fail(err, kTruncated);
   jpeg_destroy_decompress(&cinfo);
-  out.resize(img.height * row);
-  deinterleave(inter.data(), channels, img.height * img.width, out.data());
+  out.resize(img.height * img.width * channels);
+  to_planes(inter.data(), kind, img.height * img.width, channels, out.data(), img.height * img.width);
   return img;
 }
 
@@ -155,7 +153,7 @@ RegionImage decode_jpeg_region(const std::string& path, const std::vector<uint8_
   JpegError err{};
   cinfo.err = jpeg_std_error(&err.mgr);
   err.mgr.error_exit = jpeg_error_exit;
-  err.mgr.emit_message = jpeg_silence;
+  err.mgr.emit_message = jpeg_note;
   if (setjmp(err.jump)) {
     jpeg_destroy_decompress(&cinfo);
     throw DataError(fmt::format("{}: cannot decode JPEG: {}", path, err.message));
@@ -177,7 +175,7 @@ RegionImage decode_jpeg_region(const std::string& path, const std::vector<uint8_
   }
   const unsigned d = region_scale(img.box, out_h, out_w);
   img.scale = d;
-  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
+  const PixelKind kind = jpeg_output(cinfo, channels);
   cinfo.scale_num = 1;
   cinfo.scale_denom = d;
   jpeg_start_decompress(&cinfo);
@@ -196,28 +194,24 @@ RegionImage decode_jpeg_region(const std::string& path, const std::vector<uint8_
   if (cw < cinfo.output_width) jpeg_crop_scanline(&cinfo, &cx, &cw);
   const int64_t skip_cols = x0 - static_cast<int64_t>(cx);
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
-  const int64_t rows = y1 - y0, cols = x1 - x0, row = static_cast<int64_t>(cw) * channels;
+  const int64_t px = pixel_bytes(kind);
+  const int64_t rows = y1 - y0, cols = x1 - x0, row = static_cast<int64_t>(cw) * px;
   inter.resize(static_cast<size_t>(rows * row));
   for (int64_t y = 0; y < rows; ++y) {
     JSAMPROW r = inter.data() + y * row;
-    if (jpeg_read_scanlines(&cinfo, &r, 1) != 1) {
-      std::snprintf(err.message, sizeof err.message, "the data ends before row %lld", static_cast<long long>(y0 + y));
-      longjmp(err.jump, 1);
-    }
+    if (jpeg_read_scanlines(&cinfo, &r, 1) != 1) jpeg_fail(err, kTruncated);
   }
-  jpeg_abort_decompress(&cinfo);  // the rows below the box are never decoded
+  // the data the box needs was there (the rows below it are never decoded, nor their data read)
+  if (err.ended_early) jpeg_fail(err, kTruncated);
+  jpeg_abort_decompress(&cinfo);
   jpeg_destroy_decompress(&cinfo);
   img.height = rows;
   img.width = cols;
   img.window = SourceWindow{fy0 - static_cast<double>(y0), fx0 - static_cast<double>(x0), fy1 - fy0, fx1 - fx0};
   out.resize(static_cast<size_t>(channels * rows * cols));
   const int64_t plane = rows * cols;
-  for (int64_t y = 0; y < rows; ++y) {
-    const uint8_t* src = inter.data() + y * row + skip_cols * channels;
-    uint8_t* dst = out.data() + y * cols;
-    if (channels == 3) split_rgb(src, cols, dst, dst + plane, dst + 2 * plane);
-    else std::memcpy(dst, src, static_cast<size_t>(cols));  // grey
-  }
+  for (int64_t y = 0; y < rows; ++y)
+    to_planes(inter.data() + y * row + skip_cols * px, kind, cols, channels, out.data() + y * cols, plane);
   return img;
 }
 
@@ -237,16 +231,23 @@ DecodedImage decode_png(const std::string& path, const std::vector<uint8_t>& byt
     png_image_free(&image);
     return img;
   }
-  image.format = channels == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
+  // 8-bit, palettes expanded, in the file's own colour model with its alpha (dropped below, as PIL's
+  // convert does: transparent pixels keep their colour)
+  const bool colour = image.format & PNG_FORMAT_FLAG_COLOR, alpha = image.format & PNG_FORMAT_FLAG_ALPHA;
+  image.format = (colour ? PNG_FORMAT_RGB : PNG_FORMAT_GRAY) | (alpha ? PNG_FORMAT_FLAG_ALPHA : 0);
+  // 16-bit samples without gamma information are sRGB, as 8-bit ones are (libpng would take them as
+  // linear light and brighten them): v / 257 rounded. PIL keeps the high byte (v >> 8) of colour,
+  // at most 1 apart, and clips 16-bit grey at 255 as it converts (not followed).
+  image.flags |= PNG_IMAGE_FLAG_16BIT_sRGB;
+  const PixelKind kind = colour ? (alpha ? PixelKind::Rgba : PixelKind::Rgb) : (alpha ? PixelKind::GreyAlpha : PixelKind::Grey);
   inter.resize(PNG_IMAGE_SIZE(image));
-  png_color black{0, 0, 0};  // transparent pixels are composited over black
-  if (!png_image_finish_read(&image, &black, inter.data(), 0, nullptr)) {
+  if (!png_image_finish_read(&image, nullptr, inter.data(), 0, nullptr)) {
     std::string msg = image.message;
     png_image_free(&image);
     throw DataError(fmt::format("{}: cannot decode PNG: {}", path, msg));
   }
   out.resize(img.height * img.width * channels);
-  deinterleave(inter.data(), channels, img.height * img.width, out.data());
+  to_planes(inter.data(), kind, img.height * img.width, channels, out.data(), img.height * img.width);
   return img;
 }
 
@@ -298,6 +299,13 @@ DecodedImage probe_image(const std::string& path) {
 
 void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
                 int quality) {
+  JpegLayout layout;
+  layout.quality = quality;
+  write_jpeg(path, pixels, height, width, channels, layout);
+}
+
+void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
+                const JpegLayout& layout) {
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) throw DataError(path + ": cannot create");
   jpeg_compress_struct cinfo{};
@@ -308,10 +316,26 @@ void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, 
   cinfo.image_width = static_cast<JDIMENSION>(width);
   cinfo.image_height = static_cast<JDIMENSION>(height);
   cinfo.input_components = static_cast<int>(channels);
-  cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  jpeg_set_defaults(&cinfo);
-  jpeg_set_quality(&cinfo, quality, TRUE);
+  cinfo.in_color_space = channels == 1 ? JCS_GRAYSCALE : channels == 4 ? JCS_CMYK : JCS_RGB;
+  jpeg_set_defaults(&cinfo);  // CMYK and YCCK get Adobe's marker
+  if (channels == 4 && layout.ycck) jpeg_set_colorspace(&cinfo, JCS_YCCK);
+  if (channels >= 3) {
+    cinfo.comp_info[0].h_samp_factor = layout.luma_h;
+    cinfo.comp_info[0].v_samp_factor = layout.luma_v;
+    if (channels == 4 && layout.ycck) {  // YCCK: K at the luma's resolution, as Y
+      cinfo.comp_info[3].h_samp_factor = layout.luma_h;
+      cinfo.comp_info[3].v_samp_factor = layout.luma_v;
+    }
+  }
+  jpeg_set_quality(&cinfo, layout.quality, TRUE);
+  if (layout.progressive) jpeg_simple_progression(&cinfo);
   jpeg_start_compress(&cinfo, TRUE);
+  if (layout.exif_orientation > 0) {  // APP1 "Exif", a little-endian TIFF header, IFD0 with one tag
+    const uint8_t o = static_cast<uint8_t>(layout.exif_orientation);
+    const uint8_t exif[] = {'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, 1, 0,
+                            0x12, 0x01, 3, 0, 1, 0, 0, 0, o, 0, 0, 0, 0, 0, 0, 0};
+    jpeg_write_marker(&cinfo, JPEG_APP0 + 1, exif, sizeof exif);
+  }
   while (cinfo.next_scanline < cinfo.image_height) {
     auto* row = const_cast<JSAMPROW>(pixels + cinfo.next_scanline * width * channels);
     jpeg_write_scanlines(&cinfo, &row, 1);

@@ -1,5 +1,9 @@
 // JPEG (libjpeg-turbo) and PNG (libpng) decoding to planar uint8 (C, H, W), C = 1 (grey) or 3
-// (RGB); the libraries convert colour spaces, palettes, bit depths and alpha for us.
+// (RGB), with the pixels PIL gives (torchvision's ImageFolder): the libraries expand palettes and
+// bit depths and convert YCbCr and YCCK; CMYK, alpha and colour-to-grey follow PIL
+// (data/pixel_rows.hpp). An EXIF orientation is not applied (neither PIL's open nor torchvision's
+// loader applies it). A JPEG whose data ends before the pixels it must give is refused, as PIL
+// refuses it; corrupt-data warnings are not (PIL decodes through them too).
 #pragma once
 
 #include <cstdint>
@@ -49,9 +53,20 @@ RegionImage decode_image_region(const std::string& path, int64_t channels,
 // Width and height from the file header without decoding the pixels.
 DecodedImage probe_image(const std::string& path);
 
-// Writers, for tests and benchmarks: `pixels` interleaved (H, W, C), C = 1 or 3.
+// Writers, for tests and benchmarks: `pixels` interleaved (H, W, C), C = 1 or 3 (and 4 for a JPEG:
+// CMYK bytes as Adobe stores them, inverted).
 void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
                 int quality = 90);
+// The kinds of JPEG found in the wild, for tests.
+struct JpegLayout {
+  int quality = 90;
+  int luma_h = 2, luma_v = 2;  // luma's sampling factors against chroma's 1 x 1: 2 x 2 is 4:2:0, 2 x 1 4:2:2, 1 x 1 4:4:4
+  bool progressive = false;
+  bool ycck = false;            // 4 channels stored as YCCK (as Photoshop does), not CMYK
+  int exif_orientation = 0;     // > 0: an EXIF block with this orientation (6: rotate 90 degrees to view)
+};
+void write_jpeg(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels,
+                const JpegLayout& layout);
 void write_png(const std::string& path, const uint8_t* pixels, int64_t height, int64_t width, int64_t channels);
 
 }  // namespace trainer::data

@@ -159,28 +159,87 @@ void transpose_floats(const float* src, int64_t rows, int64_t cols, float* dst) 
   transpose_rest(src, cols, rows, cols, dst, done_r, done_c);
 }
 
-// out[o][i] = sum_k w[o][k] * in[start[o] - base + k][i] for outputs [o0, o1), rows of `n` floats.
-TRAINER_VECTOR_CLONES
-void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, const float* in, int64_t n, float* out) {
-  for (int64_t o = o0; o < o1; ++o) {
-    float* acc = out + (o - o0) * n;
-    const float* w = &a.weights[o * a.max_count];
-    if (a.count[o] == 0) {
-      std::fill(acc, acc + n, 0.0f);
-      continue;
+// One output row of a pass: acc[i] = w[0] * rows[0][i] + w[1] * rows[1][i] + ... (k ascending; the
+// first term written, not added to zeros: 0 + x is x, as the weights and pixels are >= 0 no -0
+// appears). V is a vector of floats: each block of 4 vectors of `acc` stays in registers over all
+// k, so a tap costs a load, a multiply and an add, not also a load and a store of acc. The lanes
+// round as the scalar tail does (no fused multiply-add), so every vector width gives the same bytes.
+// No contraction of a multiply and an add into a fused one (C++'s default in GCC is to contract
+// where the target has FMA, and AVX-512F has it): the same bytes on every CPU.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"  // the lambda's vector return: always inlined, never a call
+template <class V>
+[[gnu::always_inline]] inline void filter_one(const float* w, int64_t count, const float* first, int64_t n, float* acc) {
+  constexpr int64_t L = sizeof(V) / sizeof(float);
+  const auto load = [](const float* p) [[gnu::always_inline]] {  // unaligned
+    V v;
+    std::memcpy(&v, p, sizeof v);
+    return v;
+  };
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    V a0 = w[0] * load(first + i), a1 = w[0] * load(first + i + L);
+    V a2 = w[0] * load(first + i + 2 * L), a3 = w[0] * load(first + i + 3 * L);
+    for (int64_t k = 1; k < count; ++k) {
+      const float* r = first + k * n + i;
+      a0 += w[k] * load(r), a1 += w[k] * load(r + L), a2 += w[k] * load(r + 2 * L), a3 += w[k] * load(r + 3 * L);
     }
-    // the first term written, not added to zeros: 0 + x is x (the weights and pixels are >= 0, so
-    // no -0 appears), one pass over the row fewer
-    const float w0 = w[0];
-    const float* row0 = in + (a.start[o] - base) * n;
-    for (int64_t i = 0; i < n; ++i) acc[i] = w0 * row0[i];
-    for (int64_t k = 1; k < a.count[o]; ++k) {
-      const float wk = w[k];
-      const float* row = in + (a.start[o] - base + k) * n;
-      for (int64_t i = 0; i < n; ++i) acc[i] += wk * row[i];
-    }
+    std::memcpy(acc + i, &a0, sizeof a0), std::memcpy(acc + i + L, &a1, sizeof a1);
+    std::memcpy(acc + i + 2 * L, &a2, sizeof a2), std::memcpy(acc + i + 3 * L, &a3, sizeof a3);
+  }
+  for (; i + L <= n; i += L) {
+    V a = w[0] * load(first + i);
+    for (int64_t k = 1; k < count; ++k) a += w[k] * load(first + k * n + i);
+    std::memcpy(acc + i, &a, sizeof a);
+  }
+  for (; i < n; ++i) {
+    float a = w[0] * first[i];
+    for (int64_t k = 1; k < count; ++k) a += w[k] * first[k * n + i];
+    acc[i] = a;
   }
 }
+#pragma GCC diagnostic pop
+
+// out[o][i] = sum_k w[o][k] * in[start[o] - base + k][i] for outputs [o0, o1), rows of `n` floats.
+template <class V>
+[[gnu::always_inline]] inline void filter_rows_with(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base,
+                                                    const float* in, int64_t n, float* out) {
+  for (int64_t o = o0; o < o1; ++o) {
+    float* acc = out + (o - o0) * n;
+    if (a.count[o] == 0) std::fill(acc, acc + n, 0.0f);
+    else filter_one<V>(&a.weights[o * a.max_count], a.count[o], in + (a.start[o] - base) * n, n, acc);
+  }
+}
+
+using Floats4 = float __attribute__((vector_size(16)));
+using Floats8 = float __attribute__((vector_size(32)));
+using Floats16 = float __attribute__((vector_size(64)));
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void filter_rows_avx512(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base,
+                                                           const float* in, int64_t n, float* out) {
+  filter_rows_with<Floats16>(a, o0, o1, base, in, n, out);
+}
+__attribute__((target("avx2"))) void filter_rows_avx2(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base,
+                                                      const float* in, int64_t n, float* out) {
+  filter_rows_with<Floats8>(a, o0, o1, base, in, n, out);
+}
+bool have_avx512f() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes;
+}
+#endif
+
+void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, const float* in, int64_t n, float* out) {
+#ifdef TRAINER_AVX2_TRANSPOSE
+  if (have_avx512f()) return filter_rows_avx512(a, o0, o1, base, in, n, out);
+  if (have_avx2()) return filter_rows_avx2(a, o0, o1, base, in, n, out);
+#endif
+  filter_rows_with<Floats4>(a, o0, o1, base, in, n, out);  // SSE2, the x86-64 baseline
+}
+#pragma GCC pop_options
 
 // lround, clamped to a byte: the integer part plus one from a fraction of a half (exact in float;
 // the filter's weights are not negative, so a value is in [0, 255] give or take a rounding). The
