@@ -1,10 +1,13 @@
 // image_folder: data.path/<class>/<image>, classes = sub-folder names in sorted order (as
-// torchvision's ImageFolder), images = *.jpg, *.jpeg, *.png (any case). Images are decoded in the
+// torchvision's ImageFolder), images = *.jpg, *.jpeg, *.png (any case; torchvision's other image
+// types, .bmp .ppm .pgm .tif .tiff .webp, are refused or, with data.on_bad_sample: skip, left out
+// with a warning; other files are ignored, as torchvision ignores them). Images are decoded in the
 // loader's worker threads, resized (shorter side) and centre-cropped to data.image_size. With
 // data.image_size = 0 every image must have the size of the first one.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -24,10 +27,38 @@ struct FolderIndex {
   std::vector<FileStamp> stamps;  // when scanned: a file deleted or replaced later is a DataChanged
 };
 
-bool is_image_name(const fs::path& p) {
+std::string lower_extension(const fs::path& p) {
   std::string ext = p.extension().string();
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+  return ext;
+}
+
+bool is_image_name(const std::string& ext) { return ext == ".jpg" || ext == ".jpeg" || ext == ".png"; }
+
+// The other images torchvision's ImageFolder would train on (its IMG_EXTENSIONS): not left out
+// silently, since a folder would then train on fewer images than torchvision's does.
+bool is_other_image_name(const std::string& ext) {
+  return ext == ".bmp" || ext == ".ppm" || ext == ".pgm" || ext == ".tif" || ext == ".tiff" || ext == ".webp";
+}
+
+// Files of torchvision's other image types: refused (data.on_bad_sample: error), or left out with a
+// warning (skip), with their count per extension and the first one.
+void check_other_images(const std::string& root, const std::map<std::string, int64_t>& count, const std::string& first,
+                        bool skip_bad) {
+  if (count.empty()) return;
+  int64_t n = 0;
+  std::string kinds;
+  for (const auto& [ext, k] : count) {
+    n += k;
+    kinds += fmt::format("{}{} {}", kinds.empty() ? "" : ", ", k, ext);
+  }
+  const std::string what = fmt::format(
+      "{}: {} image file(s) that torchvision's ImageFolder reads but trainer does not decode (JPEG and PNG only): {}; "
+      "the first: {}",
+      root, n, kinds, first);
+  if (!skip_bad)
+    throw DataError(what + ". Convert them to JPEG or PNG, or set data.on_bad_sample: skip to leave them out");
+  spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
 }
 
 std::vector<std::string> class_names(const std::string& root) {
@@ -41,13 +72,24 @@ std::vector<std::string> class_names(const std::string& root) {
   return names;
 }
 
-FolderIndex scan(const std::string& root, const std::vector<std::string>& classes) {
+FolderIndex scan(const std::string& root, const std::vector<std::string>& classes, bool skip_bad) {
   FolderIndex idx;
   idx.classes = classes;
+  std::map<std::string, int64_t> others;
+  std::string first_other;
   for (size_t c = 0; c < classes.size(); ++c) {
     std::vector<std::string> files;
-    for (const auto& e : fs::recursive_directory_iterator(fs::path(root) / classes[c]))
-      if (e.is_regular_file() && is_image_name(e.path())) files.push_back(e.path().string());
+    for (const auto& e : fs::recursive_directory_iterator(fs::path(root) / classes[c])) {
+      if (!e.is_regular_file()) continue;
+      const std::string ext = lower_extension(e.path());
+      if (is_image_name(ext)) {
+        files.push_back(e.path().string());
+      } else if (is_other_image_name(ext)) {
+        if (others.empty() || e.path().string() < first_other) first_other = e.path().string();
+        ++others[ext];
+      }
+    }
+    if (c + 1 == classes.size() || files.empty()) check_other_images(root, others, first_other, skip_bad);
     if (files.empty())
       throw DataError(fmt::format("{}: class folder '{}' has no .jpg/.jpeg/.png images", root, classes[c]));
     std::sort(files.begin(), files.end());
@@ -165,7 +207,7 @@ class ImageFolderDataset : public ImageDataset {
 
 std::shared_ptr<ImageFolderDataset> open_folder(const std::string& root, const std::vector<std::string>& classes,
                                                 const ImageOptions& opts, int64_t channels) {
-  FolderIndex idx = scan(root, classes);
+  FolderIndex idx = scan(root, classes, opts.skip_bad);
   int64_t h = opts.size, w = opts.size;
   if (opts.size == 0) {  // the output size is the first image's (the first readable one, when skipping)
     for (size_t i = 0; i < idx.files.size() && h == 0; ++i) {

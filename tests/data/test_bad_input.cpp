@@ -146,6 +146,27 @@ TEST_CASE("bad input: an undecodable image fails in the worker naming it, or is 
   CHECK(skipping->skipped() == 1);
 }
 
+TEST_CASE("bad input: image types torchvision reads and trainer does not are refused, or left out with skip", "[unit]") {
+  auto root = scratch_dir("bad_other_types");
+  write_image_folder(root, {"a", "b"}, 2, 8, 8, false);
+  write_file(root / "a" / "notes.txt", "not an image: ignored, as torchvision ignores it");
+  write_file(root / "b" / "x.BMP", "BM");
+  write_file(root / "b" / "deeper" / "y.webp", "RIFF");
+  write_file(root / "a" / "z.tif", "II*");
+  auto d = cfg("image_folder", root);
+  CHECK(error_of(d, resnet(3, 2)) ==
+        root.string() + ": 3 image file(s) that torchvision's ImageFolder reads but trainer does not decode (JPEG and "
+                        "PNG only): 1 .bmp, 1 .tif, 1 .webp; the first: " + (root / "a" / "z.tif").string() +
+            ". Convert them to JPEG or PNG, or set data.on_bad_sample: skip to leave them out");
+  d.on_bad_sample = "skip";
+  auto pair = create_datasets(d, resnet(3, 2), 0);
+  CHECK(pair.train->size() == 4);  // the JPEGs alone
+  fs::remove_all(root / "a");
+  fs::create_directories(root / "a");
+  write_file(root / "a" / "only.ppm", "P6");  // a class of other types alone: no images left
+  CHECK(error_of(d, resnet(3, 2)) == root.string() + ": class folder 'a' has no .jpg/.jpeg/.png images");
+}
+
 TEST_CASE("bad input: empty datasets", "[unit]") {
   auto dir = scratch_dir("bad_empty");
   fs::create_directories(dir / "imgs");
