@@ -48,6 +48,9 @@ TEST_CASE("bench-data: a line per worker count, the JPEG pipeline's stages addin
     CHECK(std::stoi(m[5].str()) > 0);  // a JPEG folder decodes
   }
   CHECK(seen == std::vector<int>{0, 1, 2});  // sorted, each once
+  // fewer timed batches than 3 a worker would time the workers' phase: raised, and said
+  CHECK(r.output.find("(--batches 3 raised to 6 for 2 worker(s): at least 3 a worker)") != std::string::npos);
+  CHECK(r.output.find("raised to 3 for 1") == std::string::npos);
   auto v = run_trainer("bench-data " + cfg + " --val --workers 1 --batches 2");
   INFO(v.output);
   CHECK(v.exit_code == 2);  // no validation split configured
