@@ -112,4 +112,13 @@ inline std::string timeout_prefix(double seconds, const std::string& sig = "TERM
 
 inline std::string source_path(const std::string& rel) { return std::string(TRAINER_SOURCE_DIR) + "/" + rel; }
 
+// A program of the project's Python environment (scripts/setup.sh; $TRAINER_VENV overrides): python,
+// torchrun. Tests that need one skip when it is missing.
+inline std::string venv_bin(const std::string& name) {
+  const char* venv = std::getenv("TRAINER_VENV");
+  const char* home = std::getenv("HOME");
+  return (venv ? std::string(venv) : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
+         "/bin/" + name;
+}
+
 }  // namespace trainer::test

@@ -22,12 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string corpus_python() {
-  const char* venv = std::getenv("TRAINER_VENV");
-  const char* home = std::getenv("HOME");
-  return (venv ? std::string(venv) : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
-         "/bin/python";
-}
+std::string corpus_python() { return venv_bin("python"); }
 
 // The tests' tiny GPT: its embeddings are what every corpus file holds; the rest of the model is
 // "missing" (strict: false), so each case turns on those two tensors alone.

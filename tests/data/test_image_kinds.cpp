@@ -20,13 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string kinds_python() {
-  const char* venv = std::getenv("TRAINER_VENV");
-  const char* home = std::getenv("HOME");
-  return (venv ? std::string(venv) : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
-         "/bin/python";
-}
-
 std::vector<uint8_t> file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};
@@ -53,9 +46,9 @@ int64_t differing(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) 
 }  // namespace
 
 TEST_CASE("image kinds: every JPEG and PNG kind decodes, whole and by region, to PIL's pixels", "[unit]") {
-  if (!fs::exists(kinds_python())) TRAINER_SKIP("no Python environment at " << kinds_python());
+  if (!fs::exists(venv_bin("python"))) TRAINER_SKIP("no Python environment at " << venv_bin("python"));
   const auto dir = scratch_dir("image_kinds");
-  const auto gen = run_shell("\"" + kinds_python() + "\" " + source_path("tests/reference/make_image_kinds.py") + " " +
+  const auto gen = run_shell("\"" + venv_bin("python") + "\" " + source_path("tests/reference/make_image_kinds.py") + " " +
                              dir.string());
   INFO(gen.output);
   REQUIRE(gen.exit_code == 0);

@@ -15,12 +15,7 @@ using namespace trainer;
 namespace {
 
 
-std::string torchrun_path() {
-  const char* venv = std::getenv("TRAINER_VENV");
-  const char* home = std::getenv("HOME");
-  std::string dir = venv ? venv : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0";
-  return dir + "/bin/torchrun";
-}
+std::string torchrun_path() { return test::venv_bin("torchrun"); }
 
 std::string mpirun_path() {
   auto r = test::run_shell("command -v mpirun");

@@ -22,12 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string torchrun_bin() {
-  const char* venv = std::getenv("TRAINER_VENV");
-  const char* home = std::getenv("HOME");
-  return std::string(venv ? venv : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
-         "/bin/torchrun";
-}
+std::string torchrun_bin() { return test::venv_bin("torchrun"); }
 
 // Runs `per_host(h)` inside each host at once (a shell line each, output to <dir>/host<h>.log) and
 // returns each one's exit code.

@@ -153,11 +153,7 @@ TEST_CASE("sharding: at 4 ranks each rank holds 1/4 of the optimizer state, and 
 TEST_CASE("sharding: optimizer, gradients and full under torchrun and mpirun log the losses of trainer launch with none",
           "[dist][e2e]") {
   if (test::is_worker()) return;
-  const char* venv = std::getenv("TRAINER_VENV");
-  const char* home = std::getenv("HOME");
-  const std::string torchrun =
-      std::string(venv ? venv : std::string(home ? home : "/root") + "/.cache/trainer/venv-torch-2.11.0") +
-      "/bin/torchrun";
+  const std::string torchrun = test::venv_bin("torchrun");
   const auto mpi = test::run_shell("command -v mpirun");
   if (!std::filesystem::exists(torchrun) || mpi.exit_code != 0) TRAINER_SKIP("needs torchrun and mpirun");
   const std::string mpirun = mpi.output.substr(0, mpi.output.find('\n'));
