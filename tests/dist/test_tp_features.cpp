@@ -1,7 +1,7 @@
 // The run's features on the mesh (issue 24). train.ema at tp 2 and at dp 2 x tp 2 fully sharded keeps
 // each rank's slices of the shadow and evaluates it over the tp group: the EMA losses of one process,
 // a checkpoint whose ema.safetensors holds the one-process run's global tensors, and a resume that
-// continues them. `trainer check --memory` at tp 2 reports one rank's slices (fewer parameter bytes,
+// continues them. train.ema.lookahead at tp 2 and pp 2: one process's losses, ending on the average. `trainer check --memory` at tp 2 reports one rank's slices (fewer parameter bytes,
 // fewer activation bytes per sample than tp 1), and train.batch_size auto at tp 2 picks what that
 // table predicts, the same on both ranks, and logs the losses of the fixed micro-batch.
 #include <catch2/catch.hpp>
@@ -73,6 +73,40 @@ TEST_CASE("train.ema at tp 2 and at dp 2 x tp 2 fully sharded gives one process'
   REQUIRE(rest.exit_code == 0);
   CHECK(rest.output.find("no EMA weights in this checkpoint") == std::string::npos);
   check_same_ema(ref, ema_losses(dir / "resumed"), "one process -> tp 2 at step 5");
+}
+
+// train.ema.lookahead pulls the weights back to the shadow every `every` steps and at the last: on
+// the mesh each rank pulls its own slices (tp) or its stages' weights (pp) back. The losses after
+// each pull are one process's, and every layout ends on one process's average.
+TEST_CASE("train.ema.lookahead at tp 2 and at pp 2 gives one process's losses and ends on its average",
+          "[dist][e2e][tp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("tp_lookahead");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  // decay 0.9 x (t / 10)^3 at steps 3, 6, 9 and 10 (the last): 0.02, 0.19, 0.66, 0.9
+  const std::string la = kArgs + " --set train.ema.decay=0.9 --set train.ema.every=3 --set train.ema.lookahead=true";
+  auto plain = test::train_tiny_gpt("", "run " + cfg + kArgs, dir / "plain");
+  require_trained(plain, kSteps, 1);
+  auto single = test::train_tiny_gpt("", "run " + cfg + la, dir / "single");
+  require_trained(single, kSteps, 1);
+  for (size_t i = 0; i < 3; ++i) CHECK(single.losses[i] == plain.losses[i]);  // the first pull follows step 3
+  CHECK(std::abs(single.losses[6] - plain.losses[6]) > 1e-4 * plain.losses[6]);  // and the pulls move the weights
+  const auto last = [](const std::filesystem::path& out) { return out / "tiny" / "checkpoints" / "step-10"; };
+  for (const auto& [layout, what] : {std::pair<std::string, const char*>{kTp2, "tp 2"},
+                                     {" --set dist.pipeline_parallel=2", "pp 2"}}) {
+    const auto out = dir / (what[0] == 't' ? "tp" : "pp");
+    auto run = test::train_tiny_gpt("", "launch -n 2 -- run " + cfg + la + layout, out);
+    require_trained(run, kSteps, 2);
+    check_same_losses(single, run, what);
+    check_same_tensors(last(dir / "single"), last(out), "model", 1e-3);
+    // the run ended on the average: its weights are its shadow, every slice and stage of them
+    const auto model = group_tensors(last(out), "model"), ema = group_tensors(last(out), "ema");
+    REQUIRE(model.size() == ema.size());
+    for (const auto& [name, t] : model) {
+      INFO(what << ": " << name);
+      CHECK(torch::equal(t, ema.at(name)));
+    }
+  }
 }
 
 TEST_CASE("trainer check --memory at tp 2 reports one rank's slices, and train.batch_size auto at tp 2 picks what it "
