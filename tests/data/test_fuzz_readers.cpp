@@ -238,3 +238,57 @@ TEST_CASE("fuzz: PNG and JPEG headers with random sizes decode or fail naming th
     if (!err.empty()) CHECK(starts_with(err, file.string() + ": "));
   }
 }
+
+TEST_CASE("fuzz: JPEGs of every layout cut short or with flipped bytes decode or fail naming the file, whole and by "
+          "region",
+          "[unit]") {
+  Rng rng(27027);
+  auto dir = scratch_dir("fuzz_jpeg_kinds");
+  const int64_t h = 37, w = 53;  // partial MCUs at both edges
+  std::vector<std::string> bases;
+  for (int k = 0; k < 6; ++k) {  // 4:2:0, 4:2:2, 4:4:4 progressive, grey, CMYK, YCCK progressive
+    const int64_t c = k == 3 ? 1 : k >= 4 ? 4 : 3;
+    std::vector<uint8_t> px(static_cast<size_t>(h * w * c));
+    for (auto& b : px) b = static_cast<uint8_t>(rng());
+    data::JpegLayout layout;
+    layout.luma_h = k == 1 ? 2 : k == 2 ? 1 : 2;
+    layout.luma_v = k == 1 || k == 2 ? 1 : 2;
+    layout.progressive = k == 2 || k == 5;
+    layout.ycck = k == 5;
+    const auto f = dir / ("base" + std::to_string(k) + ".jpg");
+    data::write_jpeg(f.string(), px.data(), h, w, c, layout);
+    bases.push_back(read_file(f));
+  }
+  std::vector<uint8_t> out, inter;
+  const fs::path file = dir / "x.jpg";
+  for (int i = 0; i < 300; ++i) {
+    std::string bytes = bases[static_cast<size_t>(i) % bases.size()];
+    const bool cut = rng() % 2 == 0;
+    if (cut) bytes.resize(2 + rng() % (bytes.size() - 2));
+    const int flips = cut ? static_cast<int>(rng() % 2) : 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) bytes[2 + rng() % (bytes.size() - 2)] ^= static_cast<char>(1 + rng() % 255);
+    write_file(file, bytes);
+    const int64_t c = rng() % 3 == 0 ? 1 : 3;
+    const int64_t top = static_cast<int64_t>(rng() % h), left = static_cast<int64_t>(rng() % w);
+    const data::CropBox box{top, left, 1 + static_cast<int64_t>(rng()) % (h - top), 1 + static_cast<int64_t>(rng()) % (w - left)};
+    const int64_t out_side = 1 + static_cast<int64_t>(rng() % 24);
+    INFO("case " << i << ": base " << i % bases.size() << ", " << bytes.size() << " bytes, " << c << " channel(s)");
+    for (bool region : {false, true}) {
+      try {
+        if (region) {
+          const auto r = data::decode_image_region(file.string(), c, [&](int64_t hh, int64_t ww) {
+            return data::CropBox{std::min(box.top, hh - 1), std::min(box.left, ww - 1), std::min(box.height, hh - std::min(box.top, hh - 1)),
+                                 std::min(box.width, ww - std::min(box.left, ww - 1))};
+          }, out_side, out_side, out, inter);
+          CHECK(out.size() == static_cast<size_t>(c * r.height * r.width));
+        } else {
+          const auto img = data::decode_image(file.string(), c, 0, out, inter);
+          CHECK(out.size() == static_cast<size_t>(c * img.height * img.width));
+        }
+      } catch (const DataError& e) {
+        INFO("error: " << e.what());
+        CHECK(starts_with(e.what(), file.string() + ": "));
+      }
+    }
+  }
+}
