@@ -19,7 +19,6 @@
 #include "data/file_util.hpp"
 #include "data/pixel_rows.hpp"
 #include "data/stage_clock.hpp"
-#include "data/vector_clones.hpp"
 
 namespace trainer::data {
 namespace {
