@@ -7,6 +7,7 @@
 // columns the output needs are read, and only the output pixels asked for are made (a centre crop
 // of a resize computes the crop alone, with the filter of the whole resize).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 
@@ -232,10 +233,13 @@ bool have_avx512f() {
 }
 #endif
 
+std::atomic<int> g_filter_width{0};  // the test's choice (filter_width_for_tests), 0: the CPU's best
+
 void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, const float* in, int64_t n, float* out) {
+  const int width = g_filter_width.load(std::memory_order_relaxed);
 #ifdef TRAINER_AVX2_TRANSPOSE
-  if (have_avx512f()) return filter_rows_avx512(a, o0, o1, base, in, n, out);
-  if (have_avx2()) return filter_rows_avx2(a, o0, o1, base, in, n, out);
+  if ((width == 0 || width == 16) && have_avx512f()) return filter_rows_avx512(a, o0, o1, base, in, n, out);
+  if ((width == 0 || width == 16 || width == 8) && have_avx2()) return filter_rows_avx2(a, o0, o1, base, in, n, out);
 #endif
   filter_rows_with<Floats4>(a, o0, o1, base, in, n, out);  // SSE2, the x86-64 baseline
 }
@@ -273,6 +277,15 @@ void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, co
   transpose_floats(h, nx, rows, ht);
   filter_rows(wy, oy0, oy1, ry0, ht, nx, v);
   for (int64_t y = 0; y < ny; ++y) to_bytes(v + y * nx, nx, out + y * out_stride);
+}
+
+int filter_width_for_tests(int floats) {
+  g_filter_width.store(floats, std::memory_order_relaxed);
+#ifdef TRAINER_AVX2_TRANSPOSE
+  if ((floats == 0 || floats == 16) && have_avx512f()) return 16;
+  if ((floats == 0 || floats == 16 || floats == 8) && have_avx2()) return 8;
+#endif
+  return 4;
 }
 
 }  // namespace resize_detail

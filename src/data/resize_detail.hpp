@@ -18,4 +18,8 @@ struct AxisWeights {
 // len in); the filter is cut at the window's edges, as if the window were the whole image.
 AxisWeights axis_weights(int64_t in, int64_t out, double off, double len);
 
+// For tests: the filter's vector width in floats, 16 (AVX-512), 8 (AVX2) or 4 (SSE2), capped by what
+// the CPU has; 0 restores the CPU's best. Returns the width the filter now uses.
+int filter_width_for_tests(int floats);
+
 }  // namespace trainer::data::resize_detail
