@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include <jpeglib.h>
@@ -289,6 +290,22 @@ RegionImage decode_image_region(const std::string& path, int64_t channels,
       std::memcpy(out.data() + (c * b.height + y) * b.width, whole.data() + (c * full.height + b.top + y) * full.width + b.left,
                   static_cast<size_t>(b.width));
   return img;
+}
+
+std::string lower_extension(const std::string& path) {
+  std::string ext = std::filesystem::path(path).extension().string();
+  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  return ext;
+}
+
+bool is_decodable_image_name(const std::string& path) {
+  const std::string ext = lower_extension(path);
+  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+}
+
+bool is_other_image_name(const std::string& path) {
+  const std::string ext = lower_extension(path);
+  return ext == ".bmp" || ext == ".ppm" || ext == ".pgm" || ext == ".tif" || ext == ".tiff" || ext == ".webp";
 }
 
 DecodedImage probe_image(const std::string& path) {

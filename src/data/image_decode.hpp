@@ -50,6 +50,13 @@ RegionImage decode_image_region(const std::string& path, int64_t channels,
                                 const std::function<CropBox(int64_t h, int64_t w)>& choose, int64_t out_h,
                                 int64_t out_w, std::vector<uint8_t>& out, std::vector<uint8_t>& interleaved);
 
+// Image files by name (the extension, any case): JPEG and PNG, which decode here; and torchvision's
+// other image types (its IMG_EXTENSIONS: .bmp .ppm .pgm .tif .tiff .webp), which do not, and which an
+// image folder must not leave out silently.
+std::string lower_extension(const std::string& path);  // ".jpg" of "a/B.JPG"
+bool is_decodable_image_name(const std::string& path);
+bool is_other_image_name(const std::string& path);
+
 // Width and height from the file header without decoding the pixels.
 DecodedImage probe_image(const std::string& path);
 

@@ -27,21 +27,8 @@ struct FolderIndex {
   std::vector<FileStamp> stamps;  // when scanned: a file deleted or replaced later is a DataChanged
 };
 
-std::string lower_extension(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext;
-}
-
-bool is_image_name(const std::string& ext) { return ext == ".jpg" || ext == ".jpeg" || ext == ".png"; }
-
-// The other images torchvision's ImageFolder would train on (its IMG_EXTENSIONS): not left out
-// silently, since a folder would then train on fewer images than torchvision's does.
-bool is_other_image_name(const std::string& ext) {
-  return ext == ".bmp" || ext == ".ppm" || ext == ".pgm" || ext == ".tif" || ext == ".tiff" || ext == ".webp";
-}
-
-// Files of torchvision's other image types: refused (data.on_bad_sample: error), or left out with a
+// Files of torchvision's other image types (a folder would train on fewer images than torchvision's
+// does if they were left out silently): refused (data.on_bad_sample: error), or left out with a
 // warning (skip), with their count per extension and the first one.
 void check_other_images(const std::string& root, const std::map<std::string, int64_t>& count, const std::string& first,
                         bool skip_bad) {
@@ -81,12 +68,12 @@ FolderIndex scan(const std::string& root, const std::vector<std::string>& classe
     std::vector<std::string> files;
     for (const auto& e : fs::recursive_directory_iterator(fs::path(root) / classes[c])) {
       if (!e.is_regular_file()) continue;
-      const std::string ext = lower_extension(e.path());
-      if (is_image_name(ext)) {
-        files.push_back(e.path().string());
-      } else if (is_other_image_name(ext)) {
-        if (others.empty() || e.path().string() < first_other) first_other = e.path().string();
-        ++others[ext];
+      const std::string path = e.path().string();
+      if (is_decodable_image_name(path)) {
+        files.push_back(path);
+      } else if (is_other_image_name(path)) {
+        if (others.empty() || path < first_other) first_other = path;
+        ++others[lower_extension(path)];
       }
     }
     if (c + 1 == classes.size() || files.empty()) check_other_images(root, others, first_other, skip_bad);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "data/dataset.hpp"
 #include "data/image_decode.hpp"
@@ -14,19 +15,20 @@ namespace trainer::data {
 namespace {
 namespace fs = std::filesystem;
 
-bool inputs_is_image_name(const fs::path& p) {
-  std::string ext = p.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
-  return ext == ".jpg" || ext == ".jpeg" || ext == ".png";
-}
-
 std::vector<std::string> inputs_folder_images(const fs::path& folder) {
-  std::vector<std::string> files;
+  std::vector<std::string> files, others;
   std::error_code ec;
   for (auto it = fs::recursive_directory_iterator(folder, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec))
-    if (it->is_regular_file() && inputs_is_image_name(it->path())) files.push_back(it->path().string());
+       it.increment(ec)) {
+    if (!it->is_regular_file()) continue;
+    if (is_decodable_image_name(it->path().string())) files.push_back(it->path().string());
+    else if (is_other_image_name(it->path().string())) others.push_back(it->path().string());
+  }
   if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", folder.string(), ec.message()));
+  if (!others.empty())  // named, not dropped silently: trainer decodes JPEG and PNG only
+    spdlog::warn("{}: {} image file(s) of a type trainer does not decode (JPEG and PNG only) are not classified, "
+                 "the first: {}",
+                 folder.string(), others.size(), *std::min_element(others.begin(), others.end()));
   if (files.empty()) throw DataError(fmt::format("{}: the folder holds no .jpg/.jpeg/.png images", folder.string()));
   std::sort(files.begin(), files.end());
   return files;

@@ -135,6 +135,16 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
   CHECK(empty.exit_code == 1);
   CHECK(empty.output.find((dir / "empty").string() + ": the folder holds no .jpg/.jpeg/.png images") != std::string::npos);
 
+  // a folder with a type trainer does not decode: the rest classified, that one named in a warning
+  fs::create_directories(dir / "mixed");
+  fs::copy_file(dir / "val" / "cat" / "0.png", dir / "mixed" / "a.png");
+  write_file(dir / "mixed" / "b.webp", "RIFF");
+  auto mixed = run_trainer("predict " + base + " --input " + (dir / "mixed").string());
+  CHECK(mixed.exit_code == 0);
+  CHECK(mixed.output.find("1 image file(s) of a type trainer does not decode (JPEG and PNG only) are not classified, "
+                          "the first: " + (dir / "mixed" / "b.webp").string()) != std::string::npos);
+  CHECK(mixed.output.find((dir / "mixed" / "a.png").string()) != std::string::npos);
+
   write_file(dir / "two.txt", "a\nb\n");
   auto labels = run_trainer("predict " + base + " --input " + (dir / "val").string() + " --labels " +
                             (dir / "two.txt").string());
