@@ -21,8 +21,9 @@ std::vector<std::string> inputs_folder_images(const fs::path& folder) {
   for (auto it = fs::recursive_directory_iterator(folder, ec); !ec && it != fs::recursive_directory_iterator();
        it.increment(ec)) {
     if (!it->is_regular_file()) continue;
-    if (is_decodable_image_name(it->path().string())) files.push_back(it->path().string());
-    else if (is_other_image_name(it->path().string())) others.push_back(it->path().string());
+    std::string path = it->path().string();
+    if (is_decodable_image_name(path)) files.push_back(std::move(path));
+    else if (is_other_image_name(path)) others.push_back(std::move(path));
   }
   if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", folder.string(), ec.message()));
   if (!others.empty())  // named, not dropped silently: trainer decodes JPEG and PNG only

@@ -233,15 +233,26 @@ bool have_avx512f() {
 }
 #endif
 
-std::atomic<int> g_filter_width{0};  // the test's choice (filter_width_for_tests), 0: the CPU's best
+std::atomic<int> g_filter_width{0};  // the test's cap (filter_width_for_tests), 0: none
+
+// The filter's width in floats: the widest the CPU has, within the test's cap.
+int filter_width() {
+  const int cap = g_filter_width.load(std::memory_order_relaxed);
+#ifdef TRAINER_AVX2_TRANSPOSE
+  if ((cap == 0 || cap >= 16) && have_avx512f()) return 16;
+  if ((cap == 0 || cap >= 8) && have_avx2()) return 8;
+#endif
+  return 4;
+}
 
 void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, const float* in, int64_t n, float* out) {
-  const int width = g_filter_width.load(std::memory_order_relaxed);
+  switch (filter_width()) {
 #ifdef TRAINER_AVX2_TRANSPOSE
-  if ((width == 0 || width == 16) && have_avx512f()) return filter_rows_avx512(a, o0, o1, base, in, n, out);
-  if ((width == 0 || width == 16 || width == 8) && have_avx2()) return filter_rows_avx2(a, o0, o1, base, in, n, out);
+    case 16: return filter_rows_avx512(a, o0, o1, base, in, n, out);
+    case 8: return filter_rows_avx2(a, o0, o1, base, in, n, out);
 #endif
-  filter_rows_with<Floats4>(a, o0, o1, base, in, n, out);  // SSE2, the x86-64 baseline
+    default: return filter_rows_with<Floats4>(a, o0, o1, base, in, n, out);  // SSE2, the x86-64 baseline
+  }
 }
 #pragma GCC pop_options
 
@@ -281,11 +292,7 @@ void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, co
 
 int filter_width_for_tests(int floats) {
   g_filter_width.store(floats, std::memory_order_relaxed);
-#ifdef TRAINER_AVX2_TRANSPOSE
-  if ((floats == 0 || floats == 16) && have_avx512f()) return 16;
-  if ((floats == 0 || floats == 16 || floats == 8) && have_avx2()) return 8;
-#endif
-  return 4;
+  return filter_width();
 }
 
 }  // namespace resize_detail
