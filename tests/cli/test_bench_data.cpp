@@ -2,7 +2,7 @@
 // machine's (not checked); what is checked: a line per worker count, the stage split of a JPEG
 // folder (read, decode, augment, collate) adding up to 100 %, the workers it says keep a run fed
 // (the run's rate without its data wait over the measured rate per worker, rounded up), bad
-// arguments (exit 2, named).
+// arguments and --run files that give no rate (exit 2 before measuring, named).
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -67,7 +67,8 @@ TEST_CASE("bench-data --run: the workers that keep a run fed, from its rate with
                    "{\"kind\": \"eval\", \"step\": 1, \"loss\": 1.0}\n"
                    "{\"kind\": \"train\", \"step\": 2, \"samples_per_s\": 100, \"step_ms\": 10, \"data_wait_ms\": 5}\n"
                    "{\"kind\": \"train\", \"step\": 3, \"samples_per_s\": 90, \"step_ms\": 10, \"data_wait_ms\": 4}\n"
-                   "{\"kind\": \"train\", \"step\": 4, \"samples_per_s\": 120, \"step_ms\": 10, \"data_wait_ms\": 5}\n");
+                   "{\"kind\": \"train\", \"step\": 4, \"samples_per_s\": 120, \"step_ms\": 10, \"data_wait_ms\": 5}\n"
+                   "{\"kind\": \"train\", \"step\": 5, \"samp");  // a killed run's unterminated last line
   auto r = run_trainer("bench-data " + cfg + " --workers 1 --batches 3 --run " + (dir / "run").string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -93,6 +94,26 @@ TEST_CASE("bench-data: bad arguments exit 2 and say what is wrong", "[e2e]") {
   INFO(no_run.output);
   CHECK(no_run.exit_code == 2);
   CHECK(no_run.output.find("no metrics.jsonl there") != std::string::npos);
+  // --run files that cannot give a rate are refused before the minutes of measuring, named
+  test::write_file(dir / "garbled/metrics.jsonl",
+                   "{\"kind\": \"train\", \"step\": 1, \"samples_per_s\": 1, \"step_ms\": 900, \"data_wait_ms\": 0}\n"
+                   "{bad\n"
+                   "{\"kind\": \"train\", \"step\": 2, \"samples_per_s\": 100, \"step_ms\": 10, \"data_wait_ms\": 5}\n");
+  auto garbled = run_trainer("bench-data " + cfg + " --workers 1 --run " + (dir / "garbled").string());
+  INFO(garbled.output);
+  CHECK(garbled.exit_code == 2);
+  CHECK(garbled.output.find("metrics.jsonl:2: not a JSON record: {bad") != std::string::npos);
+  CHECK(garbled.output.find("samples/s") == std::string::npos);  // nothing was measured
+  test::write_file(dir / "short/metrics.jsonl",
+                   "{\"kind\": \"train\", \"step\": 1, \"samples_per_s\": 1, \"step_ms\": 900, \"data_wait_ms\": 0}\n"
+                   "{\"kind\": \"eval\", \"step\": 1, \"loss\": 1.0}\n");
+  auto short_run = run_trainer("bench-data " + cfg + " --workers 1 --run " + (dir / "short").string());
+  INFO(short_run.output);
+  CHECK(short_run.exit_code == 2);
+  CHECK(short_run.output.find("has 1 train record(s) and none after the first") != std::string::npos);
+  auto zero = run_trainer("bench-data " + cfg + " --workers 0 --run " + (dir / "short").string());
+  CHECK(zero.exit_code == 2);
+  CHECK(zero.output.find("--run: give --workers a count of at least 1") != std::string::npos);
   auto bad_key = run_trainer("bench-data " + cfg + " --set data.workerz=1");
   CHECK(bad_key.exit_code == 2);
   CHECK(bad_key.output.find("data.workerz") != std::string::npos);

@@ -84,24 +84,43 @@ std::string split_text(const Measured& m) {
 }
 
 // The run's rate without its data wait: median over its train records (the first one left out: it
-// holds start-up) of samples_per_s x step_ms / (step_ms - data_wait_ms). nullopt without records.
-std::optional<std::pair<double, size_t>> step_rate(const std::string& run_dir) {
+// holds start-up) of samples_per_s x step_ms / (step_ms - data_wait_ms), and how many records gave
+// it. Read before minutes of measuring, so a file that cannot answer is an error up front: a line
+// that is not a JSON object (except an unterminated last one, which a killed run can leave), or no
+// usable train record after the first.
+std::pair<double, size_t> step_rate(const std::string& run_dir) {
   const std::string path = run_dir + "/metrics.jsonl";
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) throw std::invalid_argument(fmt::format("--run {}: no metrics.jsonl there ({})", run_dir, path));
   std::vector<double> rates;
   std::string line;
-  bool first = true;
+  int64_t train_records = 0, line_no = 0;
   while (std::getline(in, line)) {
+    ++line_no;
+    const bool terminated = !in.eof();  // getline stopped at a newline, not at the end of the file
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object() || j.value("kind", "") != "train") continue;
-    if (std::exchange(first, false)) continue;
-    const double sps = j.value("samples_per_s", 0.0), step = j.value("step_ms", 0.0), wait = j.value("data_wait_ms", 0.0);
-    if (sps > 0 && step > wait) rates.push_back(sps * step / (step - wait));
+    if (!j.is_object()) {
+      if (!terminated) break;  // cut off mid-write
+      throw std::invalid_argument(fmt::format("--run {}: {}:{}: not a JSON record: {}", run_dir, path, line_no,
+                                              line.substr(0, 60)));
+    }
+    if (j.value("kind", "") != "train") continue;
+    if (train_records++ == 0) continue;
+    auto num = [&](const char* key) {
+      const auto it = j.find(key);
+      return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+    };
+    const double sps = num("samples_per_s"), step = num("step_ms"), wait = num("data_wait_ms");
+    if (sps > 0 && step > 0 && step > wait && wait >= 0) rates.push_back(sps * step / (step - wait));
   }
-  if (rates.empty()) return std::nullopt;
+  if (rates.empty())
+    throw std::invalid_argument(fmt::format(
+        "--run {}: {} has {} train record(s) and none after the first (start-up) with samples_per_s, step_ms > "
+        "data_wait_ms: nothing to read a step rate from (a longer run, or a smaller train.log_every, gives some)",
+        run_dir, path, train_records));
   std::sort(rates.begin(), rates.end());
-  return std::make_pair(rates[rates.size() / 2], rates.size());
+  return {rates[rates.size() / 2], rates.size()};
 }
 
 int bench(const BenchDataArgs& args) {
@@ -126,7 +145,13 @@ int bench(const BenchDataArgs& args) {
     if (w < 0 || w > 256) throw std::invalid_argument(fmt::format("--workers {}: give 0 to 256", w));
   std::sort(workers.begin(), workers.end());
   workers.erase(std::unique(workers.begin(), workers.end()), workers.end());
-  const auto rate = args.run_dir.empty() ? std::nullopt : step_rate(args.run_dir);  // before minutes of measuring
+  std::optional<std::pair<double, size_t>> rate;  // read before minutes of measuring
+  if (!args.run_dir.empty()) {
+    if (workers.back() == 0)
+      throw std::invalid_argument("--run: give --workers a count of at least 1: the workers a run needs are its rate "
+                                  "over a worker's");
+    rate = step_rate(args.run_dir);
+  }
   auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
   auto ds = args.validation ? sets.val : sets.train;
   if (!ds) throw std::invalid_argument("the config's data has no validation split (data.val_path, data.val_fraction)");
@@ -150,17 +175,13 @@ int bench(const BenchDataArgs& args) {
               << std::flush;
     if (w > 0 && m.per_worker() > best.per_worker()) best = m;
   }
-  if (!args.run_dir.empty()) {
-    if (!rate) {
-      std::cout << fmt::format("--run {}: no train records after the first to read a step rate from\n", args.run_dir);
-    } else if (best.workers > 0) {
-      const auto needed = static_cast<int64_t>(std::ceil(rate->first / best.per_worker()));
-      std::cout << fmt::format("the run in {} consumes {:.1f} samples/s without its data wait (median of {} "
-                               "records); at {:.1f} samples/s a worker (measured with {}) about {} worker(s) keep "
-                               "it fed (data.workers: {}{})\n",
-                               args.run_dir, rate->first, rate->second, best.per_worker(), best.workers, needed,
-                               run_workers.workers, cfg.data.workers < 0 ? ", auto" : "");
-    }
+  if (rate && best.workers > 0) {
+    const auto needed = static_cast<int64_t>(std::ceil(rate->first / best.per_worker()));
+    std::cout << fmt::format("the run in {} consumes {:.1f} samples/s without its data wait (median of {} "
+                             "records); at {:.1f} samples/s a worker (measured with {}) about {} worker(s) keep "
+                             "it fed (data.workers: {}{})\n",
+                             args.run_dir, rate->first, rate->second, best.per_worker(), best.workers, needed,
+                             run_workers.workers, cfg.data.workers < 0 ? ", auto" : "");
   }
   return kExitOk;
 }
