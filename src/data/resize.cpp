@@ -1,11 +1,13 @@
 // The antialiased bilinear resize (data/transforms.hpp): separable, rows then columns, each output
 // value summed in a fixed order (k ascending, float, no fused multiply-add) so every machine and
 // every instruction set gives the same bytes. The passes are laid out so the inner loops run over
-// contiguous memory: the horizontal pass works on the source window transposed (its columns become
-// rows), the vertical one on its result transposed back. Those loops vectorise; the hot ones are
-// compiled twice (AVX2 and the baseline x86-64) and picked at run time. Only the source rows and
-// columns the output needs are read, and only the output pixels asked for are made (a centre crop
-// of a resize computes the crop alone, with the filter of the whole resize).
+// contiguous memory. With AVX-512 the horizontal pass reads the byte rows themselves, picking each
+// tap's pixels by permutes (resize_byte_pass.cpp); otherwise it works on the source window
+// transposed (its columns become rows) and its result is transposed back. The vertical pass runs
+// along the rows. The hot loops are compiled for the widest vectors the CPU has and picked at run
+// time. Only the source rows and columns the output needs are read, and only the output pixels
+// asked for are made (a centre crop of a resize computes the crop alone, with the filter of the
+// whole resize).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -260,7 +262,7 @@ void filter_rows(const AxisWeights& a, int64_t o0, int64_t o1, int64_t base, con
 // the filter's weights are not negative, so a value is in [0, 255] give or take a rounding). The
 // clamp is on the integers: float compares with a branch-free select do not vectorise here.
 TRAINER_VECTOR_CLONES
-void to_bytes(const float* in, int64_t n, uint8_t* out) {
+void to_bytes_clones(const float* in, int64_t n, uint8_t* out) {
   for (int64_t i = 0; i < n; ++i) {
     const float v = in[i];
     const int32_t t = static_cast<int32_t>(v);
@@ -270,22 +272,57 @@ void to_bytes(const float* in, int64_t n, uint8_t* out) {
   }
 }
 
-// Outputs [oy0, oy1) x [ox0, ox1) of one plane, written with row stride `out_stride`.
-void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, const AxisWeights& wy, int64_t oy0,
-                  int64_t oy1, int64_t ox0, int64_t ox1, uint8_t* out, int64_t out_stride, std::vector<float>& scratch) {
+#if defined(__x86_64__) && defined(__GNUC__)
+#pragma GCC diagnostic push
+// GCC 12 flags the undefined part its own conversion intrinsics start from (a false positive)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The same rounding 16 lanes at a time: truncate, add one where the fraction is >= 0.5, clamp, narrow.
+__attribute__((target("avx512f"))) void to_bytes_avx512(const float* in, int64_t n, uint8_t* out) {
+  const __m512 half = _mm512_set1_ps(0.5f);
+  const __m512i one = _mm512_set1_epi32(1), zero = _mm512_setzero_si512(), top = _mm512_set1_epi32(255);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(in + i);
+    const __m512i t = _mm512_cvttps_epi32(v);
+    const __mmask16 up = _mm512_cmp_ps_mask(_mm512_sub_ps(v, _mm512_cvtepi32_ps(t)), half, _CMP_GE_OQ);
+    const __m512i r = _mm512_min_epi32(_mm512_max_epi32(_mm512_mask_add_epi32(t, up, t, one), zero), top);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), _mm512_cvtepi32_epi8(r));
+  }
+  to_bytes_clones(in + i, n - i, out + i);
+}
+#pragma GCC diagnostic pop
+#endif
+
+void to_bytes(const float* in, int64_t n, uint8_t* out) {
+#ifdef TRAINER_AVX2_TRANSPOSE
+  if (filter_width() == 16) return to_bytes_avx512(in, n, out);
+#endif
+  to_bytes_clones(in, n, out);
+}
+
+// Outputs [oy0, oy1) x [ox0, ox1) of one plane, written with row stride `out_stride`. `px`: the
+// horizontal pass planned from byte rows for [ox0, ox1) (used at width 16 where usable).
+void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, const AxisWeights& wy, const BytePass& px,
+                  int64_t oy0, int64_t oy1, int64_t ox0, int64_t ox1, uint8_t* out, int64_t out_stride,
+                  std::vector<float>& scratch) {
   const auto [ry0, ry1] = span(wy, oy0, oy1);
-  const auto [cx0, cx1] = span(wx, ox0, ox1);
-  const int64_t rows = ry1 - ry0, cols = cx1 - cx0, nx = ox1 - ox0, ny = oy1 - oy0;
-  // scratch: the window transposed (cols x rows), the horizontal pass (nx x rows), it transposed
-  // (rows x nx), the vertical pass (ny x nx)
-  scratch.resize(static_cast<size_t>(cols * rows + 2 * nx * rows + ny * nx));
-  float* t = scratch.data();
-  float* h = t + cols * rows;
-  float* ht = h + nx * rows;
-  float* v = ht + nx * rows;
-  transpose_bytes(plane + ry0 * src_w + cx0, src_w, rows, cols, t);
-  filter_rows(wx, ox0, ox1, cx0, t, rows, h);
-  transpose_floats(h, nx, rows, ht);
+  const int64_t rows = ry1 - ry0, nx = ox1 - ox0, ny = oy1 - oy0;
+  // scratch: the horizontal pass (rows x nx), the vertical pass (ny x nx)
+  scratch.resize(static_cast<size_t>(rows * nx + ny * nx));
+  if (filter_width() < 16 || !byte_pass(px, plane, src_w, ry0, ry1, ox0, scratch.data(), nx)) {
+    // then also: the window transposed (cols x rows), its horizontal pass (nx x rows), that
+    // transposed is the horizontal pass
+    const auto [cx0, cx1] = span(wx, ox0, ox1);
+    const int64_t cols = cx1 - cx0;
+    scratch.resize(static_cast<size_t>(rows * nx + ny * nx + cols * rows + nx * rows));
+    float* t = scratch.data() + rows * nx + ny * nx;
+    float* h = t + cols * rows;
+    transpose_bytes(plane + ry0 * src_w + cx0, src_w, rows, cols, t);
+    filter_rows(wx, ox0, ox1, cx0, t, rows, h);
+    transpose_floats(h, nx, rows, scratch.data());
+  }
+  const float* ht = scratch.data();
+  float* v = scratch.data() + rows * nx;
   filter_rows(wy, oy0, oy1, ry0, ht, nx, v);
   for (int64_t y = 0; y < ny; ++y) to_bytes(v + y * nx, nx, out + y * out_stride);
 }
@@ -298,6 +335,7 @@ int filter_width_for_tests(int floats) {
 }  // namespace resize_detail
 
 using resize_detail::axis_weights;
+using resize_detail::plan_byte_pass;
 using resize_detail::resize_plane;
 
 void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
@@ -313,8 +351,10 @@ void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_
 void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
                             uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
   const auto wx = axis_weights(src_w, dst_w, win.left, win.width), wy = axis_weights(src_h, dst_h, win.top, win.height);
+  const auto px = plan_byte_pass(wx, 0, dst_w);
   for (int64_t c = 0; c < channels; ++c)
-    resize_plane(src + c * src_h * src_w, src_w, wx, wy, 0, dst_h, 0, dst_w, dst + c * dst_h * dst_w, dst_w, scratch);
+    resize_plane(src + c * src_h * src_w, src_w, wx, wy, px, 0, dst_h, 0, dst_w, dst + c * dst_h * dst_w, dst_w,
+                 scratch);
 }
 
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
@@ -333,9 +373,10 @@ void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_
   // the crop's pixels of the whole resize: its filter, only its outputs
   const auto wx = axis_weights(src_w, w, 0, static_cast<double>(src_w));
   const auto wy = axis_weights(src_h, h, 0, static_cast<double>(src_h));
+  const auto px = plan_byte_pass(wx, left, left + size);
   for (int64_t c = 0; c < channels; ++c)
-    resize_plane(src + c * src_h * src_w, src_w, wx, wy, top, top + size, left, left + size, dst + c * size * size,
-                 size, scratch);
+    resize_plane(src + c * src_h * src_w, src_w, wx, wy, px, top, top + size, left, left + size,
+                 dst + c * size * size, size, scratch);
 }
 
 }  // namespace trainer::data

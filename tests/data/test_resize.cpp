@@ -1,6 +1,8 @@
-// The vectorised resize (src/data/resize.cpp) against the scalar loops it replaced (kept here as
-// the reference): the same bytes for whole images, windows at every DCT scale's fractions, upscales,
-// and the centre crop computed alone against the crop of the whole resize.
+// The vectorised resize (src/data/resize.cpp, resize_byte_pass.cpp) against the scalar loops it
+// replaced (kept here as the reference), at every filter width the CPU has: the same bytes for
+// whole images, windows at every DCT scale's fractions, up- and downscales (shrinks of up to 300x,
+// past the byte pass's 32 taps), and the centre crop computed alone against the crop of the whole
+// resize.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -131,13 +133,26 @@ TEST_CASE("the centre crop of a resize, computed alone, is the crop of the whole
   std::mt19937 rng(11);
   std::vector<float> s1, s2;
   std::vector<uint8_t> t2;
-  for (auto [h, w, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
-           {375, 500, 224}, {500, 375, 224}, {300, 300, 224}, {100, 150, 224}, {224, 300, 224}, {37, 50, 16}, {50, 37, 17}}) {
-    const auto img = random_image(rng, 3, h, w);
-    std::vector<uint8_t> mine(3 * size * size), ref(3 * size * size);
-    resize_short_center_crop(img.data(), 3, h, w, mine.data(), size, s1);
-    resize_reference::ref_resize_short_center_crop(img.data(), 3, h, w, ref.data(), size, t2, s2);
-    INFO(h << "x" << w << " -> " << size);
-    CHECK(mine == ref);
+  std::set<int> widths;  // every filter width this CPU runs, as above
+  for (int want : {16, 8, 4}) widths.insert(resize_detail::filter_width_for_tests(want));
+  for (int width : widths) {
+    resize_detail::filter_width_for_tests(width);
+    INFO("filter width " << width << " floats");
+    for (auto [h, w, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{375, 500, 224},
+                                                                                {500, 375, 224},
+                                                                                {300, 300, 224},
+                                                                                {100, 150, 224},
+                                                                                {224, 300, 224},
+                                                                                {37, 50, 16},
+                                                                                {50, 37, 17},
+                                                                                {60, 2000, 20}}) {  // 100 taps
+      const auto img = random_image(rng, 3, h, w);
+      std::vector<uint8_t> mine(3 * size * size), ref(3 * size * size);
+      resize_short_center_crop(img.data(), 3, h, w, mine.data(), size, s1);
+      resize_reference::ref_resize_short_center_crop(img.data(), 3, h, w, ref.data(), size, t2, s2);
+      INFO(h << "x" << w << " -> " << size);
+      CHECK(mine == ref);
+    }
   }
+  resize_detail::filter_width_for_tests(0);
 }
