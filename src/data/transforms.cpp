@@ -5,10 +5,6 @@
 #include <cstring>
 #include <numbers>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#endif
-
 #include <fmt/format.h>
 
 #include "data/vector_clones.hpp"
@@ -149,6 +145,7 @@ Normalizer::Normalizer(const std::string& mode, int64_t channels, const std::vec
       if (mode == "minmax") x = (x - a[c]) / (b[c] > a[c] ? b[c] - a[c] : 1.0);
       table_[c * 256 + v] = static_cast<float>(x);
     }
+  for (int64_t c = 0; c < channels; ++c) lookup_.emplace_back(&table_[c * 256]);
   auto list = [](const std::vector<double>& v) {
     std::string s;
     for (double x : v) s += (s.empty() ? "" : ", ") + fmt::format("{:.4f}", x);
@@ -166,52 +163,13 @@ std::vector<float> Normalizer::table(int64_t channels) const {
   return t;
 }
 
-namespace {
-
-void normalize_lookup(const uint8_t* s, float* d, const float* t, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) d[i] = t[s[i]];
-}
-
-#if defined(__x86_64__) && defined(__GNUC__)
-// normalize_lookup() 16 bytes a gather, the same values. The stores stream past the caches once `d` is
-// 64-byte aligned: a batch of floats is far larger than them, and the step reads it next, not this
-// thread (a 224 x 224 plane: 68 -> 33 us on an Intel Xeon, family 6 model 207).
-// GCC 12's avx512fintrin.h starts its conversions from _mm512_undefined_* values, which
-// -Wmaybe-uninitialized reports where they inline (a false positive: every lane is written)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-__attribute__((target("avx512f"))) void lookup_avx512(const uint8_t* s, float* d, const float* t, int64_t n) {
-  int64_t i = 0;
-  for (; i < n && (reinterpret_cast<uintptr_t>(d + i) & 63) != 0; ++i) d[i] = t[s[i]];
-  for (; i + 16 <= n; i += 16) {
-    const __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i)));
-    _mm512_stream_ps(d + i, _mm512_i32gather_ps(idx, t, 4));
-  }
-  for (; i < n; ++i) d[i] = t[s[i]];
-  _mm_sfence();  // the streamed stores are ordered before whatever hands the batch on
-}
-#pragma GCC diagnostic pop
-
-bool have_avx512f() {
-  static const bool yes = __builtin_cpu_supports("avx512f");
-  return yes;
-}
-#endif
-
-}  // namespace
-
 void Normalizer::apply(const uint8_t* src, float* dst, int64_t batch, int64_t channels, int64_t hw) const {
-  auto look = normalize_lookup;
-#if defined(__x86_64__) && defined(__GNUC__)
-  if (have_avx512f()) look = lookup_avx512;
-#endif
   for (int64_t b = 0; b < batch; ++b)
     for (int64_t c = 0; c < channels; ++c) {
-      const float* t = table_.empty() ? nullptr : &table_[c * 256];
       const uint8_t* s = src + (b * channels + c) * hw;
       float* d = dst + (b * channels + c) * hw;
-      if (t)
-        look(s, d, t, hw);
+      if (!lookup_.empty())
+        lookup_bytes(lookup_[static_cast<size_t>(c)], s, d, hw);
       else
         for (int64_t i = 0; i < hw; ++i) d[i] = s[i] * (1.0f / 255.0f);
     }

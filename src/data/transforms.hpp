@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "data/byte_lookup.hpp"
 #include "data/rng.hpp"
 
 namespace trainer::data {
@@ -86,6 +87,7 @@ class Normalizer {
 
  private:
   std::vector<float> table_;  // (C, 256)
+  std::vector<ByteTable> lookup_;  // table_'s rows, laid out for the vector lookups
   std::string text_ = "none";
 };
 

@@ -1,6 +1,8 @@
 // Image transforms against hand-computed results and against torch's antialiased interpolate.
 #include <catch2/catch.hpp>
 
+#include <set>
+
 #include <torch/torch.h>
 
 #include "data/transforms.hpp"
@@ -112,29 +114,39 @@ TEST_CASE("transforms: normalizer tables", "[unit]") {
 }
 
 TEST_CASE("transforms: the normalizer's vector lookup gives its table's values at any length and alignment", "[unit]") {
-  // the AVX-512 path (gathers, streamed stores from a 64-byte boundary) against the table, bit for
-  // bit: planes of a length that is no multiple of 16, written from an unaligned address
-  const int64_t batch = 2, channels = 3, hw = 1000 + 7, n = batch * channels * hw;
-  Normalizer norm("mean_std", channels, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225});
-  const auto table = norm.table(channels);
-  std::vector<uint8_t> src(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) src[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-  for (int64_t shift : {0, 1, 5, 16}) {
-    std::vector<float> buf(static_cast<size_t>(n + 32), -7.0f);
-    float* dst = buf.data() + shift;
-    norm.apply(src.data(), dst, batch, channels, hw);
-    int64_t wrong = 0;
-    for (int64_t b = 0; b < batch; ++b)
-      for (int64_t c = 0; c < channels; ++c)
-        for (int64_t i = 0; i < hw; ++i) {
-          const int64_t k = (b * channels + c) * hw + i;
-          wrong += dst[k] != table[static_cast<size_t>(c * 256 + src[static_cast<size_t>(k)])];
-        }
-    INFO("dst offset " << shift << " floats");
-    CHECK(wrong == 0);
-    CHECK(buf[static_cast<size_t>(n + shift)] == -7.0f);  // nothing written past the end
-    if (shift > 0) CHECK(buf[static_cast<size_t>(shift - 1)] == -7.0f);
-  }
+  // every path this CPU runs (AVX512-VBMI byte permutes, AVX-512 gathers, scalar; streamed stores
+  // from a 64-byte boundary) against the table, bit for bit: planes of a length that is no multiple
+  // of 16 or 64, written from an unaligned address, and a plane shorter than one vector
+  std::set<int> levels;
+  for (int want : {3, 2, 1}) levels.insert(byte_lookup_detail::level_for_tests(want));
+  for (int level : levels)
+    for (int64_t hw : {1000 + 7, 50, 5}) {
+      byte_lookup_detail::level_for_tests(level);
+      INFO("lookup path " << level << ", planes of " << hw);
+      const int64_t batch = 2, channels = 3, n = batch * channels * hw;
+      Normalizer norm("mean_std", channels, {0.485, 0.456, 0.406}, {0.229, 0.224, 0.225});
+      const auto table = norm.table(channels);
+      std::vector<uint8_t> src(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) src[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 2654435761u) >> 13);
+      for (int64_t shift : {0, 1, 5, 16}) {
+        std::vector<float> buf(static_cast<size_t>(n + 32), -7.0f);
+        float* dst = buf.data() + shift;
+        norm.apply(src.data(), dst, batch, channels, hw);
+        int64_t wrong = 0;
+        for (int64_t b = 0; b < batch; ++b)
+          for (int64_t c = 0; c < channels; ++c)
+            for (int64_t i = 0; i < hw; ++i) {
+              const int64_t k = (b * channels + c) * hw + i;
+              wrong += dst[k] != table[static_cast<size_t>(c * 256 + src[static_cast<size_t>(k)])];
+            }
+        INFO("dst offset " << shift << " floats");
+        CHECK(wrong == 0);
+        CHECK(buf[static_cast<size_t>(n + shift)] == -7.0f);  // nothing written past the end
+        if (shift > 0) CHECK(buf[static_cast<size_t>(shift - 1)] == -7.0f);
+      }
+    }
+  byte_lookup_detail::level_for_tests(0);
+  CHECK(levels.count(1) == 1);  // the scalar path runs everywhere
 }
 
 TEST_CASE("transforms: the alternating flip turns every image over each epoch, half of them at a time", "[unit]") {
