@@ -21,7 +21,8 @@ void lookup_bytes(const ByteTable& t, const uint8_t* s, float* d, int64_t n);
 
 namespace byte_lookup_detail {
 // For tests: the path, 3 (AVX512-VBMI byte permutes), 2 (AVX-512 gathers) or 1 (scalar), capped
-// by what the CPU has; 0 restores the CPU's best. Returns the path now used.
+// by what the CPU has; 0 restores the default, the fastest the CPU has, measured once. Returns the
+// path now used.
 int level_for_tests(int level);
 }  // namespace byte_lookup_detail
 
