@@ -1,8 +1,8 @@
 // The antialiased bilinear resize (data/transforms.hpp): separable, rows then columns, each output
 // value summed in a fixed order (k ascending, float, no fused multiply-add) so every machine and
 // every instruction set gives the same bytes. The passes are laid out so the inner loops run over
-// contiguous memory. With AVX-512 the horizontal pass reads the byte rows themselves, picking each
-// tap's pixels by permutes (resize_byte_pass.cpp); otherwise it works on the source window
+// contiguous memory. With AVX-512 or AVX2 the horizontal pass reads the byte rows themselves, picking
+// each tap's pixels by permutes (resize_byte_pass.cpp); otherwise it works on the source window
 // transposed (its columns become rows) and its result is transposed back. The vertical pass runs
 // along the rows. The hot loops are compiled for the widest vectors the CPU has and picked at run
 // time. Only the source rows and columns the output needs are read, and only the output pixels
@@ -301,7 +301,7 @@ void to_bytes(const float* in, int64_t n, uint8_t* out) {
 }
 
 // Outputs [oy0, oy1) x [ox0, ox1) of one plane, written with row stride `out_stride`. `px`: the
-// horizontal pass planned from byte rows for [ox0, ox1) (used at width 16 where usable).
+// horizontal pass planned from byte rows for [ox0, ox1), at the filter's width (used where usable).
 void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, const AxisWeights& wy, const BytePass& px,
                   int64_t oy0, int64_t oy1, int64_t ox0, int64_t ox1, uint8_t* out, int64_t out_stride,
                   std::vector<float>& scratch) {
@@ -309,7 +309,7 @@ void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, co
   const int64_t rows = ry1 - ry0, nx = ox1 - ox0, ny = oy1 - oy0;
   // scratch: the horizontal pass (rows x nx), the vertical pass (ny x nx)
   scratch.resize(static_cast<size_t>(rows * nx + ny * nx));
-  if (filter_width() < 16 || !byte_pass(px, plane, src_w, ry0, ry1, ox0, scratch.data(), nx)) {
+  if (px.lanes_max != filter_width() || !byte_pass(px, plane, src_w, ry0, ry1, scratch.data(), nx)) {
     // then also: the window transposed (cols x rows), its horizontal pass (nx x rows), that
     // transposed is the horizontal pass
     const auto [cx0, cx1] = span(wx, ox0, ox1);
@@ -335,6 +335,7 @@ int filter_width_for_tests(int floats) {
 }  // namespace resize_detail
 
 using resize_detail::axis_weights;
+using resize_detail::filter_width;
 using resize_detail::plan_byte_pass;
 using resize_detail::resize_plane;
 
@@ -351,7 +352,7 @@ void resize_bilinear(const uint8_t* src, int64_t channels, int64_t src_h, int64_
 void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
                             uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch) {
   const auto wx = axis_weights(src_w, dst_w, win.left, win.width), wy = axis_weights(src_h, dst_h, win.top, win.height);
-  const auto px = plan_byte_pass(wx, 0, dst_w);
+  const auto px = plan_byte_pass(wx, 0, dst_w, filter_width());
   for (int64_t c = 0; c < channels; ++c)
     resize_plane(src + c * src_h * src_w, src_w, wx, wy, px, 0, dst_h, 0, dst_w, dst + c * dst_h * dst_w, dst_w,
                  scratch);
@@ -373,7 +374,7 @@ void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_
   // the crop's pixels of the whole resize: its filter, only its outputs
   const auto wx = axis_weights(src_w, w, 0, static_cast<double>(src_w));
   const auto wy = axis_weights(src_h, h, 0, static_cast<double>(src_h));
-  const auto px = plan_byte_pass(wx, left, left + size);
+  const auto px = plan_byte_pass(wx, left, left + size, filter_width());
   for (int64_t c = 0; c < channels; ++c)
     resize_plane(src + c * src_h * src_w, src_w, wx, wy, px, top, top + size, left, left + size,
                  dst + c * size * size, size, scratch);
