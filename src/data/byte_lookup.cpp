@@ -10,6 +10,8 @@
 #include <immintrin.h>
 #endif
 
+#include "data/vector_cap.hpp"
+
 namespace trainer::data {
 
 ByteTable::ByteTable(const float* v) {
@@ -99,6 +101,7 @@ void run_level(int level, const ByteTable& t, const uint8_t* s, float* d, int64_
 }
 
 int widest_level() {
+  if (vector_cap_floats() < 16) return 1;  // ATEN_CPU_CAPABILITY=avx2 or default: no AVX-512
 #if defined(__x86_64__) && defined(__GNUC__)
   static const bool vbmi = __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw");
   static const bool avx512 = __builtin_cpu_supports("avx512f");

@@ -19,6 +19,7 @@
 
 #include "data/resize_detail.hpp"
 #include "data/transforms.hpp"
+#include "data/vector_cap.hpp"
 #include "data/vector_clones.hpp"
 
 namespace trainer::data {
@@ -237,9 +238,11 @@ bool have_avx512f() {
 
 std::atomic<int> g_filter_width{0};  // the test's cap (filter_width_for_tests), 0: none
 
-// The filter's width in floats: the widest the CPU has, within the test's cap.
+// The filter's width in floats: the widest the CPU has, within ATEN_CPU_CAPABILITY's cap and the
+// test's.
 int filter_width() {
-  const int cap = g_filter_width.load(std::memory_order_relaxed);
+  const int test_cap = g_filter_width.load(std::memory_order_relaxed);
+  const int cap = test_cap == 0 ? vector_cap_floats() : std::min(test_cap, vector_cap_floats());
 #ifdef TRAINER_AVX2_TRANSPOSE
   if ((cap == 0 || cap >= 16) && have_avx512f()) return 16;
   if ((cap == 0 || cap >= 8) && have_avx2()) return 8;

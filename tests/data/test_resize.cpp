@@ -7,12 +7,18 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <random>
 #include <set>
 
+#include <fmt/format.h>
+
+#include "data/byte_lookup.hpp"
 #include "data/resize_detail.hpp"
 #include "data/transforms.hpp"
+#include "test_util.hpp"
 
 using namespace trainer::data;
 
@@ -155,4 +161,28 @@ TEST_CASE("the centre crop of a resize, computed alone, is the crop of the whole
     }
   }
   resize_detail::filter_width_for_tests(0);
+}
+
+// ATEN_CPU_CAPABILITY, ATen's own cap, caps the data kernels too (data/vector_cap.hpp): read once
+// per process, so a child process runs the check below under each value.
+TEST_CASE("resize and normaliser paths under this process's ATEN_CPU_CAPABILITY (run by the next case)",
+          "[.vector_cap]") {
+  const char* v = std::getenv("ATEN_CPU_CAPABILITY");
+  REQUIRE(v != nullptr);
+  const int cap = std::string(v) == "avx2" ? 8 : 4;
+  CHECK(resize_detail::filter_width_for_tests(16) <= cap);
+  CHECK(byte_lookup_detail::level_for_tests(3) == 1);  // AVX-512 paths off: the scalar lookup
+  resize_detail::filter_width_for_tests(0);
+  byte_lookup_detail::level_for_tests(0);
+}
+
+TEST_CASE("ATEN_CPU_CAPABILITY=avx2 or =default keeps the resize and the normaliser off AVX-512", "[unit]") {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  for (const char* value : {"avx2", "default"}) {
+    const auto r = trainer::test::run_shell(
+        fmt::format("ATEN_CPU_CAPABILITY={} '{}' '[.vector_cap]'", value, self));
+    INFO(value << ": " << r.output);
+    CHECK(r.exit_code == 0);
+    CHECK(r.output.find("All tests passed") != std::string::npos);
+  }
 }
