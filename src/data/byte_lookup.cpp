@@ -155,6 +155,14 @@ int level() {
 
 void lookup_bytes(const ByteTable& t, const uint8_t* s, float* d, int64_t n) { run_level(level(), t, s, d, n); }
 
+const char* lookup_path_name() {
+  switch (level()) {
+    case 3: return "AVX512-VBMI permutes";
+    case 2: return "AVX-512 gathers";
+    default: return "scalar";
+  }
+}
+
 int byte_lookup_detail::level_for_tests(int cap) {
   g_cap.store(cap, std::memory_order_relaxed);
   return level();

@@ -19,6 +19,10 @@ struct ByteTable {
 // batch of floats is far larger than them, and the step reads it next, not this thread.
 void lookup_bytes(const ByteTable& t, const uint8_t* s, float* d, int64_t n);
 
+// The path lookup_bytes takes on this CPU, in words ("AVX512-VBMI permutes", "AVX-512 gathers",
+// "scalar"); the first call measures it.
+const char* lookup_path_name();
+
 namespace byte_lookup_detail {
 // For tests: the path, 3 (AVX512-VBMI byte permutes), 2 (AVX-512 gathers) or 1 (scalar), capped
 // by what the CPU has; 0 restores the default, the fastest the CPU has, measured once. Returns the

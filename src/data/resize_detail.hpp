@@ -41,6 +41,10 @@ BytePass plan_byte_pass(const AxisWeights& a, int64_t o0, int64_t o1, int64_t la
 bool byte_pass(const BytePass& p, const uint8_t* plane, int64_t src_w, int64_t r0, int64_t r1, float* out,
                int64_t n);
 
+// The filter's vector width in floats now: 16, 8 or 4 (the CPU's widest within ATEN_CPU_CAPABILITY
+// and the test's cap).
+int filter_width();
+
 // For tests: the filter's vector width in floats, 16 (AVX-512) or 8 (AVX2), each with the horizontal
 // pass from byte rows where it applies, or 4 (SSE2), capped by what the CPU has; 0 restores the CPU's best.
 // Returns the width the filter now uses.

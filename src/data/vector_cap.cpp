@@ -3,6 +3,9 @@
 #include <cstdlib>
 #include <string>
 
+#include "data/byte_lookup.hpp"
+#include "data/resize_detail.hpp"
+
 namespace trainer::data {
 
 int vector_cap_floats() {
@@ -14,6 +17,12 @@ int vector_cap_floats() {
     return 16;  // unset, avx512, or a value ATen itself would not take
   }();
   return cap;
+}
+
+std::string kernel_paths() {
+  const int w = resize_detail::filter_width();
+  const char* resize = w == 16 ? "AVX-512" : w == 8 ? "AVX2" : "baseline";
+  return std::string("resize ") + resize + ", normaliser " + lookup_path_name();
 }
 
 }  // namespace trainer::data

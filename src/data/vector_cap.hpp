@@ -5,9 +5,15 @@
 // TRAINER_VECTOR_CLONES pick AVX2 or the baseline by the CPU alone: they have no AVX-512 copy.)
 #pragma once
 
+#include <string>
+
 namespace trainer::data {
 
 // In floats: 16 (no cap), 8 (avx2) or 4 (default: the x86-64 baseline). Read once.
 int vector_cap_floats();
+
+// The paths the data kernels take on this CPU, for a benchmark's header: "resize AVX-512,
+// normaliser AVX512-VBMI permutes".
+std::string kernel_paths();
 
 }  // namespace trainer::data

@@ -13,6 +13,7 @@
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/stage_clock.hpp"
+#include "data/vector_cap.hpp"
 #include "device/device.hpp"
 #include "engine/commands/command_common.hpp"
 #include "obs/logging.hpp"
@@ -159,7 +160,7 @@ int bench(const BenchDataArgs& args) {
                            args.config, args.validation ? "validation" : "training", ds->describe(),
                            cfg.train.batch_size, args.batches)
             << "(rates are this machine's now: other processes' load counts; stages are thread time, summed over "
-               "the workers)\n"
+               "the workers; kernels: " << data::kernel_paths() << ")\n"
             << fmt::format("{:>7}  {:>11}  {:>12}  {}\n", "workers", "samples/s", "per worker", "where the time goes");
   Measured best;
   for (int64_t w : workers) {
