@@ -15,7 +15,7 @@
 namespace trainer::data {
 
 ByteTable::ByteTable(const float* v) {
-  if (v) std::memcpy(values.data(), v, sizeof values);
+  std::memcpy(values.data(), v, sizeof values);
   for (int i = 0; i < 256; ++i) {
     uint32_t u;
     std::memcpy(&u, &values[static_cast<size_t>(i)], sizeof u);

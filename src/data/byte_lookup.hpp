@@ -12,7 +12,7 @@ struct ByteTable {
   // values' bytes by position: planes[j * 256 + v] is byte j (little-endian) of values[v], the
   // layout the AVX512-VBMI path looks up 64 bytes at a time
   alignas(64) std::array<uint8_t, 1024> planes{};
-  explicit ByteTable(const float* v = nullptr);
+  explicit ByteTable(const float* v);  // v: 256 values
 };
 
 // d[i] = t.values[s[i]] for i < n. Once d is 64-byte aligned the stores stream past the caches: a

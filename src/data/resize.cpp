@@ -242,10 +242,10 @@ std::atomic<int> g_filter_width{0};  // the test's cap (filter_width_for_tests),
 // test's.
 int filter_width() {
   const int test_cap = g_filter_width.load(std::memory_order_relaxed);
-  const int cap = test_cap == 0 ? vector_cap_floats() : std::min(test_cap, vector_cap_floats());
+  const int cap = std::min(test_cap == 0 ? 16 : test_cap, vector_cap_floats());
 #ifdef TRAINER_AVX2_TRANSPOSE
-  if ((cap == 0 || cap >= 16) && have_avx512f()) return 16;
-  if ((cap == 0 || cap >= 8) && have_avx2()) return 8;
+  if (cap >= 16 && have_avx512f()) return 16;
+  if (cap >= 8 && have_avx2()) return 8;
 #endif
   return 4;
 }
@@ -296,15 +296,16 @@ __attribute__((target("avx512f"))) void to_bytes_avx512(const float* in, int64_t
 #pragma GCC diagnostic pop
 #endif
 
-void to_bytes(const float* in, int64_t n, uint8_t* out) {
+void to_bytes(const float* in, int64_t n, uint8_t* out, int width) {
 #ifdef TRAINER_AVX2_TRANSPOSE
-  if (filter_width() == 16) return to_bytes_avx512(in, n, out);
+  if (width == 16) return to_bytes_avx512(in, n, out);
 #endif
   to_bytes_clones(in, n, out);
 }
 
 // Outputs [oy0, oy1) x [ox0, ox1) of one plane, written with row stride `out_stride`. `px`: the
-// horizontal pass planned from byte rows for [ox0, ox1), at the filter's width (used where usable).
+// horizontal pass planned from byte rows for [ox0, ox1) at the filter's width (where it is not
+// usable, the transposing path runs).
 void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, const AxisWeights& wy, const BytePass& px,
                   int64_t oy0, int64_t oy1, int64_t ox0, int64_t ox1, uint8_t* out, int64_t out_stride,
                   std::vector<float>& scratch) {
@@ -312,7 +313,7 @@ void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, co
   const int64_t rows = ry1 - ry0, nx = ox1 - ox0, ny = oy1 - oy0;
   // scratch: the horizontal pass (rows x nx), the vertical pass (ny x nx)
   scratch.resize(static_cast<size_t>(rows * nx + ny * nx));
-  if (px.lanes_max != filter_width() || !byte_pass(px, plane, src_w, ry0, ry1, scratch.data(), nx)) {
+  if (!byte_pass(px, plane, src_w, ry0, ry1, scratch.data(), nx)) {
     // then also: the window transposed (cols x rows), its horizontal pass (nx x rows), that
     // transposed is the horizontal pass
     const auto [cx0, cx1] = span(wx, ox0, ox1);
@@ -327,7 +328,8 @@ void resize_plane(const uint8_t* plane, int64_t src_w, const AxisWeights& wx, co
   const float* ht = scratch.data();
   float* v = scratch.data() + rows * nx;
   filter_rows(wy, oy0, oy1, ry0, ht, nx, v);
-  for (int64_t y = 0; y < ny; ++y) to_bytes(v + y * nx, nx, out + y * out_stride);
+  const int width = filter_width();
+  for (int64_t y = 0; y < ny; ++y) to_bytes(v + y * nx, nx, out + y * out_stride, width);
 }
 
 int filter_width_for_tests(int floats) {

@@ -23,7 +23,7 @@ BytePass plan_byte_pass(const AxisWeights& a, int64_t o0, int64_t o1, int64_t la
   BytePass p;
   p.lanes_max = lanes_max;
   const int64_t span = 2 * lanes_max;
-  if (lanes_max < 1 || a.max_count < 1 || a.max_count > span || o1 <= o0) return p;
+  if ((lanes_max != 16 && lanes_max != 8) || a.max_count < 1 || a.max_count > span || o1 <= o0) return p;
   p.taps = a.max_count;
   for (int64_t o = o0; o < o1;) {
     int64_t lo = INT64_MAX, hi = 0, lanes = 0;

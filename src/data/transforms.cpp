@@ -137,15 +137,16 @@ ChannelStats StatsAccumulator::result() const {
 
 Normalizer::Normalizer(const std::string& mode, int64_t channels, const std::vector<double>& a,
                        const std::vector<double>& b) {
-  table_.resize(channels * 256);
-  for (int64_t c = 0; c < channels; ++c)
+  for (int64_t c = 0; c < channels; ++c) {
+    float row[256];
     for (int v = 0; v < 256; ++v) {
       double x = v / 255.0;
       if (mode == "mean_std") x = (x - a[c]) / (b[c] > 0 ? b[c] : 1.0);  // constant channel: centre only
       if (mode == "minmax") x = (x - a[c]) / (b[c] > a[c] ? b[c] - a[c] : 1.0);
-      table_[c * 256 + v] = static_cast<float>(x);
+      row[v] = static_cast<float>(x);
     }
-  for (int64_t c = 0; c < channels; ++c) lookup_.emplace_back(&table_[c * 256]);
+    lookup_.emplace_back(row);
+  }
   auto list = [](const std::vector<double>& v) {
     std::string s;
     for (double x : v) s += (s.empty() ? "" : ", ") + fmt::format("{:.4f}", x);
@@ -156,8 +157,12 @@ Normalizer::Normalizer(const std::string& mode, int64_t channels, const std::vec
 }
 
 std::vector<float> Normalizer::table(int64_t channels) const {
-  if (!table_.empty()) return table_;
   std::vector<float> t(channels * 256);
+  if (!lookup_.empty()) {
+    for (int64_t c = 0; c < channels; ++c)
+      std::copy(lookup_[c].values.begin(), lookup_[c].values.end(), t.begin() + c * 256);
+    return t;
+  }
   for (int64_t c = 0; c < channels; ++c)
     for (int v = 0; v < 256; ++v) t[c * 256 + v] = static_cast<uint8_t>(v) * (1.0f / 255.0f);  // apply()'s product
   return t;

@@ -86,8 +86,7 @@ class Normalizer {
   std::string describe() const { return text_; }
 
  private:
-  std::vector<float> table_;  // (C, 256)
-  std::vector<ByteTable> lookup_;  // table_'s rows, laid out for the vector lookups
+  std::vector<ByteTable> lookup_;  // per channel: what each byte becomes (empty: x / 255)
   std::string text_ = "none";
 };
 
