@@ -27,7 +27,7 @@ torch::Tensor slot_of(const torch::Tensor& flat, const torch::Tensor& p, int64_t
 }  // namespace
 
 ShardSync::ShardSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
-                     std::vector<std::vector<size_t>> units)
+                     std::vector<std::vector<size_t>> units, const Aligned& aligned)
     : group_(group), mode_(mode), world_(group.size()), rank_(group.rank()) {
   if (mode == Grads::Full) {
     for (auto& p : params)
@@ -39,6 +39,7 @@ ShardSync::ShardSync(Group& group, std::vector<torch::Tensor> params, double buc
       if (p.defined() && p.requires_grad()) params_.push_back(p);
     build(bucket_mb);
   }
+  align_slots(aligned);
   allocate();
   check_layout();
   for (size_t i = 0; i < params_.size(); ++i)
@@ -82,6 +83,23 @@ void ShardSync::plan_units(const std::vector<std::vector<size_t>>& units) {
     if (!seen[k]) throw std::invalid_argument("ShardSync full: a trainable parameter is in no unit");
 }
 
+void ShardSync::align_slots(const Aligned& aligned) {
+  if (aligned.empty()) return;
+  for (auto& b : buckets_) {
+    int64_t end = 0;
+    for (size_t j = 0; j < b.params.size(); ++j) {
+      const auto& p = params_[b.params[j]];
+      if (aligned.count(p.unsafeGetTensorImpl())) {
+        end = (end + kPieceAlign - 1) / kPieceAlign * kPieceAlign;  // the gap before it stays zeros
+        b.align = kPieceAlign;
+      }
+      b.offsets[j] = end;
+      end += p.numel();
+    }
+    b.numel = end;
+  }
+}
+
 // The buffers of the planned buckets; the parameters move into them, and their pieces are found.
 void ShardSync::allocate() {
   torch::NoGradGuard no_grad;
@@ -90,7 +108,8 @@ void ShardSync::allocate() {
     auto& b = buckets_[bi];
     const auto& first = params_[b.params.front()];
     const auto opts = first.options().requires_grad(false);
-    b.padded = (b.numel + world_ - 1) / world_ * world_;  // shapes that do not divide are padded, never refused
+    const int64_t unit = world_ * b.align;
+    b.padded = (b.numel + unit - 1) / unit * unit;  // shapes that do not divide are padded, never refused
     b.chunk = b.padded / world_;
     b.flat_param = torch::zeros({b.padded}, opts);
     b.shard_grad = torch::zeros({b.chunk}, opts);
@@ -106,6 +125,7 @@ void ShardSync::allocate() {
         pieces_.push_back(OwnedPiece{b.params[j], bi, start - b.offsets[j], end - start, start - lo, {}});
       h = layout_fnv1a(h, static_cast<int64_t>(b.params[j]));
       h = layout_fnv1a(h, p.numel());
+      h = layout_fnv1a(h, b.offsets[j]);
       h = layout_fnv1a(h, static_cast<int64_t>(p.scalar_type()));
     }
     // full: the rank's own chunk is the parameters' home; the full buffer is a gather target, freed

@@ -42,6 +42,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <unordered_set>
 #include <vector>
 
 #include "dist/dist_context.hpp"
@@ -52,9 +53,10 @@ namespace trainer::dist {
 struct ShardBucket {
   std::vector<size_t> params;    // indices into ShardSync's parameter list, in bucket order
   std::vector<int64_t> offsets;  // element offset of each parameter in the bucket
-  int64_t numel = 0;             // without padding
-  int64_t padded = 0;            // numel rounded up to a multiple of the group size
+  int64_t numel = 0;             // up to the last parameter's end (alignment gaps included)
+  int64_t padded = 0;            // numel rounded up to a multiple of the group size x `align`
   int64_t chunk = 0;             // padded / group size: what each rank owns
+  int64_t align = 1;             // kPieceAlign when the bucket holds an aligned parameter
   torch::Tensor flat_param;      // (padded) the parameters' storage
   torch::Tensor flat_grad;       // (padded) all_reduce: persistent; reduce_scatter: only while in flight
   torch::Tensor shard_grad;      // (chunk) this rank's slice of the averaged gradient
@@ -67,6 +69,13 @@ struct ShardBucket {
   torch::Tensor rs_out;           // the in-flight reduce-scatter's output: shard_grad, or a later micro-step's
   bool has_grad = false;          // shard_grad holds a micro-step's slice of this step already
 };
+
+// The pieces of an aligned parameter start at multiples of this many of its elements: ATen's CPU
+// kernels run vectors over a tensor's body and scalar code over its last partial vector, which can
+// round differently (the fused AdamW does: measured at one element in ~10^4 a step), so an element
+// must not be in a body in one layout and in a tail in another. 64 is a multiple of every vector
+// loop's stride (2 x 32 bf16 lanes of AVX-512 at most).
+constexpr int64_t kPieceAlign = 64;
 
 // Elements [begin, begin + len) (storage order) of parameter `param` that this rank owns.
 struct OwnedPiece {
@@ -96,12 +105,15 @@ class UnitBufferPool {
 class ShardSync {
  public:
   enum class Grads { AllReduce, ReduceScatter, Full };
+  using Aligned = std::unordered_set<const c10::TensorImpl*>;
   // `params` in registration order; those without requires_grad are skipped (they stay replicated).
   // Full: `units` lists each unit's parameters (indices into `params`, all trainable), in forward
   // order; bucket_mb is not used (one bucket per unit).
-  // `group` (outliving this) is the ranks that shard these parameters between them.
+  // `group` (outliving this) is the ranks that shard these parameters between them. The parameters in
+  // `aligned` start at a multiple of kPieceAlign elements of their bucket, whose chunks are multiples
+  // of it too, so each of their pieces starts at a multiple of kPieceAlign of the parameter.
   ShardSync(Group& group, std::vector<torch::Tensor> params, double bucket_mb, Grads mode,
-            std::vector<std::vector<size_t>> units = {});
+            std::vector<std::vector<size_t>> units = {}, const Aligned& aligned = {});
   ~ShardSync();
   ShardSync(const ShardSync&) = delete;
   ShardSync& operator=(const ShardSync&) = delete;
@@ -146,6 +158,7 @@ class ShardSync {
  private:
   void build(double bucket_mb);
   void plan_units(const std::vector<std::vector<size_t>>& units);
+  void align_slots(const Aligned& aligned);
   void allocate();
   void check_layout();
   void launch(size_t b);

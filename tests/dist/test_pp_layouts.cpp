@@ -74,6 +74,31 @@ TEST_CASE("pp 2 x dp 2 with dist.sharding optimizer, gradients and full logs one
   }
 }
 
+// Odd widths (n_embd 34, a vocabulary of 259, 3 blocks): the tied wte (8806 elements) is cut at
+// other places on the first stage (with wpe in its bucket) than on the last (alone, or beside ln_f).
+// Unaligned, an element at the end of a piece went through the fused AdamW's scalar tail on one end
+// and its vector loop on the other, and the copies ended an ulp apart (measured: one element after 2
+// steps under full; the run failed its end check, exit 1, after saving). Aligned pieces
+// (ShardSync's kPieceAlign) step both copies alike in every mode.
+TEST_CASE("pp 2 x dp 2 with odd widths: the tied copies stay bit for bit equal under every dist.sharding, "
+          "with one process's losses",
+          "[dist][e2e][pp]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("pp_sharded_odd");
+  auto cfg = test::write_tiny_gpt_config(dir).string();
+  const std::string odd = " --set model.n_embd=34 --set model.vocab_size=259 --set model.n_layer=3";
+  auto single = test::train_tiny_gpt("", "run " + cfg + kArgs + odd, dir / "single");
+  require_trained(single, kSteps, 1);
+  for (const std::string sharding : {"optimizer", "gradients", "full"}) {
+    auto run = test::train_tiny_gpt("", k2d + cfg + kArgs + odd + kPp2 + " --set dist.sharding=" + sharding, dir / sharding);
+    INFO(run.output);
+    require_trained(run, kSteps, 4);  // exit 0: the end check passed
+    check_same_losses(single, run, ("pp 2 x dp 2 odd widths, sharding " + sharding).c_str());
+    CHECK(run.output.find("pipeline: the tied copies on the first and last stage are bit for bit equal "
+                          "(transformer.wte.weight)") != std::string::npos);
+  }
+}
+
 // Sequence parallel inside each stage's tp group: the stages pass the sequence chunks their tp ranks
 // hold, tp rank to tp rank. Mixup and CutMix mix each batch before the stages cut it into
 // microbatches, as one process mixes its batch, and the last stage's loss takes the soft targets.

@@ -77,6 +77,12 @@ class DataParallel {
   // model's unique trainable parameters `params` (train.freeze's parameters are not among them: no
   // bucket, no hook). Tensor-parallel peers keep their own weights.
   virtual void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) = 0;
+  // Before prepare, on the ranks that call it alike: parameters whose elements must be stepped by the
+  // same kernel code in every layout (a pipeline's tied copies, which must stay bit for bit equal
+  // while the first and last stage cut them into other pieces). A sharded strategy starts each piece
+  // of them at a multiple of dist::kPieceAlign elements of the parameter; replicated ones step whole
+  // tensors already.
+  virtual void align_pieces(const std::vector<torch::Tensor>& /*params*/) {}
   // Before each micro-batch's backward: only the last micro-batch of a step communicates.
   virtual void before_backward(bool last_micro_batch) = 0;
   // After the step's last backward: every rank holds the gradients averaged over its dp group when

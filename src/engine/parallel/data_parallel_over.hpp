@@ -48,6 +48,7 @@ class DataParallelOver : public DataParallel {
   void prepare(torch::nn::Module& module, const std::vector<torch::Tensor>& params) override {
     inner_->prepare(module, params);
   }
+  void align_pieces(const std::vector<torch::Tensor>& params) override { inner_->align_pieces(params); }
   void before_backward(bool last_micro_batch) override { inner_->before_backward(last_micro_batch); }
   void after_backward() override { inner_->after_backward(); }
   void commit(int64_t step) override { inner_->commit(step); }

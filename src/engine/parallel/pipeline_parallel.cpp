@@ -372,14 +372,17 @@ class PipelineOver final : public DataParallelOver {
            std::to_string(pipe_.dp_size) + (pipe_.dp_size > 1 ? ": " + inner_->name() : "") + ")";
   }
   void prepare(torch::nn::Module& module, const std::vector<torch::Tensor>& params) override {
-    inner_->prepare(module, params);
-    spdlog::info("{}: {}", name(), pipe_.describe());
     std::set<const void*> copy_params;
     for (const auto& p : module.named_parameters(/*recurse=*/true)) {
       if (!pipe_.shared.count(p.key()) || !p.value().requires_grad()) continue;
       tied_.push_back(p.value());
       if (pipe_.owner_of(p.key()) != pipe_.rank) copy_params.insert(p.value().unsafeGetTensorImpl());
     }
+    // a sharded inner strategy cuts the tied tensors into other pieces on the first and last stage:
+    // aligned pieces are stepped by the same kernel code element by element, so the copies stay equal
+    inner_->align_pieces(tied_);
+    inner_->prepare(module, params);
+    spdlog::info("{}: {}", name(), pipe_.describe());
     // what the optimizer steps: the parameters, or a sharded strategy's pieces of them
     const auto& steps = inner_->step_params(params);
     const auto sources = inner_->step_param_sources(params);
@@ -389,8 +392,10 @@ class PipelineOver final : public DataParallelOver {
   // The tied sum first, on whole gradients: no bucket launched inside the stages' backwards
   // (StepRunner's before_backward(false)), so the inner strategy's reduction starts here, after it.
   // Both are sums (the order does not matter) and the two ends hold the same sums before the dp
-  // reduction, so a sharded inner strategy (ZeRO-1/2), whose buckets cut the tied tensor
-  // differently on the first and last stage, still steps equal copies.
+  // reduction, so a sharded inner strategy (ZeRO-1/2/3), whose buckets cut the tied tensor
+  // differently on the first and last stage, steps equal copies: with equal gradients, and pieces
+  // aligned (prepare) so that no element is in a kernel's vector body on one end and in its scalar
+  // tail on the other.
   void after_backward() override {
     if (pipe_.tied) {
       torch::NoGradGuard no_grad;

@@ -61,6 +61,10 @@ std::string ShardedParallel::name() const {
   }
 }
 
+void ShardedParallel::align_pieces(const std::vector<torch::Tensor>& params) {
+  for (const auto& p : params) aligned_.insert(p.unsafeGetTensorImpl());
+}
+
 void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) {
   dp_.broadcast_module(model);  // dp rank 0's weights before they move into the buckets
   if (cfg_.sharding == config::Sharding::Full) {
@@ -69,14 +73,15 @@ void ShardedParallel::prepare(torch::nn::Module& model, const std::vector<torch:
       throw std::invalid_argument("dist.sharding full: this model's forward does not gather its units (Model::enter_unit / "
                                   "leave_unit); use dist.sharding: gradients");
     sync_ = std::make_unique<dist::ShardSync>(dp_, params, cfg_.bucket_mb, dist::ShardSync::Grads::Full,
-                                              unit_groups(*m, params));
+                                              unit_groups(*m, params), aligned_);
     gate_ = std::make_unique<ShardGate>(*sync_);
     m->set_unit_gate(gate_.get());
     model_ = m->weak_from_this();
   } else {
     const auto mode = cfg_.sharding == config::Sharding::Optimizer ? dist::ShardSync::Grads::AllReduce
                                                                    : dist::ShardSync::Grads::ReduceScatter;
-    sync_ = std::make_unique<dist::ShardSync>(dp_, params, cfg_.bucket_mb, mode);
+    sync_ = std::make_unique<dist::ShardSync>(dp_, params, cfg_.bucket_mb, mode, std::vector<std::vector<size_t>>{},
+                                              aligned_);
   }
   pieces_ = sync_->piece_values();
   checkpoint_ = std::make_unique<ShardedCheckpoint>(*sync_, dp_);  // shard r of the dp group

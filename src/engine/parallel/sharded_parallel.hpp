@@ -31,6 +31,7 @@ class ShardedParallel final : public DataParallel {
   ShardedParallel(dist::DistContext& world, dist::Group& dp, const config::DistConfig& cfg);
   ~ShardedParallel() override;  // takes its gate off the model
   std::string name() const override;
+  void align_pieces(const std::vector<torch::Tensor>& params) override;
   void prepare(torch::nn::Module& model, const std::vector<torch::Tensor>& params) override;
   void before_backward(bool last_micro_batch) override;
   void after_backward() override;
@@ -64,6 +65,7 @@ class ShardedParallel final : public DataParallel {
   dist::Group& dp_;
   config::DistConfig cfg_;
   std::unique_ptr<dist::ShardSync> sync_;
+  dist::ShardSync::Aligned aligned_;  // align_pieces: handed to the sync in prepare
   std::vector<torch::Tensor> pieces_;  // what the optimizer steps: views into the owned chunks
   std::unique_ptr<CheckpointPart> checkpoint_;  // made with the sync, in prepare
   std::unique_ptr<models::UnitGate> gate_;  // full: what the model's forward calls
