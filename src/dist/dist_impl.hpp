@@ -29,6 +29,9 @@ inline std::string error_text(const std::exception& e) {
 
 // How often a waiting rank looks for a peer's failure notice (dist.recovery in_process).
 inline constexpr std::chrono::milliseconds kPollSlice{50};
+// How many slices of a stalled commit vote pass between looks for the launcher's death marks of the
+// generation's members (one store check per member: about a second between them).
+inline constexpr int64_t kDeadScanSlices = 20;
 
 // dist.recovery in_process: who is in the job now. Members are named by the RANK the launcher gave
 // them at start (stable over regroups); generation g's members, in rank order, form its process group
@@ -57,6 +60,12 @@ struct RecoveryState {
     auto v = s.get(gen_key("abort"));
     return std::string(v.begin(), v.end());
   }
+  // A member of this generation (not this one) whose process the launcher saw end, or -1.
+  int64_t dead_member(c10d::Store& s) const {
+    for (int64_t m : members)
+      if (m != id && s.check({prefix + "dead/" + std::to_string(m)})) return m;
+    return -1;
+  }
 };
 
 // What one collective is, for failure messages: captured when it is launched.
@@ -77,10 +86,11 @@ struct DistContext::Impl {
   RecoveryState rec;  // dist.recovery in_process: membership generations (dist_regroup.cpp)
   std::string key_ns;  // this attempt's store prefix (subgroups meet under <key_ns>group/...)
   // TRAINER_INJECT_KILL (fault injection for tests and drills): this process SIGKILLs itself just
-  // before launching collective #seq, or right after its commit vote of step vote_step (1-based),
+  // before launching collective #seq, or right after its commit vote of step vote_step (1-based), or
+  // just before casting the vote of step unvoted_step,
   // of the job's first generation, or at an engine moment (kill_point). "-1": not asked.
   struct KillAt {
-    int64_t seq = -1, vote_step = -1;
+    int64_t seq = -1, vote_step = -1, unvoted_step = -1;
     std::string moment;  // save | eval | share | grow: DistContext::kill_point, at `at`, in any generation
     int64_t at = -1;
     int64_t grows = 0;  // grow() calls so far (grow:N counts them)

@@ -69,7 +69,7 @@ bool wait_key(c10d::Store& store, const std::string& key, std::chrono::milliseco
 void DistContext::read_kill_injection() {
   const char* v = std::getenv("TRAINER_INJECT_KILL");
   if (!v || !*v) return;
-  // RANK:collective:SEQ | RANK:vote:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
+  // RANK:collective:SEQ | RANK:vote:STEP | RANK:unvoted:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
   // RANK:grow:N; only the
   // process whose launch rank is RANK acts on it (a replacement of RANK does not: TRAINER_JOIN)
   std::stringstream ss(v);
@@ -84,14 +84,16 @@ void DistContext::read_kill_injection() {
   } catch (const std::exception&) {
   }
   const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow";
-  if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && !moment))
+  if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && kind != "unvoted" && !moment))
     throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
-                    "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:save:STEP, RANK:eval:STEP, RANK:share:N or "
-                    "RANK:grow:N");
+                    "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:unvoted:STEP, RANK:save:STEP, RANK:eval:STEP, "
+                    "RANK:share:N or RANK:grow:N");
   if (rank != rank_ || join_incarnation_ > 0) return;
   if (moment) {
     impl_->kill.moment = kind;
     impl_->kill.at = at;
+  } else if (kind == "unvoted") {
+    impl_->kill.unvoted_step = at;
   } else {
     (kind == "vote" ? impl_->kill.vote_step : impl_->kill.seq) = at;
   }
@@ -144,9 +146,24 @@ void DistContext::commit_step(int64_t step) {
   auto& rec = impl_->rec;
   auto& store = *impl_->store;
   const std::string key = rec.gen_key("step_" + std::to_string(step));
+  if (rec.generation == 0 && impl_->kill.unvoted_step == step + 1) impl_->die("the commit vote (unvoted) of step", step + 1);
   if (store.add(key + "/ok", 1) == world_size_) store.set(key + "/go", bytes_of("1"));
   if (rec.generation == 0 && impl_->kill.vote_step == step + 1) impl_->die("the commit vote of step", step + 1);
-  if (!wait_key(store, key + "/go", kPollSlice, timeout_s_, [&] { return rec.abort_seen(store); },
+  // A member that died between the gradient sync and its vote fails no collective: the vote would
+  // wait for it until dist.timeout_s (the recovery matrix stalled 30 s this way on a loaded host).
+  // Its launcher's death mark ends the wait instead; the first to see it announces it.
+  int64_t slices = 0;
+  const auto peer_failed = [&] {
+    if (rec.abort_seen(store)) return true;
+    if (++slices % kDeadScanSlices != 0) return false;
+    const int64_t dead = rec.dead_member(store);
+    if (dead < 0) return false;
+    (void)store.compareSet(rec.gen_key("abort"), std::vector<uint8_t>{},
+                           bytes_of("member " + std::to_string(dead) + "'s process ended before it voted on step " +
+                                    std::to_string(step + 1) + " (its launcher's mark)"));
+    return true;
+  };
+  if (!wait_key(store, key + "/go", kPollSlice, timeout_s_, peer_failed,
                 "rank " + std::to_string(rec.id) + ": the commit vote of step " + std::to_string(step + 1) +
                     " did not finish"))
     throw DistError("rank " + std::to_string(rank_) + ": step " + std::to_string(step + 1) +

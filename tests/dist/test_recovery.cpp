@@ -457,3 +457,26 @@ TEST_CASE("in-process recovery: a replacement started as the run ends exits at o
   CHECK(s < 60);  // not dist.timeout_s (120 s) of waiting
   CHECK(records(dir / "out/tiny", "train").size() == static_cast<size_t>(kRecoverySteps));
 }
+
+// A rank that dies between its gradient sync and its commit vote fails no collective of its peers:
+// they learn of it from its launcher's death mark (looked for about once a second while the vote
+// stalls), not from the vote's dist.timeout_s (300 s here), and redo the step on 3 ranks.
+TEST_CASE("in-process recovery: a rank killed before its commit vote is seen by its launcher's mark, not a time-out",
+          "[dist][e2e]") {
+  auto dir = test::scratch_dir("recovery_unvoted");
+  const auto cfg = recovery_config(dir, /*timeout_s=*/300);
+  auto r = test::run_shell("TRAINER_INJECT_KILL=2:unvoted:20 " + launch(4, cfg, dir / "out"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto log0 = test::read_file(dir / "out/tiny/logs/rank0.log");
+  CHECK(log0.find("member 2's process ended before it voted on step 20 (its launcher's mark)") != std::string::npos);
+  CHECK(log0.find("did not finish within dist.timeout_s") == std::string::npos);
+  CHECK(log0.find("lost member(s) 2;") != std::string::npos);
+  const auto train = records(dir / "out/tiny", "train");
+  REQUIRE(train.size() == static_cast<size_t>(kRecoverySteps));
+  for (int s = 1; s <= kRecoverySteps; ++s) {
+    INFO("step " << s);
+    CHECK(train[s - 1].at("step") == s);
+    CHECK(train[s - 1].at("world_size") == (s < 20 ? 4 : 3));
+  }
+}
