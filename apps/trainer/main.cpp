@@ -28,8 +28,29 @@ void add_config_args(CLI::App* cmd, trainer::engine::ConfigArgs& a) {
   cmd->add_option("--out-dir", a.out_dir, "Folder for the run directory (replaces run.out_dir)");
 }
 
+// CLI11's PositiveNumber / NonNegativeNumber name their range with DBL_MAX's 309 digits ("Value 0 not
+// in range 0.000000 to 17976931348623157..."): these say what is wanted.
+CLI::Validator number_above(double floor, bool inclusive, const char* name) {
+  return CLI::Validator(
+      [floor, inclusive](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "expected a number, got '" + text + "'";
+        if (inclusive ? v >= floor : v > floor) return "";
+        return std::string("must be ") + (inclusive ? ">= " : "> ") + CLI::detail::to_string(floor) + ", got " + text;
+      },
+      name);
+}
+const CLI::Validator kPositive = number_above(0, false, "POSITIVE");
+const CLI::Validator kNonNegative = number_above(0, true, "NONNEGATIVE");
+
 // CLI11 answers a mistyped command with "A subcommand is required" or "arguments were not
 // expected", which does not say what went wrong: name it and the commands there are.
+bool is_command(const CLI::App& app, const std::string& name) {
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
+    if (sub->get_name() == name) return true;
+  return false;
+}
+
 bool unknown_command(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-' || argv[1][0] == '\0') return false;
   const std::string name = argv[1];
@@ -76,17 +97,17 @@ int main(int argc, char** argv) {
   check->add_option("--memory-gb", check_args.memory_gb,
                     "Memory per process for the largest-micro-batch line (implies --memory; default: "
                     "train.memory_budget_gb, else 80 % of available host memory or 90 % of the GPU)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
 
   trainer::dist::LaunchOptions launch_opts;
   std::vector<std::string> launch_args;
   auto* launch = app.add_subcommand("launch", "Spawn this node's ranks: trainer launch -n N [--nnodes M --node-rank R "
                                               "--master-addr A] [--master-port P] [--max-restarts K] -- run CONFIG ...");
-  launch->add_option("-n,--nproc", launch_opts.nprocs, "Number of ranks on this node")->required()->check(CLI::PositiveNumber);
+  launch->add_option("-n,--nproc", launch_opts.nprocs, "Number of ranks on this node")->required()->check(kPositive);
   launch->add_option("--nnodes", launch_opts.nnodes, "Nodes of the job, each running this command (default 1)")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   launch->add_option("--node-rank", launch_opts.node_rank, "This node's index in [0, nnodes) (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   launch->add_option("--master-addr", launch_opts.master_addr,
                      "Address of node 0, reachable from every node (default 127.0.0.1: one node)");
   launch->add_option("--master-port", launch_opts.master_port,
@@ -94,7 +115,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   launch->add_option("--max-restarts", launch_opts.max_restarts,
                      "Start a failed group again up to K times; `trainer run` resumes from its newest checkpoint (default 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   launch->add_flag("--join", launch_opts.join,
                    "This node's ranks join a job that is running (dist.recovery: in_process), e.g. a node that comes "
                    "back after it was lost, instead of starting with it");
@@ -108,7 +129,7 @@ int main(int argc, char** argv) {
                                       "KEY=uniform(lo,hi) / loguniform(lo,hi) / randint(lo,hi) with --random")
       ->type_name("KEY=VALUES");
   sweep->add_option("--random", sw.random, "Run N points drawn from the grid and distributions instead of the whole grid")
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   sweep->add_option("--seed", sw.seed, "Seed of --random's draw (the same seed, the same points)")->capture_default_str();
   sweep->add_option("--name", sw.name, "The sweep's folder under run.out_dir, holding a run folder per point "
                                        "(default: <run.name>-sweep)");
@@ -126,7 +147,7 @@ int main(int argc, char** argv) {
   auto* prepare = app.add_subcommand("prepare-text", "Write a text file as byte-level token shards (llm.c format)");
   prepare->add_option("input", pt_input, "UTF-8 or any text file")->required()->check(CLI::ExistingFile);
   prepare->add_option("--out", pt_out, "Output folder for train_*.bin / val_*.bin")->required();
-  prepare->add_option("--shard-tokens", pt_shard_tokens, "Tokens per shard")->capture_default_str()->check(CLI::PositiveNumber);
+  prepare->add_option("--shard-tokens", pt_shard_tokens, "Tokens per shard")->capture_default_str()->check(kPositive);
   prepare->add_option("--val-fraction", pt_val_fraction, "Tail fraction written as val shards")
       ->capture_default_str()->check(CLI::Range(0.0, 0.9));
 
@@ -168,17 +189,17 @@ int main(int argc, char** argv) {
   predict->add_option("--labels", pa.labels, "Class names, one per line (default: the image folder's class folders, "
                                              "else the indices)");
   predict->add_option("--batch-size", pa.batch_size, "Images per forward pass")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   predict->add_option("--top-k", pa.top_k, "Images: classes listed per image (default 5). GPT: sample among the k most "
                                            "likely tokens (default 0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   auto* prompt_opt = predict->add_option("--prompt", pa.prompt, "GPT: the prompt text (byte-level models), or token "
                                                                 "ids separated by spaces (token models)");
   predict->add_option("--prompt-file", pa.prompt_file, "GPT: read the prompt from this file");
   predict->add_option("--max-new-tokens", pa.max_new_tokens, "GPT: tokens to generate")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   predict->add_option("--temperature", pa.temperature, "GPT: softmax temperature; 0 = greedy")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(kNonNegative);
   predict->add_option("--seed", pa.seed, "GPT: seed of the sampling generator (the same seed, the same text)")
       ->capture_default_str();
   predict->add_option("--output", pa.output, "Write the results to this file instead of stdout (written as they "
@@ -197,7 +218,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{256}));
   bench_data->add_option("--batches", bd.batches, "Timed batches per worker count, after a warm-up")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(kPositive);
   bench_data->add_flag("--val", bd.validation, "The validation pipeline (resize + centre crop) instead of training's");
   bench_data->add_option("--run", bd.run_dir, "A run directory: how many workers keep its step fed (its "
                                               "metrics.jsonl's rate without the data wait)");
@@ -224,7 +245,17 @@ int main(int argc, char** argv) {
   }
   if (*run) return trainer::engine::cmd_run(run_args);
   if (*check) return trainer::engine::cmd_check(check_args);
-  if (*launch) return trainer::dist::cmd_launch(launch_opts, launch_args);
+  if (*launch) {
+    // checked here, once, not by every rank it would start ("unknown command exp.yaml" N times)
+    if (launch_args.empty() || !is_command(app, launch_args.front()) || launch_args.front() == "launch") {
+      const std::string got = launch_args.empty() ? std::string() : launch_args.front();
+      std::cerr << "error: launch: the command each rank runs comes after --, e.g. trainer launch -n 4 -- run exp.yaml; "
+                << "got " << trainer::config::printable(got)
+                << (got == "launch" ? ", which a rank cannot run (one launcher per node)\n" : ", which is not a trainer command\n");
+      return trainer::kExitUsage;
+    }
+    return trainer::dist::cmd_launch(launch_opts, launch_args);
+  }
   if (*sweep) return trainer::engine::cmd_sweep(sw);
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);

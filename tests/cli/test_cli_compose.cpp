@@ -23,6 +23,35 @@ TEST_CASE("an unknown command is named, with the known ones, exit 2", "[e2e]") {
   }
 }
 
+// Checked once by launch, before any rank starts (each rank said "unknown command" before); and
+// numbers out of range named plainly (CLI11's own checks printed DBL_MAX's 309 digits).
+TEST_CASE("launch without a command after --, and numbers out of range, are named plainly, exit 2", "[e2e]") {
+  auto r = run_trainer("launch -n 2 -- exp.yaml");
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("error: launch: the command each rank runs comes after --, e.g. trainer launch -n 4 -- run "
+                      "exp.yaml; got exp.yaml, which is not a trainer command") != std::string::npos);
+  CHECK(r.output.find("[rank") == std::string::npos);  // no rank started
+  auto nested = run_trainer("launch -n 2 -- launch -n 2 -- run exp.yaml");
+  CHECK(nested.exit_code == 2);
+  CHECK(nested.output.find("got launch, which a rank cannot run (one launcher per node)") != std::string::npos);
+  const auto text_file = trainer::test::scratch_dir("cli_numbers") / "in.txt";
+  trainer::test::write_file(text_file, "hello\n");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"launch -n 0 -- run exp.yaml", "--nproc: must be > 0, got 0"},
+      {"prepare-text " + text_file.string() + " --out o --shard-tokens -5", "--shard-tokens: must be > 0, got -5"},
+      {"launch -n 2 --node-rank x -- run exp.yaml", "--node-rank: expected a number, got 'x'"},
+      {"launch -n 2 --max-restarts -1 -- run exp.yaml", "--max-restarts: must be >= 0, got -1"}};
+  for (const auto& [cmd, text] : cases) {
+    INFO(cmd);
+    auto c = run_trainer(cmd);
+    INFO(c.output);
+    CHECK(c.exit_code == 2);
+    CHECK(c.output.find(text) != std::string::npos);
+    CHECK(c.output.find("179769313486231570814527423731704356798070567525844996598917476803157260780028538760589558632766") ==
+          std::string::npos);
+  }
+}
+
 TEST_CASE("a composed config: check and run see the merged config, config.yaml holds it", "[e2e]") {
   auto dir = trainer::test::scratch_dir("cli_compose");
   trainer::test::write_file(dir / "shared" / "base.yaml",
