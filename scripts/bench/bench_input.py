@@ -5,9 +5,10 @@ Resize(256) + CenterCrop(224)) on a generated ImageNet-like folder (500x375 JPEG
 textured), batch 64, 1 and 2 workers, alternating the two sides, medians of --repeats rounds.
 
 Usage: python scripts/bench/bench_input.py [--trainer build/trainer] [--work DIR] [--images 1024]
-           [--batches 6] [--repeats 3] [--workers 1,2] [--out FILE.md] [--dali-python PY]
+           [--batches 6] [--repeats 3] [--workers 1,2] [--out FILE.md] [--dali-python PY] [--jitter]
 With --dali-python (a python whose venv has the nvidia-dali wheel, e.g. nvidia-dali-cuda120 from PyPI),
-DALI's CPU pipeline of the same work is a third column.
+DALI's CPU pipeline of the same work is a third column. --jitter adds ColorJitter(0.4, 0.4, 0.4) to
+training on both sides (brightness, contrast, saturation: the shipped ResNet-50 ImageNet config's).
 Prints a Markdown table (samples/s, per worker, trainer / torchvision) with the CPU named. Run it
 alone: two benchmarks at once measure nothing."""
 import argparse
@@ -92,7 +93,7 @@ data:
   path: {train}
   val_path: {train}   # the same images: the validation pipeline runs one pass, warm-up batches included
   image_size: 224
-  augment: {{random_resized_crop: true, hflip: true}}
+  augment: {{random_resized_crop: true, hflip: true{jitter}}}
   normalize: {{mode: mean_std, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}}
 train: {{batch_size: 64, epochs: 1, threads: 1, precision: fp32}}
 """
@@ -110,17 +111,18 @@ def trainer_rate(trainer, cfg, workers, batches, val):
     raise SystemExit("no rate in trainer bench-data's output:\n" + out.stdout)
 
 
-def torchvision_rate(root, workers, batches, val):
+def torchvision_rate(root, workers, batches, val, jitter):
     """Runs in a child process so that each measurement starts fresh (workers forked anew)."""
     code = r"""
 import sys, time, torch
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms as T
-root, workers, batches, val = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+root, workers, batches, val, jitter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5] == "1"
 torch.set_num_threads(1)
 norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 tf = (T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), norm]) if val else
-      T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(), norm]))
+      T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()] + ([T.ColorJitter(0.4, 0.4, 0.4)] if jitter else [])
+                + [T.ToTensor(), norm]))
 ds = datasets.ImageFolder(root + "/train", transform=tf)
 ds = torch.utils.data.Subset(ds, list(range(len(ds))) * 100)  # epochs back to back, as the trainer's loader runs them
 dl = DataLoader(ds, batch_size=64, shuffle=not val, num_workers=workers, drop_last=True,
@@ -134,7 +136,8 @@ for _ in range(batches):
     n += next(it)[0].shape[0]
 print(n / (time.perf_counter() - t0))
 """
-    out = subprocess.run([sys.executable, "-c", code, root, str(workers), str(batches), "1" if val else "0"],
+    out = subprocess.run([sys.executable, "-c", code, root, str(workers), str(batches), "1" if val else "0",
+                          "1" if jitter else "0"],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit("torchvision side failed:\n" + out.stderr)
@@ -191,14 +194,19 @@ def main():
     ap.add_argument("--workers", default="1,2")
     ap.add_argument("--out", default="")
     ap.add_argument("--dali-python", default="", help="a python with nvidia-dali installed: adds DALI's CPU pipeline")
+    ap.add_argument("--jitter", action="store_true",
+                    help="training adds ColorJitter(0.4, 0.4, 0.4) (the shipped ImageNet config's augmentation) on both sides")
     a = ap.parse_args()
+    if a.jitter and a.dali_python:
+        raise SystemExit("--jitter: DALI's pipeline here has no colour jitter; leave out --dali-python")
     make_folder(a.work, a.images, jobs=os.cpu_count() or 1)
     # bench-data's warm-up drains the loader's in-flight bound: data.prefetch (4) + workers, and one
     if a.images < 64 * (a.batches + 4 + max(int(w) for w in a.workers.split(",")) + 1):
         raise SystemExit("--images: the validation pass needs (batches + warm-up) x 64 images")
     cfg = os.path.join(a.work, "bench_input.yaml")
     with open(cfg, "w") as f:
-        f.write(CONFIG.format(train=os.path.join(a.work, "train")))
+        f.write(CONFIG.format(train=os.path.join(a.work, "train"),
+                              jitter=", brightness: 0.4, contrast: 0.4, saturation: 0.4" if a.jitter else ""))
     workers = [int(w) for w in a.workers.split(",")]
     rows = []
     for val in (False, True):
@@ -208,7 +216,7 @@ def main():
             for _ in range(a.repeats):  # alternating: a slow moment of the host hits every side
                 r, split = trainer_rate(a.trainer, cfg, w, nb, val)
                 ours.append(r)
-                theirs.append(torchvision_rate(a.work, w, nb, val))
+                theirs.append(torchvision_rate(a.work, w, nb, val, a.jitter))
                 if a.dali_python:
                     dali.append(dali_rate(a.dali_python, a.work, w, nb, val))
             rows.append((val, w, median(ours), median(theirs), median(dali) if dali else None, split, nb))
@@ -220,7 +228,7 @@ def main():
     for val, w, ours, theirs, dali, split, nb in rows:
         d = ("%.1f | %.2f" % (dali, ours / dali)) if dali else "- | -"
         lines.append("| %s | %d | %d | %.1f | %.1f | %.2f | %s | %s |" % ("validation (resize 256, centre crop 224)" if val
-                     else "training (RandomResizedCrop 224, flip)", w, nb, ours, theirs, ours / theirs, d, split))
+                     else "training (RandomResizedCrop 224, flip%s)" % (", ColorJitter 0.4" if a.jitter else ""), w, nb, ours, theirs, ours / theirs, d, split))
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -101,6 +101,41 @@ TEST_CASE("brightness, contrast, saturation and hue equal torchvision's adjust_*
   CHECK(run(rgb, adjust_hue, 0.2) != bytes_of(rgb));
 }
 
+// The vector clones (AVX2 where the CPU has it) against the scalar formulas they replaced, bit for
+// bit: float32 products summed in the same order, no FMA, clamped and truncated. Odd sizes leave
+// a tail past every vector width; factors above 1 clamp at 255, below 1 at 0 never.
+TEST_CASE("brightness, contrast and saturation equal their scalar formulas bit for bit at odd sizes", "[unit]") {
+  const auto clamp_byte = [](float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); };
+  for (const int64_t hw : {1, 7, 33, 37 * 29, 224 * 224 + 5}) {
+    const auto img = torch::randint(0, 256, {3, hw}, torch::TensorOptions().dtype(torch::kUInt8));
+    const auto px = bytes_of(img);
+    std::vector<uint8_t> gray(hw);
+    double mean = 0;
+    for (int64_t i = 0; i < hw; ++i) {
+      gray[i] = static_cast<uint8_t>(0.2989f * px[i] + 0.587f * px[hw + i] + 0.114f * px[2 * hw + i]);
+      mean += gray[i];
+    }
+    mean /= static_cast<double>(hw);
+    for (const double f : {0.6, 1.0, 1.37}) {
+      INFO("hw " << hw << ", factor " << f);
+      const float r = static_cast<float>(f), rest = static_cast<float>(1.0 - f);
+      std::vector<uint8_t> want_b(px.size()), want_c(px.size()), want_s(px.size());
+      for (size_t i = 0; i < px.size(); ++i) {
+        want_b[i] = clamp_byte(r * px[i] + rest * 0.0f);
+        want_c[i] = clamp_byte(r * px[i] + rest * static_cast<float>(mean));
+        want_s[i] = clamp_byte(r * px[i] + rest * gray[i % static_cast<size_t>(hw)]);
+      }
+      auto b = px, c = px, sat = px;
+      adjust_brightness(b.data(), 3, hw, f);
+      adjust_contrast(c.data(), 3, hw, f);
+      adjust_saturation(sat.data(), 3, hw, f);
+      CHECK(b == want_b);
+      CHECK(c == want_c);
+      CHECK(sat == want_s);
+    }
+  }
+}
+
 TEST_CASE("RandomResizedCrop boxes: area within scale, aspect ratio within ratio, inside the image", "[unit]") {
   const std::vector<double> scale = {0.08, 1.0}, ratio = {3.0 / 4.0, 4.0 / 3.0};
   const int64_t h = 240, w = 320;
