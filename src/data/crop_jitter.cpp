@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "data/transforms.hpp"
-#include "data/vector_clones.hpp"
+#include "data/jitter_kernels.hpp"
 
 namespace trainer::data {
 namespace {
@@ -15,52 +15,17 @@ double cj_uniform(SampleRng& rng, double lo, double hi) { return lo + (hi - lo) 
 // Python's round(): halves to even, as get_params' int(round(...)).
 int64_t cj_round(double v) { return static_cast<int64_t>(std::nearbyint(v)); }
 
-
-// The loops below are vector clones (vector_clones.hpp: AVX2 without FMA, so every CPU gives the
-// scalar code's bytes); ColorJitter's three blends were 40 % of a ResNet-50 ImageNet sample's
-// loader time as scalar loops.
-
-// rgb_to_grayscale on uint8: (0.2989 r + 0.587 g + 0.114 b) in float32, truncated to uint8.
-TRAINER_VECTOR_CLONES
-void cj_gray_rows(const uint8_t* __restrict r, const uint8_t* __restrict g, const uint8_t* __restrict b,
-                  uint8_t* __restrict gray, int64_t hw) {
-  for (int64_t i = 0; i < hw; ++i)
-    gray[i] = static_cast<uint8_t>(static_cast<int32_t>(0.2989f * r[i] + 0.587f * g[i] + 0.114f * b[i]));
-}
-
+// rgb_to_grayscale on uint8 (jitter_kernels.hpp: the byte loops, vectorised with the scalar bytes).
 void cj_grayscale(const uint8_t* img, int64_t hw, std::vector<uint8_t>& gray) {
   gray.resize(hw);
-  cj_gray_rows(img, img + hw, img + 2 * hw, gray.data(), hw);
-}
-
-// The sum of n bytes, exactly (an integer sum: any order gives it).
-TRAINER_VECTOR_CLONES
-int64_t cj_sum(const uint8_t* p, int64_t n) {
-  int64_t s = 0;
-  for (int64_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-
-// img[i] = ratio * img[i] + rest_ratio * other[i] (or + rest_all without other), float32, then as
-// torch's clamp(0, 255).to(uint8): clamp, then truncate.
-TRAINER_VECTOR_CLONES
-void cj_blend_rows(uint8_t* __restrict img, const uint8_t* __restrict other, int64_t n, float ratio, float rest_ratio,
-                   float rest_all) {
-  if (other) {
-    for (int64_t i = 0; i < n; ++i)
-      img[i] = static_cast<uint8_t>(static_cast<int32_t>(
-          std::min(std::max(ratio * img[i] + rest_ratio * other[i], 0.0f), 255.0f)));
-  } else {
-    for (int64_t i = 0; i < n; ++i)
-      img[i] = static_cast<uint8_t>(static_cast<int32_t>(std::min(std::max(ratio * img[i] + rest_all, 0.0f), 255.0f)));
-  }
+  jitter_kernels::gray(img, img + hw, img + 2 * hw, gray.data(), hw);
 }
 
 // _blend(img, other, ratio): ratio * img + (1 - ratio) * other, float32, clamp, truncate.
 // (torch: the Python float ratio and 1 - ratio become float32 scalars of float32 products)
 void cj_blend(uint8_t* img, int64_t n, double ratio, float other) {
   const float r = static_cast<float>(ratio), rest = static_cast<float>(1.0 - ratio) * other;
-  cj_blend_rows(img, nullptr, n, r, 0.0f, rest);
+  jitter_kernels::blend(img, nullptr, n, r, 0.0f, rest);
 }
 
 }  // namespace
@@ -123,9 +88,9 @@ void adjust_contrast(uint8_t* img, int64_t channels, int64_t hw, double factor) 
   if (channels == 3) {
     thread_local std::vector<uint8_t> gray;
     cj_grayscale(img, hw, gray);
-    sum = static_cast<double>(cj_sum(gray.data(), hw)) / static_cast<double>(hw);
+    sum = static_cast<double>(jitter_kernels::sum(gray.data(), hw)) / static_cast<double>(hw);
   } else {
-    sum = static_cast<double>(cj_sum(img, channels * hw)) / static_cast<double>(channels * hw);
+    sum = static_cast<double>(jitter_kernels::sum(img, channels * hw)) / static_cast<double>(channels * hw);
   }
   cj_blend(img, channels * hw, factor, static_cast<float>(sum));
 }
@@ -135,7 +100,7 @@ void adjust_saturation(uint8_t* img, int64_t channels, int64_t hw, double factor
   thread_local std::vector<uint8_t> gray;
   cj_grayscale(img, hw, gray);
   const auto ratio = static_cast<float>(factor), rest = static_cast<float>(1.0 - factor);
-  for (int64_t c = 0; c < 3; ++c) cj_blend_rows(img + c * hw, gray.data(), hw, ratio, rest, 0.0f);
+  for (int64_t c = 0; c < 3; ++c) jitter_kernels::blend(img + c * hw, gray.data(), hw, ratio, rest, 0.0f);
 }
 
 // RGB -> HSV (torchvision's _rgb2hsv, after Pillow), shift the hue on the unit circle, back

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "data/byte_lookup.hpp"
+#include "data/jitter_kernels.hpp"
 #include "data/resize_detail.hpp"
 
 namespace trainer::data {
@@ -22,7 +23,8 @@ int vector_cap_floats() {
 std::string kernel_paths() {
   const int w = resize_detail::filter_width();
   const char* resize = w == 16 ? "AVX-512" : w == 8 ? "AVX2" : "baseline";
-  return std::string("resize ") + resize + ", normaliser " + lookup_path_name();
+  return std::string("resize ") + resize + ", normaliser " + lookup_path_name() + ", colour jitter " +
+         (jitter_kernels::width() == 16 ? "AVX-512" : "clones");
 }
 
 }  // namespace trainer::data

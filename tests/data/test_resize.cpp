@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 
 #include "data/byte_lookup.hpp"
+#include "data/jitter_kernels.hpp"
 #include "data/resize_detail.hpp"
 #include "data/transforms.hpp"
 #include "test_util.hpp"
@@ -165,13 +166,14 @@ TEST_CASE("the centre crop of a resize, computed alone, is the crop of the whole
 
 // ATEN_CPU_CAPABILITY, ATen's own cap, caps the data kernels too (data/vector_cap.hpp): read once
 // per process, so a child process runs the check below under each value.
-TEST_CASE("resize and normaliser paths under this process's ATEN_CPU_CAPABILITY (run by the next case)",
+TEST_CASE("resize, normaliser and colour jitter paths under this process's ATEN_CPU_CAPABILITY (run by the next case)",
           "[.vector_cap]") {
   const char* v = std::getenv("ATEN_CPU_CAPABILITY");
   REQUIRE(v != nullptr);
   const int cap = std::string(v) == "avx2" ? 8 : 4;
   CHECK(resize_detail::filter_width_for_tests(16) <= cap);
   CHECK(byte_lookup_detail::level_for_tests(3) == 1);  // AVX-512 paths off: the scalar lookup
+  CHECK(jitter_kernels::width() == 0);                   // the colour jitter's clones
   resize_detail::filter_width_for_tests(0);
   byte_lookup_detail::level_for_tests(0);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "data/crop_jitter.hpp"
+#include "data/jitter_kernels.hpp"
 #include "io/safetensors.hpp"
 #include "test_util.hpp"
 
@@ -134,6 +135,32 @@ TEST_CASE("brightness, contrast and saturation equal their scalar formulas bit f
       CHECK(sat == want_s);
     }
   }
+}
+
+// Each path this CPU has (AVX-512, and the clones, which dispatch leaves for the tails) on its own.
+TEST_CASE("the colour jitter's AVX-512 loops and clones give the scalar bytes at every length", "[unit]") {
+  namespace jk = trainer::data::jitter_kernels;
+  std::vector<int> widths = {0};
+  if (jk::cpu_has_avx512()) widths.push_back(16);
+  const auto byte_of = [](float v) { return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f)); };
+  for (int w : widths)
+    for (int64_t n = 0; n <= 70; ++n) {
+      INFO("width " << w << ", n " << n);
+      const auto t = torch::randint(0, 256, {4, n}, torch::TensorOptions().dtype(torch::kUInt8));
+      const uint8_t *a = t.data_ptr<uint8_t>(), *o = a + n, *g = o + n, *b = g + n;
+      std::vector<uint8_t> with(a, a + n), alone(a, a + n), gray(n), want_with(n), want_alone(n), want_gray(n);
+      for (int64_t i = 0; i < n; ++i) {
+        want_with[i] = byte_of(1.37f * a[i] + -0.37f * o[i]);
+        want_alone[i] = byte_of(0.61f * a[i] + 47.3f);
+        want_gray[i] = static_cast<uint8_t>(0.2989f * a[i] + 0.587f * g[i] + 0.114f * b[i]);
+      }
+      jk::blend_at(w, with.data(), o, n, 1.37f, -0.37f, 0.0f);
+      jk::blend_at(w, alone.data(), nullptr, n, 0.61f, 0.0f, 47.3f);
+      jk::gray_at(w, a, g, b, gray.data(), n);
+      CHECK(with == want_with);
+      CHECK(alone == want_alone);
+      CHECK(gray == want_gray);
+    }
 }
 
 TEST_CASE("RandomResizedCrop boxes: area within scale, aspect ratio within ratio, inside the image", "[unit]") {
