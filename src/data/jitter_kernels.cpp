@@ -13,10 +13,10 @@
 namespace trainer::data::jitter_kernels {
 namespace {
 
-// Separate multiplies and adds in every loop here: the scalar formulas' rounding on every path.
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
-
+// No fused multiply-add on any path: the clones' targets have no FMA (vector_clones.hpp), and the
+// AVX-512 loops below turn contraction off (GCC contracts intrinsics' multiplies and adds too).
+// (The clones stay outside that pragma: a function whose optimize options differ from its callee's
+// does not inline it, and the clones' loops then call jk_byte per byte, scalar.)
 inline uint8_t jk_byte(float v) { return static_cast<uint8_t>(static_cast<int32_t>(std::min(std::max(v, 0.0f), 255.0f))); }
 
 TRAINER_VECTOR_CLONES
@@ -44,6 +44,8 @@ int64_t sum_clones(const uint8_t* p, int64_t n) {
 }
 
 #ifdef TRAINER_JITTER_AVX512
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
 #pragma GCC diagnostic push
 // GCC 12 flags the undefined part its own conversion intrinsics start from (a false positive)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -81,9 +83,8 @@ __attribute__((target("avx512f"))) void gray_avx512(const uint8_t* r, const uint
   gray_clones(r + i, g + i, b + i, out + i, n - i);
 }
 #pragma GCC diagnostic pop
-#endif
-
 #pragma GCC pop_options
+#endif
 
 }  // namespace
 
