@@ -43,22 +43,21 @@ CLI::Validator number_above(double floor, bool inclusive, const char* name) {
 const CLI::Validator kPositive = number_above(0, false, "POSITIVE");
 const CLI::Validator kNonNegative = number_above(0, true, "NONNEGATIVE");
 
-// CLI11 answers a mistyped command with "A subcommand is required" or "arguments were not
-// expected", which does not say what went wrong: name it and the commands there are.
 bool is_command(const CLI::App& app, const std::string& name) {
   for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
     if (sub->get_name() == name) return true;
   return false;
 }
 
+// CLI11 answers a mistyped command with "A subcommand is required" or "arguments were not
+// expected", which does not say what went wrong: name it and the commands there are.
 bool unknown_command(const CLI::App& app, int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-' || argv[1][0] == '\0') return false;
   const std::string name = argv[1];
+  if (is_command(app, name)) return false;
   std::string known;
-  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
-    if (sub->get_name() == name) return false;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
     known += (known.empty() ? "" : ", ") + sub->get_name();
-  }
   std::cerr << "error: unknown command " << trainer::config::printable(name) << "; known: " << known << "\n"
             << "Run with --help for more information.\n";
   return true;

@@ -1,7 +1,7 @@
 // The widest vectors the data kernels with hand-written AVX-512 paths (the resize, its rounding to
 // bytes, the normaliser's lookup, the colour jitter's blends) may use, as ATen's own cap says:
-// ATEN_CPU_CAPABILITY=avx2 or =default (set to stand a CPU in for an older one, with oneDNN's ONEDNN_MAX_CPU_ISA) caps them
-// too, so one setting runs torch and these kernels on the older paths. (The loops compiled by
+// ATEN_CPU_CAPABILITY=avx2 or =default (set to stand a CPU in for an older one, with oneDNN's
+// ONEDNN_MAX_CPU_ISA) caps them too, so one setting runs torch and these kernels on the older paths. (The loops compiled by
 // TRAINER_VECTOR_CLONES pick AVX2 or the baseline by the CPU alone: they have no AVX-512 copy.)
 #pragma once
 
