@@ -155,7 +155,8 @@ torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin) {
   return out;
 }
 
-DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed) {
+DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed,
+                            ModelChecks checks, std::string* mismatch) {
   const config::ArchRules* arch = config::find_arch(model.arch);
   if (!arch) throw DataError(fmt::format("model.arch '{}' is not a registered model family", model.arch));
   const bool lm = arch->input == config::ArchInput::Tokens;
@@ -172,7 +173,15 @@ DatasetPair create_datasets(const config::DataConfig& data, const config::ModelC
   io.seed = seed;
   io.skip_bad = data.on_bad_sample == "skip";
   DatasetPair pair = open_reader(data, model, io, lm, seed);
-  check_against_model(pair, data, model);
+  if (checks == ModelChecks::Enforce) {
+    check_against_model(pair, data, model);
+  } else {
+    try {
+      check_against_model(pair, data, model);
+    } catch (const DataError& e) {
+      if (mismatch) *mismatch = e.what();
+    }
+  }
   setup_normalizer(data.normalize, pair);
   if (auto* img = dynamic_cast<ImageDataset*>(pair.train.get()))
     spdlog::debug("data normalisation: {}", img->normalizer().describe());

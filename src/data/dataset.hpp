@@ -85,9 +85,13 @@ struct DatasetPair {
   std::shared_ptr<Dataset> val;  // nullptr when the format has no validation data and none is configured
 };
 
-// block_size comes from model.block_size for token formats; image channels/classes are checked
-// against the model. Throws DataError (bad data) naming the path.
-DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed);
+// block_size comes from model.block_size for token formats; image channels, classes and sizes are
+// checked against the model (ModelChecks::Enforce), or their first mismatch is returned in
+// `*mismatch` instead (ModelChecks::Report: bench-data measures the pipeline without a model).
+// Throws DataError (bad data) naming the path.
+enum class ModelChecks { Enforce, Report };
+DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed,
+                            ModelChecks checks = ModelChecks::Enforce, std::string* mismatch = nullptr);
 
 // Tensor options for a host batch buffer, pinned when asked and CUDA is available.
 torch::TensorOptions host_options(torch::ScalarType dtype, bool pin);

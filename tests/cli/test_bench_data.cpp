@@ -2,7 +2,8 @@
 // machine's (not checked); what is checked: a line per worker count, the stage split of a JPEG
 // folder (read, decode, augment, collate) adding up to 100 %, the workers it says keep a run fed
 // (the run's rate without its data wait over the measured rate per worker, rounded up), bad
-// arguments and --run files that give no rate (exit 2 before measuring, named).
+// arguments and --run files that give no rate (exit 2 before measuring, named), data that does not
+// fit the model measured with a note.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -62,6 +63,25 @@ TEST_CASE("bench-data: a line per worker count, the JPEG pipeline's stages addin
   INFO(v.output);
   CHECK(v.exit_code == 2);  // no validation split configured
   CHECK(v.output.find("has no validation split") != std::string::npos);
+}
+
+TEST_CASE("bench-data: data a run would refuse for its model is measured, with the reason said once", "[e2e]") {
+  // a 2-class folder benchmarked with a 1000-class config (a subset of ImageNet, the shipped
+  // resnet50 config): no model is built here, so the pipeline is measured, and the user is told
+  auto dir = test::scratch_dir("bench_data_classes");
+  const auto cfg = folder_config(dir);
+  auto r = run_trainer("bench-data " + cfg + " --workers 1 --batches 3 --set model.num_classes=1000");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("note: `trainer run` would refuse this config's data for its model: ") != std::string::npos);
+  CHECK(r.output.find("the data has 2 classes but model.num_classes is 1000") != std::string::npos);
+  CHECK(std::regex_search(r.output, std::regex(R"(\n\s+1\s+[0-9.]+\s+[0-9.]+  read)")));
+  auto run = run_trainer("check " + cfg + " --set model.num_classes=1000");  // a run still refuses it
+  CHECK(run.exit_code != 0);
+  CHECK(run.output.find("the data has 2 classes but model.num_classes is 1000") != std::string::npos);
+  auto fine = run_trainer("bench-data " + cfg + " --workers 1 --batches 3");
+  CHECK(fine.exit_code == 0);
+  CHECK(fine.output.find("would refuse") == std::string::npos);
 }
 
 TEST_CASE("bench-data --run: the workers that keep a run fed, from its rate without the data wait", "[e2e]") {

@@ -153,7 +153,11 @@ int bench(const BenchDataArgs& args) {
                                   "over a worker's");
     rate = step_rate(args.run_dir);
   }
-  auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
+  std::string mismatch;  // the data against model.*: measured all the same (no model here), said once
+  auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed, data::ModelChecks::Report, &mismatch);
+  if (!mismatch.empty())
+    std::cout << "note: `trainer run` would refuse this config's data for its model: " << mismatch
+              << "\n(bench-data measures the input pipeline alone, so it goes on)\n";
   auto ds = args.validation ? sets.val : sets.train;
   if (!ds) throw std::invalid_argument("the config's data has no validation split (data.val_path, data.val_fraction)");
   std::cout << fmt::format("bench-data {} ({} pipeline): {}; batch {}, {} timed batches per worker count\n",
