@@ -52,6 +52,18 @@ TEST_CASE("launch without a command after --, and numbers out of range, are name
   }
 }
 
+TEST_CASE("launch -n above the usable cores says so once and starts the ranks all the same", "[e2e]") {
+  // taskset pins the launcher (and so its ranks) to one core, whatever the host has
+  auto over = run_trainer("launch -n 2 -- run no_such.yaml", "taskset -c 0");
+  INFO(over.output);
+  CHECK(over.exit_code == 2);  // the ranks ran and refused the missing file
+  CHECK(over.output.find("launch: note: 2 ranks on 1 usable core(s) share them (one intra-op thread each): fine to "
+                         "check a layout, slow to train") != std::string::npos);
+  CHECK(over.output.find("[rank1]") != std::string::npos);
+  auto fits = run_trainer("launch -n 1 -- run no_such.yaml", "taskset -c 0");
+  CHECK(fits.output.find("launch: note:") == std::string::npos);
+}
+
 TEST_CASE("a composed config: check and run see the merged config, config.yaml holds it", "[e2e]") {
   auto dir = trainer::test::scratch_dir("cli_compose");
   trainer::test::write_file(dir / "shared" / "base.yaml",
