@@ -6,9 +6,11 @@ textured), batch 64, 1 and 2 workers, alternating the two sides, medians of --re
 
 Usage: python scripts/bench/bench_input.py [--trainer build/trainer] [--work DIR] [--images 1024]
            [--batches 6] [--repeats 3] [--workers 1,2] [--out FILE.md] [--dali-python PY] [--jitter]
+           [--hue H]
 With --dali-python (a python whose venv has the nvidia-dali wheel, e.g. nvidia-dali-cuda120 from PyPI),
 DALI's CPU pipeline of the same work is a third column. --jitter adds ColorJitter(0.4, 0.4, 0.4) to
-training on both sides (brightness, contrast, saturation: the shipped ResNet-50 ImageNet config's).
+training on both sides (brightness, contrast, saturation: the shipped ResNet-50 ImageNet config's);
+--hue H adds ColorJitter's hue shift in [-H, H] on both sides (with or without --jitter).
 Prints a Markdown table (samples/s, per worker, trainer / torchvision) with the CPU named. Run it
 alone: two benchmarks at once measure nothing."""
 import argparse
@@ -111,17 +113,19 @@ def trainer_rate(trainer, cfg, workers, batches, val):
     raise SystemExit("no rate in trainer bench-data's output:\n" + out.stdout)
 
 
-def torchvision_rate(root, workers, batches, val, jitter):
+def torchvision_rate(root, workers, batches, val, jitter, hue):
     """Runs in a child process so that each measurement starts fresh (workers forked anew)."""
     code = r"""
 import sys, time, torch
 from torch.utils.data import DataLoader
 from torchvision import datasets, transforms as T
-root, workers, batches, val, jitter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1", sys.argv[5] == "1"
+root, workers, batches, val, jitter, hue = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1",
+                                            sys.argv[5] == "1", float(sys.argv[6]))
+cj = 0.4 if jitter else 0.0
 torch.set_num_threads(1)
 norm = T.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
 tf = (T.Compose([T.Resize(256), T.CenterCrop(224), T.ToTensor(), norm]) if val else
-      T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()] + ([T.ColorJitter(0.4, 0.4, 0.4)] if jitter else [])
+      T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip()] + ([T.ColorJitter(cj, cj, cj, hue)] if jitter or hue else [])
                 + [T.ToTensor(), norm]))
 ds = datasets.ImageFolder(root + "/train", transform=tf)
 ds = torch.utils.data.Subset(ds, list(range(len(ds))) * 100)  # epochs back to back, as the trainer's loader runs them
@@ -137,7 +141,7 @@ for _ in range(batches):
 print(n / (time.perf_counter() - t0))
 """
     out = subprocess.run([sys.executable, "-c", code, root, str(workers), str(batches), "1" if val else "0",
-                          "1" if jitter else "0"],
+                          "1" if jitter else "0", str(hue)],
                          capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit("torchvision side failed:\n" + out.stderr)
@@ -196,8 +200,12 @@ def main():
     ap.add_argument("--dali-python", default="", help="a python with nvidia-dali installed: adds DALI's CPU pipeline")
     ap.add_argument("--jitter", action="store_true",
                     help="training adds ColorJitter(0.4, 0.4, 0.4) (the shipped ImageNet config's augmentation) on both sides")
+    ap.add_argument("--hue", type=float, default=0.0,
+                    help="training adds ColorJitter's hue shift, uniform in [-H, H] (0 < H <= 0.5), on both sides")
     a = ap.parse_args()
-    if a.jitter and a.dali_python:
+    if not 0 <= a.hue <= 0.5:
+        raise SystemExit("--hue: give 0 to 0.5 (a fraction of the hue circle)")
+    if (a.jitter or a.hue) and a.dali_python:
         raise SystemExit("--jitter: DALI's pipeline here has no colour jitter; leave out --dali-python")
     make_folder(a.work, a.images, jobs=os.cpu_count() or 1)
     # bench-data's warm-up drains the loader's in-flight bound: data.prefetch (4) + workers, and one
@@ -206,7 +214,8 @@ def main():
     cfg = os.path.join(a.work, "bench_input.yaml")
     with open(cfg, "w") as f:
         f.write(CONFIG.format(train=os.path.join(a.work, "train"),
-                              jitter=", brightness: 0.4, contrast: 0.4, saturation: 0.4" if a.jitter else ""))
+                              jitter=(", brightness: 0.4, contrast: 0.4, saturation: 0.4" if a.jitter else "") +
+                              (", hue: %g" % a.hue if a.hue else "")))
     workers = [int(w) for w in a.workers.split(",")]
     rows = []
     for val in (False, True):
@@ -216,7 +225,7 @@ def main():
             for _ in range(a.repeats):  # alternating: a slow moment of the host hits every side
                 r, split = trainer_rate(a.trainer, cfg, w, nb, val)
                 ours.append(r)
-                theirs.append(torchvision_rate(a.work, w, nb, val, a.jitter))
+                theirs.append(torchvision_rate(a.work, w, nb, val, a.jitter, a.hue))
                 if a.dali_python:
                     dali.append(dali_rate(a.dali_python, a.work, w, nb, val))
             rows.append((val, w, median(ours), median(theirs), median(dali) if dali else None, split, nb))
@@ -228,7 +237,7 @@ def main():
     for val, w, ours, theirs, dali, split, nb in rows:
         d = ("%.1f | %.2f" % (dali, ours / dali)) if dali else "- | -"
         lines.append("| %s | %d | %d | %.1f | %.1f | %.2f | %s | %s |" % ("validation (resize 256, centre crop 224)" if val
-                     else "training (RandomResizedCrop 224, flip%s)" % (", ColorJitter 0.4" if a.jitter else ""), w, nb, ours, theirs, ours / theirs, d, split))
+                     else "training (RandomResizedCrop 224, flip%s)" % ((", ColorJitter 0.4" if a.jitter else "") + (", hue %g" % a.hue if a.hue else "")), w, nb, ours, theirs, ours / theirs, d, split))
     text = "\n".join(lines)
     print(text)
     if a.out:

@@ -104,33 +104,11 @@ void adjust_saturation(uint8_t* img, int64_t channels, int64_t hw, double factor
 }
 
 // RGB -> HSV (torchvision's _rgb2hsv, after Pillow), shift the hue on the unit circle, back
-// (_hsv2rgb), then to uint8 as convert_image_dtype: x * (255 + 1 - 1e-3), truncated.
+// (_hsv2rgb), then to uint8 as convert_image_dtype: x * (255 + 1 - 1e-3), truncated
+// (jitter_kernels::hue, vectorised).
 void adjust_hue(uint8_t* img, int64_t channels, int64_t hw, double hue_factor) {
   if (channels != 3) return;
-  const float shift = static_cast<float>(hue_factor);
-  for (int64_t i = 0; i < hw; ++i) {
-    const float r = img[i] / 255.0f, g = img[hw + i] / 255.0f, b = img[2 * hw + i] / 255.0f;
-    const float maxc = std::max({r, g, b}), minc = std::min({r, g, b});
-    const bool eqc = maxc == minc;
-    const float cr = maxc - minc;
-    const float s = cr / (eqc ? 1.0f : maxc);
-    const float div = eqc ? 1.0f : cr;
-    const float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
-    float hv = 0;
-    if (maxc == r) hv = bc - gc;
-    else if (maxc == g) hv = 2.0f + rc - bc;
-    else hv = 4.0f + gc - rc;
-    hv = std::fmod(hv / 6.0f + 1.0f, 1.0f);
-    hv = hv + shift;
-    hv = hv - std::floor(hv);  // Python's % 1.0: into [0, 1)
-    const float v = maxc;
-    const float fi = std::floor(hv * 6.0f), f = hv * 6.0f - fi;
-    const int sector = ((static_cast<int>(fi) % 6) + 6) % 6;
-    const float p = std::clamp(v * (1.0f - s), 0.0f, 1.0f), q = std::clamp(v * (1.0f - s * f), 0.0f, 1.0f),
-                t = std::clamp(v * (1.0f - s * (1.0f - f)), 0.0f, 1.0f);
-    const float rgb[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
-    for (int c = 0; c < 3; ++c) img[c * hw + i] = static_cast<uint8_t>(std::min(rgb[sector][c] * 255.999f, 255.0f));
-  }
+  jitter_kernels::hue(img, img + hw, img + 2 * hw, hw, static_cast<float>(hue_factor));
 }
 
 void apply_jitter(uint8_t* img, int64_t channels, int64_t hw, const config::AugmentConfig& cfg, const JitterChoice& c) {

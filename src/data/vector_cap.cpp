@@ -24,7 +24,8 @@ std::string kernel_paths() {
   const int w = resize_detail::filter_width();
   const char* resize = w == 16 ? "AVX-512" : w == 8 ? "AVX2" : "baseline";
   return std::string("resize ") + resize + ", normaliser " + lookup_path_name() + ", colour jitter " +
-         (jitter_kernels::width() == 16 ? "AVX-512" : "clones");
+         (jitter_kernels::width() == 16 ? "AVX-512" : "clones") + ", hue " +
+         (jitter_kernels::hue_width() == 16 ? "AVX-512" : jitter_kernels::hue_width() == 8 ? "AVX2" : "scalar");
 }
 
 }  // namespace trainer::data

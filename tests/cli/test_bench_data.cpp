@@ -50,12 +50,12 @@ TEST_CASE("bench-data: a line per worker count, the JPEG pipeline's stages addin
   }
   CHECK(seen == std::vector<int>{0, 1, 2});  // sorted, each once
   CHECK(std::regex_search(r.output, std::regex(R"(kernels: resize (AVX-512|AVX2|baseline), normaliser )"
-                                               R"((AVX512-VBMI permutes|AVX-512 gathers|scalar), colour jitter (AVX-512|clones)\))")));
+                                               R"((AVX512-VBMI permutes|AVX-512 gathers|scalar), colour jitter (AVX-512|clones), hue (AVX-512|AVX2|scalar)\))")));
   // ATen's cap caps the data kernels too: the baseline resize and the scalar lookup
   auto capped = run_trainer("bench-data " + cfg + " --workers 1 --batches 3", "ATEN_CPU_CAPABILITY=default");
   INFO(capped.output);
   CHECK(capped.exit_code == 0);
-  CHECK(capped.output.find("kernels: resize baseline, normaliser scalar, colour jitter clones)") != std::string::npos);
+  CHECK(capped.output.find("kernels: resize baseline, normaliser scalar, colour jitter clones, hue scalar)") != std::string::npos);
   // fewer timed batches than 3 a worker would time the workers' phase: raised, and said
   CHECK(r.output.find("(--batches 3 raised to 6 for 2 worker(s): at least 3 a worker)") != std::string::npos);
   CHECK(r.output.find("raised to 3 for 1") == std::string::npos);

@@ -174,6 +174,8 @@ TEST_CASE("resize, normaliser and colour jitter paths under this process's ATEN_
   CHECK(resize_detail::filter_width_for_tests(16) <= cap);
   CHECK(byte_lookup_detail::level_for_tests(3) == 1);  // AVX-512 paths off: the scalar lookup
   CHECK(jitter_kernels::width() == 0);                   // the colour jitter's clones
+  // the hue: AVX2 under avx2 where the CPU has it, never under default
+  CHECK(jitter_kernels::hue_width() == (cap == 8 && jitter_kernels::cpu_has_avx2() ? 8 : 0));
   resize_detail::filter_width_for_tests(0);
   byte_lookup_detail::level_for_tests(0);
 }

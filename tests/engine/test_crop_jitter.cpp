@@ -163,6 +163,72 @@ TEST_CASE("the colour jitter's AVX-512 loops and clones give the scalar bytes at
     }
 }
 
+// The hue kernel's paths against the scalar code they replaced (branches, fmod, floor, a table of
+// sectors), on every 24-bit colour at shifts that reach both ends of the circle and the wrap of
+// (h + shift) - floor(h + shift) onto 1.0, and at lengths that leave a tail past each vector width.
+void hue_reference(uint8_t* img, int64_t hw, float shift) {
+  for (int64_t i = 0; i < hw; ++i) {
+    const float r = img[i] / 255.0f, g = img[hw + i] / 255.0f, b = img[2 * hw + i] / 255.0f;
+    const float maxc = std::max({r, g, b}), minc = std::min({r, g, b});
+    const bool eqc = maxc == minc;
+    const float cr = maxc - minc;
+    const float s = cr / (eqc ? 1.0f : maxc);
+    const float div = eqc ? 1.0f : cr;
+    const float rc = (maxc - r) / div, gc = (maxc - g) / div, bc = (maxc - b) / div;
+    float hv = 0;
+    if (maxc == r) hv = bc - gc;
+    else if (maxc == g) hv = 2.0f + rc - bc;
+    else hv = 4.0f + gc - rc;
+    hv = std::fmod(hv / 6.0f + 1.0f, 1.0f);
+    hv = hv + shift;
+    hv = hv - std::floor(hv);
+    const float v = maxc;
+    const float fi = std::floor(hv * 6.0f), f = hv * 6.0f - fi;
+    const int sector = ((static_cast<int>(fi) % 6) + 6) % 6;
+    const float p = std::clamp(v * (1.0f - s), 0.0f, 1.0f), q = std::clamp(v * (1.0f - s * f), 0.0f, 1.0f),
+                t = std::clamp(v * (1.0f - s * (1.0f - f)), 0.0f, 1.0f);
+    const float rgb[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
+    for (int c = 0; c < 3; ++c) img[c * hw + i] = static_cast<uint8_t>(std::min(rgb[sector][c] * 255.999f, 255.0f));
+  }
+}
+
+TEST_CASE("the hue kernel's AVX-512, AVX2 and scalar loops give the replaced code's bytes for every colour", "[unit]") {
+  namespace jk = trainer::data::jitter_kernels;
+  std::vector<int> widths = {0};
+  if (jk::cpu_has_avx2()) widths.push_back(8);
+  if (jk::cpu_has_avx512()) widths.push_back(16);
+  const int64_t n = int64_t{1} << 24;
+  std::vector<uint8_t> all(3 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    all[i] = static_cast<uint8_t>(i >> 16);
+    all[n + i] = static_cast<uint8_t>(i >> 8);
+    all[2 * n + i] = static_cast<uint8_t>(i);
+  }
+  for (const float shift : {0.5f, -0.5f, 0.1f, -0.1f, -1e-9f, 0.0f, 0.3333333f}) {
+    auto want = all;
+    hue_reference(want.data(), n, shift);
+    for (int w : widths) {
+      INFO("width " << w << ", shift " << shift);
+      auto got = all;
+      jk::hue_at(w, got.data(), got.data() + n, got.data() + 2 * n, n, shift);
+      int64_t differ = 0, first = -1;
+      for (int64_t i = 0; i < 3 * n; ++i)
+        if (got[i] != want[i] && differ++ == 0) first = i;
+      INFO(differ << " bytes differ, the first at " << first);
+      CHECK(differ == 0);
+    }
+  }
+  for (int w : widths)
+    for (int64_t len = 0; len <= 40; ++len) {
+      INFO("width " << w << ", n " << len);
+      const auto t = torch::randint(0, 256, {3, len}, torch::TensorOptions().dtype(torch::kUInt8));
+      std::vector<uint8_t> got(t.data_ptr<uint8_t>(), t.data_ptr<uint8_t>() + 3 * len), want = got;
+      hue_reference(want.data(), len, 0.27f);
+      jk::hue_at(w, got.data(), got.data() + len, got.data() + 2 * len, len, 0.27f);
+      CHECK(got == want);
+    }
+}
+
 TEST_CASE("RandomResizedCrop boxes: area within scale, aspect ratio within ratio, inside the image", "[unit]") {
   const std::vector<double> scale = {0.08, 1.0}, ratio = {3.0 / 4.0, 4.0 / 3.0};
   const int64_t h = 240, w = 320;
