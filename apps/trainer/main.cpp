@@ -242,6 +242,7 @@ int main(int argc, char** argv) {
       trainer::engine::unblock_stop_signals();
     if (const int sig = trainer::engine::stop_signal()) ::raise(sig);
   }
+  if (*predict) trainer::engine::set_stop_phase(trainer::engine::StopPhase::Batches);
   if (*run) return trainer::engine::cmd_run(run_args);
   if (*check) return trainer::engine::cmd_check(check_args);
   if (*launch) {

@@ -265,6 +265,8 @@ TEST_CASE("a GPT trained on text generates text of its corpus's alphabet, the sa
   const auto logged_stop = read_file(log);
   INFO(logged_stop);
   REQUIRE(std::regex_search(logged_stop, m, std::regex(R"(stopped by SIGTERM: (\d+) of 1000000 new tokens written)")));
+  CHECK(logged_stop.find("SIGTERM received; stopping after the current batch or token, the output so far kept") !=
+        std::string::npos);
   const auto n = std::stoll(m[1]);
   CHECK(partial.size() == 2 + static_cast<size_t>(n) + 1);
   auto same = run_trainer("predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +

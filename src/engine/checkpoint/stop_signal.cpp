@@ -21,7 +21,12 @@ constexpr int kCount = 4;
 struct sigaction g_previous[kCount];
 bool g_installed = false;
 
-// Only async-signal-safe calls in here: atomics, write(2), _exit(2).
+std::atomic<int> g_phase{static_cast<int>(StopPhase::StartUp)};
+static_assert(std::atomic<int>::is_always_lock_free);
+
+void hs_write(const char* text) { [[maybe_unused]] auto n = ::write(STDERR_FILENO, text, std::strlen(text)); }
+
+// Only async-signal-safe calls in here: atomics, write(2), strlen, _exit(2).
 void on_stop_signal(int sig) {
   if (sig == SIGINT && g_sigint_count.fetch_add(1) >= 1) {
     constexpr char kMsg[] = "\ntrainer: second SIGINT, aborting without a checkpoint\n";
@@ -30,13 +35,19 @@ void on_stop_signal(int sig) {
   }
   int expected = 0;
   if (g_signal.compare_exchange_strong(expected, sig)) {
-    // the signal's own name: a scheduler's SIGUSR1 or SIGTERM is no Ctrl-C to repeat
-    const char* msg = sig == SIGINT ? "\ntrainer: SIGINT received; saving a checkpoint at the next step boundary "
-                                      "(SIGINT again to abort at once)\n"
-                      : sig == SIGTERM ? "\ntrainer: SIGTERM received; saving a checkpoint at the next step boundary\n"
-                      : sig == SIGUSR1 ? "\ntrainer: SIGUSR1 received; saving a checkpoint at the next step boundary\n"
-                                       : "\ntrainer: SIGHUP received; saving a checkpoint at the next step boundary\n";
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, msg, std::strlen(msg));
+    // the signal's own name (a scheduler's SIGUSR1 or SIGTERM is no Ctrl-C to repeat), and what
+    // follows from the phase the process is in
+    const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGHUP";
+    const int phase = g_phase.load();
+    const char* what = phase == static_cast<int>(StopPhase::Training)
+                           ? " received; saving a checkpoint at the next step boundary"
+                       : phase == static_cast<int>(StopPhase::Batches)
+                           ? " received; stopping after the current batch or token, the output so far kept"
+                           : " received during start-up; the run stops before its first step";
+    hs_write("\ntrainer: ");
+    hs_write(name);
+    hs_write(what);
+    hs_write(sig == SIGINT ? " (SIGINT again to abort at once)\n" : "\n");
   }
 }
 
@@ -73,6 +84,8 @@ void restore_stop_handlers() {
   for (int i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &g_previous[i], nullptr);
   g_installed = false;
 }
+
+void set_stop_phase(StopPhase phase) { g_phase.store(static_cast<int>(phase)); }
 
 bool stop_requested() { return g_signal.load() != 0; }
 

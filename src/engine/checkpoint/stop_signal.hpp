@@ -23,6 +23,12 @@ void block_stop_signals();
 // Puts the previous handlers back (tests; the end of a run inside a longer-lived process).
 void restore_stop_handlers();
 
+// What the handler says a signal will do (it cannot ask the loop): start-up (the default: a run
+// stops before its first step, saving nothing new), training (a checkpoint at the next step
+// boundary), or batches (`trainer predict`: it stops between batches or tokens, its output so far kept).
+enum class StopPhase { StartUp, Training, Batches };
+void set_stop_phase(StopPhase phase);
+
 bool stop_requested();
 int stop_signal();                // the first signal received (SIGTERM, ...), 0 when none
 std::string stop_signal_name();   // "SIGTERM" | "SIGUSR1" | "SIGINT" | "SIGHUP" | "" when none

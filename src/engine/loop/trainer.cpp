@@ -313,6 +313,7 @@ class Trainer final : public WorldParts {
       if (first == Next::DataChanged)
         if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
     }
+    set_stop_phase(StopPhase::Training);  // a signal from here on is saved at a step boundary
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     loop_.profiler = std::make_unique<obs::StepProfiler>(cfg_.profile.start_step, cfg_.profile.steps,
                                                          dir_.root / "profile", env().rank, device_.is_cuda(),
