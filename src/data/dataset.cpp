@@ -173,14 +173,11 @@ DatasetPair create_datasets(const config::DataConfig& data, const config::ModelC
   io.seed = seed;
   io.skip_bad = data.on_bad_sample == "skip";
   DatasetPair pair = open_reader(data, model, io, lm, seed);
-  if (checks == ModelChecks::Enforce) {
+  try {
     check_against_model(pair, data, model);
-  } else {
-    try {
-      check_against_model(pair, data, model);
-    } catch (const DataError& e) {
-      if (mismatch) *mismatch = e.what();
-    }
+  } catch (const DataError& e) {
+    if (checks == ModelChecks::Enforce) throw;
+    if (mismatch) *mismatch = e.what();
   }
   setup_normalizer(data.normalize, pair);
   if (auto* img = dynamic_cast<ImageDataset*>(pair.train.get()))

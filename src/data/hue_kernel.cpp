@@ -9,6 +9,9 @@
 //    floor is -1, 0 or 1, both tests taken on the sum before either is applied (x + 1 may round to 1.0,
 //    which the scalar code keeps too);
 //  - floor(h * 6) of a value in [0, 6] is its truncation; the sector is that mod 6 (6 only from h = 1.0).
+// The two loops are one formula spelled twice in intrinsics: written once over GCC's vector types
+// (resize.cpp's way) it gave the same bytes but ran 5x slower at 16 lanes (0.296 against 0.058 ms a
+// 224x224 image, Zen 5) and 1.7x slower at 8.
 #include <algorithm>
 #include <cstring>
 

@@ -29,8 +29,7 @@ void hs_write(const char* text) { [[maybe_unused]] auto n = ::write(STDERR_FILEN
 // Only async-signal-safe calls in here: atomics, write(2), strlen, _exit(2).
 void on_stop_signal(int sig) {
   if (sig == SIGINT && g_sigint_count.fetch_add(1) >= 1) {
-    constexpr char kMsg[] = "\ntrainer: second SIGINT, aborting without a checkpoint\n";
-    [[maybe_unused]] auto n = ::write(STDERR_FILENO, kMsg, sizeof(kMsg) - 1);
+    hs_write("\ntrainer: second SIGINT, aborting without a checkpoint\n");
     ::_exit(128 + SIGINT);
   }
   int expected = 0;
