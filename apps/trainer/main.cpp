@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <iostream>
+#include <optional>
 
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
@@ -15,6 +16,7 @@
 #include "engine/commands/eval_command.hpp"
 #include "engine/commands/export.hpp"
 #include "engine/commands/predict_command.hpp"
+#include "engine/commands/run_command.hpp"
 #include "engine/commands/sweep_command.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 #include "models/builtin.hpp"
@@ -26,6 +28,31 @@ void add_config_args(CLI::App* cmd, trainer::engine::ConfigArgs& a) {
   cmd->add_option("--set", a.overrides, "Override a key: --set optim.lr=0.05 (repeatable; YAML values, lists as [a, b])")
       ->type_name("KEY=VALUE");
   cmd->add_option("--out-dir", a.out_dir, "Folder for the run directory (replaces run.out_dir)");
+}
+
+void add_run_options(CLI::App* run, trainer::engine::RunArgs& a) {
+  add_config_args(run, a);
+  run->add_option("--resume", a.resume, "auto (newest complete checkpoint), never, or a checkpoint PATH")
+      ->default_val("auto");
+  run->add_flag("--force", a.force, "With --resume never: start over a run directory that has checkpoints");
+}
+
+// `trainer launch ... -- run ARGS`: the run's command line and its checks before anything is
+// created (engine/commands/run_command.hpp), once, in the launcher, with the environment its ranks
+// will see: nullopt when they pass, else the exit code, the errors said once and no rank started.
+std::optional<int> check_launched_run(const std::vector<std::string>& args, const trainer::dist::LaunchEnv& env) {
+  CLI::App app{"", "trainer"};
+  trainer::engine::RunArgs run_args;
+  add_run_options(app.add_subcommand("run", "Train"), run_args);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes a vector back to front
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;  // --help: said once, no rank started
+  }
+  if (const int rc = trainer::engine::check_run_start(run_args, env); rc != trainer::kExitOk) return rc;
+  return std::nullopt;
 }
 
 // CLI11's PositiveNumber / NonNegativeNumber name their range with DBL_MAX's 309 digits ("Value 0 not
@@ -81,10 +108,7 @@ int main(int argc, char** argv) {
 
   trainer::engine::RunArgs run_args;
   auto* run = app.add_subcommand("run", "Train: trainer run CONFIG [--set KEY=VALUE]...");
-  add_config_args(run, run_args);
-  run->add_option("--resume", run_args.resume, "auto (newest complete checkpoint), never, or a checkpoint PATH")
-      ->default_val("auto");
-  run->add_flag("--force", run_args.force, "With --resume never: start over a run directory that has checkpoints");
+  add_run_options(run, run_args);
 
   trainer::engine::CheckArgs check_args;
   auto* check = app.add_subcommand("check", "Validate a config, build its model and data, print a summary");
@@ -254,6 +278,10 @@ int main(int argc, char** argv) {
                 << (got == "launch" ? ", which a rank cannot run (one launcher per node)\n" : ", which is not a trainer command\n");
       return trainer::kExitUsage;
     }
+    if (launch_args.front() == "run")
+      launch_opts.preflight = [&launch_args](const trainer::dist::LaunchEnv& env) {
+        return check_launched_run(launch_args, env);
+      };
     return trainer::dist::cmd_launch(launch_opts, launch_args);
   }
   if (*sweep) return trainer::engine::cmd_sweep(sw);

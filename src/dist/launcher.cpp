@@ -420,14 +420,24 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     throw std::invalid_argument("launch: --join is for a node other than node 0 (--nnodes 2 or more, --node-rank 1 "
                                 "or more): node 0's launcher hosts the running job's store");
   if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
+  // every node must name the same port: a free one is only for a job on one node
+  const int port = o.master_port > 0 ? o.master_port : o.nnodes > 1 ? kDefaultMasterPort : free_local_port();
+  if (o.preflight) {
+    const auto vars = child_environment(o, 0, port, 0);
+    const auto rank_env = detect_launch_env([&vars](const char* name) -> const char* {
+      const size_t n = std::strlen(name);
+      for (const auto& v : vars)
+        if (v.size() > n && v[n] == '=' && v.compare(0, n, name) == 0) return v.c_str() + n + 1;
+      return nullptr;
+    });
+    if (const auto code = o.preflight(rank_env)) return *code;
+  }
   // more ranks than cores runs (each gets one intra-op thread), but slowly: said, not refused, as
   // checking a layout on a laptop is a use
   if (const int64_t cores = device::usable_cpus(); o.nprocs > cores)
     write_all(2, "launch: note: " + std::to_string(o.nprocs) + " ranks on " + std::to_string(cores) +
                      " usable core(s) share them (one intra-op thread each): fine to check a layout, slow to "
                      "train\n");
-  // every node must name the same port: a free one is only for a job on one node
-  const int port = o.master_port > 0 ? o.master_port : o.nnodes > 1 ? kDefaultMasterPort : free_local_port();
   RankStore store(o, port);  // before the first rank starts: they connect to it
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)

@@ -3,8 +3,12 @@
 // runs one launcher with the same --nnodes, --master-addr and --master-port).
 #pragma once
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "dist/launch_env.hpp"
 
 namespace trainer::dist {
 
@@ -19,6 +23,10 @@ struct LaunchOptions {
   bool join = false;                  // this node's ranks join a running job (in_process)
   std::string exe = "/proc/self/exe"; // the program each rank runs
   double grace_s = 10.0;              // SIGTERM -> SIGKILL delay when a rank failed
+  // Called once before any rank starts, with the environment the first of this node's ranks will
+  // see: the rank command's own checks (a config error said once, not by every rank). nullopt: start
+  // the ranks; a code: launch exits with it and starts nothing.
+  std::function<std::optional<int>(const LaunchEnv&)> preflight;
 };
 
 // Spawns `nprocs` ranks of `exe child_args...` with torchrun's variables (RANK, LOCAL_RANK,

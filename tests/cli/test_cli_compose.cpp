@@ -52,16 +52,69 @@ TEST_CASE("launch without a command after --, and numbers out of range, are name
   }
 }
 
+namespace {
+
+// A valid seconds-long config under `dir`, its runs in dir/runs.
+fs::path small_config(const fs::path& dir) {
+  trainer::test::write_file(dir / "exp.yaml",
+                            "run: {name: s, out_dir: runs}\n"
+                            "model: {arch: resnet, depth: 8, width: 0.25, in_channels: 1, num_classes: 2}\n"
+                            "data: {format: synthetic, workers: 1, synthetic: {num_samples: 16, val_samples: 0, "
+                            "image_size: 8}}\ntrain: {batch_size: 8, max_steps: 1, threads: 1}\nlog: {progress: off}\n");
+  return dir / "exp.yaml";
+}
+
+size_t count(const std::string& text, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + part.size())) ++n;
+  return n;
+}
+
+}  // namespace
+
 TEST_CASE("launch -n above the usable cores says so once and starts the ranks all the same", "[e2e]") {
+  const auto cfg = small_config(trainer::test::scratch_dir("launch_cores")).string();
   // taskset pins the launcher (and so its ranks) to one core, whatever the host has
-  auto over = run_trainer("launch -n 2 -- run no_such.yaml", "taskset -c 0");
+  auto over = run_trainer("launch -n 2 -- run " + cfg, "taskset -c 0");
   INFO(over.output);
-  CHECK(over.exit_code == 2);  // the ranks ran and refused the missing file
-  CHECK(over.output.find("launch: note: 2 ranks on 1 usable core(s) share them (one intra-op thread each): fine to "
-                         "check a layout, slow to train") != std::string::npos);
-  CHECK(over.output.find("[rank1]") != std::string::npos);
-  auto fits = run_trainer("launch -n 1 -- run no_such.yaml", "taskset -c 0");
+  CHECK(over.exit_code == 0);
+  CHECK(count(over.output, "launch: note: 2 ranks on 1 usable core(s) share them (one intra-op thread each): fine to "
+                           "check a layout, slow to train") == 1);
+  CHECK(over.output.find("distributed: rank 0 of 2 (trainer launch") != std::string::npos);
+  auto fits = run_trainer("launch -n 1 -- run " + cfg + " --set run.name=one", "taskset -c 0");
+  CHECK(fits.exit_code == 0);
   CHECK(fits.output.find("launch: note:") == std::string::npos);
+}
+
+// `run`'s checks before anything is created run once, in the launcher: each rank had printed the same
+// errors, interleaved, and the launcher had terminated the others after the first refusal.
+TEST_CASE("launch -- run: a refused run is said once, by the launcher, and no rank starts", "[e2e]") {
+  const auto dir = trainer::test::scratch_dir("launch_refused");
+  const auto cfg = small_config(dir).string();
+  struct Case {
+    std::string args, error;
+  };
+  const std::vector<Case> cases = {
+      {"run " + cfg + " --set model.depht=8", "--set model.depht=8: model.depht: unknown key, did you mean 'model.depth'?"},
+      {"run " + cfg + " --set data.format=image_folder --set data.path=gone",
+       "--set data.path=gone: data.path: " + (fs::current_path() / "gone").string() + ": no such file or folder"},
+      {"run --bogus " + cfg, "The following argument was not expected: --bogus"},
+      {"run " + (dir / "none.yaml").string(), "config: File does not exist: " + (dir / "none.yaml").string()}};
+  for (const auto& c : cases) {
+    auto r = run_trainer("launch -n 3 -- " + c.args);
+    INFO(c.args << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(count(r.output, c.error) == 1);
+    CHECK(r.output.find("[rank") == std::string::npos);
+  }
+  CHECK_FALSE(fs::exists(dir / "runs"));
+  // a refusal that needs a run directory: --resume never over its checkpoints
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  auto again = run_trainer("launch -n 2 -- run " + cfg + " --resume never");
+  INFO(again.output);
+  CHECK(again.exit_code == 2);
+  CHECK(count(again.output, "already holds checkpoints (step-1, ...); --resume never starts over only with --force") == 1);
+  CHECK(again.output.find("[rank") == std::string::npos);
 }
 
 TEST_CASE("a composed config: check and run see the merged config, config.yaml holds it", "[e2e]") {

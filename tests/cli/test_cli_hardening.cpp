@@ -86,3 +86,70 @@ TEST_CASE("dist.recovery in_process under another launcher than trainer launch i
   }
   CHECK_FALSE(fs::exists(dir / "out"));
 }
+
+// The files a config names are looked for before the run directory is made: a missing one had been a
+// runtime failure (exit 1) after it, leaving an empty run folder behind.
+TEST_CASE("a data file or model.init file that is not there is a config error at its key, before anything exists",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_missing_files");
+  auto cfg = hardening_config(dir).string();
+  trainer::test::write_file(dir / "text.yaml", "run: {name: t, out_dir: out}\ndata: {format: text, path: t.txt}\n"
+                                               "model: {arch: gpt, vocab_size: 256, block_size: 8, n_layer: 1, "
+                                               "n_head: 1, n_embd: 8}\ntrain: {batch_size: 8, max_steps: 1}\n");
+  const std::string text = (dir / "text.yaml").string();
+  trainer::test::write_file(dir / "t.txt", std::string(4000, 'a'));
+  const std::string missing = (dir / "gone.txt").string(), pattern = (dir / "val_*.bin").string();
+  struct Case {
+    std::string args, error;
+  };
+  const std::vector<Case> cases = {
+      {text + " --set data.path=" + missing,
+       "--set data.path=" + missing + ": data.path: " + missing + ": no such file or folder, and no file matches it as a pattern"},
+      {text + " --set data.val_path=" + pattern,
+       ": data.val_path: " + pattern + ": no such file or folder"},
+      {cfg + " --set model.init.from=" + missing, "--set model.init.from=" + missing + ": model.init.from: " + missing + ": no such file"}};
+  for (const auto& c : cases)
+    for (const char* cmd : {"check ", "run "}) {
+      auto r = run_trainer(cmd + c.args);
+      INFO(cmd << c.args << "\n" << r.output);
+      CHECK(r.exit_code == 2);
+      CHECK(r.output.find(c.error) != std::string::npos);
+      CHECK(r.output.find("1 config error; nothing was started") != std::string::npos);
+    }
+  CHECK_FALSE(fs::exists(dir / "out"));
+  // a file written in the config is named at its line and column
+  trainer::test::write_file(dir / "files.yaml", "base: text.yaml\ndata:\n  path: nowhere.txt\n");
+  auto at = run_trainer("run " + (dir / "files.yaml").string());
+  INFO(at.output);
+  CHECK(at.exit_code == 2);
+  CHECK(at.output.find((dir / "files.yaml").string() + ":3:3: data.path: " + (dir / "nowhere.txt").string() +
+                       ": no such file or folder") != std::string::npos);
+  // data not on this machine: check --no-data does not look for it
+  auto no_data = run_trainer("check --no-data " + text + " --set data.path=" + missing);
+  INFO(no_data.output);
+  CHECK(no_data.exit_code == 0);
+  CHECK_FALSE(fs::exists(dir / "out"));
+}
+
+TEST_CASE("model.init is looked for by a fresh start only: a run that resumes has its weights in the checkpoint",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_init_resume");
+  auto cfg = hardening_config(dir).string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const auto init = (dir / "init.safetensors").string();
+  auto exported = run_trainer("export " + (dir / "out/h/checkpoints/latest").string() + " --out " + init);
+  INFO(exported.output);
+  REQUIRE(exported.exit_code == 0);
+  const std::string b = cfg + " --set run.name=b --set model.init.from=" + init;
+  auto first = run_trainer("run " + b);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  fs::remove(init);
+  auto resumed = run_trainer("run " + b + " --set train.max_steps=2");
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+  CHECK(resumed.output.find("resum") != std::string::npos);
+  auto fresh = run_trainer("run " + b + " --set train.max_steps=2 --resume never --force");
+  CHECK(fresh.exit_code == 2);
+  CHECK(fresh.output.find("model.init.from: " + init + ": no such file") != std::string::npos);
+}

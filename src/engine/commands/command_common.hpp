@@ -18,6 +18,12 @@ void print_config_error(const config::ConfigError& e);
 // divide the world size); eval and predict build the whole model on every rank.
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env, bool builds_mesh = false);
 
+// The files the config names exist: data.path and data.val_path (a file, folder, or a pattern some
+// file matches; not for data.format synthetic) when `data`, model.init.from when `init`. Throws
+// ConfigError at their keys' file:line:col, so that a missing file is a config error (exit 2)
+// found before the run directory is made, not a runtime failure after it.
+void check_named_files(const config::LoadedConfig& loaded, bool data, bool init);
+
 // Runs a model-using command (eval, predict) and maps what it throws to an exit code: config and
 // launcher errors and bad arguments (std::invalid_argument) exit 2, anything else 1, each printed.
 int run_command(const std::function<int()>& body);

@@ -1,6 +1,5 @@
 #include "engine/commands/commands.hpp"
 
-#include <spdlog/sinks/basic_file_sink.h>
 #include <torch/torch.h>
 
 #include <cmath>
@@ -21,22 +20,15 @@
 #include "dist/device_mesh.hpp"
 #include "dist/dist_check.hpp"
 #include "dist/launch_env.hpp"
-#include "engine/checkpoint/checkpoint_manager.hpp"
-#include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/command_common.hpp"
 #include "engine/startup/pipeline_memory.hpp"
-#include "engine/commands/run_guard.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/startup/memory_plan.hpp"
 #include "engine/startup/precision_auto.hpp"
 #include "engine/optim/precision.hpp"
-#include "engine/loop/trainer.hpp"
-#include "io/checkpoint.hpp"
 #include "io/run_dir.hpp"
 #include "models/init_load.hpp"
 #include "models/model.hpp"
-#include "obs/crash_report.hpp"
-#include "obs/logging.hpp"
 #include "pipeline/plan.hpp"
 
 namespace trainer::engine {
@@ -79,19 +71,6 @@ config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv&
   dist::check_recovery_launcher(env, loaded.cfg.dist.recovery == config::Recovery::InProcess);
   return loaded;
 }
-
-namespace {
-
-// An error that ends the run, into this rank's log file (the console has it from std::cerr).
-void log_to_rank_file(const std::string& what) {
-  for (auto& sink : spdlog::default_logger()->sinks())
-    if (std::dynamic_pointer_cast<spdlog::sinks::basic_file_sink_mt>(sink)) {
-      sink->log(spdlog::details::log_msg("trainer", spdlog::level::err, what));
-      sink->flush();
-    }
-}
-
-}  // namespace
 
 int cmd_config_keys() {
   config::RunConfig cfg;
@@ -322,6 +301,7 @@ int cmd_check(const CheckArgs& args) {
     auto env = dist::detect_launch_env();
     // outside a launcher `check` reads the config alone; in a launched job the mesh must fit the world
     auto loaded = load_checked(args, env, /*builds_mesh=*/env.world_size > 1 || env.launcher != "none");
+    check_named_files(loaded, /*data=*/!args.no_data, /*init=*/true);
     auto& c = loaded.cfg;
     const std::string hash = config::config_hash(c);  // of the config as loaded, as the run hashes it
     std::cout << "config " << args.config << ": ok (hash " << hash.substr(0, 12) << ")\n";
@@ -436,63 +416,6 @@ int cmd_check(const CheckArgs& args) {
     return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";
-    return kExitFailure;
-  }
-}
-
-int cmd_run(const RunArgs& args) {
-  bool logging = false;  // once the run's log is open, errors go there too (every rank keeps its own)
-  auto report = [&](const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    if (logging) log_to_rank_file(e.what());
-  };
-  try {
-    auto env = dist::detect_launch_env();
-    auto loaded = load_checked(args, env, /*builds_mesh=*/true);
-    const ResumeOptions resume = parse_resume(args.resume);
-    if (resume.mode == ResumeMode::Never && !args.force) {
-      // refuse to start over a run that has checkpoints: its work would be mixed with a fresh start
-      const auto ckpts = checkpoint_dir(loaded.cfg, io::run_dir_path(loaded.cfg));
-      std::error_code ec;
-      for (const auto& e : std::filesystem::directory_iterator(ckpts, ec))
-        if (io::parse_step_dir_name(e.path().filename().string())) {
-          std::cerr << "error: " << ckpts.string() << " already holds checkpoints (" << e.path().filename().string()
-                    << ", ...); --resume never starts over only with --force, or use --resume auto\n";
-          return kExitUsage;
-        }
-    } else if (resume.mode == ResumeMode::Path && !std::filesystem::exists(resume.path)) {
-      std::cerr << "error: --resume " << args.resume << ": no such checkpoint\n";
-      return kExitUsage;
-    }
-    // a run folder trained with another config is neither resumed nor rewritten (run_guard.hpp)
-    const auto guard = check_run_directory(loaded.cfg, io::run_dir_path(loaded.cfg), resume, args.force);
-    if (!guard.refusal.empty()) {
-      std::cerr << "error: " << guard.refusal << "\n";
-      return kExitUsage;
-    }
-    auto dir = io::prepare_run_dir(loaded.cfg, env.rank, dist::writes_run_files(env));  // a joiner is not the writer
-    obs::init_run_logging(env.rank, loaded.cfg.log.level, dir.rank_log(env.rank).string());
-    obs::install_crash_report(env.rank, dir.rank_log(env.rank).string());  // a fatal signal's stack, in that log too
-    logging = true;
-    spdlog::info("run directory {}", dir.root.string());
-    for (const auto& w : loaded.warnings) spdlog::warn("{}", w.str());
-    if (!guard.warning.empty()) spdlog::warn("{}", guard.warning);
-    for (const auto& lock : {dir.lock, dir.checkpoint_lock})
-      if (lock && !lock->recovered_from().empty())
-        spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",
-                     lock->file().string(), lock->recovered_from());
-    return run_training(loaded.cfg, env, dir, resume);
-  } catch (const CheckpointFailed& e) {
-    report(e);
-    return kExitCheckpointFailed;
-  } catch (const config::ConfigError& e) {
-    print_config_error(e);
-    return kExitUsage;
-  } catch (const dist::LaunchEnvError& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return kExitUsage;
-  } catch (const std::exception& e) {
-    report(e);
     return kExitFailure;
   }
 }

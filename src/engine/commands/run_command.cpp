@@ -1,0 +1,149 @@
+// `trainer run`: every check that can refuse the run before its directory exists, then the run.
+#include "engine/commands/run_command.hpp"
+
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <filesystem>
+#include <iostream>
+
+#include "config/exit_codes.hpp"
+#include "data/file_util.hpp"
+#include "engine/checkpoint/checkpoint_manager.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
+#include "engine/checkpoint/resume_options.hpp"
+#include "engine/commands/command_common.hpp"
+#include "engine/commands/run_guard.hpp"
+#include "engine/loop/trainer.hpp"
+#include "io/checkpoint.hpp"
+#include "io/run_dir.hpp"
+#include "obs/crash_report.hpp"
+#include "obs/logging.hpp"
+
+namespace trainer::engine {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A refusal of the command line or the run directory: exit 2, nothing created.
+struct Refused : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+struct RunStart {
+  config::LoadedConfig loaded;
+  ResumeOptions resume;
+  RunGuard guard;
+};
+
+// The name of a checkpoint (step-<N> folder) in `ckpts`, or "" when it holds none.
+std::string a_checkpoint(const fs::path& ckpts) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(ckpts, ec))
+    if (io::parse_step_dir_name(e.path().filename().string())) return e.path().filename().string();
+  return "";
+}
+
+// Everything that can refuse the run before anything exists. Throws ConfigError, LaunchEnvError
+// and Refused.
+RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
+  RunStart s{load_checked(args, env, /*builds_mesh=*/true), parse_resume(args.resume), {}};
+  const auto& cfg = s.loaded.cfg;
+  const fs::path ckpts = checkpoint_dir(cfg, io::run_dir_path(cfg));
+  const std::string held = a_checkpoint(ckpts);
+  // a fresh start over a run that has checkpoints would mix its work with the new run's
+  if (s.resume.mode == ResumeMode::Never && !args.force && !held.empty())
+    throw Refused(ckpts.string() + " already holds checkpoints (" + held +
+                  ", ...); --resume never starts over only with --force, or use --resume auto");
+  if (s.resume.mode == ResumeMode::Path && !fs::exists(s.resume.path))
+    throw Refused("--resume " + args.resume + ": no such checkpoint");
+  // model.init is read by a fresh start only: a run that resumes has its weights in the checkpoint
+  const bool fresh = s.resume.mode == ResumeMode::Never || (s.resume.mode == ResumeMode::Auto && held.empty());
+  check_named_files(s.loaded, /*data=*/true, /*init=*/fresh);
+  // a run folder trained with another config is neither resumed nor rewritten (run_guard.hpp)
+  s.guard = check_run_directory(cfg, io::run_dir_path(cfg), s.resume, args.force);
+  if (!s.guard.refusal.empty()) throw Refused(s.guard.refusal);
+  return s;
+}
+
+// An error that ends the run, into this rank's log file (the console has it from std::cerr).
+void log_to_rank_file(const std::string& what) {
+  for (auto& sink : spdlog::default_logger()->sinks())
+    if (std::dynamic_pointer_cast<spdlog::sinks::basic_file_sink_mt>(sink)) {
+      sink->log(spdlog::details::log_msg("trainer", spdlog::level::err, what));
+      sink->flush();
+    }
+}
+
+}  // namespace
+
+void check_named_files(const config::LoadedConfig& loaded, bool data, bool init) {
+  std::vector<config::Diagnostic> errors;
+  auto need = [&](const std::string& key, const std::string& path, const char* what) {
+    if (path.empty()) return;
+    std::error_code ec;
+    if (fs::exists(path, ec) || !data::expand_glob(path).empty()) return;
+    errors.push_back({loaded.where(key), key, config::printable(path) + ": " + what});
+  };
+  const auto& c = loaded.cfg;
+  if (data && c.data.format != config::DataFormat::Synthetic) {
+    need("data.path", c.data.path, "no such file or folder, and no file matches it as a pattern");
+    need("data.val_path", c.data.val_path, "no such file or folder, and no file matches it as a pattern");
+  }
+  if (init) need(c.model.init.from.empty() ? "model.init_from" : "model.init.from", config::init_file(c.model), "no such file");
+  if (!errors.empty()) throw config::ConfigError(std::move(errors));
+}
+
+int check_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
+  try {
+    plan_run_start(args, env);
+    return kExitOk;
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+  } catch (const std::exception& e) {  // Refused, LaunchEnvError
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return kExitUsage;
+}
+
+int cmd_run(const RunArgs& args) {
+  bool logging = false;  // once the run's log is open, errors go there too (every rank keeps its own)
+  auto report = [&](const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    if (logging) log_to_rank_file(e.what());
+  };
+  try {
+    auto env = dist::detect_launch_env();
+    auto start = plan_run_start(args, env);
+    const auto& cfg = start.loaded.cfg;
+    auto dir = io::prepare_run_dir(cfg, env.rank, dist::writes_run_files(env));  // a joiner is not the writer
+    obs::init_run_logging(env.rank, cfg.log.level, dir.rank_log(env.rank).string());
+    obs::install_crash_report(env.rank, dir.rank_log(env.rank).string());  // a fatal signal's stack, in that log too
+    logging = true;
+    spdlog::info("run directory {}", dir.root.string());
+    for (const auto& w : start.loaded.warnings) spdlog::warn("{}", w.str());
+    if (!start.guard.warning.empty()) spdlog::warn("{}", start.guard.warning);
+    for (const auto& lock : {dir.lock, dir.checkpoint_lock})
+      if (lock && !lock->recovered_from().empty())
+        spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",
+                     lock->file().string(), lock->recovered_from());
+    return run_training(start.loaded.cfg, env, dir, start.resume);
+  } catch (const CheckpointFailed& e) {
+    report(e);
+    return kExitCheckpointFailed;
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+    return kExitUsage;
+  } catch (const Refused& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const dist::LaunchEnvError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  } catch (const std::exception& e) {
+    report(e);
+    return kExitFailure;
+  }
+}
+
+}  // namespace trainer::engine

@@ -1,0 +1,16 @@
+// `trainer run`: the checks made before anything is created, then the run itself (cmd_run).
+#pragma once
+
+#include "dist/launch_env.hpp"
+#include "engine/commands/commands.hpp"
+
+namespace trainer::engine {
+
+// What `trainer run` checks before it creates anything: the config (load_checked), the files it names
+// (check_named_files), --resume, and a run directory trained with another config (run_guard.hpp).
+// Returns 0 when the run may start, else its exit code (2), the errors printed to stderr.
+// `trainer launch` calls it once with the environment its ranks will see, so that a refused run is
+// said once and no rank is started, instead of every rank saying it.
+int check_run_start(const RunArgs& args, const dist::LaunchEnv& env);
+
+}  // namespace trainer::engine
