@@ -10,6 +10,8 @@
 #include <cerrno>
 #include <cstring>
 #include <algorithm>
+#include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -19,6 +21,8 @@
 namespace trainer::data {
 
 namespace {
+
+namespace fs = std::filesystem;
 
 // deflate cannot expand data by more than about 1032:1 (zlib's FAQ); a stream claiming more is a bomb.
 constexpr uint64_t kMaxDeflateRatio = 1032;
@@ -136,6 +140,45 @@ void MappedFile::throw_faulted() const {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+FolderListing list_folder_files(const std::string& folder) {
+  FolderListing out;
+  std::set<std::pair<dev_t, ino_t>> seen;  // folders listed, by identity: links may name one twice
+  std::vector<fs::path> pending{fs::path(folder)};
+  while (!pending.empty()) {
+    const fs::path dir = std::move(pending.back());
+    pending.pop_back();
+    struct stat st{};
+    if (::stat(dir.c_str(), &st) != 0 || !seen.insert({st.st_dev, st.st_ino}).second) continue;
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+      const fs::path& p = it->path();
+      std::error_code kind_ec;
+      const auto status = fs::status(p, kind_ec);  // through links
+      if (kind_ec || status.type() == fs::file_type::not_found) {
+        std::string why = kind_ec ? kind_ec.message() : "No such file or directory";
+        std::error_code link_ec;
+        if (fs::is_symlink(fs::symlink_status(p, link_ec)))
+          why = "a symbolic link to " + fs::read_symlink(p, link_ec).string() + ": " + why;
+        out.unreadable.emplace_back(p.string(), why);
+      }
+      else if (fs::is_directory(status))
+        pending.push_back(p);
+      else if (fs::is_regular_file(status))
+        out.files.push_back(p.string());
+    }
+    if (ec) {
+      if (dir == fs::path(folder))
+        throw DataError(fmt::format("{}: cannot list the folder: {}", folder, ec.message()));
+      out.unlisted.emplace_back(dir.string(), ec.message());
+    }
+  }
+  std::sort(out.files.begin(), out.files.end());
+  std::sort(out.unreadable.begin(), out.unreadable.end());
+  std::sort(out.unlisted.begin(), out.unlisted.end());
+  return out;
 }
 
 std::vector<std::string> expand_glob(const std::string& pattern) {

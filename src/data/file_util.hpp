@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/file_watch.hpp"
@@ -59,6 +60,20 @@ class MappedFile {
   const uint8_t* data_ = nullptr;
   int64_t size_ = 0;
 };
+
+// The files under a folder, as torchvision's ImageFolder walks it (os.walk, followlinks=True): links
+// to folders are followed, but each folder is listed once (a link back to an ancestor is no endless
+// walk). `files`: the regular files (a link to one counts), sorted. `unreadable`: the entries whose
+// kind cannot be read (a link to nothing, a loop of links, no permission), each with the reason,
+// sorted; the caller decides whether its name mattered. `unlisted`: sub-folders that could not be
+// listed, with the reason (their files are unknown). Throws DataError naming `folder` when it cannot
+// be listed itself.
+struct FolderListing {
+  std::vector<std::string> files;
+  std::vector<std::pair<std::string, std::string>> unreadable;  // path, reason
+  std::vector<std::pair<std::string, std::string>> unlisted;    // path, reason
+};
+FolderListing list_folder_files(const std::string& folder);
 
 // Sorted matches of a glob pattern (a plain path matches itself if it exists).
 std::vector<std::string> expand_glob(const std::string& pattern);

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "data/file_util.hpp"
 #include "data/file_watch.hpp"
 #include "data/image_decode.hpp"
 #include "data/readers.hpp"
@@ -48,6 +49,23 @@ void check_other_images(const std::string& root, const std::map<std::string, int
   spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
 }
 
+// Image files whose kind cannot be read (a link to nothing, a loop of links) and folders that cannot
+// be listed: torchvision's loader fails on the first such image, so they are bad samples: refused
+// (data.on_bad_sample: error), or left out with a warning naming the first (skip). Other names
+// (a link loop called `loop`) are ignored, as torchvision ignores them.
+void check_unreadable(const std::string& root, const std::string& cls, const FolderListing& listing, bool skip_bad) {
+  std::vector<std::pair<std::string, std::string>> bad;
+  for (const auto& u : listing.unreadable)
+    if (is_decodable_image_name(u.first) || is_other_image_name(u.first)) bad.push_back(u);
+  for (const auto& [path, why] : listing.unlisted) bad.emplace_back(path, "cannot list the folder: " + why);
+  if (bad.empty()) return;
+  const std::string what = fmt::format("{}: class folder '{}': {} image file(s) or folder(s) that cannot be read; the "
+                                       "first: {}: {}",
+                                       root, cls, bad.size(), bad.front().first, bad.front().second);
+  if (!skip_bad) throw DataError(what + ". Remove or repair them, or set data.on_bad_sample: skip to leave them out");
+  spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
+}
+
 std::vector<std::string> class_names(const std::string& root) {
   if (root.empty() || !fs::exists(root)) throw DataError(fmt::format("{}: no such folder (data.format image_folder)", root));
   if (!fs::is_directory(root)) throw DataError(root + ": not a folder (image_folder wants one sub-folder per class)");
@@ -66,9 +84,9 @@ FolderIndex scan(const std::string& root, const std::vector<std::string>& classe
   std::string first_other;
   for (size_t c = 0; c < classes.size(); ++c) {
     std::vector<std::string> files;
-    for (const auto& e : fs::recursive_directory_iterator(fs::path(root) / classes[c])) {
-      if (!e.is_regular_file()) continue;
-      const std::string path = e.path().string();
+    const FolderListing listing = list_folder_files((fs::path(root) / classes[c]).string());
+    check_unreadable(root, classes[c], listing, skip_bad);
+    for (const std::string& path : listing.files) {
       if (is_decodable_image_name(path)) {
         files.push_back(path);
       } else if (is_other_image_name(path)) {
@@ -111,7 +129,24 @@ class ImageFolderDataset : public ImageDataset {
     return fmt::format("image_folder {}: {} images {}x{}x{}, {} classes", root_, size(), channels_, height_, width_,
                        classes_);
   }
-  std::vector<std::string> class_names() const override { return index_.classes; }
+  // Image files whose kind cannot be read (a link to nothing, a loop of links) and folders that cannot
+// be listed: torchvision's loader fails on the first such image, so they are bad samples: refused
+// (data.on_bad_sample: error), or left out with a warning naming the first (skip). Other names
+// (a link loop called `loop`) are ignored, as torchvision ignores them.
+void check_unreadable(const std::string& root, const std::string& cls, const FolderListing& listing, bool skip_bad) {
+  std::vector<std::pair<std::string, std::string>> bad;
+  for (const auto& u : listing.unreadable)
+    if (is_decodable_image_name(u.first) || is_other_image_name(u.first)) bad.push_back(u);
+  for (const auto& [path, why] : listing.unlisted) bad.emplace_back(path, "cannot list the folder: " + why);
+  if (bad.empty()) return;
+  const std::string what = fmt::format("{}: class folder '{}': {} image file(s) or folder(s) that cannot be read; the "
+                                       "first: {}: {}",
+                                       root, cls, bad.size(), bad.front().first, bad.front().second);
+  if (!skip_bad) throw DataError(what + ". Remove or repair them, or set data.on_bad_sample: skip to leave them out");
+  spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
+}
+
+std::vector<std::string> class_names() const override { return index_.classes; }
 
  protected:
   const uint8_t* pixels(int64_t index, ImageScratch& s, int64_t* label) const override {

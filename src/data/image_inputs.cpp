@@ -17,15 +17,16 @@ namespace fs = std::filesystem;
 
 std::vector<std::string> inputs_folder_images(const fs::path& folder) {
   std::vector<std::string> files, others;
-  std::error_code ec;
-  for (auto it = fs::recursive_directory_iterator(folder, ec); !ec && it != fs::recursive_directory_iterator();
-       it.increment(ec)) {
-    if (!it->is_regular_file()) continue;
-    std::string path = it->path().string();
-    if (is_decodable_image_name(path)) files.push_back(std::move(path));
-    else if (is_other_image_name(path)) others.push_back(std::move(path));
+  const FolderListing listing = list_folder_files(folder.string());
+  for (const auto& path : listing.files) {
+    if (is_decodable_image_name(path)) files.push_back(path);
+    else if (is_other_image_name(path)) others.push_back(path);
   }
-  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", folder.string(), ec.message()));
+  // an image named but not readable is an input the user asked about: said, as a file that is no image is
+  for (const auto& [path, why] : listing.unreadable)
+    if (is_decodable_image_name(path)) throw DataError(fmt::format("{}: {}", path, why));
+  for (const auto& [path, why] : listing.unlisted)
+    throw DataError(fmt::format("{}: cannot list the folder: {}", path, why));
   if (!others.empty())  // named, not dropped silently: trainer decodes JPEG and PNG only
     spdlog::warn("{}: {} image file(s) of a type trainer does not decode (JPEG and PNG only) are not classified, "
                  "the first: {}",

@@ -81,6 +81,8 @@ TEST_CASE("launch -n above the usable cores says so once and starts the ranks al
   CHECK(count(over.output, "launch: note: 2 ranks on 1 usable core(s) share them (one intra-op thread each): fine to "
                            "check a layout, slow to train") == 1);
   CHECK(over.output.find("distributed: rank 0 of 2 (trainer launch") != std::string::npos);
+  // no validation data: the done line says there was no evaluation (it had said "best accuracy 0.0000 at step 0")
+  CHECK(over.output.find("(max_steps); no evaluation") != std::string::npos);
   auto fits = run_trainer("launch -n 1 -- run " + cfg + " --set run.name=one", "taskset -c 0");
   CHECK(fits.exit_code == 0);
   CHECK(fits.output.find("launch: note:") == std::string::npos);

@@ -167,6 +167,38 @@ TEST_CASE("bad input: image types torchvision reads and trainer does not are ref
   CHECK(error_of(d, resnet(3, 2)) == root.string() + ": class folder 'a' has no .jpg/.jpeg/.png images");
 }
 
+// As torchvision's ImageFolder (os.walk, followlinks=True): images in a linked folder count; a link
+// back to a folder already listed is listed once, not walked forever; a link named like an image that
+// leads nowhere is a bad sample (torchvision's loader fails on it), one named otherwise is ignored.
+TEST_CASE("bad input: linked folders are followed once, links to nothing named like images are bad samples",
+          "[unit]") {
+  auto root = scratch_dir("bad_links");
+  write_image_folder(root / "imgs", {"a", "b"}, 2, 8, 8, false);
+  write_image_folder(root / "elsewhere", {"more"}, 3, 8, 8, false);
+  const auto a = root / "imgs" / "a";
+  fs::create_directory_symlink(root / "elsewhere" / "more", a / "more");
+  fs::create_directory_symlink(a, a / "self");  // the class folder itself, again
+  fs::create_symlink("loop", a / "loop");  // a loop of links, named like no image: ignored
+  auto d = cfg("image_folder", root / "imgs");
+  auto pair = create_datasets(d, resnet(3, 2), 0);
+  CHECK(pair.train->size() == 2 + 3 + 2);  // a, more (through the link), b
+  fs::create_symlink(root / "nothing.jpg", root / "imgs" / "b" / "gone.jpg");
+  CHECK(error_of(d, resnet(3, 2)) ==
+        (root / "imgs").string() + ": class folder 'b': 1 image file(s) or folder(s) that cannot be read; the first: " +
+            (root / "imgs" / "b" / "gone.jpg").string() + ": a symbolic link to " + (root / "nothing.jpg").string() +
+            ": No such file or directory. Remove or repair them, or set data.on_bad_sample: skip to leave them out");
+  fs::create_symlink("twin.png", a / "twin.png");  // a loop of links, named like an image
+  d.on_bad_sample = "skip";
+  pair = create_datasets(d, resnet(3, 2), 0);
+  CHECK(pair.train->size() == 7);  // both left out, with a warning each
+  d.on_bad_sample = "error";
+  fs::remove(root / "imgs" / "b" / "gone.jpg");
+  CHECK(error_of(d, resnet(3, 2)) ==
+        (root / "imgs").string() + ": class folder 'a': 1 image file(s) or folder(s) that cannot be read; the first: " +
+            (a / "twin.png").string() + ": a symbolic link to twin.png: Too many levels of symbolic links. Remove or "
+            "repair them, or set data.on_bad_sample: skip to leave them out");
+}
+
 TEST_CASE("bad input: empty datasets", "[unit]") {
   auto dir = scratch_dir("bad_empty");
   fs::create_directories(dir / "imgs");

@@ -69,6 +69,11 @@ TEST_CASE("image inputs of another size are resized as data.image_size does, odd
   fs::create_directories(dir / "empty");
   CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "empty").string()}),
                     (dir / "empty").string() + ": the folder holds no .jpg/.jpeg/.png images");
+  // a folder's image named but not there (a link to nothing) is said, not left out silently
+  fs::create_symlink(dir / "nothing.png", dir / "big" / "ant" / "gone.png");
+  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "big").string()}),
+                    (dir / "big" / "ant" / "gone.png").string() + ": a symbolic link to " +
+                        (dir / "nothing.png").string() + ": No such file or directory");
   write_file(dir / "fake.png", "no pixels here");
   CHECK_THROWS_WITH(data::load_image_batch({(dir / "fake.png").string()}, spec),
                     Catch::Matchers::StartsWith((dir / "fake.png").string()));

@@ -154,9 +154,12 @@ void add_best(obs::EvalRecord& rec, const EarlyStopping& tracker) {
 void log_done_line(const obs::SummaryRecord& s) {
   const std::string attempts =
       s.attempts > 1 ? fmt::format(" over {} attempts ({:.1f} s in this one)", s.attempts, s.attempt_wall_s) : "";
-  spdlog::info("done: {} steps, {:.2f} epochs, {} samples in {:.1f} s{} ({}); best {} {:.4f} at step {}", s.steps,
-               s.epochs, s.samples, s.wall_s, attempts, s.stop_reason, s.best_metric, s.best_value.value_or(0),
-               s.best_step.value_or(0));
+  // a run that never evaluated has no best value: said so, not a best of 0 at step 0
+  const std::string best = s.best_value ? fmt::format("best {} {:.4f} at step {}", s.best_metric, *s.best_value,
+                                                      s.best_step.value_or(0))
+                                        : std::string("no evaluation");
+  spdlog::info("done: {} steps, {:.2f} epochs, {} samples in {:.1f} s{} ({}); {}", s.steps, s.epochs, s.samples,
+               s.wall_s, attempts, s.stop_reason, best);
 }
 
 }  // namespace trainer::engine
