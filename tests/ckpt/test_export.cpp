@@ -160,6 +160,9 @@ TEST_CASE("export: command-line mistakes exit 2, a missing checkpoint exits 1 na
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("int8"));
   CHECK(engine::cmd_export(dir.string(), (dir / "x.safetensors").string(), "fp64") == 2);
+  r = test::run_trainer("export " + dir.string() + " --out " + dir.string());  // a folder: refused before reading
+  CHECK(r.exit_code == 2);
+  CHECK(r.output == "error: --out " + dir.string() + ": is a folder; name the .safetensors file to write in it\n");
   r = test::run_trainer("export " + (dir / "nope").string() + " --out " + (dir / "x.safetensors").string());
   CHECK(r.exit_code == 1);
   CHECK(r.output == "error: " + (dir / "nope").string() + ": no such checkpoint or folder\n");

@@ -115,6 +115,8 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
   try {
     parse_dtype(dtype);  // command-line mistakes are usage errors (2); everything after is a failure (1)
     if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
+    if (std::error_code ec; std::filesystem::is_directory(out, ec))
+      throw std::invalid_argument("--out " + out + ": is a folder; name the .safetensors file to write in it");
   } catch (const std::invalid_argument& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
