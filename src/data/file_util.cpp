@@ -156,18 +156,19 @@ FolderListing list_folder_files(const std::string& folder) {
     for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
       const fs::path& p = it->path();
       std::error_code kind_ec;
-      const auto status = fs::status(p, kind_ec);  // through links
+      auto status = it->symlink_status(kind_ec);  // the listing's own type: no stat per file
+      const bool link = !kind_ec && fs::is_symlink(status);
+      if (link) status = fs::status(p, kind_ec);  // through the link
       if (kind_ec || status.type() == fs::file_type::not_found) {
         std::string why = kind_ec ? kind_ec.message() : "No such file or directory";
         std::error_code link_ec;
-        if (fs::is_symlink(fs::symlink_status(p, link_ec)))
-          why = "a symbolic link to " + fs::read_symlink(p, link_ec).string() + ": " + why;
+        if (link) why = "a symbolic link to " + fs::read_symlink(p, link_ec).string() + ": " + why;
         out.unreadable.emplace_back(p.string(), why);
-      }
-      else if (fs::is_directory(status))
+      } else if (fs::is_directory(status)) {
         pending.push_back(p);
-      else if (fs::is_regular_file(status))
+      } else if (fs::is_regular_file(status)) {
         out.files.push_back(p.string());
+      }
     }
     if (ec) {
       if (dir == fs::path(folder))

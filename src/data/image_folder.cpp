@@ -129,24 +129,7 @@ class ImageFolderDataset : public ImageDataset {
     return fmt::format("image_folder {}: {} images {}x{}x{}, {} classes", root_, size(), channels_, height_, width_,
                        classes_);
   }
-  // Image files whose kind cannot be read (a link to nothing, a loop of links) and folders that cannot
-// be listed: torchvision's loader fails on the first such image, so they are bad samples: refused
-// (data.on_bad_sample: error), or left out with a warning naming the first (skip). Other names
-// (a link loop called `loop`) are ignored, as torchvision ignores them.
-void check_unreadable(const std::string& root, const std::string& cls, const FolderListing& listing, bool skip_bad) {
-  std::vector<std::pair<std::string, std::string>> bad;
-  for (const auto& u : listing.unreadable)
-    if (is_decodable_image_name(u.first) || is_other_image_name(u.first)) bad.push_back(u);
-  for (const auto& [path, why] : listing.unlisted) bad.emplace_back(path, "cannot list the folder: " + why);
-  if (bad.empty()) return;
-  const std::string what = fmt::format("{}: class folder '{}': {} image file(s) or folder(s) that cannot be read; the "
-                                       "first: {}: {}",
-                                       root, cls, bad.size(), bad.front().first, bad.front().second);
-  if (!skip_bad) throw DataError(what + ". Remove or repair them, or set data.on_bad_sample: skip to leave them out");
-  spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
-}
-
-std::vector<std::string> class_names() const override { return index_.classes; }
+  std::vector<std::string> class_names() const override { return index_.classes; }
 
  protected:
   const uint8_t* pixels(int64_t index, ImageScratch& s, int64_t* label) const override {
