@@ -153,3 +153,24 @@ TEST_CASE("model.init is looked for by a fresh start only: a run that resumes ha
   CHECK(fresh.exit_code == 2);
   CHECK(fresh.output.find("model.init.from: " + init + ": no such file") != std::string::npos);
 }
+
+// Every rank of a torchrun / mpirun / srun job reads the same config: each node's first rank prints
+// the errors, the others one line (8 ranks had printed every error 8 times).
+TEST_CASE("under a launcher, config errors are printed by local rank 0, the other ranks say one line", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_rank_errors");
+  auto cfg = hardening_config(dir, "optim:\n  lr: .nan\n").string();
+  const std::string job = "env WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 ";
+  auto first = run_trainer("run " + cfg, job + "RANK=0 LOCAL_RANK=0");
+  INFO(first.output);
+  CHECK(first.exit_code == 2);
+  CHECK(first.output.find(cfg + ":19:7: optim.lr: expected a finite number, got '.nan'") != std::string::npos);
+  auto other = run_trainer("run " + cfg, job + "RANK=1 LOCAL_RANK=1");
+  CHECK(other.exit_code == 2);
+  CHECK(other.output == "error: 1 config error, printed by this node's local rank 0; nothing was started\n");
+  auto mpi = run_trainer("check " + cfg, "env OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 "
+                                         "OMPI_COMM_WORLD_LOCAL_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=2 "
+                                         "MASTER_ADDR=127.0.0.1 MASTER_PORT=29999");
+  CHECK(mpi.exit_code == 2);
+  CHECK(mpi.output == "error: 1 config error, printed by this node's local rank 0; nothing was started\n");
+  CHECK_FALSE(fs::exists(dir / "out"));
+}

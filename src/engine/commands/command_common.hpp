@@ -9,7 +9,9 @@
 
 namespace trainer::engine {
 
-// The diagnostics, one per line, and "N config errors; nothing was started", to stderr.
+// The diagnostics, one per line, and "N config errors; nothing was started", to stderr. A rank other
+// than its node's first (LOCAL_RANK and the like > 0) says only how many, and that local rank 0
+// printed them: every rank finds the same errors in the same config.
 void print_config_error(const config::ConfigError& e);
 
 // Load, override, validate and resolve: everything that can be known before building anything.

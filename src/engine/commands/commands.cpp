@@ -34,9 +34,21 @@
 namespace trainer::engine {
 
 void print_config_error(const config::ConfigError& e) {
+  const size_t n = e.diagnostics().size();
+  const std::string errors = std::to_string(n) + " config error" + (n == 1 ? "" : "s");
+  // every rank of a job reads the same config and finds the same errors: under torchrun, mpirun or
+  // srun each node's first rank prints them, the others one line (8 ranks had printed them 8 times)
+  int64_t local_rank = 0;
+  try {
+    local_rank = dist::detect_launch_env().local_rank;
+  } catch (const std::exception&) {  // a launcher error of its own: this rank prints everything
+  }
+  if (local_rank > 0) {
+    std::cerr << "error: " << errors << ", printed by this node's local rank 0; nothing was started\n";
+    return;
+  }
   for (const auto& d : e.diagnostics()) std::cerr << d.str() << "\n";
-  std::cerr << e.diagnostics().size() << " config error" << (e.diagnostics().size() == 1 ? "" : "s")
-            << "; nothing was started\n";
+  std::cerr << errors << "; nothing was started\n";
 }
 
 int run_command(const std::function<int()>& body) {
