@@ -37,24 +37,6 @@ void add_run_options(CLI::App* run, trainer::engine::RunArgs& a) {
   run->add_flag("--force", a.force, "With --resume never: start over a run directory that has checkpoints");
 }
 
-// `trainer launch ... -- run ARGS`: the run's command line and its checks before anything is
-// created (engine/commands/run_command.hpp), once, in the launcher, with the environment its ranks
-// will see: nullopt when they pass, else the exit code, the errors said once and no rank started.
-std::optional<int> check_launched_run(const std::vector<std::string>& args, const trainer::dist::LaunchEnv& env) {
-  CLI::App app{"", "trainer"};
-  trainer::engine::RunArgs run_args;
-  add_run_options(app.add_subcommand("run", "Train"), run_args);
-  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes a vector back to front
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;  // --help: said once, no rank started
-  }
-  if (const int rc = trainer::engine::check_run_start(run_args, env); rc != trainer::kExitOk) return rc;
-  return std::nullopt;
-}
-
 // CLI11's PositiveNumber / NonNegativeNumber name their range with DBL_MAX's 309 digits ("Value 0 not
 // in range 0.000000 to 17976931348623157..."): these say what is wanted.
 CLI::Validator number_above(double floor, bool inclusive, const char* name) {
@@ -90,6 +72,41 @@ bool unknown_command(const CLI::App& app, int argc, char** argv) {
   return true;
 }
 
+void add_check_options(CLI::App* check, trainer::engine::CheckArgs& a) {
+  add_config_args(check, a);
+  check->add_flag("--no-data", a.no_data, "Do not open the dataset (validate and build the model only)");
+  check->add_flag("--memory", a.memory,
+                  "Measure activation memory (forward + backward at two small micro-batches, with and without "
+                  "activation checkpointing) and print the memory per process and the largest micro-batch that fits");
+  check->add_option("--memory-gb", a.memory_gb,
+                    "Memory per process for the largest-micro-batch line (implies --memory; default: "
+                    "train.memory_budget_gb, else 80 % of available host memory or 90 % of the GPU)")
+      ->check(kPositive);
+}
+
+// `trainer launch ... -- run|check ARGS`: the command line and the checks the command makes before
+// anything is created (engine/commands/run_command.hpp), once, in the launcher, with the environment
+// its ranks will see: nullopt when they pass, else the exit code, the errors said once and no rank
+// started.
+std::optional<int> check_launched(const std::vector<std::string>& args, const trainer::dist::LaunchEnv& env) {
+  CLI::App app{"", "trainer"};
+  trainer::engine::RunArgs run_args;
+  trainer::engine::CheckArgs check_args;
+  auto* run = app.add_subcommand("run", "Train");
+  add_run_options(run, run_args);
+  add_check_options(app.add_subcommand("check", "Validate a config"), check_args);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes a vector back to front
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;  // --help: said once, no rank started
+  }
+  const int rc = *run ? trainer::engine::check_run_start(run_args, env) : trainer::engine::check_check_start(check_args, env);
+  if (rc != trainer::kExitOk) return rc;
+  return std::nullopt;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -112,15 +129,7 @@ int main(int argc, char** argv) {
 
   trainer::engine::CheckArgs check_args;
   auto* check = app.add_subcommand("check", "Validate a config, build its model and data, print a summary");
-  add_config_args(check, check_args);
-  check->add_flag("--no-data", check_args.no_data, "Do not open the dataset (validate and build the model only)");
-  check->add_flag("--memory", check_args.memory,
-                  "Measure activation memory (forward + backward at two small micro-batches, with and without "
-                  "activation checkpointing) and print the memory per process and the largest micro-batch that fits");
-  check->add_option("--memory-gb", check_args.memory_gb,
-                    "Memory per process for the largest-micro-batch line (implies --memory; default: "
-                    "train.memory_budget_gb, else 80 % of available host memory or 90 % of the GPU)")
-      ->check(kPositive);
+  add_check_options(check, check_args);
 
   trainer::dist::LaunchOptions launch_opts;
   std::vector<std::string> launch_args;
@@ -278,9 +287,9 @@ int main(int argc, char** argv) {
                 << (got == "launch" ? ", which a rank cannot run (one launcher per node)\n" : ", which is not a trainer command\n");
       return trainer::kExitUsage;
     }
-    if (launch_args.front() == "run")
+    if (launch_args.front() == "run" || launch_args.front() == "check")
       launch_opts.preflight = [&launch_args](const trainer::dist::LaunchEnv& env) {
-        return check_launched_run(launch_args, env);
+        return check_launched(launch_args, env);
       };
     return trainer::dist::cmd_launch(launch_opts, launch_args);
   }

@@ -88,9 +88,9 @@ TEST_CASE("launch -n above the usable cores says so once and starts the ranks al
   CHECK(fits.output.find("launch: note:") == std::string::npos);
 }
 
-// `run`'s checks before anything is created run once, in the launcher: each rank had printed the same
-// errors, interleaved, and the launcher had terminated the others after the first refusal.
-TEST_CASE("launch -- run: a refused run is said once, by the launcher, and no rank starts", "[e2e]") {
+// `run`'s and `check`'s checks before anything is created run once, in the launcher: each rank had
+// printed the same errors, interleaved, and the launcher had terminated the others after the first.
+TEST_CASE("launch -- run or check: a refused command is said once, by the launcher, and no rank starts", "[e2e]") {
   const auto dir = trainer::test::scratch_dir("launch_refused");
   const auto cfg = small_config(dir).string();
   struct Case {
@@ -101,7 +101,10 @@ TEST_CASE("launch -- run: a refused run is said once, by the launcher, and no ra
       {"run " + cfg + " --set data.format=image_folder --set data.path=gone",
        "--set data.path=gone: data.path: " + (fs::current_path() / "gone").string() + ": no such file or folder"},
       {"run --bogus " + cfg, "The following argument was not expected: --bogus"},
-      {"run " + (dir / "none.yaml").string(), "config: File does not exist: " + (dir / "none.yaml").string()}};
+      {"run " + (dir / "none.yaml").string(), "config: File does not exist: " + (dir / "none.yaml").string()},
+      {"check " + cfg + " --set data.format=image_folder --set data.path=gone",
+       "--set data.path=gone: data.path: " + (fs::current_path() / "gone").string() + ": no such file or folder"},
+      {"check --memory-gb 0 " + cfg, "--memory-gb: must be > 0, got 0"}};
   for (const auto& c : cases) {
     auto r = run_trainer("launch -n 3 -- " + c.args);
     INFO(c.args << "\n" << r.output);

@@ -308,9 +308,32 @@ void print_mesh(const config::RunConfig& cfg, const dist::LaunchEnv& env) {
 
 }  // namespace
 
+namespace {
+
+// Standard output silenced while it lives, when `quiet` (errors still go to stderr).
+class QuietStdout {
+ public:
+  explicit QuietStdout(bool quiet) : saved_(quiet ? std::cout.rdbuf(nullptr) : nullptr) {}
+  ~QuietStdout() {
+    if (!saved_) return;
+    std::cout.rdbuf(saved_);
+    std::cout.clear();  // writes to no buffer set badbit
+  }
+  QuietStdout(const QuietStdout&) = delete;
+  QuietStdout& operator=(const QuietStdout&) = delete;
+
+ private:
+  std::streambuf* saved_;
+};
+
+}  // namespace
+
 int cmd_check(const CheckArgs& args) {
   try {
     auto env = dist::detect_launch_env();
+    // in a launched job every rank checks, and rank 0 alone prints the summary: the others' is the
+    // same (N ranks had printed it N times); any rank's error still reaches stderr
+    const QuietStdout quiet(env.world_size > 1 && env.rank != 0);
     // outside a launcher `check` reads the config alone; in a launched job the mesh must fit the world
     auto loaded = load_checked(args, env, /*builds_mesh=*/env.world_size > 1 || env.launcher != "none");
     check_named_files(loaded, /*data=*/!args.no_data, /*init=*/true);

@@ -106,6 +106,18 @@ int check_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   return kExitUsage;
 }
 
+int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env) {
+  try {
+    check_named_files(load_checked(args, env, /*builds_mesh=*/true), /*data=*/!args.no_data, /*init=*/true);
+    return kExitOk;
+  } catch (const config::ConfigError& e) {
+    print_config_error(e);
+  } catch (const std::exception& e) {  // LaunchEnvError
+    std::cerr << "error: " << e.what() << "\n";
+  }
+  return kExitUsage;
+}
+
 int cmd_run(const RunArgs& args) {
   bool logging = false;  // once the run's log is open, errors go there too (every rank keeps its own)
   auto report = [&](const std::exception& e) {

@@ -13,4 +13,8 @@ namespace trainer::engine {
 // said once and no rank is started, instead of every rank saying it.
 int check_run_start(const RunArgs& args, const dist::LaunchEnv& env);
 
+// The same for `trainer check` under `trainer launch`: the config and the files it names (the data's
+// unless --no-data), once, before any rank starts. 0 or the exit code, the errors printed.
+int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env);
+
 }  // namespace trainer::engine
