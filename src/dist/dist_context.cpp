@@ -212,6 +212,12 @@ DistContext::~DistContext() = default;
 
 std::string DistContext::backend_name() const { return impl_ ? impl_->backend_name : "none"; }
 
+void DistContext::set_stop_query(std::function<std::string()> asked) {
+  if (!impl_) return;
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->stop_asked = std::move(asked);
+}
+
 void DistContext::check_config_hash(const std::string& config_hash) {
   constexpr int64_t kHashBytes = 128;  // a sha256 hex digest is 64
   if (static_cast<int64_t>(config_hash.size()) > kHashBytes)

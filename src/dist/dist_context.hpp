@@ -61,6 +61,11 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // The interface and address this rank's collectives use (dist/net_iface.hpp); empty when inactive.
   const NetChoice& net() const { return net_; }
 
+  // How the watchdog learns that a stop signal arrived: `asked` returns its name ("SIGTERM"), or ""
+  // when none; it is called from the watchdog's thread, so it may only read atomics. When a stop is
+  // asked while a wait has stalled on its peers for 5 s, the rank says once why it does not stop yet.
+  void set_stop_query(std::function<std::string()> asked);
+
   // The training step named in failure messages; the trainer sets it at each step boundary.
   void set_step(int64_t step) { step_.store(step); }
   int64_t step() const { return step_.load(); }

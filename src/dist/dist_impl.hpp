@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -29,6 +30,10 @@ inline std::string error_text(const std::exception& e) {
 
 // How often a waiting rank looks for a peer's failure notice (dist.recovery in_process).
 inline constexpr std::chrono::milliseconds kPollSlice{50};
+// How long a wait goes on after a stop signal before the watchdog says why the run does not stop
+// yet, and how often it looks.
+inline constexpr std::chrono::seconds kStopNoticeAfter{5};
+inline constexpr std::chrono::seconds kWatchdogTick{1};
 // How many slices of a stalled commit vote pass between looks for the launcher's death marks of the
 // generation's members (one store check per member: about a second between them).
 inline constexpr int64_t kDeadScanSlices = 20;
@@ -112,8 +117,10 @@ struct DistContext::Impl {
   std::condition_variable cv;
   bool stop = false;
   bool armed = false;
-  std::chrono::steady_clock::time_point deadline;
+  std::chrono::steady_clock::time_point armed_at, deadline;
   std::string armed_text;
+  bool stop_noticed = false;  // the notice below, said once per wait
+  std::function<std::string()> stop_asked;  // DistContext::set_stop_query
   std::thread watchdog;
 
   std::string describe(const OpInfo& i) const {
@@ -125,33 +132,57 @@ struct DistContext::Impl {
     watchdog = std::thread([this] {
       std::unique_lock<std::mutex> lk(mu);
       while (!stop) {
-        if (armed && std::chrono::steady_clock::now() >= deadline) {
+        const auto now = std::chrono::steady_clock::now();
+        if (armed && now >= deadline) {
           std::fprintf(stderr, "error: %s did not finish within dist.timeout_s=%g s + %g s; giving up\n",
                        armed_text.c_str(), timeout_s, kWatchdogMarginS);
           std::fflush(stderr);
           std::_Exit(kExitFailure);
         }
+        if (armed && !stop_noticed && stop_asked && now - armed_at >= kStopNoticeAfter) notice_stop(now);
         if (armed)
-          cv.wait_until(lk, deadline);
+          cv.wait_until(lk, std::min(deadline, now + kWatchdogTick));
         else
           cv.wait(lk);
       }
     });
   }
 
-  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
+  // A stop signal (preemption) while a wait stalls on a peer: the stop and its checkpoint need every
+  // rank, so the wait goes on until dist.timeout_s. Said once, so that minutes of silence after
+  // "saving a checkpoint at the next step boundary" have a reason on screen.
+  void notice_stop(std::chrono::steady_clock::time_point now) {
+    const std::string sig = stop_asked();
+    if (sig.empty()) return;
+    stop_noticed = true;
+    const double waited = std::chrono::duration<double>(now - armed_at).count();
+    std::fprintf(stderr,
+                 "%s has waited %.0f s for its peers, and %s asks the run to stop: stopping (and the checkpoint it "
+                 "saves) needs every rank, so this rank waits on, up to dist.timeout_s=%g s in all; past that the "
+                 "run ends with an error and no new checkpoint (a peer hung or gone?)\n",
+                 armed_text.c_str(), waited, sig.c_str(), timeout_s);
+    std::fflush(stderr);
+  }
+
+  // One blocking wait is watched at a time (waits happen on the training thread).
+  void arm(std::string text) {
     {
       std::lock_guard<std::mutex> lk(mu);
       armed = true;
-      armed_text = describe(info);
-      deadline = std::chrono::steady_clock::now() +
-                 std::chrono::milliseconds(static_cast<int64_t>((timeout_s + kWatchdogMarginS) * 1000));
+      stop_noticed = false;
+      armed_text = std::move(text);
+      armed_at = std::chrono::steady_clock::now();
+      deadline = armed_at + std::chrono::milliseconds(static_cast<int64_t>((timeout_s + kWatchdogMarginS) * 1000));
     }
     cv.notify_all();
-    auto disarm = [this] {
-      std::lock_guard<std::mutex> lk(mu);
-      armed = false;
-    };
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lk(mu);
+    armed = false;
+  }
+
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
+    arm(describe(info));
     try {
       if (rec.on)
         wait_or_abandon(work, info);

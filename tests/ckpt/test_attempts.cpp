@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <set>
 #include <thread>
 #include <vector>
@@ -120,6 +121,35 @@ TEST_CASE("stop signals: SIGHUP to trainer launch stops every rank with a checkp
   CHECK(wait_rc(dir / "a.rc") == 75);
   INFO(read_file(dir / "a.log"));
   CHECK(fs::exists(dir / "runs/c/checkpoints/latest/manifest.json"));
+}
+
+// A peer stopped (SIGSTOP: hung, not dead) and then a stop signal: stopping and its checkpoint need
+// every rank, so rank 0 waits up to dist.timeout_s; it says why within seconds (it had been silent
+// for the whole timeout), then ends with an error, the checkpoints already saved kept.
+TEST_CASE("stop signals: with a peer hung, rank 0 says why it does not stop, then fails after dist.timeout_s",
+          "[e2e][dist]") {
+  auto dir = scratch_dir("stop_hung_peer");
+  write_file(dir / "c.yaml", tiny_config("c", 1000000, "checkpoint: {every_steps: 2}\ndist: {timeout_s: 10}\n"));
+  start_trainer("launch -n 2 -- run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string(),
+                dir / "a.log", dir / "a.rc");
+  const fs::path run = dir / "runs/c";
+  REQUIRE(wait_for([&] { return fs::exists(run / "checkpoints/latest/manifest.json"); }));
+  const pid_t rank0 = lock_holder(run / ".lock"), rank1 = lock_holder(run / "logs/.rank1.lock");
+  REQUIRE(rank0 > 0);
+  REQUIRE(rank1 > 0);
+  REQUIRE(::kill(rank1, SIGSTOP) == 0);
+  REQUIRE(::kill(rank0, SIGTERM) == 0);
+  const std::string notice = "for its peers, and SIGTERM asks the run to stop: stopping (and the checkpoint it saves) "
+                             "needs every rank, so this rank waits on, up to dist.timeout_s=10 s in all";
+  CHECK(wait_for([&] { return contains_text(read_file(dir / "a.log"), notice); }, scaled(60)));
+  const int rc = wait_rc(dir / "a.rc", scaled(120));
+  if (rc < 0) ::kill(rank1, SIGKILL);  // the test's own stopped process, by PID
+  const auto log = read_file(dir / "a.log");
+  INFO(log);
+  CHECK(rc == 1);
+  CHECK(std::regex_search(log, std::regex(R"(\[rank0\] rank 0: \w+ #\d+ \([^)]*\) at step \d+ has waited \d+ s )")));
+  CHECK(contains_text(log, "launch: rank 0 exited with code 1"));
+  CHECK(fs::exists(run / "checkpoints/latest/manifest.json"));  // what was saved is kept
 }
 
 TEST_CASE("stop signals: a signal during start-up exits 75 with nothing lost", "[e2e]") {

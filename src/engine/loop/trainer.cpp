@@ -71,6 +71,7 @@ class Trainer final : public WorldParts {
     // a single process is a world of one: the same calls, all no-ops
     const std::string hash = config::config_hash(cfg_);  // of the config as loaded (start-up's choices come later)
     dist_ = dist::DistContext::create(launch_, cfg_.dist, device_, hash);
+    dist_->set_stop_query([] { return stop_signal_name(); });  // a stop stalled on a peer is explained
     tp_ = TensorParallelRun(*dist_, cfg_);  // the mesh (pp x dp x tp), the tp group the model is built over, the stages
 
     StartupPlanner planner(cfg_, launch_, dist_.get(), device_, precision_, dir_.root);
