@@ -60,6 +60,16 @@ torch_info=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path); print
 torch_prefix=$(sed -n 1p <<<"$torch_info")
 torch_version=$(sed -n 2p <<<"$torch_info")
 say "LibTorch $torch_version from $torch_prefix"
+# the host's cores as the per-worker figures need them: SMT siblings share a core's decode throughput
+host_cpu() {
+  local model threads cores sockets
+  model=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)
+  threads=$(grep -c '^processor' /proc/cpuinfo)
+  cores=$(awk -F: '/^physical id/{p=$2} /^core id/{print p":"$2}' /proc/cpuinfo | sort -u | wc -l)
+  sockets=$(awk -F: '/^physical id/{print $2}' /proc/cpuinfo | sort -u | wc -l)
+  echo "$model: $threads logical CPUs on $cores physical cores ($sockets socket(s)); $(nproc) usable here"
+}
+say "host: $(host_cpu)"
 command -v cmake >/dev/null || die "cmake not found"
 command -v ninja >/dev/null || die "ninja not found"
 command -v c++ >/dev/null || command -v g++ >/dev/null || die "no C++ compiler (c++/g++) found"
