@@ -20,12 +20,15 @@ int vector_cap_floats() {
   return cap;
 }
 
-std::string kernel_paths() {
+std::string kernel_paths(bool jitter, bool hue) {
   const int w = resize_detail::filter_width();
   const char* resize = w == 16 ? "AVX-512" : w == 8 ? "AVX2" : "baseline";
-  return std::string("resize ") + resize + ", normaliser " + lookup_path_name() + ", colour jitter " +
-         (jitter_kernels::width() == 16 ? "AVX-512" : "clones") + ", hue " +
-         (jitter_kernels::hue_width() == 16 ? "AVX-512" : jitter_kernels::hue_width() == 8 ? "AVX2" : "scalar");
+  std::string paths = std::string("resize ") + resize + ", normaliser " + lookup_path_name();
+  if (jitter) paths += std::string(", colour jitter ") + (jitter_kernels::width() == 16 ? "AVX-512" : "clones");
+  if (hue)
+    paths += std::string(", hue ") +
+             (jitter_kernels::hue_width() == 16 ? "AVX-512" : jitter_kernels::hue_width() == 8 ? "AVX2" : "scalar");
+  return paths;
 }
 
 }  // namespace trainer::data

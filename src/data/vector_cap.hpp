@@ -12,8 +12,9 @@ namespace trainer::data {
 // In floats: 16 (no cap), 8 (avx2) or 4 (default: the x86-64 baseline). Read once.
 int vector_cap_floats();
 
-// The paths the data kernels take on this CPU, for a benchmark's header: "resize AVX-512,
-// normaliser AVX512-VBMI permutes, colour jitter AVX-512".
-std::string kernel_paths();
+// The paths the data kernels of a pipeline take on this CPU, for a benchmark's header: "resize
+// AVX-512, normaliser AVX512-VBMI permutes", then ", colour jitter AVX-512" when the pipeline
+// blends (brightness, contrast, saturation) and ", hue AVX-512" when it shifts hues.
+std::string kernel_paths(bool jitter, bool hue);
 
 }  // namespace trainer::data

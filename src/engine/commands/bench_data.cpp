@@ -160,11 +160,16 @@ int bench(const BenchDataArgs& args) {
               << "\n(bench-data measures the input pipeline alone, so it goes on)\n";
   auto ds = args.validation ? sets.val : sets.train;
   if (!ds) throw std::invalid_argument("the config's data has no validation split (data.val_path, data.val_fraction)");
+  // the kernels this pipeline runs: validation has no augmentation
+  const auto& aug = cfg.data.augment;
+  const bool augments = !args.validation;
+  const std::string kernels = data::kernel_paths(
+      augments && (aug.brightness > 0 || aug.contrast > 0 || aug.saturation > 0), augments && aug.hue > 0);
   std::cout << fmt::format("bench-data {} ({} pipeline): {}; batch {}, {} timed batches per worker count\n",
                            args.config, args.validation ? "validation" : "training", ds->describe(),
                            cfg.train.batch_size, args.batches)
             << "(rates are this machine's now: other processes' load counts; stages are thread time, summed over "
-               "the workers; kernels: " << data::kernel_paths() << ")\n"
+               "the workers; kernels: " << kernels << ")\n"
             << fmt::format("{:>7}  {:>11}  {:>12}  {}\n", "workers", "samples/s", "per worker", "where the time goes");
   Measured best;
   for (int64_t w : workers) {
