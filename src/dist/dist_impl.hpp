@@ -181,23 +181,29 @@ struct DistContext::Impl {
     armed = false;
   }
 
+  // arm() for its lifetime: disarmed however the wait ends.
+  struct Watched {
+    Impl& impl;
+    Watched(Impl& i, std::string text) : impl(i) { impl.arm(std::move(text)); }
+    ~Watched() { impl.disarm(); }
+    Watched(const Watched&) = delete;
+    Watched& operator=(const Watched&) = delete;
+  };
+
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const OpInfo& info) {
-    arm(describe(info));
+    const Watched watched(*this, describe(info));
     try {
       if (rec.on)
         wait_or_abandon(work, info);
       else
         work->wait();
     } catch (const DistError&) {
-      disarm();
       failed = true;
       throw;
     } catch (const std::exception& e) {
-      disarm();
       failed = true;
       throw DistError(describe(info) + " failed: " + error_text(e));
     }
-    disarm();
   }
 
   // dist.recovery in_process: waits in short slices and gives up on the collective as soon as a peer

@@ -164,15 +164,11 @@ void DistContext::commit_step(int64_t step) {
     return true;
   };
   const std::string vote = "rank " + std::to_string(rec.id) + ": the commit vote of step " + std::to_string(step + 1);
-  impl_->arm(vote);  // watched as a collective is: a stop signal while it stalls is explained
   bool voted = false;
-  try {
+  {
+    const Impl::Watched watched(*impl_, vote);  // as a collective is: a stop signal while it stalls is explained
     voted = wait_key(store, key + "/go", kPollSlice, timeout_s_, peer_failed, vote + " did not finish");
-  } catch (...) {
-    impl_->disarm();
-    throw;
   }
-  impl_->disarm();
   if (!voted)
     throw DistError("rank " + std::to_string(rank_) + ": step " + std::to_string(step + 1) +
                     " abandoned before its optimizer step: a peer failed (" + rec.abort_reason(store) + ")");

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <stdexcept>
 
 #include "config/exit_codes.hpp"
 #include "data/file_util.hpp"
@@ -25,9 +26,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A refusal of the command line or the run directory: exit 2, nothing created.
-struct Refused : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// A refusal of the command line or the run directory: exit 2, nothing created (a usage error to
+// run_command, as std::invalid_argument is).
+struct Refused : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
 };
 
 struct RunStart {
@@ -95,27 +97,17 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
 }
 
 int check_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
-  try {
+  return run_command([&] {
     plan_run_start(args, env);
     return kExitOk;
-  } catch (const config::ConfigError& e) {
-    print_config_error(e);
-  } catch (const std::exception& e) {  // Refused, LaunchEnvError
-    std::cerr << "error: " << e.what() << "\n";
-  }
-  return kExitUsage;
+  });
 }
 
 int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env) {
-  try {
+  return run_command([&] {
     check_named_files(load_checked(args, env, /*builds_mesh=*/true), /*data=*/!args.no_data, /*init=*/true);
     return kExitOk;
-  } catch (const config::ConfigError& e) {
-    print_config_error(e);
-  } catch (const std::exception& e) {  // LaunchEnvError
-    std::cerr << "error: " << e.what() << "\n";
-  }
-  return kExitUsage;
+  });
 }
 
 int cmd_run(const RunArgs& args) {

@@ -8,7 +8,8 @@ namespace trainer::engine {
 
 // What `trainer run` checks before it creates anything: the config (load_checked), the files it names
 // (check_named_files), --resume, and a run directory trained with another config (run_guard.hpp).
-// Returns 0 when the run may start, else its exit code (2), the errors printed to stderr.
+// Returns 0 when the run may start, else its exit code (2 for a refusal, 1 when a check itself
+// failed), the errors printed to stderr (run_command's mapping).
 // `trainer launch` calls it once with the environment its ranks will see, so that a refused run is
 // said once and no rank is started, instead of every rank saying it.
 int check_run_start(const RunArgs& args, const dist::LaunchEnv& env);
