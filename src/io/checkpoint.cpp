@@ -158,11 +158,15 @@ void remove_checkpoint_dir(const fs::path& dir, const fs::path& victim) {
   if (ec) fail(doomed, "cannot remove old checkpoint: " + ec.message());
 }
 
-// pid from ".step-12.tmp-<pid>" or ".deleting-step-12-<pid>"; 0 when the name is not ours.
-pid_t owner_pid(const std::string& name) {
+// pid from ".step-12.tmp-<pid>", ".deleting-step-12-<pid>", a staged file ".step-12.<group>.staged-<pid>"
+// or its own temporary while written ("....staged-<pid>.tmp.<pid>": io/safetensors' atomic write);
+// 0 when the name is not ours.
+pid_t owner_pid(std::string name) {
   const bool ours = name.rfind(".step-", 0) == 0 || name.rfind(".deleting-step-", 0) == 0 ||
                     name.rfind(".latest.tmp-", 0) == 0 || name.rfind(".best.tmp-", 0) == 0;
   if (!ours) return 0;
+  if (const auto t = name.rfind(".tmp."); t != std::string::npos && name.find(".staged-") != std::string::npos)
+    name.erase(t);  // the writer of the temporary is the stager whose pid precedes it
   auto dash = name.find_last_of('-');
   if (dash == std::string::npos || dash + 1 >= name.size()) return 0;
   const std::string digits = name.substr(dash + 1);
@@ -296,7 +300,14 @@ CheckpointStore::CheckpointStore(fs::path dir, CheckpointPolicy policy) : dir_(s
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) fail(dir_, "cannot create checkpoint folder: " + ec.message());
-  // Temporary folders of a process that no longer exists (killed mid-save) are garbage.
+  remove_interrupted_saves();
+}
+
+// Temporary folders and staged files of a process that no longer exists (killed mid-save) are
+// garbage. A dead rank can still exist as a zombie for a moment, so this runs at start-up and again
+// after every save (prune).
+void CheckpointStore::remove_interrupted_saves() const {
+  std::error_code ec;
   for (fs::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
     const pid_t pid = owner_pid(it->path().filename().string());
     if (pid <= 0 || pid == ::getpid()) continue;
@@ -434,6 +445,7 @@ bool CheckpointStore::verifies(const CheckpointInfo& c) {
 }
 
 void CheckpointStore::prune(int64_t newest_step) {
+  remove_interrupted_saves();
   std::set<int64_t> keep = {newest_step};
   if (auto best = best_step()) keep.insert(*best);
   int64_t newest_kept = 0;

@@ -133,6 +133,7 @@ class CheckpointStore {
   void mark_verified(int64_t step) { verified_.insert(step); }
 
  private:
+  void remove_interrupted_saves() const;  // what dead processes' saves left behind
   bool verifies(const CheckpointInfo& c);  // cached: each folder is hashed at most once per store
   std::filesystem::path dir_;
   CheckpointPolicy policy_;

@@ -40,6 +40,8 @@ RunHistory read_history(const std::filesystem::path& metrics) {
     if (!j.contains("step") || !j["step"].is_number_integer()) continue;
     const auto step = j["step"].get<int64_t>();
     h.last_step = std::max(h.last_step, step);
+    int64_t& last_of_kind = kind == "train" ? h.last_train_step : h.last_eval_step;
+    last_of_kind = std::max(last_of_kind, step);
     if (kind == "train" && j.contains("loss") && j["loss"].is_number()) h.train_losses[step] = j["loss"].get<double>();
   }
   close_attempt();

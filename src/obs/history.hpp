@@ -15,6 +15,8 @@ struct RunHistory {
                            // record, or the checkpoint the next attempt resumed from when that
                            // attempt saved it) minus its start, summed
   int64_t last_step = -1;  // highest step of a train or eval record (-1: none)
+  int64_t last_train_step = -1, last_eval_step = -1;  // the same per kind: a kill between a step's train
+                                                      // and eval records leaves the eval one to write
   std::map<int64_t, double> train_losses;  // by step; a later record of the same step wins
 };
 

@@ -97,7 +97,7 @@ void RunLog::write_json(const nlohmann::json& j) {
 void RunLog::train(const TrainRecord& r) {
   if (!opts_.primary) return;
   // a step the previous attempt logged (the resume check compared it) goes to the console only
-  const bool replayed = r.step <= replay_until_;
+  const bool replayed = r.step <= replay_train_until_;
   if (!replayed) {
     write_json(to_json(r));
     if (tb_) {
@@ -124,14 +124,16 @@ void RunLog::train(const TrainRecord& r) {
 
 void RunLog::eval(const EvalRecord& r) {
   if (!opts_.primary) return;
-  if (r.step <= replay_until_) return;
-  write_json(to_json(r));
-  if (tb_) {
-    tb_->add_scalars(r.step, scalars(r));
-    tb_->flush();
+  const bool replayed = r.step <= replay_eval_until_;
+  if (!replayed) {
+    write_json(to_json(r));
+    if (tb_) {
+      tb_->add_scalars(r.step, scalars(r));
+      tb_->flush();
+    }
   }
   progress_.clear();
-  spdlog::info(format_eval_line(r));
+  spdlog::info("{}{}", format_eval_line(r), replayed ? " (recomputed after the resume; not logged again)" : "");
 }
 
 void RunLog::attempt(const AttemptRecord& r) {

@@ -41,15 +41,20 @@ class RunLog {
   // tags to show beside them; summary() ends the session (success)
   void hparams(const std::vector<HParam>& hparams, const std::vector<std::string>& metric_tags);
   void step_done(int64_t step) { progress_.update(step); }  // every step: redraws the bar if due
-  // A resumed run recomputes the steps its previous attempt logged after the checkpoint: records of
-  // steps <= `step` are not written again (metrics.jsonl and TensorBoard hold each step once).
-  void skip_records_until(int64_t step) { replay_until_ = step; }
+  // A resumed run recomputes the steps its previous attempt logged after the checkpoint: train
+  // records of steps <= `train_step` and eval records of steps <= `eval_step` are not written again
+  // (metrics.jsonl and TensorBoard hold each once). Per kind: an attempt killed between a step's train
+  // record and its eval record wrote the one, not the other.
+  void skip_records_until(int64_t train_step, int64_t eval_step) {
+    replay_train_until_ = train_step;
+    replay_eval_until_ = eval_step;
+  }
 
  private:
   void write_json(const nlohmann::json& j);
   RunLogOptions opts_;
   int jsonl_fd_ = -1;
-  int64_t replay_until_ = -1, write_failures_ = 0;
+  int64_t replay_train_until_ = -1, replay_eval_until_ = -1, write_failures_ = 0;
   // the ETA line: the first train record this process logged (its step and run clock), once logged
   int64_t eta_from_step_ = -1;
   double eta_from_s_ = 0;

@@ -237,7 +237,7 @@ TEST_CASE("checkpoint: saving a step again replaces it atomically", "[unit]") {
   CHECK(top == std::set<std::string>{"latest", "step-6"});
 }
 
-TEST_CASE("checkpoint: temporary folders of a dead process are removed, a live one's are kept", "[unit]") {
+TEST_CASE("checkpoint: temporary folders and staged files of a dead process are removed, a live one's are kept", "[unit]") {
   auto dir = test::scratch_dir("ckpt_stale_tmp");
   pid_t child = ::fork();
   if (child == 0) ::_exit(0);
@@ -245,10 +245,23 @@ TEST_CASE("checkpoint: temporary folders of a dead process are removed, a live o
   fs::create_directories(dir / (".step-8.tmp-" + std::to_string(child)));
   test::write_file(dir / (".step-8.tmp-" + std::to_string(child)) / "model.safetensors", "partial");
   fs::create_directories(dir / ".step-9.tmp-1");  // pid 1 is alive
+  // a rank's staged part, and the temporary its atomic write was making of it (killed mid-write)
+  const std::string pid = std::to_string(child);
+  test::write_file(dir / (".step-8.model-part1of2.staged-" + pid), "staged");
+  test::write_file(dir / (".step-8.optimizer-part1of2.staged-" + pid + ".tmp." + pid), "half");
+  test::write_file(dir / ".step-9.optimizer-part1of2.staged-1.tmp.1", "alive");
   io::CheckpointStore store(dir);
-  CHECK_FALSE(fs::exists(dir / (".step-8.tmp-" + std::to_string(child))));
+  CHECK_FALSE(fs::exists(dir / (".step-8.tmp-" + pid)));
+  CHECK_FALSE(fs::exists(dir / (".step-8.model-part1of2.staged-" + pid)));
+  CHECK_FALSE(fs::exists(dir / (".step-8.optimizer-part1of2.staged-" + pid + ".tmp." + pid)));
   CHECK(fs::exists(dir / ".step-9.tmp-1"));
+  CHECK(fs::exists(dir / ".step-9.optimizer-part1of2.staged-1.tmp.1"));
   CHECK_FALSE(store.find_newest_complete().newest);
+  // a dead rank (a zombie still, at start-up) leaves one behind later: the next save's prune removes it
+  test::write_file(dir / (".step-8.optimizer-part1of2.staged-" + pid + ".tmp." + pid), "half");
+  store.save(10, test::sample_content(10));
+  CHECK_FALSE(fs::exists(dir / (".step-8.optimizer-part1of2.staged-" + pid + ".tmp." + pid)));
+  CHECK(fs::exists(dir / ".step-9.optimizer-part1of2.staged-1.tmp.1"));
 }
 
 TEST_CASE("checkpoint: resolve_checkpoint_path errors name the path", "[unit]") {

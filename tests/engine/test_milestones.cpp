@@ -2,6 +2,8 @@
 // and the end's evaluation and final checkpoint made once (as after a regroup during the end).
 #include <catch2/catch.hpp>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "config/config.hpp"
@@ -59,10 +61,13 @@ TEST_CASE("milestones: checkpoint.every_steps and train.eval_every after a step,
   SavedRun run(milestones_config());
   REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());  // opens the store
   std::vector<int64_t> evaluated;
-  Milestones m(run.cfg, [&](int64_t step) {
-    evaluated.push_back(step);
-    return false;
-  });
+  Milestones m(
+      run.cfg,
+      [&](int64_t step) {
+        evaluated.push_back(step);
+        return false;
+      },
+      [&] { return evaluated.empty() ? int64_t{-1} : evaluated.back(); });
   for (int64_t step = 1; step <= 8; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt));
   CHECK(evaluated == std::vector<int64_t>{3, 6});
   CHECK(run.saved_steps() == std::vector<int64_t>{4, 8});
@@ -82,13 +87,59 @@ TEST_CASE("milestones: early stopping ends the run at its evaluation, and the en
   SavedRun run(milestones_config());
   REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());
   std::vector<int64_t> evaluated;
-  Milestones m(run.cfg, [&](int64_t step) {
-    evaluated.push_back(step);
-    return step == 6;
-  });
+  Milestones m(
+      run.cfg,
+      [&](int64_t step) {
+        evaluated.push_back(step);
+        return step == 6;
+      },
+      [&] { return evaluated.empty() ? int64_t{-1} : evaluated.back(); });
   for (int64_t step = 1; step <= 5; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt));
   CHECK(m.after_step(6, /*last=*/false, run.ckpt));
   m.at_end(6, run.ckpt);
   CHECK(evaluated == std::vector<int64_t>{3, 6});
   CHECK(run.saved_steps() == std::vector<int64_t>{4, 6});
+}
+
+namespace {
+
+int64_t saved_evaluated_step(const std::filesystem::path& root, int64_t step) {
+  std::ifstream in(root / "checkpoints" / ("step-" + std::to_string(step)) / "state.json");
+  return nlohmann::json::parse(in).at("best").at("evaluated_step").get<int64_t>();
+}
+
+}  // namespace
+
+TEST_CASE("milestones: a step that evaluates and saves is saved after its evaluation, and a resume at a step saved "
+          "before its evaluation makes it once",
+          "[unit]") {
+  auto cfg = milestones_config();
+  cfg.train.eval_every = 4;  // step 4 and 8 evaluate and save
+  SavedRun run(cfg);
+  REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());
+  std::vector<int64_t> evaluated;
+  auto evaluate = [&](int64_t step) {
+    evaluated.push_back(step);
+    return run.tracker.update(10.0 - static_cast<double>(step), step);  // the tracker the checkpoint saves
+  };
+  auto evaluated_step = [&] { return run.tracker.evaluated_step(); };
+  Milestones m(run.cfg, evaluate, evaluated_step);
+  for (int64_t step = 1; step <= 4; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt));
+  // the checkpoint of step 4 holds step 4's evaluation: a run resumed from it does not evaluate it again
+  CHECK(saved_evaluated_step(run.root, 4) == 4);
+  CHECK(evaluated == std::vector<int64_t>{4});
+  CHECK_FALSE(m.at_resume(4, run.ckpt));
+  CHECK(evaluated == std::vector<int64_t>{4});
+  // a stop signal's checkpoint at step 8 (saved at the boundary, before the evaluation): the tracker
+  // restored from it says step 4, so the resumed run evaluates step 8 first; step 9 is no evaluation step
+  run.ckpt.save(8, engine::SaveKind::Signal);
+  CHECK(saved_evaluated_step(run.root, 8) == 4);
+  Milestones resumed(run.cfg, evaluate, evaluated_step);
+  CHECK_FALSE(resumed.at_resume(8, run.ckpt));
+  CHECK(evaluated == std::vector<int64_t>{4, 8});
+  CHECK_FALSE(resumed.at_resume(9, run.ckpt));
+  CHECK(evaluated == std::vector<int64_t>{4, 8});
+  // it was the best so far: step 8 is saved again, now with its evaluation, and kept as best
+  CHECK(saved_evaluated_step(run.root, 8) == 8);
+  CHECK(io::CheckpointStore(run.root / "checkpoints", {}).best_step() == std::optional<int64_t>{8});
 }

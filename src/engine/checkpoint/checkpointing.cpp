@@ -101,7 +101,8 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   s["best"] = {{"metric", tr.metric()},
                {"value", tr.best() ? nlohmann::json(*tr.best()) : nlohmann::json(nullptr)},
                {"step", tr.best_step()},
-               {"evals_without_improvement", tr.evals_without_improvement()}};
+               {"evals_without_improvement", tr.evals_without_improvement()},
+               {"evaluated_step", tr.evaluated_step()}};
   s["global_batch_size"] = cfg.train.global_batch_size;
   s["world_size"] = pos.world_size;
   s["time_s"] = pos.time_s;
@@ -167,6 +168,8 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     if (!b.at("value").is_null()) best = b.at("value").get<double>();
     const auto best_step = b.at("step").get<int64_t>();
     const auto evals_without = b.at("evals_without_improvement").get<int64_t>();
+    // absent in checkpoints written before it existed: taken as evaluated (nothing is done again)
+    const auto evaluated = b.value("evaluated_step", pos.step);
 
     io::SafetensorsFile weights;
     weights.path = (from / "model.safetensors").string();
@@ -179,7 +182,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     restore_rng_state(group("rng"), objs.device);
     if (objs.ema) restore_ema(content, from, objs.model, *objs.ema);
     objs.scaler.load_state(sc);
-    objs.tracker.restore(best, best_step, evals_without);
+    objs.tracker.restore(best, best_step, evals_without, evaluated);
     const std::string hash = s.value(io::kStateConfigHash, "");
     if (hash != config::config_hash(cfg))
       spdlog::warn("resuming from {} written with a different config (hash {} vs {}): the run continues with the "

@@ -42,6 +42,8 @@ void on_stop_signal(int sig) {
                            ? " received; saving a checkpoint at the next step boundary"
                        : phase == static_cast<int>(StopPhase::Batches)
                            ? " received; stopping after the current batch or token, the output so far kept"
+                       : phase == static_cast<int>(StopPhase::Ending)
+                           ? " received after the run's loop ended; it exits with its own code"
                            : " received during start-up; the run stops before its first step";
     hs_write("\ntrainer: ");
     hs_write(name);
@@ -107,23 +109,28 @@ void clear_stop_request() {
 
 namespace {
 
-// TRAINER_INJECT_<X>=STEP: the step boundary at which a test's fault is raised, once (-1: none)
-int64_t injected_step(const char* var) {
+constexpr int64_t kAtEnd = -2;  // TRAINER_INJECT_SIGNAL=end
+
+// TRAINER_INJECT_<X>=STEP: the step boundary at which a test's fault is raised, once (-1: none;
+// kAtEnd: after the training loop, where `end_allowed`)
+int64_t injected_step(const char* var, bool end_allowed = false) {
   const char* v = std::getenv(var);
   if (!v || !*v) return -1;
+  if (end_allowed && std::strcmp(v, "end") == 0) return kAtEnd;
   char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   if (*end != '\0' || n < 0)
-    throw std::invalid_argument(std::string(var) + ": '" + v + "' is not a step number (0, 1, ...)");
+    throw std::invalid_argument(std::string(var) + ": '" + v + "' is not a step number (0, 1, ...)" +
+                                (end_allowed ? " or end" : ""));
   return static_cast<int64_t>(n);
 }
 
 }  // namespace
 
 void inject_stop_signal(int64_t step) {
-  static const int64_t at = injected_step("TRAINER_INJECT_SIGNAL");
+  static const int64_t at = injected_step("TRAINER_INJECT_SIGNAL", /*end_allowed=*/true);
   static bool raised = false;
-  if (raised || step != at) return;
+  if (raised || (step != at && !(step == kInjectAtEnd && at == kAtEnd))) return;
   raised = true;
   ::raise(SIGTERM);  // the handler sets the flag the step boundary polls
 }

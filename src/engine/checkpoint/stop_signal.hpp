@@ -25,8 +25,9 @@ void restore_stop_handlers();
 
 // What the handler says a signal will do (it cannot ask the loop): start-up (the default: a run
 // stops before its first step, saving nothing new), training (a checkpoint at the next step
-// boundary), or batches (`trainer predict`: it stops between batches or tokens, its output so far kept).
-enum class StopPhase { StartUp, Training, Batches };
+// boundary), batches (`trainer predict`: it stops between batches or tokens, its output so far kept),
+// or ending (the run's loop is over: the process exits with the run's own code, not of the signal).
+enum class StopPhase { StartUp, Training, Batches, Ending };
 void set_stop_phase(StopPhase phase);
 
 bool stop_requested();
@@ -37,7 +38,10 @@ void clear_stop_request();        // forget a received signal (tests; after a ha
 // TRAINER_INJECT_SIGNAL=STEP (fault injection for tests and drills): at the step boundary before step
 // STEP + 1 this process raises SIGTERM at itself, once, as a preemption arriving there would (every
 // rank of a launched job reads the same variable). STEP may be the step a run resumes at. Throws
-// std::invalid_argument naming the variable when its value is not a step number.
+// std::invalid_argument naming the variable when its value is not a step number. STEP `end`: the
+// signal is raised once the training loop has ended (the call with kInjectAtEnd), as a scheduler's
+// SIGTERM arriving while a finished run tears down would.
+constexpr int64_t kInjectAtEnd = -3;
 void inject_stop_signal(int64_t step);
 // TRAINER_INJECT_CRASH=STEP (tests): SIGSEGV at that step boundary, once (obs/crash_report.hpp reports it).
 void inject_crash(int64_t step);

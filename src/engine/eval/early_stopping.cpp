@@ -17,6 +17,7 @@ EarlyStopping::EarlyStopping(const config::EarlyStoppingConfig& cfg, const std::
 }
 
 bool EarlyStopping::update(double value, int64_t step) {
+  evaluated_step_ = step;
   const bool improved = !best_ || (maximize_ ? value > *best_ + min_delta_ : value < *best_ - min_delta_);
   if (improved) {
     best_ = value;

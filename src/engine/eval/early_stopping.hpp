@@ -25,11 +25,16 @@ class EarlyStopping {
   std::optional<double> best() const { return best_; }
   int64_t best_step() const { return best_step_; }
   int64_t evals_without_improvement() const { return bad_evals_; }
+  // The step of the last evaluation recorded (-1: none). A checkpoint saved at an evaluation step
+  // before its evaluation (a stop signal's) says so, and the resumed run evaluates that step first.
+  int64_t evaluated_step() const { return evaluated_step_; }
   // Resume: the tracker as a checkpoint saved it.
-  void restore(std::optional<double> best, int64_t best_step, int64_t evals_without_improvement) {
+  void restore(std::optional<double> best, int64_t best_step, int64_t evals_without_improvement,
+               int64_t evaluated_step) {
     best_ = best;
     best_step_ = best_step;
     bad_evals_ = evals_without_improvement;
+    evaluated_step_ = evaluated_step;
   }
 
  private:
@@ -41,6 +46,7 @@ class EarlyStopping {
   std::optional<double> best_;
   int64_t best_step_ = -1;
   int64_t bad_evals_ = 0;
+  int64_t evaluated_step_ = -1;
 };
 
 }  // namespace trainer::engine

@@ -23,6 +23,7 @@ class RunEvaluation {
 
   // null: the run has no validation split (evaluate() then warns once and does nothing)
   void set_evaluator(std::unique_ptr<Evaluator> evaluator) { evaluator_ = std::move(evaluator); }
+  bool can_evaluate() const { return evaluator_ != nullptr; }  // the run has a validation split
   EarlyStopping& tracker() { return tracker_; }
   const EarlyStopping& tracker() const { return tracker_; }
 

@@ -22,7 +22,8 @@ RunRecorder::RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& en
 
 void RunRecorder::become_primary() {
   log_ = std::make_unique<obs::RunLog>(run_log_options(cfg_.log, /*primary=*/true, dir_, total_steps_));
-  log_->skip_records_until(obs::read_history(dir_.metrics_file()).last_step);  // what rank 0 wrote
+  const auto written = obs::read_history(dir_.metrics_file());  // what rank 0 wrote
+  log_->skip_records_until(written.last_train_step, written.last_eval_step);
 }
 
 void RunRecorder::set_total_steps(int64_t total) { total_steps_ = total; }
@@ -40,13 +41,25 @@ void RunRecorder::resumed(const Resumed& r) {
   attempt_.resumed_from = r.from.string();
   spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", r.from.string(), pos.step,
                pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
+  recompute_logged(pos.step);
+}
+
+void RunRecorder::started_over() {
+  if (history_.last_step < 0) return;
+  spdlog::info("no checkpoint to resume: attempt {} starts again from step 0 (the earlier attempt logged steps "
+               "up to {} but saved no checkpoint)",
+               attempt_.attempt, history_.last_step);
+  recompute_logged(0);
+}
+
+void RunRecorder::recompute_logged(int64_t start_step) {
+  // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
+  log_->skip_records_until(history_.last_train_step, history_.last_eval_step);
   if (cfg_.checkpoint.verify_tolerance <= 0) return;
-  resume_check_ = ResumeCheck(history_.train_losses, pos.step, cfg_.train.log_every, cfg_.checkpoint.verify_tolerance);
+  resume_check_ = ResumeCheck(history_.train_losses, start_step, cfg_.train.log_every, cfg_.checkpoint.verify_tolerance);
   if (resume_check_.pending() > 0)
     spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
-                 resume_check_.pending(), pos.step);
-  // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
-  if (history_.last_step > pos.step) log_->skip_records_until(history_.last_step);
+                 resume_check_.pending(), start_step);
 }
 
 void RunRecorder::start_attempt() {
@@ -75,7 +88,8 @@ void RunRecorder::redo_train(int64_t step, const RecordSources& s) {
   if (!recovery.recorded_here()) return record(step, recovery.last_grad_norm(), s, std::nullopt);
   if (!last_local_loss_) return;  // that interval had no loss: no record, on any rank
   // the writer wrote its line before the failure (on the other ranks the log writes nothing anyway)
-  if (obs::read_history(dir_.metrics_file()).last_step >= step) log_->skip_records_until(step);
+  const auto written = obs::read_history(dir_.metrics_file());
+  if (written.last_train_step >= step) log_->skip_records_until(step, written.last_eval_step);
   record(step, recovery.last_grad_norm(), s, last_local_loss_);
 }
 

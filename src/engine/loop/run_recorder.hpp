@@ -77,6 +77,9 @@ class RunRecorder {
   // Resumed from a checkpoint: the clock continues from it, and the resume check (when
   // checkpoint.verify_tolerance is on) compares the steps the interrupted run logged after it.
   void resumed(const Resumed& r);
+  // No checkpoint to resume (--resume auto), but earlier attempts logged steps (killed before their
+  // first save): they are recomputed from step 0, compared as after a resume and logged once.
+  void started_over();
   // A replacement rank joined the running group at `time_s` of the run's clock.
   void joined(double time_s) { clock_offset_s_ = time_s; }
   // The training loop starts: this attempt's record, and its clock from now.
@@ -101,6 +104,9 @@ class RunRecorder {
                int64_t num_parameters);
 
  private:
+  // the steps earlier attempts logged after `start_step` are recomputed: logged once, their losses compared
+  void recompute_logged(int64_t start_step);
+
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;
   const io::RunDir& dir_;

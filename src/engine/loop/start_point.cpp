@@ -50,6 +50,7 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
   const auto resumed = p.ckpt.resume(how);
   if (!resumed) {
     start_from_initial_weights(p, cfg.model, run_root, primary);
+    if (how.mode == ResumeMode::Auto) p.records.started_over();  // a deliberate --resume never starts anew
     return {0, total_steps};
   }
   const auto& pos = resumed->pos;

@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <tuple>
 
 #include "config/exit_codes.hpp"
@@ -51,15 +52,18 @@ class Trainer final : public WorldParts {
     setup();
     if (!dist_->joining()) resume();
     install_stop_handlers();
+    // The handlers stay until the process exits, however the loop ends: a signal after it (a
+    // scheduler's repeated SIGTERM after a stop's checkpoint, a scancel as a finished run tears down)
+    // would otherwise kill the process and hide the run's own exit code (0, 74, 75, 65) behind 143.
+    struct Ending {
+      ~Ending() {
+        set_stop_phase(StopPhase::Ending);
+        try { inject_stop_signal(kInjectAtEnd); }  // TRAINER_INJECT_SIGNAL=end (tests)
+        catch (const std::invalid_argument&) {}     // a bad value: refused at the first step boundary
+      }
+    } ending;
     // a replacement rank joins the running group (its state comes from rank 0), unless the run ends first
-    const int rc = dist_->joining() && !join_running_group() ? kExitOk : train_loop();
-    // after a stop signal's checkpoint the process is on its way out: the handlers stay, so that more
-    // signals of the burst (schedulers repeat SIGTERM) cannot kill it before exit 75 (found by the
-    // SIGTERM-burst test once saves got faster); so after a data change's exit 65, which the other
-    // ranks reach too while `trainer launch` may already be terminating them; otherwise the previous
-    // handlers come back
-    if (rc != kExitSavedAfterSignal && rc != kExitDataChanged) restore_stop_handlers();
-    return rc;
+    return dist_->joining() && !join_running_group() ? kExitOk : train_loop();
   }
 
  private:
@@ -302,7 +306,10 @@ class Trainer final : public WorldParts {
 
   int train_loop() {
     records_->start_attempt();
-    if (step_is_final(start_step_)) {
+    std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
+    // stopped by a signal at its last step, before the final evaluation: the end is made now
+    const bool end_left = evaluation_->can_evaluate() && evaluation_->tracker().evaluated_step() < start_step_;
+    if (step_is_final(start_step_) && !(start_step_ > 0 && end_left && !recovery_->joined())) {
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
       return kExitOk;
     }
@@ -313,9 +320,13 @@ class Trainer final : public WorldParts {
       if (first == Next::Signal) return ckpt_->stop_for_signal(start_step_, start_step_);
       if (first == Next::DataChanged)
         if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
+      // a stop signal's checkpoint at an evaluation step was saved before the evaluation: made now
+      if (start_step_ > 0 && !step_is_final(start_step_) && milestones_.at_resume(start_step_, *ckpt_)) {
+        evaluation_->log_early_stop(start_step_);
+        stop_reason = "early_stopping";
+      }
     }
     set_stop_phase(StopPhase::Training);  // a signal from here on is saved at a step boundary
-    std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     loop_.profiler = std::make_unique<obs::StepProfiler>(cfg_.profile.start_step, cfg_.profile.steps,
                                                          dir_.root / "profile", env().rank, device_.is_cuda(),
                                                          cfg_.profile.record_shapes);
@@ -425,7 +436,8 @@ class Trainer final : public WorldParts {
   std::unique_ptr<RunEvaluation> evaluation_;  // the evaluator (with a validation split) and early stopping
   std::unique_ptr<StepRunner> steps_;  // after the objects it steps
   NonFinitePolicy nonfinite_{cfg_.train};   // train.nonfinite
-  Milestones milestones_{cfg_, [this](int64_t step) { return evaluate(step); }};  // periodic and final saves, evaluations
+  Milestones milestones_{cfg_, [this](int64_t step) { return evaluate(step); },  // periodic and final saves, evaluations
+                         [this] { return evaluation_->tracker().evaluated_step(); }};
   std::unique_ptr<CheckpointManager> ckpt_;  // after the objects it saves and restores
   std::unique_ptr<RunRecorder> records_;     // the clock, the attempt and the records, rank 0 writing
   std::string agreed_change_;  // the data change the ranks agreed on at the last boundary ("" none)

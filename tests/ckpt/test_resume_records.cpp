@@ -1,0 +1,190 @@
+// A run stopped or killed at awkward moments, then run again, ends with the uninterrupted run's
+// records, best checkpoint and early stop, and its exit code is the run's own: a stop signal's
+// checkpoint at an evaluation step (the resumed run evaluates that step first), at the last step (the
+// end is made on the rerun), a kill between a step's train and eval records (the eval record is
+// written by the resumed run), a kill before the first checkpoint (each step logged once, the
+// recomputed losses compared), a signal after the loop ended (exit 0, not 143).
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ckpt_runs.hpp"
+#include "test_util.hpp"
+
+namespace fs = std::filesystem;
+using trainer::test::read_file;
+using trainer::test::records;
+using trainer::test::run_trainer;
+using trainer::test::write_file;
+
+namespace {
+
+// eval every 2 steps; no periodic checkpoint unless `every` (the stops' and the end's saves alone)
+// (tiny_config's run, with evaluations)
+std::string eval_config(const std::string& name, int64_t steps, int64_t every = 0, const std::string& extra = "",
+                        const std::string& ckpt_extra = "") {
+  return "run: {name: " + name + ", out_dir: runs, seed: 3, deterministic: true}\n"
+         "model: {arch: gpt, vocab_size: 64, block_size: 16, n_layer: 2, n_head: 2, n_embd: 32, dropout: 0.1}\n"
+         "data: {format: synthetic, workers: 1, synthetic: {num_samples: 96, val_samples: 32}}\n"
+         "train: {batch_size: 8, max_steps: " + std::to_string(steps) + ", log_every: 1, threads: 1, eval_every: 2, "
+         "eval_steps: 2" + extra + "}\n"
+         "optim: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
+         "log: {progress: off}\n"
+         "checkpoint: {every_steps: " + std::to_string(every) + ", keep_last: 10" + ckpt_extra + "}\n";
+}
+
+// "kind step loss" of every train and eval record, in file order, the loss to the last bit
+std::vector<std::string> loss_records(const fs::path& metrics) {
+  std::vector<std::string> out;
+  std::istringstream in(read_file(metrics));
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_object()) continue;
+    const std::string kind = j.value("kind", "");
+    if (kind == "train" || kind == "eval") {
+      char loss[40];
+      std::snprintf(loss, sizeof loss, "%a", j.at("loss").get<double>());
+      out.push_back(kind + " " + std::to_string(j.at("step").get<int64_t>()) + " " + loss);
+    }
+  }
+  return out;
+}
+
+std::string best_link(const fs::path& run) { return fs::read_symlink(run / "checkpoints" / "best").string(); }
+
+std::string summary_stop(const fs::path& run) {
+  const auto s = records(run / "metrics.jsonl", "summary");
+  return s.empty() ? std::string("(no summary)") : s.back().value("stop_reason", std::string("?"));
+}
+
+}  // namespace
+
+TEST_CASE("resume records: a stop signal at an evaluation step, then the same command: the uninterrupted run's "
+          "records, best and early stop",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_records_eval_stop");
+  // early stopping on the loss with a min_delta no evaluation beats: the evaluation at step 4 stops the run
+  const std::string es = ", early_stopping: {metric: loss, patience: 1, min_delta: 100}";
+  for (const std::string n : {"ref", "sig", "ref_es", "sig_es"})
+    write_file(dir / (n + ".yaml"), eval_config(n, 8, 0, n.size() > 3 ? es : ""));
+  auto run = [&](const std::string& n, const std::string& env = "") {
+    return run_trainer("run " + (dir / (n + ".yaml")).string(), env);
+  };
+  for (const std::string n : {"ref", "ref_es"}) REQUIRE(run(n).exit_code == 0);
+  for (const std::string n : {"sig", "sig_es"}) {
+    INFO(n);
+    auto stopped = run(n, "TRAINER_INJECT_SIGNAL=4");
+    INFO(stopped.output);
+    REQUIRE(stopped.exit_code == 75);
+    // saved at the boundary, before step 4's evaluation
+    CHECK(records(dir / "runs" / n / "metrics.jsonl", "eval").size() == 1);
+    auto again = run(n);
+    INFO(again.output);
+    REQUIRE(again.exit_code == 0);
+    CHECK(again.output.find("eval step 4 |") != std::string::npos);
+  }
+  CHECK(loss_records(dir / "runs" / "sig" / "metrics.jsonl") == loss_records(dir / "runs" / "ref" / "metrics.jsonl"));
+  CHECK(best_link(dir / "runs" / "sig") == best_link(dir / "runs" / "ref"));
+  // early stopping counted step 4's evaluation: both end there
+  CHECK(loss_records(dir / "runs" / "sig_es" / "metrics.jsonl") ==
+        loss_records(dir / "runs" / "ref_es" / "metrics.jsonl"));
+  CHECK(summary_stop(dir / "runs" / "ref_es") == "early_stopping");
+  CHECK(summary_stop(dir / "runs" / "sig_es") == "early_stopping");
+  CHECK(trainer::test::train_losses(dir / "runs" / "sig_es" / "metrics.jsonl").rbegin()->first == 4);
+}
+
+TEST_CASE("resume records: a stop signal at the last step, then the same command: the final evaluation and summary "
+          "are made",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_records_last_stop");
+  write_file(dir / "ref.yaml", eval_config("ref", 5));
+  write_file(dir / "sig.yaml", eval_config("sig", 5));
+  REQUIRE(run_trainer("run " + (dir / "ref.yaml").string()).exit_code == 0);
+  auto stopped = run_trainer("run " + (dir / "sig.yaml").string(), "TRAINER_INJECT_SIGNAL=5");
+  INFO(stopped.output);
+  REQUIRE(stopped.exit_code == 75);
+  CHECK(summary_stop(dir / "runs" / "sig") == "(no summary)");
+  auto again = run_trainer("run " + (dir / "sig.yaml").string());
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK(again.output.find("already complete") == std::string::npos);
+  CHECK(loss_records(dir / "runs" / "sig" / "metrics.jsonl") == loss_records(dir / "runs" / "ref" / "metrics.jsonl"));
+  CHECK(summary_stop(dir / "runs" / "sig") == "max_steps");
+  CHECK(best_link(dir / "runs" / "sig") == best_link(dir / "runs" / "ref"));
+  // and a third time there is nothing left to do
+  auto third = run_trainer("run " + (dir / "sig.yaml").string());
+  REQUIRE(third.exit_code == 0);
+  CHECK(third.output.find("the run is already complete (5 of 5 steps)") != std::string::npos);
+}
+
+TEST_CASE("resume records: killed between a step's train record and its eval record, the resumed run writes the eval "
+          "record once",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_records_eval_kill");
+  write_file(dir / "ref.yaml", eval_config("ref", 6, 2));
+  write_file(dir / "k.yaml", eval_config("k", 6, 2));
+  REQUIRE(run_trainer("run " + (dir / "ref.yaml").string()).exit_code == 0);
+  // the killed run as it was left: step-2's checkpoint, its records up to step 4's train record
+  const auto ref = dir / "runs" / "ref", k = dir / "runs" / "k";
+  fs::create_directories(k / "checkpoints");
+  fs::copy(ref / "checkpoints" / "step-2", k / "checkpoints" / "step-2", fs::copy_options::recursive);
+  fs::copy_file(ref / "config.yaml", k / "config.yaml");
+  std::string kept;
+  {
+    std::istringstream in(read_file(ref / "metrics.jsonl"));
+    for (std::string line; std::getline(in, line);) {
+      auto j = nlohmann::json::parse(line);
+      if (j.value("kind", "") == "eval" && j.value("step", 0) == 4) break;
+      if (j.value("kind", "") == "summary") break;
+      kept += line + "\n";
+    }
+  }
+  write_file(k / "metrics.jsonl", kept);
+  REQUIRE(records(k / "metrics.jsonl", "eval").size() == 1);
+  auto resumed = run_trainer("run " + (dir / "k.yaml").string());
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(resumed.output.find("resumed from") != std::string::npos);
+  CHECK(loss_records(k / "metrics.jsonl") == loss_records(ref / "metrics.jsonl"));
+}
+
+TEST_CASE("resume records: killed before its first checkpoint, the rerun logs each step once and compares them",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_records_no_ckpt");
+  // no checkpoint before the end: no periodic one, and none for the best evaluation
+  write_file(dir / "ref.yaml", eval_config("ref", 6, 0, "", ", save_best: false"));
+  write_file(dir / "k.yaml", eval_config("k", 6, 0, "", ", save_best: false"));
+  REQUIRE(run_trainer("run " + (dir / "ref.yaml").string()).exit_code == 0);
+  auto crashed = run_trainer("run " + (dir / "k.yaml").string(), "TRAINER_INJECT_CRASH=3");
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code != 0);
+  REQUIRE_FALSE(fs::exists(dir / "runs" / "k" / "checkpoints" / "latest"));
+  REQUIRE(records(dir / "runs" / "k" / "metrics.jsonl", "train").size() == 3);
+  auto again = run_trainer("run " + (dir / "k.yaml").string());
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK(again.output.find("no checkpoint to resume: attempt 2 starts again from step 0") != std::string::npos);
+  CHECK(again.output.find("resume check: 3 logged step(s) recomputed, max relative loss difference 0") !=
+        std::string::npos);
+  CHECK(loss_records(dir / "runs" / "k" / "metrics.jsonl") == loss_records(dir / "runs" / "ref" / "metrics.jsonl"));
+}
+
+TEST_CASE("resume records: a stop signal after the training loop ended leaves the exit code the run's own", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_records_signal_after");
+  write_file(dir / "c.yaml", eval_config("c", 3));
+  auto r = run_trainer("run " + (dir / "c.yaml").string(), "TRAINER_INJECT_SIGNAL=end");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);  // it was killed by the signal (143) while the default handlers were back
+  CHECK(r.output.find("SIGTERM received after the run's loop ended; it exits with its own code") != std::string::npos);
+  CHECK(summary_stop(dir / "runs" / "c") == "max_steps");
+  // the run's own failure code stays too: 2 for a bad injection value is refused at the first boundary
+  auto bad = run_trainer("run " + (dir / "c.yaml").string() + " --set run.name=bad", "TRAINER_INJECT_SIGNAL=later");
+  CHECK(bad.exit_code != 0);
+  CHECK(bad.output.find("TRAINER_INJECT_SIGNAL: 'later' is not a step number (0, 1, ...) or end") != std::string::npos);
+}
