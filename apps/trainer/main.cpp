@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <cmath>
 #include <iostream>
 #include <optional>
 
@@ -44,6 +45,7 @@ CLI::Validator number_above(double floor, bool inclusive, const char* name) {
       [floor, inclusive](std::string& text) -> std::string {
         double v = 0;
         if (!CLI::detail::lexical_cast(text, v)) return "expected a number, got '" + text + "'";
+        if (!std::isfinite(v)) return "expected a finite number, got '" + text + "'";  // inf, 1e999, nan
         if (inclusive ? v >= floor : v > floor) return "";
         return std::string("must be ") + (inclusive ? ">= " : "> ") + CLI::detail::to_string(floor) + ", got " + text;
       },
@@ -176,12 +178,14 @@ int main(int argc, char** argv) {
   std::string pt_input, pt_out;
   int64_t pt_shard_tokens = 100'000'000;
   double pt_val_fraction = 0.05;
+  bool pt_force = false;
   auto* prepare = app.add_subcommand("prepare-text", "Write a text file as byte-level token shards (llm.c format)");
   prepare->add_option("input", pt_input, "UTF-8 or any text file")->required()->check(CLI::ExistingFile);
   prepare->add_option("--out", pt_out, "Output folder for train_*.bin / val_*.bin")->required();
   prepare->add_option("--shard-tokens", pt_shard_tokens, "Tokens per shard")->capture_default_str()->check(kPositive);
   prepare->add_option("--val-fraction", pt_val_fraction, "Tail fraction written as val shards")
       ->capture_default_str()->check(CLI::Range(0.0, 0.9));
+  prepare->add_flag("--force", pt_force, "Replace the shard files --out already holds (else refused)");
 
   std::string export_ckpt, export_out, export_dtype = "fp32";
   bool export_ema = false;
@@ -294,7 +298,7 @@ int main(int argc, char** argv) {
     return trainer::dist::cmd_launch(launch_opts, launch_args);
   }
   if (*sweep) return trainer::engine::cmd_sweep(sw);
-  if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction);
+  if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction, pt_force);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);
   if (*report) return trainer::obs::cmd_report(report_dirs, report_out);
   if (*eval) return trainer::engine::cmd_eval(eval_args);

@@ -1,9 +1,11 @@
 #include "data/prepare_text.hpp"
 
+#include <algorithm>
 #include <array>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <regex>
 #include <vector>
 
 #include <fmt/format.h>
@@ -30,6 +32,17 @@ int64_t write_shards(const fs::path& dir, const std::string& prefix, const uint8
   return shards;
 }
 
+// The shard files (train_NNNNNN.bin, val_NNNNNN.bin) already in `dir`, sorted.
+std::vector<fs::path> existing_shards(const fs::path& dir) {
+  static const std::regex name(R"((train|val)_[0-9]{6}\.bin)");
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (std::regex_match(it->path().filename().string(), name)) out.push_back(it->path());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 }  // namespace
 
 void write_llmc_shard(const std::string& path, const uint16_t* tokens, int64_t count) {
@@ -47,9 +60,19 @@ void write_llmc_shard(const std::string& path, const uint16_t* tokens, int64_t c
   fs::rename(tmp, path);  // no half-written shard under the final name
 }
 
-int cmd_prepare_text(const std::string& input, const std::string& out_dir, int64_t shard_tokens, double val_fraction) {
+int cmd_prepare_text(const std::string& input, const std::string& out_dir, int64_t shard_tokens, double val_fraction,
+                     bool force) {
   if (shard_tokens < 1 || shard_tokens > INT32_MAX || val_fraction < 0.0 || val_fraction >= 1.0) {
     std::cerr << "prepare-text: --shard-tokens must be in [1, 2^31) and --val-fraction in [0, 1)\n";
+    return kExitUsage;
+  }
+  // a folder's shards are all read as one corpus: earlier ones left beside the new would be mixed in
+  const auto before = existing_shards(out_dir);
+  if (!before.empty() && !force) {
+    std::cerr << "prepare-text: " << out_dir << " already holds " << before.size() << " shard file(s) ("
+              << before.front().filename().string() << (before.size() > 1 ? ", ..." : "")
+              << "); a run reading the folder would mix them with the new ones: choose another --out, or --force "
+                 "to replace them\n";
     return kExitUsage;
   }
   try {
@@ -64,6 +87,14 @@ int cmd_prepare_text(const std::string& input, const std::string& out_dir, int64
     fs::create_directories(out_dir);
     int64_t train_shards = write_shards(out_dir, "train", bytes.data(), n_train, shard_tokens);
     int64_t val_shards = write_shards(out_dir, "val", bytes.data() + n_train, n_val, shard_tokens);
+    int64_t removed = 0;  // --force: the earlier shards the new ones did not replace
+    for (const auto& p : before) {
+      const std::string f = p.filename().string();
+      const bool train = f.rfind("train_", 0) == 0;
+      const int64_t index = std::stoll(f.substr(train ? 6 : 4, 6));
+      if (index >= (train ? train_shards : val_shards)) removed += fs::remove(p) ? 1 : 0;
+    }
+    if (removed > 0) std::cout << fmt::format("removed {} earlier shard file(s) of {}\n", removed, out_dir);
     std::cout << fmt::format("{}: {} bytes -> {}: {} train tokens in {} shard(s), {} val tokens in {} shard(s) "
                              "(byte-level, vocab 256, llm.c format)\n",
                              input, n, out_dir, n_train, train_shards, n_val, val_shards);

@@ -18,7 +18,7 @@ RunHistory read_history(const std::filesystem::path& metrics) {
   for (std::string line; std::getline(in, line);) {
     auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (!j.is_object()) continue;
-    const std::string kind = j.value("kind", "");
+    const std::string kind = j.contains("kind") && j["kind"].is_string() ? j["kind"].get<std::string>() : "";
     const double t = j.contains("time_s") && j["time_s"].is_number() ? j["time_s"].get<double>() : latest;
     if (kind == "attempt") {
       // the checkpoint this attempt resumed from is newer than the previous attempt's start, so the

@@ -14,6 +14,7 @@
 
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
+#include "config/file_write.hpp"
 #include "config/schema.hpp"
 
 namespace trainer::obs {
@@ -34,7 +35,7 @@ ReportSeries series_of(const std::vector<json>& recs, const std::string& kind, c
                        const std::string& color) {
   ReportSeries s{name, color, {}, {}};
   for (const auto& r : recs) {
-    if (r.value("kind", "") != kind) continue;
+    if (record_text(r, "kind", "") != kind) continue;
     auto x = record_number(r, "step"), y = record_number(r, key);
     if (x && y && std::isfinite(*y)) {
       s.x.push_back(*x);
@@ -62,7 +63,7 @@ Attempts attempts_of(const std::vector<json>& recs, const json* summary, const j
   std::vector<std::optional<double>> ranks_before;  // per attempt: the world size the records last said
   std::optional<double> world_now;
   for (const auto& r : recs) {
-    const std::string kind = r.value("kind", "");
+    const std::string kind = record_text(r, "kind", "");
     if (kind == "attempt") {
       as.push_back(&r);
       ranks_before.push_back(world_now);
@@ -104,7 +105,7 @@ Attempts attempts_of(const std::vector<json>& recs, const json* summary, const j
 void add_world_changes(const std::vector<json>& recs, Attempts& out) {
   std::optional<std::pair<double, double>> last;  // (step, size): a new writer may write a change again
   for (const auto& r : recs) {
-    if (r.value("kind", "") != "world") continue;
+    if (record_text(r, "kind", "") != "world") continue;
     const auto step = record_number(r, "step"), now = record_number(r, "world_size"), before = record_number(r, "previous_world_size");
     if (!step || !now) continue;
     if (last && last->first == *step && last->second == *now) continue;
@@ -187,7 +188,7 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   const json* last_train = nullptr;
   const json* last_eval = nullptr;
   for (const auto& r : recs) {
-    const std::string k = r.value("kind", "");
+    const std::string k = record_text(r, "kind", "");
     if (k == "summary") summary = &r;
     if (k == "train") last_train = &r;
     if (k == "eval") last_eval = &r;
@@ -221,36 +222,37 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
   auto row = [&](const std::string& k, const std::string& v) { rows.emplace_back(k, v); };
   if (summary) {
     const auto& s = *summary;
-    row("status", "finished (" + s.value("stop_reason", "?") + ")");
-    row("steps", fmt_num(s.value("steps", 0.0)));
-    row("epochs", fmt::format("{:.3f}", s.value("epochs", 0.0)));
-    row("samples seen", fmt::format("{}", s.value("samples", int64_t{0})));
+    row("status", "finished (" + record_text(s, "stop_reason", "?") + ")");
+    row("steps", fmt_num(record_value(s, "steps", 0.0)));
+    row("epochs", fmt::format("{:.3f}", record_value(s, "epochs", 0.0)));
+    row("samples seen", fmt::format("{}", static_cast<int64_t>(record_value(s, "samples", 0.0))));
     const auto n_attempts = record_number(s, "attempts");
     row("wall time", fmt::format("{:.1f} s", record_number(s, "wall_s").value_or(0.0)) +
                          (n_attempts && *n_attempts > 1 ? fmt::format(" over {:.0f} attempts", *n_attempts) : ""));
     if (n_attempts) row("attempts", fmt::format("{:.0f}", *n_attempts));
-    row("parameters", fmt::format("{}", s.value("num_parameters", int64_t{0})));
+    row("parameters", fmt::format("{}", static_cast<int64_t>(record_value(s, "num_parameters", 0.0))));
     row("device / precision / ranks",
-        s.value("device", "?") + " / " + s.value("precision", "?") + " / " + std::to_string(s.value("world_size", 1)));
+        record_text(s, "device", "?") + " / " + record_text(s, "precision", "?") + " / " +
+            std::to_string(static_cast<int64_t>(record_value(s, "world_size", 1.0))));
     if (auto b = record_number(s, "best_value"))
-      row("best " + s.value("best_metric", "?"), fmt::format("{:.4f} at step {}", *b, s.value("best_step", int64_t{0})));
+      row("best " + record_text(s, "best_metric", "?"), fmt::format("{:.4f} at step {}", *b, static_cast<int64_t>(record_value(s, "best_step", 0.0))));
   } else {
     row("status", "no summary record: the run has not finished (or was stopped)");
     if (last_train) {
-      row("steps", fmt_num(last_train->value("step", 0.0)));
-      row("samples seen", fmt::format("{}", last_train->value("samples", int64_t{0})));
-      row("wall time", fmt::format("{:.1f} s", last_train->value("time_s", 0.0)));
+      row("steps", fmt_num(record_value(*last_train, "step", 0.0)));
+      row("samples seen", fmt::format("{}", static_cast<int64_t>(record_value(*last_train, "samples", 0.0))));
+      row("wall time", fmt::format("{:.1f} s", record_value(*last_train, "time_s", 0.0)));
     }
   }
   if (last_train) {
-    row("final train loss", fmt::format("{:.4f}", last_train->value("loss", 0.0)));
-    row("final throughput", fmt::format("{:.1f} samples/s", last_train->value("samples_per_s", 0.0)));
+    row("final train loss", fmt::format("{:.4f}", record_value(*last_train, "loss", 0.0)));
+    row("final throughput", fmt::format("{:.1f} samples/s", record_value(*last_train, "samples_per_s", 0.0)));
     if (auto m = record_number(*last_train, "peak_rss_mb")) row("peak host RSS", fmt::format("{:.0f} MB", *m));
     if (auto m = record_number(*last_train, "cuda_peak_allocated_mb")) row("peak CUDA allocated", fmt::format("{:.0f} MB", *m));
     if (auto m = record_number(*last_train, "mfu")) row("MFU", fmt::format("{:.1f} %", *m * 100));
   }
   if (last_eval) {
-    row("final val loss", fmt::format("{:.4f}", last_eval->value("loss", 0.0)));
+    row("final val loss", fmt::format("{:.4f}", record_value(*last_eval, "loss", 0.0)));
     if (auto a = record_number(*last_eval, "accuracy")) row("final val accuracy", fmt::format("{:.2f} %", *a * 100));
     if (auto a = record_number(*last_eval, "top5")) row("final val top-5", fmt::format("{:.2f} %", *a * 100));
     if (auto b = record_number(*last_eval, "bpb")) row("final val bits per byte", fmt::format("{:.4f}", *b));
@@ -308,7 +310,8 @@ int read_run(const fs::path& dir, RunRecords& run) {
     if (line.empty()) continue;
     try {
       json j = json::parse(line);
-      if (!j.is_object() || !j.contains("kind")) throw std::runtime_error("not a record with a \"kind\"");
+      if (!j.is_object() || !j.contains("kind") || !j["kind"].is_string())
+        throw std::runtime_error("not a record with a \"kind\"");
       run.records.push_back(std::move(j));
     } catch (const json::parse_error& e) {
       if (e.byte < line.size()) {
@@ -371,6 +374,16 @@ std::vector<fs::path> runs_in(const fs::path& dir) {
 }  // namespace
 
 int cmd_report(const std::vector<std::string>& dirs, const std::string& out) {
+  if (!out.empty()) {  // a device, a FIFO, the records it reads, a run's saved files: refused
+    std::vector<fs::path> inputs;
+    for (const auto& d : dirs) inputs.insert(inputs.end(), {fs::path(d) / "metrics.jsonl", fs::path(d) / "config.yaml"});
+    try {
+      check_output_file("--out", out, inputs);
+    } catch (const std::invalid_argument& e) {
+      std::cerr << "error: " << e.what() << "\n";
+      return kExitUsage;
+    }
+  }
   std::vector<fs::path> run_dirs;
   fs::path default_out = "compare.html";
   std::error_code ec;
@@ -402,5 +415,12 @@ std::optional<double> record_number(const json& r, const char* key) {
   if (!r.contains(key) || !r.at(key).is_number()) return std::nullopt;
   return r.at(key).get<double>();
 }
+
+std::string record_text(const json& r, const char* key, const std::string& fallback) {
+  if (!r.contains(key) || !r.at(key).is_string()) return fallback;
+  return r.at(key).get<std::string>();
+}
+
+double record_value(const json& r, const char* key, double fallback) { return record_number(r, key).value_or(fallback); }
 
 }  // namespace trainer::obs

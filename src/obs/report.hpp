@@ -49,6 +49,10 @@ std::string page_start(const std::string& title);
 
 // A record's numeric field (nullopt: absent or not a number), for the report's pages.
 std::optional<double> record_number(const nlohmann::json& r, const char* key);
+// A record's field as text or as a number, `fallback` when it is absent or of another type (a
+// hand-edited or foreign metrics.jsonl: a string loss, a null, must not end the report).
+std::string record_text(const nlohmann::json& r, const char* key, const std::string& fallback);
+double record_value(const nlohmann::json& r, const char* key, double fallback);
 
 // The page for `records` (metrics.jsonl lines, "attempt" records make an Attempts table) and `config_yaml` (the run's config.yaml text).
 std::string render_report(const std::string& run_name, const std::vector<nlohmann::json>& records,

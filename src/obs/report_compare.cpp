@@ -25,14 +25,14 @@ constexpr const char* kPalette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", 
 const json* last_of(const std::vector<json>& recs, const char* kind) {
   const json* out = nullptr;
   for (const auto& r : recs)
-    if (r.value("kind", "") == kind) out = &r;
+    if (record_text(r, "kind", "") == kind) out = &r;
   return out;
 }
 
 ReportSeries run_series(const RunRecords& run, size_t i, const char* kind, const char* key) {
   ReportSeries s{run.name, kPalette[i % 10], {}, {}, i >= 10};
   for (const auto& r : run.records) {
-    if (r.value("kind", "") != kind) continue;
+    if (record_text(r, "kind", "") != kind) continue;
     const auto x = record_number(r, "step"), y = record_number(r, key);
     if (x && y && std::isfinite(*y)) {
       s.x.push_back(*x);
@@ -108,7 +108,7 @@ std::string render_comparison(const std::vector<RunRecords>& runs) {
     const json* eval = last_of(recs, "eval");
     std::string best;
     if (summary && record_number(*summary, "best_value"))
-      best = fmt::format("{} {:.4f}", summary->value("best_metric", "?"), *record_number(*summary, "best_value"));
+      best = fmt::format("{} {:.4f}", record_text(*summary, "best_metric", "?"), *record_number(*summary, "best_value"));
     const std::vector<std::string> row = {
         summary ? "finished" : "not finished",
         summary ? cell(record_number(*summary, "steps"), "{:.0f}") : train ? cell(record_number(*train, "step"), "{:.0f}") : "",

@@ -2,6 +2,8 @@
 // The last TEST_CASE writes the fixture tests/python/test_export_interop.py loads into PyTorch.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include "ckpt_test_util.hpp"
 #include "config/load.hpp"
 #include "engine/commands/export.hpp"
@@ -137,6 +139,26 @@ TEST_CASE("export: bf16 and fp16 convert floating tensors and keep integer buffe
   }
 }
 
+TEST_CASE("export: a dtype whose range a finite weight overflows is refused, naming the tensor", "[unit]") {
+  auto dir = test::scratch_dir("ckpt_export_overflow");
+  auto cfg = gpt_run_cfg();
+  auto model = build(cfg, 7);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters())
+      if (p.key() == "transformer.h.1.mlp.c_proj.bias") p.value().fill_(1e5);  // finite in fp32 and bf16, beyond fp16's 65504
+  }
+  save_model_checkpoint(dir, 3, cfg, *model);
+  const auto out = dir / "fp16.safetensors";
+  auto r = test::run_trainer("export " + (dir / "step-3").string() + " --out " + out.string() + " --dtype fp16");
+  CHECK(r.exit_code == 1);
+  CHECK(r.output == "error: --dtype fp16: 32 value(s) of transformer.h.1.mlp.c_proj.bias (largest magnitude 100000) "
+                    "overflow fp16's range and would be infinite; export as bf16 or fp32\n");
+  CHECK_FALSE(fs::exists(out));
+  r = test::run_trainer("export " + (dir / "step-3").string() + " --out " + out.string() + " --dtype bf16");
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("export: a corrupted checkpoint is refused with the checksum error", "[unit]") {
   auto dir = test::scratch_dir("ckpt_export_corrupt");
   auto cfg = gpt_run_cfg();
@@ -162,7 +184,17 @@ TEST_CASE("export: command-line mistakes exit 2, a missing checkpoint exits 1 na
   CHECK(engine::cmd_export(dir.string(), (dir / "x.safetensors").string(), "fp64") == 2);
   r = test::run_trainer("export " + dir.string() + " --out " + dir.string());  // a folder: refused before reading
   CHECK(r.exit_code == 2);
-  CHECK(r.output == "error: --out " + dir.string() + ": is a folder; name the .safetensors file to write in it\n");
+  CHECK(r.output == "error: --out " + dir.string() + ": is a folder; name the file to write in it\n");
+  // a device or a FIFO is not replaced by the atomic write's rename (run as root it replaced /dev/null)
+  REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
+  for (const std::string& target : std::vector<std::string>{"/dev/null", (dir / "fifo").string()}) {
+    r = test::run_trainer("export " + dir.string() + " --out " + target);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output == "error: --out " + target + ": is not a regular file (a device, FIFO or socket); name a file to write\n");
+  }
+  struct stat st {};
+  CHECK((::stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)));
+  CHECK((::stat((dir / "fifo").c_str(), &st) == 0 && S_ISFIFO(st.st_mode)));
   r = test::run_trainer("export " + (dir / "nope").string() + " --out " + (dir / "x.safetensors").string());
   CHECK(r.exit_code == 1);
   CHECK(r.output == "error: " + (dir / "nope").string() + ": no such checkpoint or folder\n");

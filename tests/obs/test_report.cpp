@@ -64,3 +64,23 @@ TEST_CASE("report errors name the run directory or the bad line", "[unit]") {
   CHECK(cmd_report(dir.string(), (dir / "r.html").string()) == 0);
   CHECK(trainer::test::read_file(dir / "r.html").find("no summary record") != std::string::npos);
 }
+
+TEST_CASE("report: a record's field of another type is no crash, a kind that is not text an invalid record",
+          "[unit]") {
+  auto dir = trainer::test::scratch_dir("report_field_types");
+  // a string loss, nulls, a string step count: the page is made with what can be read (it aborted)
+  trainer::test::write_file(dir / "metrics.jsonl",
+                            "{\"kind\":\"train\",\"step\":1,\"loss\":\"x\",\"samples_per_s\":\"fast\"}\n"
+                            "{\"kind\":\"train\",\"step\":2,\"loss\":null}\n"
+                            "{\"kind\":\"eval\",\"step\":2,\"loss\":\"y\"}\n"
+                            "{\"kind\":\"summary\",\"steps\":\"x\",\"stop_reason\":7,\"world_size\":\"two\"}\n");
+  CHECK(cmd_report(dir.string(), (dir / "r.html").string()) == 0);
+  CHECK(trainer::test::read_file(dir / "r.html").find("finished (?)") != std::string::npos);
+  CHECK(cmd_report(std::vector<std::string>{dir.string(), dir.string()}, (dir / "c.html").string()) == 0);  // the comparison page too
+  trainer::test::write_file(dir / "metrics.jsonl", "{\"kind\":1,\"step\":1}\n");
+  CHECK(cmd_report(dir.string(), (dir / "r.html").string()) == 1);
+  // the output may not be the records it reads
+  trainer::test::write_file(dir / "metrics.jsonl", "{\"kind\":\"train\",\"step\":1,\"loss\":2.0}\n");
+  CHECK(cmd_report(dir.string(), (dir / "metrics.jsonl").string()) == 2);
+  CHECK(trainer::test::read_file(dir / "metrics.jsonl") == "{\"kind\":\"train\",\"step\":1,\"loss\":2.0}\n");
+}

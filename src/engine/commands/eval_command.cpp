@@ -8,12 +8,13 @@
 #include <sstream>
 
 #include "config/exit_codes.hpp"
+#include "config/file_write.hpp"
 #include "config/load.hpp"
 #include "data/dataset.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/commands/command_common.hpp"
-#include "engine/eval/evaluator.hpp"
 #include "engine/commands/inference.hpp"
+#include "engine/eval/evaluator.hpp"
 #include "io/checkpoint.hpp"
 #include "obs/logging.hpp"
 
@@ -52,6 +53,7 @@ std::string eval_line(const EvalResult& r, const InferenceModel& m, double secon
 }
 
 int eval_run(const EvalArgs& args) {
+  if (!args.output.empty()) check_output_file("--output", args.output, {args.config, args.checkpoint});
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(args, env);
   obs::init_console_logging(loaded.cfg.log.level);

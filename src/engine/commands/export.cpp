@@ -1,5 +1,6 @@
 #include "engine/commands/export.hpp"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -7,9 +8,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
+#include "config/file_write.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
 #include "io/checkpoint.hpp"
@@ -91,8 +94,19 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   io::load_state_into(*model, io::load_checkpoint_group(dir, group), /*strict=*/true);
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
-  for (auto& [name, t] : io::named_state(*model))
-    tensors.emplace_back(name, t.is_floating_point() ? t.detach().to(torch::kCPU, dtype) : t.detach().cpu());
+  for (auto& [name, t] : io::named_state(*model)) {
+    if (!t.is_floating_point()) {
+      tensors.emplace_back(name, t.detach().cpu());
+      continue;
+    }
+    auto converted = t.detach().to(torch::kCPU, dtype);
+    // the checkpoint holds finite weights only (never saved otherwise): an infinity here is an overflow
+    if (const int64_t over = converted.isinf().sum().item<int64_t>(); over > 0)
+      throw std::runtime_error("--dtype " + dtype_name + ": " + std::to_string(over) + " value(s) of " + name +
+                               " (largest magnitude " + fmt::format("{:g}", t.abs().max().item<double>()) +
+                               ") overflow " + dtype_name + "'s range and would be infinite; export as bf16 or fp32");
+    tensors.emplace_back(name, std::move(converted));
+  }
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},  // what Hugging Face tooling expects of a PyTorch safetensors file
       {"arch", cfg.model.arch},
@@ -115,8 +129,7 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
   try {
     parse_dtype(dtype);  // command-line mistakes are usage errors (2); everything after is a failure (1)
     if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
-    if (std::error_code ec; std::filesystem::is_directory(out, ec))
-      throw std::invalid_argument("--out " + out + ": is a folder; name the .safetensors file to write in it");
+    check_output_file("--out", out, {checkpoint});  // a folder, a device, a FIFO, the run's own files: refused
   } catch (const std::invalid_argument& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;

@@ -11,15 +11,16 @@
 
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
+#include "config/file_write.hpp"
 #include "data/dataset.hpp"
 #include "data/image_inputs.hpp"
-#include "dist/launch_env.hpp"
 #include "device/device.hpp"
+#include "dist/launch_env.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 #include "engine/commands/command_common.hpp"
-#include "engine/eval/evaluator.hpp"
 #include "engine/commands/generate.hpp"
 #include "engine/commands/inference.hpp"
+#include "engine/eval/evaluator.hpp"
 #include "obs/logging.hpp"
 
 namespace trainer::engine {
@@ -183,6 +184,11 @@ int predict_run(const PredictArgs& a) {
   if (a.max_new_tokens < 0) throw std::invalid_argument("--max-new-tokens: must be >= 0");
   if (!(a.temperature >= 0) || !std::isfinite(a.temperature))
     throw std::invalid_argument("--temperature: must be a finite number >= 0");
+  if (!a.output.empty()) {  // before anything is read: a FIFO would block its open, an input be emptied
+    std::vector<std::filesystem::path> inputs{a.config, a.checkpoint, a.prompt_file, a.labels};
+    inputs.insert(inputs.end(), a.inputs.begin(), a.inputs.end());
+    check_output_file("--output", a.output, inputs);
+  }
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(a, env);
   obs::init_console_logging(loaded.cfg.log.level);

@@ -170,13 +170,17 @@ SweepSpec parse_sweep_sets(const std::vector<std::string>& sets) {
   return spec;
 }
 
+namespace {
+constexpr int64_t kMaxSweepPoints = 100000;  // a sweep's points, grid or drawn (each is a run)
+}  // namespace
+
 std::vector<SweepPoint> grid_points(const SweepSpec& spec) {
   for (const auto& a : spec.axes)
     if (a.dist != SweepDist::List)
       throw std::invalid_argument("--set " + a.key + "=...: a distribution is drawn from, not a grid: add --random N");
-  if (spec.grid_size() > 100000)
-    throw std::invalid_argument(fmt::format("the grid has {:.0f} points; at most 100000 (sample some with --random N)",
-                                            spec.grid_size()));
+  if (spec.grid_size() > kMaxSweepPoints)
+    throw std::invalid_argument(fmt::format("the grid has {:.0f} points; at most {} (sample some with --random N)",
+                                            spec.grid_size(), kMaxSweepPoints));
   std::vector<SweepPoint> points;
   const auto n = static_cast<uint64_t>(spec.grid_size());
   for (uint64_t i = 0; i < n; ++i) points.push_back(grid_point(spec, i));
@@ -186,6 +190,8 @@ std::vector<SweepPoint> grid_points(const SweepSpec& spec) {
 
 std::vector<SweepPoint> random_points(const SweepSpec& spec, int64_t n, uint64_t seed) {
   if (n <= 0) throw std::invalid_argument("--random takes a positive count");
+  if (n > kMaxSweepPoints)  // each point is a run: a count beyond this is a typo, not a sweep
+    throw std::invalid_argument(fmt::format("--random {}: at most {} points", n, kMaxSweepPoints));
   std::mt19937_64 rng(seed);
   std::vector<SweepPoint> points;
   if (!spec.has_distribution()) {

@@ -28,7 +28,10 @@ PointRecords read_point_records(const fs::path& run_dir) {
     p.started = true;
     const std::string kind = r.at("kind").get<std::string>();
     if (kind == "attempt") {
-      p.finished = false;  // a resume after a summary (a longer run): not finished until its own
+      // a resume after a summary (a longer run): not finished until its own; an attempt that starts
+      // where the summary ended found nothing to train (written by builds before 2026-12-06)
+      const auto start = number(r, "start_step");
+      if (!(p.finished && p.steps && start && *start >= static_cast<double>(*p.steps))) p.finished = false;
     } else if (kind == "train") {
       if (auto s = number(r, "step")) p.steps = static_cast<int64_t>(*s);
       p.train_loss = number(r, "loss");
@@ -39,7 +42,7 @@ PointRecords read_point_records(const fs::path& run_dir) {
     } else if (kind == "summary") {
       p.finished = true;
       if (auto s = number(r, "steps")) p.steps = static_cast<int64_t>(*s);
-      p.best_metric = r.value("best_metric", "");
+      p.best_metric = r.contains("best_metric") && r.at("best_metric").is_string() ? r.at("best_metric").get<std::string>() : "";
       p.best_value = number(r, "best_value");
       p.wall_s = number(r, "wall_s");
     }

@@ -305,14 +305,15 @@ class Trainer final : public WorldParts {
   }
 
   int train_loop() {
-    records_->start_attempt();
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     // stopped by a signal at its last step, before the final evaluation: the end is made now
     const bool end_left = evaluation_->can_evaluate() && evaluation_->tracker().evaluated_step() < start_step_;
     if (step_is_final(start_step_) && !(start_step_ > 0 && end_left && !recovery_->joined())) {
+      // no attempt record: the run's records still end with its summary (a sweep reads it there)
       spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
       return kExitOk;
     }
+    records_->start_attempt();
     loop_.step = start_step_;
     // (a replacement joined the others mid-run: they are past this check)
     if (!recovery_->joined()) {
