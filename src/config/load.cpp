@@ -58,6 +58,19 @@ size_t utf8_sequence_at(const std::string& s, size_t i) {
 }
 }  // namespace
 
+namespace {
+// `text` read as `v` == 0 although a digit before its exponent is not 0 (1e-400: below the smallest
+// double, silently 0, where optim.lr 0 trains nothing)
+bool underflows(const std::string& text, double v) {
+  if (v != 0) return false;
+  for (char c : text) {
+    if (c == 'e' || c == 'E') break;
+    if (c >= '1' && c <= '9') return true;
+  }
+  return false;
+}
+}  // namespace
+
 std::optional<size_t> first_invalid_utf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const size_t len = utf8_sequence_at(s, i);
@@ -302,7 +315,7 @@ class Loader {
     auto range = [&](double v) {
       if (v < f.min || v > f.max) {
         std::ostringstream m;
-        m << "value " << v << " is out of range [" << f.min << ", " << f.max << "]";
+        m << "value " << number_text(v) << " is out of range [" << number_text(f.min) << ", " << number_text(f.max) << "]";
         if (f.accepts_auto && f.type == FieldType::Int) m << " (or auto)";  // train.batch_size, data.workers, ...
         error(where, f.key, m.str());
         return false;
@@ -330,6 +343,7 @@ class Loader {
         double v;
         if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) return bad("a number");
         if (!std::isfinite(v)) return bad("a finite number");
+        if (underflows(n.Scalar(), v)) return bad("a number a double holds (it is below 1e-308, so it reads as 0)");
         if (range(v)) *std::get<double*>(f.ref) = v;
         return;
       }
@@ -376,6 +390,7 @@ class Loader {
           double x;
           if (!e.IsScalar() || !YAML::convert<double>::decode(e, x)) return bad("a list of numbers");
           if (!std::isfinite(x)) return bad("a list of finite numbers");
+          if (underflows(e.Scalar(), x)) return bad("a list of numbers a double holds (one is below 1e-308)");
           v.push_back(x);
         }
         *std::get<std::vector<double>*>(f.ref) = v;

@@ -61,6 +61,9 @@ const std::vector<std::string>& section_names();
 std::string type_name(const FieldInfo& f);     // "int", "float", "one of a|b", ...
 std::string value_text(const FieldInfo& f);     // the bound value as YAML scalar / flow text
 std::string default_text(const FieldInfo& f);   // the value in a default RunConfig
+// A number as a range or an error shows it: 6 significant digits when they give the value back, else
+// as many as it takes (0.999999999 is no "1", which the range [0, 0.999999999] refuses).
+std::string number_text(double v);
 const FieldInfo& default_field(const FieldInfo& f);  // `f`'s field bound to a default RunConfig (kept for the process)
 
 // Closest known name to `unknown` among `candidates`, or "" when none is close enough.

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdlib>
+#include <iomanip>
 #include <sstream>
 #include <stdexcept>
 
@@ -138,6 +140,15 @@ std::string did_you_mean(const std::string& unknown, const std::vector<std::stri
     }
   }
   return best;
+}
+
+std::string number_text(double v) {
+  for (int digits : {6, 9, 12, 17}) {
+    std::ostringstream o;
+    o << std::setprecision(digits) << v;
+    if (digits == 17 || std::strtod(o.str().c_str(), nullptr) == v) return o.str();
+  }
+  return "";
 }
 
 }  // namespace trainer::config

@@ -32,7 +32,7 @@ std::pair<std::vector<TokenSegment>, std::vector<TokenSegment>> split_tail(const
 }
 
 TokenDataset::TokenDataset(std::string format, std::vector<TokenSegment> segments, int64_t block_size,
-                           int64_t vocab_size)
+                           int64_t vocab_size, const std::string& origin)
     : format_(std::move(format)), segments_(std::move(segments)), block_(block_size), vocab_(vocab_size) {
   first_window_.push_back(0);
   for (const auto& s : segments_) {
@@ -42,7 +42,9 @@ TokenDataset::TokenDataset(std::string format, std::vector<TokenSegment> segment
   }
   total_windows_ = first_window_.back();
   if (total_windows_ == 0) {
-    std::string where = segments_.empty() ? std::string("(no files)") : segments_.front().file->path();
+    const std::string where = !origin.empty()     ? origin
+                              : segments_.empty() ? std::string("(no files)")
+                                                  : segments_.front().file->path();
     throw DataError(fmt::format("{}: the dataset is empty: {} tokens, no file segment has block_size + 1 = {}", where,
                                 total_tokens_, block_ + 1));
   }

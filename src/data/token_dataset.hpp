@@ -28,7 +28,10 @@ std::pair<std::vector<TokenSegment>, std::vector<TokenSegment>> split_tail(const
 
 class TokenDataset : public Dataset {
  public:
-  TokenDataset(std::string format, std::vector<TokenSegment> segments, int64_t block_size, int64_t vocab_size);
+  // `origin`: what the segments came from, for the error when they hold no window (default: the first
+  // segment's file).
+  TokenDataset(std::string format, std::vector<TokenSegment> segments, int64_t block_size, int64_t vocab_size,
+               const std::string& origin = "");
 
   int64_t size() const override { return total_windows_; }
   SampleKind kind() const override { return SampleKind::Tokens; }

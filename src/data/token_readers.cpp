@@ -123,8 +123,11 @@ DatasetPair open_text(const config::DataConfig& data, int64_t block_size) {
     return pair;
   }
   auto [head, tail] = split_tail({all}, data.val_fraction);
-  pair.train = std::make_shared<TokenDataset>("text", head, block_size, kByteVocab);
-  if (!tail.empty()) pair.val = std::make_shared<TokenDataset>("text", tail, block_size, kByteVocab);
+  pair.train = std::make_shared<TokenDataset>("text", head, block_size, kByteVocab, data.path);
+  if (!tail.empty())
+    pair.val = std::make_shared<TokenDataset>(
+        "text", tail, block_size, kByteVocab,
+        fmt::format("{} (its validation tail, data.val_fraction {:g} of {} bytes)", data.path, data.val_fraction, all.count));
   return pair;
 }
 
@@ -142,8 +145,10 @@ DatasetPair open_tokens(const config::DataConfig& data, int64_t block_size, int6
   }
   if (val.empty() && data.val_path.empty() && data.val_fraction > 0) std::tie(train, val) = split_tail(train, data.val_fraction);
   DatasetPair pair;
-  pair.train = std::make_shared<TokenDataset>("tokens", train, block_size, vocab_size);
-  if (!val.empty()) pair.val = std::make_shared<TokenDataset>("tokens", val, block_size, vocab_size);
+  pair.train = std::make_shared<TokenDataset>("tokens", train, block_size, vocab_size, data.path);
+  if (!val.empty())
+    pair.val = std::make_shared<TokenDataset>("tokens", val, block_size, vocab_size,
+                                              data.val_path.empty() ? "" : data.val_path);
   return pair;
 }
 

@@ -292,8 +292,9 @@ std::string render_report(const std::string& run_name, const std::vector<json>& 
 
 int read_run(const fs::path& dir, RunRecords& run) {
   const fs::path metrics = dir / "metrics.jsonl";
-  if (!fs::is_directory(dir)) {
-    std::cerr << "error: " << dir.string() << ": not a run directory (no such folder)\n";
+  if (std::error_code ec; !fs::is_directory(dir, ec)) {
+    std::cerr << "error: " << dir.string() << ": not a run directory ("
+              << (fs::exists(dir, ec) ? "a file, not a folder" : "no such folder") << ")\n";
     return kExitUsage;
   }
   std::istringstream in;

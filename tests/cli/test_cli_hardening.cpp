@@ -107,9 +107,21 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
        "--set data.path=" + missing + ": data.path: " + missing + ": no such file or folder, and no file matches it as a pattern"},
       {text + " --set data.val_path=" + pattern,
        ": data.val_path: " + pattern + ": no such file or folder"},
-      {cfg + " --set model.init.from=" + missing, "--set model.init.from=" + missing + ": model.init.from: " + missing + ": no such file"}};
+      {cfg + " --set model.init.from=" + missing, "--set model.init.from=" + missing + ": model.init.from: " + missing + ": no such file"},
+      // there, but of the wrong kind: they failed after the run directory was made (exit 1)
+      {text + " --set data.path=" + dir.string(), ": data.path: " + dir.string() + ": is a folder; name the file"},
+      {text + " --set data.path=/dev/zero", ": data.path: /dev/zero: is not a regular file or folder (a device, FIFO or socket)"},
+      {cfg + " --set model.init.from=" + dir.string(), ": model.init.from: " + dir.string() + ": is a folder; name the file"},
+      {cfg + " --set model.init.from=/dev/zero", ": model.init.from: /dev/zero: is not a regular file or folder"},
+      {cfg + " --set checkpoint.dir=" + (dir / "t.txt").string(), ": checkpoint.dir: " + (dir / "t.txt").string() +
+                                                                     ": is a file, not a folder for checkpoints"},
+      {cfg + " --set optim.lr=1e-400", ": optim.lr: expected a number a double holds (it is below 1e-308, so it reads as 0)"},
+      // a range's bound and a value are shown as they are (both printed "1" at 6 digits)
+      {cfg + " --set train.ema.decay=1", ": train.ema.decay: value 1 is out of range [0, 0.999999999]"},
+      {cfg + " --set train.ema.decay=1.0000001", ": train.ema.decay: value 1.0000001 is out of range [0, 0.999999999]"}};
   for (const auto& c : cases)
     for (const char* cmd : {"check ", "run "}) {
+      if (c.error.find("checkpoint.dir") != std::string::npos && cmd == std::string("check ")) continue;  // run's
       auto r = run_trainer(cmd + c.args);
       INFO(cmd << c.args << "\n" << r.output);
       CHECK(r.exit_code == 2);
@@ -124,6 +136,12 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
   CHECK(at.exit_code == 2);
   CHECK(at.output.find((dir / "files.yaml").string() + ":3:3: data.path: " + (dir / "nowhere.txt").string() +
                        ": no such file or folder") != std::string::npos);
+  // --resume naming a file
+  auto resume_file = run_trainer("run " + cfg + " --resume " + (dir / "t.txt").string());
+  CHECK(resume_file.exit_code == 2);
+  CHECK(resume_file.output.find("--resume " + (dir / "t.txt").string() + ": is a file, not a checkpoint folder") !=
+        std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "out"));
   // data not on this machine: check --no-data does not look for it
   auto no_data = run_trainer("check --no-data " + text + " --set data.path=" + missing);
   INFO(no_data.output);

@@ -117,3 +117,27 @@ TEST_CASE("outputs: counts without a bound and non-finite numbers are refused at
     CHECK(m.output.find(std::string("--memory-gb: expected a finite number, got '") + v + "'") != std::string::npos);
   }
 }
+
+TEST_CASE("outputs: what an empty text dataset, a report of a file and predict's thread count say", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_outputs_messages");
+  const auto cfg = gpt_config(dir).string();
+  trainer::test::write_file(dir / "empty.txt", "");
+  auto empty = run_trainer("check " + cfg + " --set data.path=empty.txt", "cd " + dir.string() + " &&");
+  CHECK(empty.exit_code != 0);
+  CHECK(empty.output.find("empty.txt: the dataset is empty: 0 tokens") != std::string::npos);  // was "(no files)"
+  trainer::test::write_file(dir / "short.txt", std::string(400, 'a'));
+  auto tail = run_trainer("check " + cfg + " --set data.path=short.txt --set data.val_fraction=0.01",
+                          "cd " + dir.string() + " &&");
+  CHECK(tail.exit_code != 0);
+  CHECK(tail.output.find("short.txt (its validation tail, data.val_fraction 0.01 of 400 bytes): the dataset is empty: "
+                         "4 tokens") != std::string::npos);
+  auto report = run_trainer("report " + cfg);
+  CHECK(report.exit_code == 2);
+  CHECK(report.output.find(cfg + ": not a run directory (a file, not a folder)") != std::string::npos);
+  REQUIRE(run_trainer("run " + cfg, "cd " + dir.string() + " &&").exit_code == 0);
+  auto p = run_trainer("predict " + cfg + " --checkpoint out/g --prompt a --max-new-tokens 2 --threads 1",
+                       "cd " + dir.string() + " &&");
+  INFO(p.output);
+  CHECK(p.exit_code == 0);
+  CHECK(p.output.find("seed 0, 1 threads)") != std::string::npos);  // it said train.threads's count
+}

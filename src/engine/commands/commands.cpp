@@ -91,7 +91,7 @@ int cmd_config_keys() {
     std::string range;
     if (f.type == config::FieldType::Int || f.type == config::FieldType::Float) {
       std::ostringstream r;
-      r << " Range [" << f.min << ", " << f.max << "].";
+      r << " Range [" << config::number_text(f.min) << ", " << config::number_text(f.max) << "].";
       range = r.str();
     }
     std::string applies = f.applies_to.empty() ? "" : " (" + config::applies_text(f) + " only)";

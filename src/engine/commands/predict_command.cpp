@@ -196,11 +196,12 @@ int predict_run(const PredictArgs& a) {
     spdlog::info("trainer predict runs on rank 0 only; rank {} has nothing to do", env.rank);
     return kExitOk;
   }
-  // --threads, else train.threads's rule (0: cores / ranks on this node)
-  at::set_num_threads(static_cast<int>(a.threads > 0 ? a.threads
-                                                     : device::default_threads(loaded.cfg.train.threads,
-                                                                               env.local_world_size)));
   const InferenceModel m = load_inference_model(loaded.cfg, env, a.checkpoint);
+  // --threads, else train.threads's rule (0: cores / ranks on this node); after the model is loaded,
+  // whose process settings take the checkpoint's train.threads (the log said that count, not --threads)
+  at::set_num_threads(static_cast<int>(a.threads > 0 ? a.threads
+                                                     : device::default_threads(m.cfg.train.threads,
+                                                                               env.local_world_size)));
   std::ofstream file;
   if (!a.output.empty()) {
     file.open(a.output, std::ios::trunc);

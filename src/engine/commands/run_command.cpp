@@ -59,6 +59,12 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
                   ", ...); --resume never starts over only with --force, or use --resume auto");
   if (s.resume.mode == ResumeMode::Path && !fs::exists(s.resume.path))
     throw Refused("--resume " + args.resume + ": no such checkpoint");
+  if (s.resume.mode == ResumeMode::Path && !fs::is_directory(s.resume.path))
+    throw Refused("--resume " + args.resume + ": is a file, not a checkpoint folder (a step-N folder, latest, or a "
+                  "checkpoints folder or run directory)");
+  if (std::error_code ec; fs::exists(ckpts, ec) && !fs::is_directory(ckpts, ec))
+    throw config::ConfigError(std::vector<config::Diagnostic>{
+        {s.loaded.where("checkpoint.dir"), "checkpoint.dir", ckpts.string() + ": is a file, not a folder for checkpoints"}});
   // model.init is read by a fresh start only: a run that resumes has its weights in the checkpoint
   const bool fresh = s.resume.mode == ResumeMode::Never || (s.resume.mode == ResumeMode::Auto && held.empty());
   check_named_files(s.loaded, /*data=*/true, /*init=*/fresh);
@@ -81,18 +87,31 @@ void log_to_rank_file(const std::string& what) {
 
 void check_named_files(const config::LoadedConfig& loaded, bool data, bool init) {
   std::vector<config::Diagnostic> errors;
-  auto need = [&](const std::string& key, const std::string& path, const char* what) {
+  // `kind`: what the key may name when it exists (a pattern that matches files is left to its reader)
+  enum class Kind { FileOrFolder, File, Folder };
+  auto need = [&](const std::string& key, const std::string& path, const char* what, Kind kind) {
     if (path.empty()) return;
     std::error_code ec;
-    if (fs::exists(path, ec) || !data::expand_glob(path).empty()) return;
-    errors.push_back({loaded.where(key), key, config::printable(path) + ": " + what});
+    const auto st = fs::status(path, ec);
+    const char* wrong = nullptr;
+    if (fs::is_directory(st)) wrong = kind == Kind::File ? "is a folder; name the file" : nullptr;
+    else if (fs::is_regular_file(st)) wrong = kind == Kind::Folder ? "is a file; name the folder" : nullptr;
+    else if (fs::exists(st)) wrong = "is not a regular file or folder (a device, FIFO or socket)";
+    else if (data::expand_glob(path).empty()) wrong = what;
+    if (wrong) errors.push_back({loaded.where(key), key, config::printable(path) + ": " + wrong});
   };
   const auto& c = loaded.cfg;
   if (data && c.data.format != config::DataFormat::Synthetic) {
-    need("data.path", c.data.path, "no such file or folder, and no file matches it as a pattern");
-    need("data.val_path", c.data.val_path, "no such file or folder, and no file matches it as a pattern");
+    // text is one file of bytes; an image folder is a folder of class folders; the others take either
+    const Kind kind = c.data.format == config::DataFormat::Text          ? Kind::File
+                      : c.data.format == config::DataFormat::ImageFolder ? Kind::Folder
+                                                                          : Kind::FileOrFolder;
+    need("data.path", c.data.path, "no such file or folder, and no file matches it as a pattern", kind);
+    need("data.val_path", c.data.val_path, "no such file or folder, and no file matches it as a pattern", kind);
   }
-  if (init) need(c.model.init.from.empty() ? "model.init_from" : "model.init.from", config::init_file(c.model), "no such file");
+  if (init)
+    need(c.model.init.from.empty() ? "model.init_from" : "model.init.from", config::init_file(c.model), "no such file",
+         Kind::File);
   if (!errors.empty()) throw config::ConfigError(std::move(errors));
 }
 
