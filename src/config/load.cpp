@@ -61,6 +61,12 @@ size_t utf8_sequence_at(const std::string& s, size_t i) {
 namespace {
 // `text` read as `v` == 0 although a digit before its exponent is not 0 (1e-400: below the smallest
 // double, silently 0, where optim.lr 0 trains nothing)
+// 010, -07: a leading 0 before more digits, which YAML's versions read differently
+bool octal_looking(const std::string& text) {
+  size_t i = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  return text.size() > i + 1 && text[i] == '0' && text[i + 1] >= '0' && text[i + 1] <= '9';
+}
+
 bool underflows(const std::string& text, double v) {
   if (v != 0) return false;
   for (char c : text) {
@@ -336,6 +342,8 @@ class Loader {
           return;
         }
         if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return bad(f.accepts_auto ? "an integer or auto" : "an integer");
+        if (octal_looking(n.Scalar()))  // yaml-cpp reads 010 as YAML 1.1's octal 8, YAML 1.2 as 10
+          return bad("an integer without a leading 0 (YAML 1.1 reads 010 as octal 8, YAML 1.2 as 10: write 10 or 8)");
         if (range(static_cast<double>(v))) *std::get<int64_t*>(f.ref) = v;
         return;
       }

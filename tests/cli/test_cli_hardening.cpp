@@ -118,6 +118,8 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
       {cfg + " --set optim.lr=1e-400", ": optim.lr: expected a number a double holds (it is below 1e-308, so it reads as 0)"},
       // a range's bound and a value are shown as they are (both printed "1" at 6 digits)
       {cfg + " --set train.ema.decay=1", ": train.ema.decay: value 1 is out of range [0, 0.999999999]"},
+      {cfg + " --set train.max_steps=010", ": train.max_steps: expected an integer without a leading 0 (YAML 1.1 "
+                                           "reads 010 as octal 8, YAML 1.2 as 10: write 10 or 8), got '010'"},
       {cfg + " --set train.ema.decay=1.0000001", ": train.ema.decay: value 1.0000001 is out of range [0, 0.999999999]"}};
   for (const auto& c : cases)
     for (const char* cmd : {"check ", "run "}) {

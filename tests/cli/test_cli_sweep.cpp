@@ -12,6 +12,7 @@
 
 #include "ckpt/hardening_util.hpp"
 #include "engine/commands/sweep_plan.hpp"
+#include "io/run_lock.hpp"
 #include "test_util.hpp"
 
 using trainer::test::read_file;
@@ -280,6 +281,8 @@ TEST_CASE("a sweep point whose folder holds a run of another config is refused, 
   CHECK(changed.exit_code == 2);
   CHECK(changed.output.find("error: point lr=0.01: ") != std::string::npos);
   CHECK(changed.output.find("optim.momentum 0.9 -> 0.5") != std::string::npos);
+  CHECK(changed.output.find("(for a sweep: another --name or --out-dir gives the new config its own folders)") !=
+        std::string::npos);
   CHECK(changed.output.find("nothing was started") != std::string::npos);
   CHECK(read_file(dir / "runs/tiny-sweep/lr=0.1/config.yaml") == saved);
   // its own folder (--name): no refusal
@@ -287,6 +290,15 @@ TEST_CASE("a sweep point whose folder holds a run of another config is refused, 
   INFO(named.output);
   CHECK(named.exit_code == 0);
   CHECK(fs::exists(dir / "runs/m05/lr=0.1/metrics.jsonl"));
+  // a second sweep in the same folder while one runs (its lock held here): refused before any point
+  {
+    trainer::io::RunLock held(dir / "runs/m05/sweep.lock", "sweep folder runs/m05");
+    auto twice = run_trainer("sweep " + cfg + " --set optim.lr=0.01,0.1,0.5 --set optim.momentum=0.5 --name m05");
+    INFO(twice.output);
+    CHECK(twice.exit_code == 2);
+    CHECK(twice.output.find("nothing was started (give this sweep another --name)") != std::string::npos);
+    CHECK_FALSE(fs::exists(dir / "runs/m05/lr=0.5"));
+  }
 }
 
 TEST_CASE("sweep --random draws loguniform points, the same ones again, each a run folder", "[e2e]") {

@@ -19,6 +19,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "config/exit_codes.hpp"
@@ -29,6 +30,7 @@
 #include "engine/commands/sweep_plan.hpp"
 #include "engine/commands/sweep_results.hpp"
 #include "io/run_dir.hpp"
+#include "io/run_lock.hpp"
 
 namespace trainer::engine {
 namespace sweep_detail {
@@ -88,7 +90,8 @@ bool prepare_points(const SweepArgs& a, const fs::path& sweep_dir,
       std::getline(saved_hash, hash);
       pt.skip = hash == config::config_hash(loaded.cfg);
       if (!guard.refusal.empty()) {
-        std::cerr << "error: point " << p.name << ": " << guard.refusal << "\n";
+        std::cerr << "error: point " << p.name << ": " << guard.refusal
+                  << " (for a sweep: another --name or --out-dir gives the new config its own folders)\n";
         ok = false;
       }
     } catch (const config::ConfigError& e) {
@@ -323,6 +326,16 @@ int sweep(const SweepArgs& a) {
     for (auto& p : points) p.row.status = p.skip ? "done before" : p.row.records.started ? "partial" : "new";
     std::cout << rows_table(rows_of(points));
     return kExitOk;
+  }
+  // one sweep at a time in a folder: a second one's points would meet the first's locks and share
+  // their logs/<point>.log (it printed the other sweep's log as its failure)
+  fs::create_directories(req.dir);
+  std::optional<io::RunLock> lock;
+  try {
+    lock.emplace(req.dir / "sweep.lock", "sweep folder " + req.dir.string());
+  } catch (const io::RunDirBusy& e) {
+    std::cerr << "error: " << e.what() << "; nothing was started (give this sweep another --name)\n";
+    return kExitUsage;
   }
   const int rc = run_points(a, req.spec, req.dir, points);
   std::cout << "\n" << rows_table(rows_of(points)) << "(also in " << (req.dir / "sweep.json").string()
