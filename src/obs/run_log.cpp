@@ -94,17 +94,20 @@ void RunLog::write_json(const nlohmann::json& j) {
                  opts_.jsonl_path, std::strerror(err));
 }
 
+void RunLog::store(const nlohmann::json& record, int64_t step,
+                   const std::vector<std::pair<std::string, double>>& tb_scalars) {
+  write_json(record);
+  if (tb_) {
+    tb_->add_scalars(step, tb_scalars);
+    tb_->flush();
+  }
+}
+
 void RunLog::train(const TrainRecord& r) {
   if (!opts_.primary) return;
   // a step the previous attempt logged (the resume check compared it) goes to the console only
   const bool replayed = r.step <= replay_train_until_;
-  if (!replayed) {
-    write_json(to_json(r));
-    if (tb_) {
-      tb_->add_scalars(r.step, scalars(r));
-      tb_->flush();
-    }
-  }
+  if (!replayed) store(to_json(r), r.step, scalars(r));
   progress_.set_loss(r.loss);
   progress_.clear();
   spdlog::info("{}{}", format_train_line(r, opts_.total_steps),
@@ -125,13 +128,7 @@ void RunLog::train(const TrainRecord& r) {
 void RunLog::eval(const EvalRecord& r) {
   if (!opts_.primary) return;
   const bool replayed = r.step <= replay_eval_until_;
-  if (!replayed) {
-    write_json(to_json(r));
-    if (tb_) {
-      tb_->add_scalars(r.step, scalars(r));
-      tb_->flush();
-    }
-  }
+  if (!replayed) store(to_json(r), r.step, scalars(r));
   progress_.clear();
   spdlog::info("{}{}", format_eval_line(r), replayed ? " (recomputed after the resume; not logged again)" : "");
 }

@@ -9,6 +9,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "obs/progress.hpp"
 #include "obs/records.hpp"
@@ -52,6 +54,8 @@ class RunLog {
 
  private:
   void write_json(const nlohmann::json& j);
+  // a train or eval record into metrics.jsonl and, with log.tensorboard, its scalars at `step`
+  void store(const nlohmann::json& record, int64_t step, const std::vector<std::pair<std::string, double>>& tb_scalars);
   RunLogOptions opts_;
   int jsonl_fd_ = -1;
   int64_t replay_train_until_ = -1, replay_eval_until_ = -1, write_failures_ = 0;
