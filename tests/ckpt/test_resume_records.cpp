@@ -97,6 +97,15 @@ TEST_CASE("resume records: a stop signal at an evaluation step, then the same co
   CHECK(summary_stop(dir / "runs" / "ref_es") == "early_stopping");
   CHECK(summary_stop(dir / "runs" / "sig_es") == "early_stopping");
   CHECK(trainer::test::train_losses(dir / "runs" / "sig_es" / "metrics.jsonl").rbegin()->first == 4);
+  // an early-stopped run is complete: the same command again trains nothing and writes nothing
+  for (const std::string n : {"ref_es", "sig_es"}) {
+    const std::string before = read_file(dir / "runs" / n / "metrics.jsonl");
+    auto again = run(n);
+    INFO(again.output);
+    CHECK(again.exit_code == 0);
+    CHECK(again.output.find("the run is already complete: early stopping ended it at step 4") != std::string::npos);
+    CHECK(read_file(dir / "runs" / n / "metrics.jsonl") == before);
+  }
 }
 
 TEST_CASE("resume records: a stop signal at the last step, then the same command: the final evaluation and summary "

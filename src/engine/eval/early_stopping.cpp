@@ -26,7 +26,7 @@ bool EarlyStopping::update(double value, int64_t step) {
   } else {
     ++bad_evals_;
   }
-  return enabled_ && bad_evals_ >= patience_;
+  return stops();
 }
 
 }  // namespace trainer::engine

@@ -25,6 +25,8 @@ class EarlyStopping {
   std::optional<double> best() const { return best_; }
   int64_t best_step() const { return best_step_; }
   int64_t evals_without_improvement() const { return bad_evals_; }
+  // Early stopping's answer as the tracker stands (after a resume: the run it was saved by had ended)
+  bool stops() const { return enabled_ && bad_evals_ >= patience_; }
   // The step of the last evaluation recorded (-1: none). A checkpoint saved at an evaluation step
   // before its evaluation (a stop signal's) says so, and the resumed run evaluates that step first.
   int64_t evaluated_step() const { return evaluated_step_; }

@@ -21,10 +21,13 @@ bool RunEvaluation::evaluate(int64_t step, double epochs, models::Model& model, 
   const auto t0 = Clock::now();
   const EvalResult r = evaluator_->run(model);
   if (r.count == 0) throw std::runtime_error("the validation split gave no samples to evaluate");
-  // early stopping and `best` follow the trained weights; the EMA's figures ride along
-  const bool stop = tracker_.update(metric_value(r, tracker_.metric()), step);
   std::optional<EvalResult> ema_r;
   if (ema && ema_eval_) ema_r = evaluator_->run(ema->model());
+  // early stopping and `best` follow the trained weights; the EMA's figures ride along. The tracker
+  // takes the step once every figure is in and just before its record: an evaluation that a changed
+  // data file cuts short leaves neither (a checkpoint saved then says the step is not evaluated, and
+  // the evaluation made again on reopened data counts once)
+  const bool stop = tracker_.update(metric_value(r, tracker_.metric()), step);
   records.eval(step, epochs, r, ema_r ? &*ema_r : nullptr, ms_since(t0), tracker_);
   return stop;
 }

@@ -306,13 +306,8 @@ class Trainer final : public WorldParts {
 
   int train_loop() {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
-    // stopped by a signal at its last step, before the final evaluation: the end is made now
-    const bool end_left = evaluation_->can_evaluate() && evaluation_->tracker().evaluated_step() < start_step_;
-    if (step_is_final(start_step_) && !(start_step_ > 0 && end_left && !recovery_->joined())) {
-      // no attempt record: the run's records still end with its summary (a sweep reads it there)
-      spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
-      return kExitOk;
-    }
+    // no attempt record when there is nothing to do: the run's records still end with its summary
+    if (already_complete()) return kExitOk;
     records_->start_attempt();
     loop_.step = start_step_;
     // (a replacement joined the others mid-run: they are past this check)
@@ -412,6 +407,25 @@ class Trainer final : public WorldParts {
   }
 
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
+
+  // The checkpoint resumed from ended the run: its last step with the final evaluation made (a stop
+  // signal at the last step saved before it: the end is made now), or early stopping at its evaluation.
+  bool already_complete() const {
+    const bool joined = recovery_->joined();  // a replacement joined a running group: its state is rank 0's
+    const auto& tracker = evaluation_->tracker();
+    const bool end_left = !joined && evaluation_->can_evaluate() && tracker.evaluated_step() < start_step_;
+    if (step_is_final(start_step_) && !(start_step_ > 0 && end_left)) {
+      spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
+      return true;
+    }
+    if (!joined && start_step_ > 0 && tracker.stops() && tracker.evaluated_step() == start_step_) {
+      spdlog::info("the run is already complete: early stopping ended it at step {} ({} did not improve for {} "
+                   "evaluations); nothing to train",
+                   start_step_, tracker.metric(), tracker.evals_without_improvement());
+      return true;
+    }
+    return false;
+  }
 
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   const dist::LaunchEnv& launch_;  // as launched: start-up's; the current world's is env()
