@@ -7,6 +7,8 @@
 #include <string>
 #include <system_error>
 
+#include "config/file_read.hpp"
+
 namespace trainer {
 namespace fs = std::filesystem;
 namespace {
@@ -46,8 +48,7 @@ void check_output_file(const char* flag, const fs::path& path, const std::vector
   struct stat out {};
   const bool exists = ::stat(path.c_str(), &out) == 0;
   if (exists && S_ISDIR(out.st_mode)) refuse("is a folder; name the file to write in it");
-  if (exists && !S_ISREG(out.st_mode))
-    refuse("is not a regular file (a device, FIFO or socket); name a file to write");
+  if (exists && !S_ISREG(out.st_mode)) refuse("is " + file_kind(out.st_mode) + ", not a regular file; name a file to write");
   if (exists)
     for (const auto& in : inputs) {
       struct stat st {};

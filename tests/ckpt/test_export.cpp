@@ -187,10 +187,11 @@ TEST_CASE("export: command-line mistakes exit 2, a missing checkpoint exits 1 na
   CHECK(r.output == "error: --out " + dir.string() + ": is a folder; name the file to write in it\n");
   // a device or a FIFO is not replaced by the atomic write's rename (run as root it replaced /dev/null)
   REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
-  for (const std::string& target : std::vector<std::string>{"/dev/null", (dir / "fifo").string()}) {
+  for (const auto& [target, kind] : std::vector<std::pair<std::string, std::string>>{
+           {"/dev/null", "a character device"}, {(dir / "fifo").string(), "a FIFO (named pipe)"}}) {
     r = test::run_trainer("export " + dir.string() + " --out " + target);
     CHECK(r.exit_code == 2);
-    CHECK(r.output == "error: --out " + target + ": is not a regular file (a device, FIFO or socket); name a file to write\n");
+    CHECK(r.output == "error: --out " + target + ": is " + kind + ", not a regular file; name a file to write\n");
   }
   struct stat st {};
   CHECK((::stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)));

@@ -110,9 +110,9 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
       {cfg + " --set model.init.from=" + missing, "--set model.init.from=" + missing + ": model.init.from: " + missing + ": no such file"},
       // there, but of the wrong kind: they failed after the run directory was made (exit 1)
       {text + " --set data.path=" + dir.string(), ": data.path: " + dir.string() + ": is a folder; name the file"},
-      {text + " --set data.path=/dev/zero", ": data.path: /dev/zero: is not a regular file or folder (a device, FIFO or socket)"},
+      {text + " --set data.path=/dev/zero", ": data.path: /dev/zero: is a character device, not a regular file or folder"},
       {cfg + " --set model.init.from=" + dir.string(), ": model.init.from: " + dir.string() + ": is a folder; name the file"},
-      {cfg + " --set model.init.from=/dev/zero", ": model.init.from: /dev/zero: is not a regular file or folder"},
+      {cfg + " --set model.init.from=/dev/zero", ": model.init.from: /dev/zero: is a character device, not a regular file or folder"},
       {cfg + " --set checkpoint.dir=" + (dir / "t.txt").string(), ": checkpoint.dir: " + (dir / "t.txt").string() +
                                                                      ": is a file, not a folder for checkpoints"},
       {cfg + " --set optim.lr=1e-400", ": optim.lr: expected a number a double holds (it is below 1e-308, so it reads as 0)"},

@@ -52,7 +52,7 @@ TEST_CASE("outputs: predict and eval refuse a FIFO (whose open blocked past ever
   auto p = run_trainer("predict " + cfg + " --checkpoint " + run + " --prompt a --max-new-tokens 2 --output " +
                        (dir / "fifo").string(), "cd " + dir.string() + " && " + trainer::test::timeout_prefix(120, "KILL"));
   CHECK(p.exit_code == 2);
-  CHECK(p.output.find("--output " + (dir / "fifo").string() + ": is not a regular file") != std::string::npos);
+  CHECK(p.output.find("--output " + (dir / "fifo").string() + ": is a FIFO (named pipe), not a regular file") != std::string::npos);
   const auto metrics = dir / "out" / "g" / "metrics.jsonl";
   const std::string before = trainer::test::read_file(metrics);
   auto e = run_trainer("eval " + cfg + " --checkpoint " + run + " --output " + metrics.string(), "cd " + dir.string() + " &&");

@@ -30,10 +30,10 @@ std::string refusal(const fs::path& out, const std::vector<fs::path>& inputs = {
 TEST_CASE("output file: devices, FIFOs and folders are refused, new and regular files pass", "[unit]") {
   auto dir = trainer::test::scratch_dir("output_file_kinds");
   REQUIRE(::mkfifo((dir / "fifo").c_str(), 0600) == 0);
-  const std::string not_regular = ": is not a regular file (a device, FIFO or socket); name a file to write";
-  CHECK(refusal("/dev/null") == "--out /dev/null" + not_regular);
-  CHECK(refusal("/dev/full") == "--out /dev/full" + not_regular);
-  CHECK(refusal(dir / "fifo") == "--out " + (dir / "fifo").string() + not_regular);
+  const std::string not_regular = ", not a regular file; name a file to write";
+  CHECK(refusal("/dev/null") == "--out /dev/null: is a character device" + not_regular);
+  CHECK(refusal("/dev/full") == "--out /dev/full: is a character device" + not_regular);
+  CHECK(refusal(dir / "fifo") == "--out " + (dir / "fifo").string() + ": is a FIFO (named pipe)" + not_regular);
   CHECK(refusal(dir) == "--out " + dir.string() + ": is a folder; name the file to write in it");
   CHECK(refusal(dir / "new" / "x.safetensors") == "");
   trainer::test::write_file(dir / "old.html", "x");

@@ -4,11 +4,14 @@
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <iostream>
 #include <stdexcept>
 
 #include "config/exit_codes.hpp"
+#include "config/file_read.hpp"
 #include "data/file_util.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
@@ -91,14 +94,13 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
   enum class Kind { FileOrFolder, File, Folder };
   auto need = [&](const std::string& key, const std::string& path, const char* what, Kind kind) {
     if (path.empty()) return;
-    std::error_code ec;
-    const auto st = fs::status(path, ec);
-    const char* wrong = nullptr;
-    if (fs::is_directory(st)) wrong = kind == Kind::File ? "is a folder; name the file" : nullptr;
-    else if (fs::is_regular_file(st)) wrong = kind == Kind::Folder ? "is a file; name the folder" : nullptr;
-    else if (fs::exists(st)) wrong = "is not a regular file or folder (a device, FIFO or socket)";
-    else if (data::expand_glob(path).empty()) wrong = what;
-    if (wrong) errors.push_back({loaded.where(key), key, config::printable(path) + ": " + wrong});
+    struct stat st {};
+    std::string wrong;
+    if (::stat(path.c_str(), &st) != 0) wrong = data::expand_glob(path).empty() ? what : "";
+    else if (S_ISDIR(st.st_mode)) wrong = kind == Kind::File ? "is a folder; name the file" : "";
+    else if (S_ISREG(st.st_mode)) wrong = kind == Kind::Folder ? "is a file; name the folder" : "";
+    else wrong = "is " + file_kind(st.st_mode) + ", not a regular file or folder";  // it may block or never end
+    if (!wrong.empty()) errors.push_back({loaded.where(key), key, config::printable(path) + ": " + wrong});
   };
   const auto& c = loaded.cfg;
   if (data && c.data.format != config::DataFormat::Synthetic) {
