@@ -34,75 +34,6 @@ std::string join_diagnostics(const std::vector<Diagnostic>& ds) {
 }
 }  // namespace
 
-namespace {
-// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no UTF-16
-// surrogates, nothing above U+10FFFF), or 0 when the byte there does not start one.
-size_t utf8_sequence_at(const std::string& s, size_t i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned c = byte(i);
-  size_t len = 0;
-  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
-  if (c < 0x80) return 1;
-  if (c >= 0xC2 && c <= 0xDF) len = 2;
-  else if (c == 0xE0) len = 3, lo = 0xA0;
-  else if (c == 0xED) len = 3, hi = 0x9F;
-  else if (c >= 0xE1 && c <= 0xEF) len = 3;
-  else if (c == 0xF0) len = 4, lo = 0x90;
-  else if (c >= 0xF1 && c <= 0xF3) len = 4;
-  else if (c == 0xF4) len = 4, hi = 0x8F;
-  else return 0;
-  if (i + len > s.size()) return 0;
-  for (size_t k = 1; k < len; ++k)
-    if (byte(i + k) < (k == 1 ? lo : 0x80) || byte(i + k) > (k == 1 ? hi : 0xBF)) return 0;
-  return len;
-}
-}  // namespace
-
-namespace {
-// `text` read as `v` == 0 although a digit before its exponent is not 0 (1e-400: below the smallest
-// double, silently 0, where optim.lr 0 trains nothing)
-// 010, -07: a leading 0 before more digits, which YAML's versions read differently
-bool octal_looking(const std::string& text) {
-  size_t i = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
-  return text.size() > i + 1 && text[i] == '0' && text[i + 1] >= '0' && text[i + 1] <= '9';
-}
-
-bool underflows(const std::string& text, double v) {
-  if (v != 0) return false;
-  for (char c : text) {
-    if (c == 'e' || c == 'E') break;
-    if (c >= '1' && c <= '9') return true;
-  }
-  return false;
-}
-}  // namespace
-
-std::optional<size_t> first_invalid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const size_t len = utf8_sequence_at(s, i);
-    if (len == 0) return i;
-    i += len;
-  }
-  return std::nullopt;
-}
-
-std::string printable(const std::string& s) {
-  static const char* kHex = "0123456789ABCDEF";
-  std::string out;
-  for (size_t i = 0; i < s.size();) {
-    const size_t len = utf8_sequence_at(s, i);
-    const unsigned char c = static_cast<unsigned char>(s[i]);
-    if (len == 0 || c < 0x20 || c == 0x7F) {  // a stray byte or a control character: shown as \xNN
-      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
-      ++i;
-    } else {
-      out.append(s, i, len);
-      i += len;
-    }
-  }
-  return out;
-}
-
 ConfigError::ConfigError(std::vector<Diagnostic> diagnostics)
     : std::runtime_error(join_diagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
 
@@ -342,7 +273,7 @@ class Loader {
           return;
         }
         if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) return bad(f.accepts_auto ? "an integer or auto" : "an integer");
-        if (octal_looking(n.Scalar()))  // yaml-cpp reads 010 as YAML 1.1's octal 8, YAML 1.2 as 10
+        if (leading_zero_integer(n.Scalar()))  // yaml-cpp reads 010 as YAML 1.1's octal 8, YAML 1.2 as 10
           return bad("an integer without a leading 0 (YAML 1.1 reads 010 as octal 8, YAML 1.2 as 10: write 10 or 8)");
         if (range(static_cast<double>(v))) *std::get<int64_t*>(f.ref) = v;
         return;
@@ -351,7 +282,7 @@ class Loader {
         double v;
         if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) return bad("a number");
         if (!std::isfinite(v)) return bad("a finite number");
-        if (underflows(n.Scalar(), v)) return bad("a number a double holds (it is below 1e-308, so it reads as 0)");
+        if (underflows_to_zero(n.Scalar(), v)) return bad("a number a double holds (it is below 1e-308, so it reads as 0)");
         if (range(v)) *std::get<double*>(f.ref) = v;
         return;
       }
@@ -398,7 +329,7 @@ class Loader {
           double x;
           if (!e.IsScalar() || !YAML::convert<double>::decode(e, x)) return bad("a list of numbers");
           if (!std::isfinite(x)) return bad("a list of finite numbers");
-          if (underflows(e.Scalar(), x)) return bad("a list of numbers a double holds (one is below 1e-308)");
+          if (underflows_to_zero(e.Scalar(), x)) return bad("a list of numbers a double holds (one is below 1e-308)");
           v.push_back(x);
         }
         *std::get<std::vector<double>*>(f.ref) = v;

@@ -64,6 +64,11 @@ std::string default_text(const FieldInfo& f);   // the value in a default RunCon
 // A number as a range or an error shows it: 6 significant digits when they give the value back, else
 // as many as it takes (0.999999999 is no "1", which the range [0, 0.999999999] refuses).
 std::string number_text(double v);
+// Number literals yaml-cpp reads without complaint but not as written: an integer with a leading 0
+// (010, -07: octal 8 to YAML 1.1, 10 to YAML 1.2), and a literal `text` read as `v` == 0 although a
+// digit before its exponent is not 0 (1e-400: below the smallest double, where optim.lr 0 trains nothing).
+bool leading_zero_integer(const std::string& text);
+bool underflows_to_zero(const std::string& text, double v);
 const FieldInfo& default_field(const FieldInfo& f);  // `f`'s field bound to a default RunConfig (kept for the process)
 
 // Closest known name to `unknown` among `candidates`, or "" when none is close enough.

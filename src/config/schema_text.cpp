@@ -1,4 +1,6 @@
-// The schema's text helpers: type names, values and defaults as YAML text, and "did you mean".
+// The schema's text helpers: type names, values and defaults as YAML text, "did you mean", numbers as
+// messages show them and literals yaml-cpp misreads; and config text as UTF-8 (load.hpp's
+// first_invalid_utf8, printable).
 #include "config/schema.hpp"
 
 #include <algorithm>
@@ -8,6 +10,8 @@
 #include <iomanip>
 #include <sstream>
 #include <stdexcept>
+
+#include "config/load.hpp"
 
 namespace trainer::config {
 
@@ -142,6 +146,58 @@ std::string did_you_mean(const std::string& unknown, const std::vector<std::stri
   return best;
 }
 
+namespace {
+
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong forms, no UTF-16
+// surrogates, nothing above U+10FFFF), or 0 when the byte there does not start one.
+size_t utf8_sequence_at(const std::string& s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned c = byte(i);
+  size_t len = 0;
+  unsigned lo = 0x80, hi = 0xBF;  // the allowed range of the second byte
+  if (c < 0x80) return 1;
+  if (c >= 0xC2 && c <= 0xDF) len = 2;
+  else if (c == 0xE0) len = 3, lo = 0xA0;
+  else if (c == 0xED) len = 3, hi = 0x9F;
+  else if (c >= 0xE1 && c <= 0xEF) len = 3;
+  else if (c == 0xF0) len = 4, lo = 0x90;
+  else if (c >= 0xF1 && c <= 0xF3) len = 4;
+  else if (c == 0xF4) len = 4, hi = 0x8F;
+  else return 0;
+  if (i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k)
+    if (byte(i + k) < (k == 1 ? lo : 0x80) || byte(i + k) > (k == 1 ? hi : 0xBF)) return 0;
+  return len;
+}
+
+}  // namespace
+
+std::optional<size_t> first_invalid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence_at(s, i);
+    if (len == 0) return i;
+    i += len;
+  }
+  return std::nullopt;
+}
+
+std::string printable(const std::string& s) {
+  static const char* kHex = "0123456789ABCDEF";
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t len = utf8_sequence_at(s, i);
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (len == 0 || c < 0x20 || c == 0x7F) {  // a stray byte or a control character: shown as \xNN
+      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+      ++i;
+    } else {
+      out.append(s, i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
 std::string number_text(double v) {
   for (int digits : {6, 9, 12, 17}) {
     std::ostringstream o;
@@ -149,6 +205,20 @@ std::string number_text(double v) {
     if (digits == 17 || std::strtod(o.str().c_str(), nullptr) == v) return o.str();
   }
   return "";
+}
+
+bool leading_zero_integer(const std::string& text) {
+  const size_t i = !text.empty() && (text[0] == '+' || text[0] == '-') ? 1 : 0;
+  return text.size() > i + 1 && text[i] == '0' && text[i + 1] >= '0' && text[i + 1] <= '9';
+}
+
+bool underflows_to_zero(const std::string& text, double v) {
+  if (v != 0) return false;
+  for (char c : text) {
+    if (c == 'e' || c == 'E') break;
+    if (c >= '1' && c <= '9') return true;
+  }
+  return false;
 }
 
 }  // namespace trainer::config

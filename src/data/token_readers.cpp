@@ -147,8 +147,7 @@ DatasetPair open_tokens(const config::DataConfig& data, int64_t block_size, int6
   DatasetPair pair;
   pair.train = std::make_shared<TokenDataset>("tokens", train, block_size, vocab_size, data.path);
   if (!val.empty())
-    pair.val = std::make_shared<TokenDataset>("tokens", val, block_size, vocab_size,
-                                              data.val_path.empty() ? "" : data.val_path);
+    pair.val = std::make_shared<TokenDataset>("tokens", val, block_size, vocab_size, data.val_path);
   return pair;
 }
 

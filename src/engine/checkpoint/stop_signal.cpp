@@ -109,14 +109,12 @@ void clear_stop_request() {
 
 namespace {
 
-constexpr int64_t kAtEnd = -2;  // TRAINER_INJECT_SIGNAL=end
-
 // TRAINER_INJECT_<X>=STEP: the step boundary at which a test's fault is raised, once (-1: none;
-// kAtEnd: after the training loop, where `end_allowed`)
+// kInjectAtEnd: `end`, after the training loop, where `end_allowed`)
 int64_t injected_step(const char* var, bool end_allowed = false) {
   const char* v = std::getenv(var);
   if (!v || !*v) return -1;
-  if (end_allowed && std::strcmp(v, "end") == 0) return kAtEnd;
+  if (end_allowed && std::strcmp(v, "end") == 0) return kInjectAtEnd;
   char* end = nullptr;
   const long long n = std::strtoll(v, &end, 10);
   if (*end != '\0' || n < 0)
@@ -130,7 +128,7 @@ int64_t injected_step(const char* var, bool end_allowed = false) {
 void inject_stop_signal(int64_t step) {
   static const int64_t at = injected_step("TRAINER_INJECT_SIGNAL", /*end_allowed=*/true);
   static bool raised = false;
-  if (raised || (step != at && !(step == kInjectAtEnd && at == kAtEnd))) return;
+  if (raised || step != at) return;
   raised = true;
   ::raise(SIGTERM);  // the handler sets the flag the step boundary polls
 }

@@ -17,6 +17,10 @@ std::optional<double> number(const json& r, const char* key) {
   return r.at(key).get<double>();
 }
 
+std::string text(const json& r, const char* key) {  // "" when absent or not text
+  return r.contains(key) && r.at(key).is_string() ? r.at(key).get<std::string>() : "";
+}
+
 }  // namespace
 
 PointRecords read_point_records(const fs::path& run_dir) {
@@ -42,7 +46,7 @@ PointRecords read_point_records(const fs::path& run_dir) {
     } else if (kind == "summary") {
       p.finished = true;
       if (auto s = number(r, "steps")) p.steps = static_cast<int64_t>(*s);
-      p.best_metric = r.contains("best_metric") && r.at("best_metric").is_string() ? r.at("best_metric").get<std::string>() : "";
+      p.best_metric = text(r, "best_metric");
       p.best_value = number(r, "best_value");
       p.wall_s = number(r, "wall_s");
     }
