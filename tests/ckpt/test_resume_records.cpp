@@ -3,12 +3,14 @@
 // checkpoint at an evaluation step (the resumed run evaluates that step first), at the last step (the
 // end is made on the rerun), a kill between a step's train and eval records (the eval record is
 // written by the resumed run), a kill before the first checkpoint (each step logged once, the
-// recomputed losses compared), a signal after the loop ended (exit 0, not 143).
+// recomputed losses compared), a signal after the loop ended (exit 0, not 143), a checkpoint between
+// two log steps (the interval's first losses come from the checkpoint, one process and two ranks).
 #include <catch2/catch.hpp>
 
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -196,4 +198,76 @@ TEST_CASE("resume records: a stop signal after the training loop ended leaves th
   auto bad = run_trainer("run " + (dir / "c.yaml").string() + " --set run.name=bad", "TRAINER_INJECT_SIGNAL=later");
   CHECK(bad.exit_code != 0);
   CHECK(bad.output.find("TRAINER_INJECT_SIGNAL: 'later' is not a step number (0, 1, ...) or end") != std::string::npos);
+}
+
+namespace {
+
+// the records of `ref` up to and including the first that `last` accepts (a run killed right after it)
+std::string records_until(const fs::path& metrics, const std::function<bool(const nlohmann::json&)>& last) {
+  std::string kept;
+  std::istringstream in(read_file(metrics));
+  for (std::string line; std::getline(in, line);) {
+    kept += line + "\n";
+    if (last(nlohmann::json::parse(line))) break;
+  }
+  return kept;
+}
+
+std::string every_four(std::string cfg) {
+  const auto at = cfg.find("log_every: 1,");
+  REQUIRE(at != std::string::npos);
+  return cfg.replace(at, 13, "log_every: 4,");
+}
+
+}  // namespace
+
+TEST_CASE("resume records: a stop signal between two log steps, then the same command: the interval's record is the "
+          "uninterrupted run's",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_records_interval");
+  write_file(dir / "ref.yaml", every_four(eval_config("ref", 12)));
+  write_file(dir / "sig.yaml", every_four(eval_config("sig", 12)));
+  REQUIRE(run_trainer("run " + (dir / "ref.yaml").string()).exit_code == 0);
+  auto stopped = run_trainer("run " + (dir / "sig.yaml").string(), "TRAINER_INJECT_SIGNAL=5");
+  INFO(stopped.output);
+  REQUIRE(stopped.exit_code == 75);
+  const auto state = nlohmann::json::parse(read_file(dir / "runs" / "sig" / "checkpoints" / "step-5" / "state.json"));
+  CHECK(state.at("log_interval").at("loss_counts") == nlohmann::json::array({1}));  // step 5's loss, one micro-batch
+  auto again = run_trainer("run " + (dir / "sig.yaml").string());
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK(trainer::test::train_losses(dir / "runs" / "sig" / "metrics.jsonl").count(8) == 1);
+  CHECK(loss_records(dir / "runs" / "sig" / "metrics.jsonl") == loss_records(dir / "runs" / "ref" / "metrics.jsonl"));
+}
+
+TEST_CASE("resume records: two ranks killed after a checkpoint between two log steps: the records are the "
+          "uninterrupted run's, and the recomputed one is compared",
+          "[e2e][dist]") {
+  auto dir = trainer::test::scratch_dir("resume_records_interval_dist");
+  for (const std::string n : {"ref", "a", "b"}) write_file(dir / (n + ".yaml"), every_four(eval_config(n, 12, 3)));
+  auto launch = [&](const std::string& n) { return run_trainer("launch -n 2 -- run " + (dir / (n + ".yaml")).string()); };
+  const auto ref = dir / "runs" / "ref";
+  REQUIRE(launch("ref").exit_code == 0);
+  // a: killed after step 6's checkpoint (after step 6's evaluation), before step 8's record;
+  // b: killed after step 8's records, before step 9's checkpoint: step 8 is recomputed and compared
+  const auto eval_at = [](int64_t step) {
+    return [step](const nlohmann::json& j) { return j.value("kind", "") == "eval" && j.value("step", 0) == step; };
+  };
+  for (const auto& [n, last] : {std::pair{std::string("a"), int64_t{6}}, std::pair{std::string("b"), int64_t{8}}}) {
+    const auto k = dir / "runs" / n;
+    fs::create_directories(k / "checkpoints");
+    fs::copy(ref / "checkpoints" / "step-6", k / "checkpoints" / "step-6", fs::copy_options::recursive);
+    fs::copy_file(ref / "config.yaml", k / "config.yaml");
+    write_file(k / "metrics.jsonl", records_until(ref / "metrics.jsonl", eval_at(last)));
+    auto resumed = launch(n);
+    INFO(resumed.output);
+    REQUIRE(resumed.exit_code == 0);
+    CHECK(resumed.output.find("resumed from") != std::string::npos);
+    CHECK(loss_records(k / "metrics.jsonl") == loss_records(ref / "metrics.jsonl"));
+    if (n == "b")
+      CHECK(resumed.output.find("resume check: 1 logged step(s) recomputed, max relative loss difference 0 ") !=
+            std::string::npos);
+  }
+  const auto state = nlohmann::json::parse(read_file(ref / "checkpoints" / "step-6" / "state.json"));
+  CHECK(state.at("log_interval").at("loss_counts") == nlohmann::json::array({2, 2}));  // steps 5 and 6, each rank
 }

@@ -88,6 +88,7 @@ std::optional<Resumed> CheckpointManager::resume(const ResumeOptions& how) {
                                "); every rank's log lists what it rejected and why");
   }
   if (r && store_) store_->mark_verified(r->pos.step);
+  if (r) put_back_interval(r->pos, /*with_skips=*/true);
   // (--resume PATH of another run's folder: this run's folder does not hold the start yet)
   namespace fs = std::filesystem;
   start_elsewhere_ = r && fs::weakly_canonical(r->from).parent_path() != fs::weakly_canonical(dir_);
@@ -193,8 +194,48 @@ std::string CheckpointManager::stage_tp_parts(int64_t step, const TpParts& parts
   return what;
 }
 
+std::optional<LossInterval> CheckpointManager::gather_interval() {
+  if (!interval_.get) return std::nullopt;
+  const auto mine = interval_.get();
+  const bool any = mine.loss_count > 0 && mine.loss_sum.defined();
+  LossInterval li;
+  li.dtype = any ? mine.loss_sum.scalar_type() : torch::kFloat;
+  li.skipped_steps = mine.skipped_steps;
+  // a float sum is exact in a double: the pair travels as doubles
+  auto t = torch::tensor({any ? mine.loss_sum.item<double>() : 0.0, static_cast<double>(mine.loss_count)}, torch::kFloat64);
+  if (dist_ && dist_->active()) t = dist_->all_gather(t.to(dist_->device()), "log interval").cpu();
+  else t = t.unsqueeze(0);
+  for (int64_t r = 0; r < t.size(0); ++r) {
+    li.loss_sums.push_back(t[r][0].item<double>());
+    li.loss_counts.push_back(static_cast<int64_t>(t[r][1].item<double>()));
+  }
+  return li;
+}
+
+void CheckpointManager::put_back_interval(const RunPosition& pos, bool with_skips) {
+  if (!interval_.set || !pos.interval) return;
+  const auto& li = *pos.interval;
+  const auto ranks = static_cast<int64_t>(li.loss_sums.size());
+  double sum = 0;
+  int64_t count = 0;
+  if (ranks == env_.world_size) {  // this rank's own: the records are the uninterrupted run's, bit for bit
+    sum = li.loss_sums[static_cast<size_t>(env_.rank)];
+    count = li.loss_counts[static_cast<size_t>(env_.rank)];
+  } else {  // the record is the mean over ranks of sum / count: the saved ranks' mean sum keeps it
+    double counts = 0;
+    for (int64_t r = 0; r < ranks; ++r) sum += li.loss_sums[r] / static_cast<double>(ranks), counts += li.loss_counts[r];
+    count = std::llround(counts / static_cast<double>(ranks));
+  }
+  StepRunner::Interval i = interval_.get();
+  i.loss_count = count;
+  i.loss_sum = count > 0 ? torch::full({}, sum, torch::TensorOptions().dtype(li.dtype).device(objs_.device)) : torch::Tensor();
+  if (with_skips) i.skipped_steps = li.skipped_steps;
+  interval_.set(i);
+}
+
 bool CheckpointManager::save(int64_t step, SaveKind kind) {
   FullParams whole(objs_.parallel, /*write=*/false);  // dist.sharding full: rank 0 writes the whole model
+  const auto interval = gather_interval();  // every rank: before anything can fail on one rank alone
   // tensor parallel: each tp rank of dp rank 0 writes its slices (every rank takes part: the dp gather)
   const auto parts = dist_ && dist_->active() ? tp_parts(objs_) : std::nullopt;
   int failure = 0;  // 1: the save failed, 2: non-finite weights
@@ -214,7 +255,9 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
              "' holds inf/NaN values (the previous checkpoints are kept)";
     } else {
       try {
-        auto content = capture_checkpoint(cfg_, objs_, position_(step), parts ? &*parts : nullptr);
+        auto pos = position_(step);
+        pos.interval = interval;
+        auto content = capture_checkpoint(cfg_, objs_, pos, parts ? &*parts : nullptr);
         content.staged = staged;
         if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);
@@ -310,6 +353,7 @@ int64_t CheckpointManager::roll_back(int64_t step) {
                              " and no checkpoint to roll back to in " + dir_.string() +
                              " (train.nonfinite: rollback needs checkpoint.every_steps)");
   auto pos = restore_checkpoint(io::load_checkpoint(target->path), target->path, cfg_, objs_);
+  put_back_interval(pos, /*with_skips=*/false);  // the steps skipped since stay counted
   if (pos.step == rollback_target_) {
     if (++rollbacks_to_target_ > cfg_.train.max_nonfinite)
       throw std::runtime_error(fmt::format("non-finite gradients again after {} rollbacks to step {} "

@@ -28,6 +28,7 @@
 #include "dist/launch_env.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/checkpoint/resume_options.hpp"
+#include "engine/step/step_runner.hpp"
 #include "io/checkpoint.hpp"
 
 namespace trainer::engine {
@@ -86,6 +87,15 @@ class CheckpointManager {
   void set_parallel(const DataParallel* parallel) { objs_.parallel = parallel; }
   void become_writer();
 
+  // The log interval in progress (the step runner's): every save records each rank's (a collective
+  // of every rank, like the save), a resume and a rollback put this rank's back, so that the first
+  // record after them is the whole interval's mean. Unset: not recorded.
+  struct IntervalAccess {
+    std::function<StepRunner::Interval()> get;
+    std::function<void(const StepRunner::Interval&)> set;
+  };
+  void set_interval_access(IntervalAccess a) { interval_ = std::move(a); }
+
  private:
   std::optional<Resumed> resume_newest();
   std::string nonfinite_parameter() const;
@@ -96,6 +106,11 @@ class CheckpointManager {
   // Tensor parallel: the tp ranks of dp rank 0 but rank 0 write their parts next to the folder; the
   // same agreement as stage_shards.
   std::string stage_tp_parts(int64_t step, const TpParts& parts, std::map<std::string, std::filesystem::path>& staged);
+  // Every rank's interval, on rank 0 (a collective when several ranks); nullopt without access.
+  std::optional<LossInterval> gather_interval();
+  // This rank's part of `pos`' interval into the step runner (another number of ranks saved it: the
+  // ranks' mean, the record's mean up to rounding); `with_skips`: the fp16 skip count too.
+  void put_back_interval(const RunPosition& pos, bool with_skips);
 
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;
@@ -107,6 +122,7 @@ class CheckpointManager {
   int64_t failed_in_row_ = 0;
   int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;
   bool start_elsewhere_ = false;  // resumed from a checkpoint outside dir_ (--resume PATH)
+  IntervalAccess interval_;
 };
 
 }  // namespace trainer::engine

@@ -3,6 +3,9 @@
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <set>
 
 #include "config/load.hpp"
@@ -61,6 +64,42 @@ std::optional<TpParts> tp_parts(const RunObjects& objs) {
   return p;
 }
 
+namespace {
+
+// The dtypes a training loss is summed in (autocast keeps the loss in fp32; a half model's in its own).
+constexpr torch::ScalarType kLossDtypes[] = {torch::kFloat, torch::kDouble, torch::kBFloat16, torch::kHalf};
+
+nlohmann::json interval_json(const LossInterval& li) {
+  nlohmann::json sums = nlohmann::json::array();
+  for (double v : li.loss_sums) sums.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr));
+  return {{"loss_sums", sums}, {"loss_counts", li.loss_counts}, {"dtype", c10::toString(li.dtype)},
+          {"skipped_steps", li.skipped_steps}};
+}
+
+// state.json's "log_interval" (nullopt when absent: an older checkpoint); throws io::CheckpointError
+// for one that does not hold together (json exceptions for wrong types).
+std::optional<LossInterval> interval_from(const nlohmann::json& s, const std::filesystem::path& from) {
+  if (!s.contains("log_interval")) return std::nullopt;
+  const auto& j = s.at("log_interval");
+  LossInterval li;
+  for (const auto& v : j.at("loss_sums"))
+    li.loss_sums.push_back(v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>());
+  li.loss_counts = j.at("loss_counts").get<std::vector<int64_t>>();
+  li.skipped_steps = j.at("skipped_steps").get<int64_t>();
+  const auto dtype = j.at("dtype").get<std::string>();
+  bool known = false;
+  for (auto t : kLossDtypes)
+    if (dtype == c10::toString(t)) li.dtype = t, known = true;
+  const bool counts_ok = std::all_of(li.loss_counts.begin(), li.loss_counts.end(), [](int64_t c) { return c >= 0; });
+  if (!known || li.loss_sums.empty() || li.loss_sums.size() != li.loss_counts.size() || !counts_ok ||
+      li.skipped_steps < 0)
+    throw io::CheckpointError((from / "state.json").string() + ": log_interval does not hold together (a sum and a "
+                              "count >= 0 per rank, a loss dtype, skipped_steps >= 0)");
+  return li;
+}
+
+}  // namespace
+
 io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const RunObjects& objs, const RunPosition& pos,
                                          const TpParts* parts) {
   io::CheckpointContent c;
@@ -106,6 +145,7 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   s["global_batch_size"] = cfg.train.global_batch_size;
   s["world_size"] = pos.world_size;
   s["time_s"] = pos.time_s;
+  if (pos.interval) s["log_interval"] = interval_json(*pos.interval);
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -155,6 +195,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
     pos.world_size = s.value("world_size", int64_t{0});
     pos.time_s = s.value("time_s", 0.0);
+    pos.interval = interval_from(s, from);
     if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0)
       throw io::CheckpointError((from / "state.json").string() + ": negative step or loader position");
     if (auto folder_step = io::parse_step_dir_name(from.filename().string()); folder_step && *folder_step != pos.step)

@@ -5,7 +5,8 @@
 //   optimizer.safetensors  per-parameter optimizer state (engine/optim/train_state.hpp)
 //   rng.safetensors        CPU (and CUDA) generator states
 //   ema.safetensors        train.ema: the EMA weights, under the model's names (export --ema reads it)
-//   state.json             step, loader position, loss scaler, best metric, resolved config + hash
+//   state.json             step, loader position, loss scaler, best metric, the log interval's
+//                          losses per rank, resolved config + hash
 #pragma once
 
 #include <torch/torch.h>
@@ -13,6 +14,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "data/loader.hpp"
@@ -27,11 +29,22 @@
 
 namespace trainer::engine {
 
+// The log interval a checkpoint cuts (train.log_every > 1, a save between two log steps): every
+// rank's training loss summed over the interval's steps so far, so that a resumed run logs the
+// interval's mean as the uninterrupted run did. state.json "log_interval".
+struct LossInterval {
+  std::vector<double> loss_sums;      // per rank of the run that saved it, in the sums' dtype (NaN: not finite)
+  std::vector<int64_t> loss_counts;   // the micro-batches in each sum (0: nothing logged since the last record)
+  torch::ScalarType dtype = torch::kFloat;  // of the sums on the device: restored as it was (a bitwise resume)
+  int64_t skipped_steps = 0;          // steps the fp16 scaler skipped so far (agreed: the same on every rank)
+};
+
 struct RunPosition {
   int64_t step = 0;           // optimizer steps done
   data::LoaderState loader;   // global position of the training loader after `step`
   int64_t world_size = 1;     // ranks of the run that saved it (0: not recorded, an older checkpoint)
   double time_s = 0;          // the run's training clock at `step`, over all attempts (0: not recorded)
+  std::optional<LossInterval> interval;  // absent: not recorded (an older checkpoint)
 };
 
 struct RunObjects {

@@ -1,7 +1,8 @@
 // checkpoint.verify_tolerance: a resumed run recomputes the steps the interrupted run had logged
-// after its checkpoint; each train record whose whole log interval lies after the checkpoint must
-// match the logged loss within the relative tolerance, or the run stops: the data, the code or the
-// config changed since the checkpoint.
+// after its checkpoint; each train record whose whole log interval it recomputed (every one when the
+// checkpoint holds the interval it cut, engine/checkpoint/checkpointing.hpp) must match the logged
+// loss within the relative tolerance, or the run stops: the data, the code or the config changed
+// since the checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,8 @@ namespace trainer::engine {
 class ResumeCheck {
  public:
   ResumeCheck() = default;  // nothing to compare (a fresh run, or the check is off)
-  // `logged`: the interrupted run's train losses by step; only those after `start_step` count.
+  // `logged`: the interrupted run's train losses by step; only those after `start_step` count, and
+  // of those the records `log_every` steps or more after it (1: every one).
   ResumeCheck(std::map<int64_t, double> logged, int64_t start_step, int64_t log_every, double tolerance);
 
   int64_t pending() const { return static_cast<int64_t>(logged_.size()); }  // logged steps still ahead

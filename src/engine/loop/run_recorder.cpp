@@ -41,7 +41,8 @@ void RunRecorder::resumed(const Resumed& r) {
   attempt_.resumed_from = r.from.string();
   spdlog::info("resumed from {} at step {} (epoch {}, {} samples into it); attempt {}", r.from.string(), pos.step,
                pos.loader.epoch, pos.loader.samples_consumed, attempt_.attempt);
-  recompute_logged(pos.step);
+  // the checkpoint holds the log interval it cut: the first record after it is whole, and compared
+  recompute_logged(pos.step, /*whole_intervals=*/pos.interval.has_value());
 }
 
 void RunRecorder::started_over() {
@@ -49,14 +50,15 @@ void RunRecorder::started_over() {
   spdlog::info("no checkpoint to resume: attempt {} starts again from step 0 (the earlier attempt logged steps "
                "up to {} but saved no checkpoint)",
                attempt_.attempt, history_.last_step);
-  recompute_logged(0);
+  recompute_logged(0, /*whole_intervals=*/true);
 }
 
-void RunRecorder::recompute_logged(int64_t start_step) {
+void RunRecorder::recompute_logged(int64_t start_step, bool whole_intervals) {
   // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
   log_->skip_records_until(history_.last_train_step, history_.last_eval_step);
   if (cfg_.checkpoint.verify_tolerance <= 0) return;
-  resume_check_ = ResumeCheck(history_.train_losses, start_step, cfg_.train.log_every, cfg_.checkpoint.verify_tolerance);
+  resume_check_ = ResumeCheck(history_.train_losses, start_step, whole_intervals ? 1 : cfg_.train.log_every,
+                              cfg_.checkpoint.verify_tolerance);
   if (resume_check_.pending() > 0)
     spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
                  resume_check_.pending(), start_step);

@@ -104,8 +104,9 @@ class RunRecorder {
                int64_t num_parameters);
 
  private:
-  // the steps earlier attempts logged after `start_step` are recomputed: logged once, their losses compared
-  void recompute_logged(int64_t start_step);
+  // the steps earlier attempts logged after `start_step` are recomputed: logged once, their losses
+  // compared (`whole_intervals`: every record's interval is whole; else only those after start_step)
+  void recompute_logged(int64_t start_step, bool whole_intervals);
 
   const config::RunConfig& cfg_;
   const dist::LaunchEnv& env_;

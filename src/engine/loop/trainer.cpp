@@ -130,6 +130,8 @@ class Trainer final : public WorldParts {
                            train_loader_->batches_per_epoch(), &memory, data_world()});
     ckpt_ = std::make_unique<CheckpointManager>(cfg_, env(), dist_.get(), dir_.root, objects(),
                                                 [this](int64_t step) { return position(step); });
+    ckpt_->set_interval_access({[this] { return steps_->interval(); },
+                                [this](const StepRunner::Interval& i) { steps_->take_over(i); }});
   }
 
   // the current world (a regroup renumbers it)
