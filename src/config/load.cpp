@@ -159,6 +159,11 @@ class Loader {
       std::string gp = gd == std::string::npos ? "" : g.substr(0, gd);
       if (gp == parent) siblings.push_back(gd == std::string::npos ? g : g.substr(gd + 1));
     }
+    if (leaf == "<<") {  // yaml-cpp reads a merge key as an ordinary key
+      error(where, key, "YAML merge keys (<<) are not supported: write the keys out, or put the shared ones in "
+                        "a file named by a top-level `base:` (docs/CONFIG.md)");
+      return;
+    }
     std::string msg = parent.empty() ? "unknown section" : "unknown key";
     std::string hint = did_you_mean(leaf, siblings);
     if (!hint.empty()) {
@@ -280,7 +285,10 @@ class Loader {
       }
       case FieldType::Float: {
         double v;
-        if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) return bad("a number");
+        int64_t whole;  // an integer YAML writes otherwise (0x10, 0o7) is a number as the integer keys read it
+        if (n.IsScalar() && !YAML::convert<double>::decode(n, v) && YAML::convert<int64_t>::decode(n, whole))
+          v = static_cast<double>(whole);
+        else if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) return bad("a number");
         if (!std::isfinite(v)) return bad("a finite number");
         if (underflows_to_zero(n.Scalar(), v)) return bad("a number a double holds (it is below 1e-308, so it reads as 0)");
         if (range(v)) *std::get<double*>(f.ref) = v;

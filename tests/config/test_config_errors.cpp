@@ -320,3 +320,20 @@ TEST_CASE("dist.recovery in_process is refused where it cannot hold, naming the 
   CHECK(e[0].find("dist.recovery") != std::string::npos);
   CHECK(e[0].find("'sometimes' is not one of restart | in_process") != std::string::npos);
 }
+
+TEST_CASE("a YAML merge key is refused as unsupported, not as a typo", "[unit]") {
+  auto e = errors_of(kValidHead + "optim:\n  <<: {lr: 0.1}\n  weight_decay: 0.1\n");
+  REQUIRE(e == std::vector<std::string>{
+                   "exp.yaml:6:3: optim.<<: YAML merge keys (<<) are not supported: write the keys out, or put the "
+                   "shared ones in a file named by a top-level `base:` (docs/CONFIG.md)"});
+}
+
+TEST_CASE("a number key reads an integer in every form YAML writes one, as the integer keys do", "[unit]") {
+  auto dir = trainer::test::scratch_dir("config_hex_float");
+  trainer::test::write_file(dir / "exp.yaml", kValidHead + "optim:\n  lr: 0x2\n  weight_decay: 1\n");
+  const auto loaded = load_and_validate((dir / "exp.yaml").string(), {}, {});
+  CHECK(loaded.cfg.optim.lr == 2.0);
+  CHECK(loaded.cfg.optim.weight_decay == 1.0);
+  auto e = errors_of(kValidHead + "optim:\n  lr: 0x1g\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:6:7: optim.lr: expected a number, got '0x1g'"});
+}
