@@ -42,7 +42,9 @@ struct VocabParallelCE : torch::autograd::Function<VocabParallelCE> {
     ctx->saved_data["vocab"] = shard.vocab;
     ctx->saved_data["local"] = shard.local();
     ctx->saved_data["dtype"] = static_cast<int64_t>(logits.scalar_type());
-    return upcast ? loss.to(logits.scalar_type()) : loss;
+    // in fp32 from bf16 / fp16 logits, as autocast runs one process's cross entropy (the logged loss
+    // and the gradient that flows back are not rounded to the logits' dtype)
+    return loss;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list g) {

@@ -55,6 +55,7 @@ struct PipelineStages::Impl {
   std::string describe() const;
   dist::DistContext& dist;
   dist::Group& pp;
+  dist::MeshLayout layout;
   bool dp_rank0 = true;
   int64_t dp_rank = 0, dp_size = 1;
   pipeline::Plan plan;
@@ -62,13 +63,15 @@ struct PipelineStages::Impl {
   std::vector<int64_t> stages;         // this rank's, ascending
   std::map<std::string, int64_t> owner;  // parameter / buffer name -> the pp rank that writes it
   std::set<std::string> shared;        // parameters trained on more than one pp rank (tied)
-  std::unique_ptr<dist::Group> tied;   // the first and last stage's ranks, when they share a parameter
+  // the first and last stage's ranks of every dp coordinate (this tp coordinate's), when they share
+  // a parameter: its gradient is summed over all of them in one collective (PipelineOver)
+  std::unique_ptr<dist::Group> tied;
   double waited_s = 0;
   int64_t act_peak = 0;                // the most bytes the step's microbatches held between actions
   std::map<int64_t, pipeline::Program> programs;  // by microbatches of a step
 
   Impl(dist::DistContext& d, dist::DeviceMesh& mesh, const config::RunConfig& cfg)
-      : dist(d), pp(mesh.group(dist::MeshDim::PP)), plan(pipeline::make_plan(cfg)) {
+      : dist(d), pp(mesh.group(dist::MeshDim::PP)), layout(mesh.layout()), plan(pipeline::make_plan(cfg)) {
     rank = mesh.rank(dist::MeshDim::PP);
     dp_rank = mesh.rank(dist::MeshDim::DP);
     dp_rank0 = dp_rank == 0;
@@ -185,10 +188,18 @@ void PipelineStages::keep_stages(models::Model& model) {
     if (!io::is_released(p.value())) io::release_weight(p.value());
     ++released;
   }
-  // the first and last stage's ranks of this (dp, tp) coordinate sum the tied gradients (same ranks, same order)
+  // the first and last stage's ranks of every dp coordinate of this tp coordinate sum the tied
+  // gradients in one collective (PipelineOver::after_backward says why not per dp coordinate)
   if (any_tied && tied_here) {
-    const auto members = m.pp.ranks();
-    m.tied = m.dist.new_group({members.front(), members.back()}, "pp-tied");
+    std::vector<int64_t> members;
+    for (const int64_t q : m.layout.group_ranks(dist::MeshDim::DP, m.dist.rank())) {
+      const auto line = m.layout.group_ranks(dist::MeshDim::PP, q);
+      members.push_back(line.front());
+      members.push_back(line.back());
+    }
+    std::sort(members.begin(), members.end());
+    members.erase(std::unique(members.begin(), members.end()), members.end());
+    m.tied = m.dist.new_group(members, "pp-tied");
   }
   spdlog::info("pipeline: {}; {} parameter tensors read here, {} of the other stages released ({}){}", describe(), kept,
                released, trainer::human_bytes(static_cast<uint64_t>(released_bytes)),
@@ -391,11 +402,14 @@ class PipelineOver final : public DataParallelOver {
   }
   // The tied sum first, on whole gradients: no bucket launched inside the stages' backwards
   // (StepRunner's before_backward(false)), so the inner strategy's reduction starts here, after it.
-  // Both are sums (the order does not matter) and the two ends hold the same sums before the dp
-  // reduction, so a sharded inner strategy (ZeRO-1/2/3), whose buckets cut the tied tensor
-  // differently on the first and last stage, steps equal copies: with equal gradients, and pieces
-  // aligned (prepare) so that no element is in a kernel's vector body on one end and in its scalar
-  // tail on the other.
+  // The two ends reduce over dp in their own buckets, which hold the tied tensor at other places:
+  // with 3 or more dp ranks a sum's order follows the place, and the copies would differ. So the
+  // tied gradient is summed over both ends and every dp rank in one collective (the same bits on
+  // every member), and kept by dp rank 0 alone: the dp reduction adds zeros to it, exact in any
+  // order, and both ends hold the same mean. A sharded inner strategy (ZeRO-1/2/3), whose buckets cut
+  // the tied tensor differently on the first and last stage, then steps equal copies: with equal
+  // gradients, and pieces aligned (prepare) so that no element is in a kernel's vector body on one
+  // end and in its scalar tail on the other.
   void after_backward() override {
     if (pipe_.tied) {
       torch::NoGradGuard no_grad;
@@ -403,6 +417,7 @@ class PipelineOver final : public DataParallelOver {
         if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
         auto g = p.grad();
         pipe_.tied->all_reduce(g, dist::Reduce::Sum, "tied gradient");
+        if (pipe_.dp_rank != 0) g.zero_();
       }
     }
     inner_->after_backward();  // the mean over dp (sharded: of this rank's slices)
