@@ -102,6 +102,21 @@ TEST_CASE("failed saves: warn tolerates checkpoint.max_failures in a row, then t
   CHECK(has(last.output, "the final checkpoint at step 20 could not be saved: "));
   CHECK(has(last.output, "No space left on device"));
 
+  // the best evaluation of a step whose periodic save just failed does not count a second failure
+  // (it did: "2 failed saves in a row" at the first failed step under max_failures 1)
+  std::string with_eval = tiny_config("e", 20, "checkpoint: {every_steps: 2, max_failures: 1, dir: " +
+                                                   (dir / "full").string() + "}\n");
+  const auto at = with_eval.find("log_every: 1, ");
+  REQUIRE(at != std::string::npos);
+  write_file(dir / "e.yaml", with_eval.insert(at, "eval_every: 2, eval_steps: 1, "));
+  auto best = run_trainer("run " + (dir / "e.yaml").string() + " --out-dir " + (dir / "runs").string());
+  INFO(best.output);
+  CHECK(best.exit_code == 74);
+  CHECK(has(best.output, "the checkpoint at step 2 could not be saved; training continues (1 failed in a row"));
+  CHECK(has(best.output, "the checkpoint at step 4 could not be saved: "));
+  CHECK(has(best.output, "that is 2 failed saves in a row (checkpoint.max_failures 1)"));
+  CHECK_FALSE(has(best.output, "(2 failed in a row"));
+
   auto abort = run_trainer("run " + cfg + " --resume never --set checkpoint.on_error=abort");
   INFO(abort.output);
   CHECK(abort.exit_code == 74);

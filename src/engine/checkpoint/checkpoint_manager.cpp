@@ -246,7 +246,11 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
   if (parts) what = stage_tp_parts(step, *parts, staged);
   if (!what.empty()) {
     failure = 1;
-    if (env_.rank != 0) what.clear();  // rank 0 reports it; the outcome is agreed below
+    if (env_.rank != 0) {  // rank 0 reports the save's failure; the outcome is agreed below
+      // this rank's own write failed: its log names the file and why (rank 0's says to look here)
+      if (what.rfind("rank " + std::to_string(env_.rank) + " ", 0) == 0) spdlog::error("{}", what);
+      what.clear();
+    }
   } else if (store_) {
     const auto t0 = std::chrono::steady_clock::now();
     if (auto bad = nonfinite_parameter(); !bad.empty()) {
@@ -293,6 +297,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
     return true;
   }
   ++failed_in_row_;
+  last_failed_step_ = step;
   const std::string head = std::string(kind_text(kind)) + " at step " + std::to_string(step) + " could not be saved";
   if (kind != SaveKind::Periodic)
     throw CheckpointFailed(head + ": " + what + ". The work since the last saved checkpoint is not saved; fix the "
@@ -309,6 +314,9 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
 
 void CheckpointManager::keep_best(int64_t step, bool saved_at_step) {
   if (!cfg_.checkpoint.save_best || objs_.tracker.best_step() != step) return;
+  // the periodic save of this very step failed: one failure, not a second one counted against
+  // checkpoint.max_failures by saving it again at once
+  if (!saved_at_step && last_failed_step_ == step) return;
   if (!saved_at_step && !save(step, SaveKind::Periodic)) return;
   if (!store_) return;
   try {

@@ -120,6 +120,7 @@ class CheckpointManager {
   std::function<RunPosition(int64_t)> position_;
   std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only
   int64_t failed_in_row_ = 0;
+  int64_t last_failed_step_ = -1;  // the step of the last save that failed
   int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;
   bool start_elsewhere_ = false;  // resumed from a checkpoint outside dir_ (--resume PATH)
   IntervalAccess interval_;
