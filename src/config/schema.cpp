@@ -399,7 +399,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.prefix = "checkpoint";
   k.i("every_steps", c.checkpoint.every_steps, 0, 1e9, "Steps between checkpoints (0 = only at the end).");
   k.i("keep_last", c.checkpoint.keep_last, 1, 1e6, "Newest checkpoints kept.");
-  k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints).");
+  k.p("dir", c.checkpoint.dir, "Checkpoint folder (\"\" = <run dir>/checkpoints); one run's: another run's checkpoints in it are "
+      "refused (docs/RELIABILITY.md). Moved between attempts: resume the old folder once (--resume OLD).");
   k.i("keep_every", c.checkpoint.keep_every, 0, 1e9, "Also keep forever every checkpoint whose step is a multiple of this (0 = off).");
   k.e("on_error", c.checkpoint.on_error,
       "A failed periodic save: warn and keep training (up to max_failures in a row), or abort the run (exit 74). "

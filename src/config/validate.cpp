@@ -11,6 +11,13 @@ namespace {
 
 // run.name becomes one folder under run.out_dir: anything that could name another place ("..",
 // "a/b", "/abs", "", ".") or that a file system refuses is a config error, not a surprise later.
+// "world size", or "data-parallel ranks" where tensor or pipeline parallel take a share of the world
+std::string dp_ranks_text(const RunConfig& c, int64_t world, int64_t dp_world) {
+  if (dp_world == world) return "world size";
+  return "data-parallel ranks (world " + std::to_string(world) + " / tensor_parallel " +
+         std::to_string(c.dist.tensor_parallel) + " / pipeline_parallel " + std::to_string(c.dist.pipeline_parallel) + ")";
+}
+
 std::string run_name_problem(const std::string& n) {
   if (n.empty()) return "is empty; a run needs a name (its folder under run.out_dir)";
   if (n == "." || n == "..") return "'" + n + "' names a folder that is not a new one under run.out_dir";
@@ -170,14 +177,16 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
       err("train.batch_size", "auto picks the micro-batch that fits and keeps train.global_batch_size by accumulation: "
                               "set train.global_batch_size");
     else if (t.global_batch_size % std::max<int64_t>(dp_world, 1) != 0)
-      err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by the world size " +
-                                         std::to_string(dp_world) + " (train.batch_size auto)");
+      err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by the " +
+                                         dp_ranks_text(c, opts.world_size, dp_world) + " " + std::to_string(dp_world) +
+                                         " (train.batch_size auto)");
     if (loaded.is_set("train.grad_accum"))
       err("train.grad_accum", "is derived when train.batch_size is auto: remove it");
   } else if (t.global_batch_size > 0) {
     const int64_t per_accum = t.batch_size * dp_world;
     if (t.global_batch_size % per_accum != 0)
-      err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by batch_size x world size = " +
+      err("train.global_batch_size", std::to_string(t.global_batch_size) + " is not divisible by batch_size x " +
+                                         dp_ranks_text(c, opts.world_size, dp_world) + " = " +
                                          std::to_string(t.batch_size) + " x " + std::to_string(dp_world));
     else if (loaded.is_set("train.grad_accum") && t.global_batch_size / per_accum != t.grad_accum)
       err("train.grad_accum", "contradicts train.global_batch_size: " + std::to_string(t.global_batch_size) + " / (" +

@@ -61,7 +61,7 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
   const ArchRules* arch = find_arch(c.model.arch);
   if (arch && !arch->pipeline_units)
     err("dist.pipeline_parallel", "model.arch " + c.model.arch + " has no pipeline stages (GPT and ViT have); use "
-                                  "dist.sharding or dist.tensor_parallel to spread it");
+                                  "dist.sharding to spread it");
   if (opts.builds_mesh && opts.world_size % (P * T) != 0)
     err("dist.pipeline_parallel", std::to_string(P) + " x dist.tensor_parallel " + std::to_string(T) +
                                       " does not divide the world size " + std::to_string(opts.world_size) +

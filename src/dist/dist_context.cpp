@@ -24,6 +24,7 @@
 #include "dist/dist_impl.hpp"
 #include "dist/group.hpp"
 #include "dist/nccl_backend.hpp"
+#include "dist/stop_aware_store.hpp"
 
 namespace trainer::dist {
 namespace {
@@ -181,7 +182,9 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
     return ctx;
   }
   // our own keys and the process group's never collide, nor do those of a torchrun restart
-  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store);
+  // (the waits of its rendezvous end on a stop signal: stop_aware_store.hpp)
+  auto pg_store = c10::make_intrusive<StopAwareStore>(
+      c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store));
   try {
     ctx->impl_->backend = nccl
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),
@@ -191,6 +194,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   } catch (const DistError&) {
     throw;
   } catch (const std::exception& e) {
+    if (is_rendezvous_stop(e)) throw RendezvousStopped(error_text(e));  // through Gloo or NCCL, maybe rewrapped
     throw DistError("rank " + std::to_string(env.rank) + ": creating the " + backend +
                     " process group failed: " + error_text(e) +
                     (is_file_store(cfg) ? " (dist.store " + cfg.store + ": if a job using this file crashed, delete "

@@ -5,6 +5,8 @@
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 
+#include "dist/stop_aware_store.hpp"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -77,8 +79,8 @@ std::unique_ptr<Group> DistContext::new_group(const std::vector<int64_t>& ranks,
   g->backend_->impl = impl_.get();
   if (ranks.size() == 1) return g;  // a group of one: no collective at all
   // The subgroup meets under its own store prefix: its ranks alone take part in the rendezvous.
-  auto store = c10::make_intrusive<c10d::PrefixStore>(impl_->key_ns + "group/" + name + "[" + rank_list(ranks) + "]/",
-                                                      impl_->store);
+  c10::intrusive_ptr<c10d::Store> store = c10::make_intrusive<StopAwareStore>(c10::make_intrusive<c10d::PrefixStore>(
+      impl_->key_ns + "group/" + name + "[" + rank_list(ranks) + "]/", impl_->store));
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000));
   const int size = static_cast<int>(ranks.size());
   try {
@@ -88,6 +90,7 @@ std::unique_ptr<Group> DistContext::new_group(const std::vector<int64_t>& ranks,
                            : make_gloo_backend(store, g->rank_, size, impl_->net, timeout);
   } catch (const std::exception& e) {
     impl_->failed = true;
+    if (is_rendezvous_stop(e)) throw RendezvousStopped(error_text(e));
     throw DistError("rank " + std::to_string(rank_) + ": creating the " + impl_->backend_name + " group " + name +
                     " of ranks [" + rank_list(ranks) + "] failed: " + error_text(e));
   }

@@ -90,10 +90,15 @@ RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer) 
 
 void take_writer_locks(const config::RunConfig& cfg, RunDir& d) {
   auto lock = std::make_shared<RunLock>(d.lock_file(), "run directory " + d.root.string());
+  // the checkpoint folder too, its own or the run's: another run's checkpoint.dir may name this
+  // run's checkpoints/ (it pruned and resumed them)
   std::shared_ptr<RunLock> checkpoint_lock;
   if (!cfg.checkpoint.dir.empty()) {
     make_dirs(cfg.checkpoint.dir);
     checkpoint_lock = std::make_shared<RunLock>(fs::path(cfg.checkpoint.dir) / ".lock", "checkpoint.dir " + cfg.checkpoint.dir);
+  } else {
+    make_dirs(d.checkpoints_dir());
+    checkpoint_lock = std::make_shared<RunLock>(d.checkpoints_dir() / ".lock", "checkpoints of " + d.root.string());
   }
   d.log_lock = d.lock;  // a rank that became the writer keeps its log's lock too
   d.lock = std::move(lock);

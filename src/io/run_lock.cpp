@@ -61,7 +61,8 @@ RunLock::RunLock(const std::filesystem::path& file, const std::string& what) : f
     ::close(fd_);
     if (err != EWOULDBLOCK) lock_fail(file, "cannot lock", err);
     throw RunDirBusy(what + " is in use by another trainer run (" + (holder.empty() ? "holder unknown" : holder) +
-                     "; lock " + file.string() + "): wait for it to end, stop it, or choose another run.name");
+                     "; lock " + file.string() + "): wait for it to end, stop it, or choose another " +
+                     (what.rfind("checkpoint", 0) == 0 ? "checkpoint.dir" : "run.name"));
   }
   recovered_ = read_holder(fd_);  // a lock file we could lock was left by a process that is gone
   const std::string text = holder_text() + "\n";

@@ -28,6 +28,11 @@ RunHistory read_history(const std::filesystem::path& metrics) {
       ++h.attempts;
       open = true;
       start = latest = t;
+      if (j.contains("checkpoint_dir") && j["checkpoint_dir"].is_string()) {
+        const auto dir = j["checkpoint_dir"].get<std::string>();
+        if (std::find(h.checkpoint_dirs.begin(), h.checkpoint_dirs.end(), dir) == h.checkpoint_dirs.end())
+          h.checkpoint_dirs.push_back(dir);
+      }
       continue;
     }
     if (kind != "train" && kind != "eval") continue;

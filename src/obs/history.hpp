@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <string>
+#include <vector>
 
 namespace trainer::obs {
 
@@ -18,6 +20,7 @@ struct RunHistory {
   int64_t last_train_step = -1, last_eval_step = -1;  // the same per kind: a kill between a step's train
                                                       // and eval records leaves the eval one to write
   std::map<int64_t, double> train_losses;  // by step; a later record of the same step wins
+  std::vector<std::string> checkpoint_dirs;  // where the attempts saved checkpoints, each once, in order
 };
 
 // Lines that are not JSON objects are skipped: the file may end in a line torn by a kill. A missing

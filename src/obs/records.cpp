@@ -75,6 +75,7 @@ nlohmann::json to_json(const AttemptRecord& r) {
   nlohmann::json j = {{"kind", "attempt"}, {"attempt", r.attempt}, {"start_step", r.start_step}, {"time_s", r.time_s}};
   j["resumed_from"] = r.resumed_from ? nlohmann::json(*r.resumed_from) : nlohmann::json(nullptr);
   j["world_size"] = r.world_size;
+  if (!r.checkpoint_dir.empty()) j["checkpoint_dir"] = r.checkpoint_dir;
   return j;
 }
 

@@ -67,6 +67,7 @@ struct AttemptRecord {
   double time_s = 0;               // the run's training clock at the start (the checkpoint's time_s)
   std::optional<std::string> resumed_from;  // the checkpoint folder; absent for a fresh start
   int64_t world_size = 1;          // the ranks this attempt started with
+  std::string checkpoint_dir;      // where this attempt saves its checkpoints (absolute; "" unknown)
 };
 
 // dist.recovery in_process: the group changed size before step `step` + 1 ran (a member lost and the

@@ -190,3 +190,23 @@ TEST_CASE("stop signals: a signal during start-up exits 75 with nothing lost", "
                                                                 "first step"));
     }
 }
+
+TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes stops at once on SIGTERM, exit 75",
+          "[e2e][dist]") {
+  // The process group's rendezvous waited dist.timeout_s in the store, deaf to the signal: the peer of
+  // a rank that died at start-up was SIGKILLed by the launcher's grace period (found 2026-12-06).
+  auto dir = scratch_dir("startup_signal_rendezvous");
+  write_file(dir / "c.yaml", tiny_config("c", 10, ""));
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2";
+  start_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string() +
+                    " --set dist.timeout_s=900 --set dist.store=file://" + (dir / "store").string(),
+                dir / "rank1.log", dir / "rank1.rc", env);
+  const auto lock = dir / "runs/c/logs/.rank1.lock";
+  // signed in to the store: rank 0 never comes
+  REQUIRE(wait_for([&] { return fs::exists(dir / "store") && lock_holder(lock) > 0; }));
+  REQUIRE(::kill(lock_holder(lock), SIGTERM) == 0);
+  const int rc = wait_rc(dir / "rank1.rc", 300);  // (it would have waited 900 s)
+  INFO(read_file(dir / "rank1.log"));
+  CHECK(rc == 75);
+  CHECK(contains_text(read_file(dir / "rank1.log"), "SIGTERM received"));
+}

@@ -2,6 +2,7 @@
 // that finds checkpoints but none it can use, pruning that never deletes what it could not verify.
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -9,10 +10,12 @@
 #include "ckpt_runs.hpp"
 #include "ckpt_test_util.hpp"
 #include "hardening_util.hpp"
+#include "io/checkpoint.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using namespace trainer::test;
+namespace io = trainer::io;
 
 namespace {
 
@@ -239,4 +242,50 @@ TEST_CASE("metrics.jsonl on a full disk: one warning, the lost records counted, 
   CHECK(lines > 0);
   CHECK(lines < 200);
   CHECK(fs::exists(dir / "ckpt/step-200/manifest.json"));
+}
+
+TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints/ is locked, a checkpoint.dir holding "
+          "another run's checkpoints is refused, a changed checkpoint.dir does not start over in silence",
+          "[e2e]") {
+  auto dir = scratch_dir("ckpt_folder_owner");
+  const fs::path runs = dir / "runs";
+  // 1. a running run's checkpoints/ named by another run's checkpoint.dir (its pruning deleted the
+  //    first run's saves, and a rerun resumed the other run's weights)
+  write_file(dir / "a.yaml", tiny_config("a", 1000000, "checkpoint: {every_steps: 5}\n"));
+  start_trainer("run " + (dir / "a.yaml").string() + " --out-dir " + runs.string(), dir / "a.log", dir / "a.rc");
+  // (keep_last prunes fast: any complete checkpoint will do)
+  const bool saved_one = wait_for([&] { return !io::step_folders_newest_first(runs / "a/checkpoints").empty(); });
+  if (!saved_one) ::kill(lock_holder(runs / "a/.lock"), SIGTERM);  // leave no run behind
+  REQUIRE(saved_one);
+  const std::string into_a = "checkpoint: {every_steps: 5, keep_last: 1, dir: " + (runs / "a/checkpoints").string() + "}\n";
+  write_file(dir / "b.yaml", tiny_config("b", 20, into_a));
+  auto busy = run_trainer("run " + (dir / "b.yaml").string() + " --out-dir " + runs.string());
+  INFO(busy.output);
+  CHECK(busy.exit_code == 1);
+  CHECK(has(busy.output, "checkpoint.dir " + (runs / "a/checkpoints").string() + " is in use by another trainer run (pid "));
+  CHECK(has(busy.output, "choose another checkpoint.dir"));
+  REQUIRE(::kill(lock_holder(runs / "a/.lock"), SIGTERM) == 0);
+  REQUIRE(wait_rc(dir / "a.rc") == 75);
+  const auto saved = io::step_folders_newest_first(runs / "a/checkpoints");
+  REQUIRE_FALSE(saved.empty());
+
+  // 2. the same once the first run stopped: its checkpoints are not the second run's to resume or prune
+  auto other = run_trainer("run " + (dir / "b.yaml").string() + " --out-dir " + runs.string());
+  INFO(other.output);
+  CHECK(other.exit_code == 1);
+  CHECK(has(other.output, "holds the checkpoints of another run (" + saved.front().path.filename().string() +
+                              " was saved by the run in " + fs::weakly_canonical(runs / "a").string()));
+  CHECK(io::step_folders_newest_first(runs / "a/checkpoints").size() == saved.size());  // nothing pruned
+
+  // 3. checkpoint.dir changed between two attempts: the earlier attempt's checkpoints are named, not redone
+  write_file(dir / "c1.yaml", tiny_config("c", 10, "checkpoint: {every_steps: 5, dir: " + (dir / "ck1").string() + "}\n"));
+  write_file(dir / "c2.yaml", tiny_config("c", 20, "checkpoint: {every_steps: 5, dir: " + (dir / "ck2").string() + "}\n"));
+  REQUIRE(run_trainer("run " + (dir / "c1.yaml").string() + " --out-dir " + runs.string()).exit_code == 0);
+  auto moved = run_trainer("run " + (dir / "c2.yaml").string() + " --out-dir " + runs.string() +
+                           " --resume auto");
+  INFO(moved.output);
+  CHECK(moved.exit_code == 1);
+  CHECK(has(moved.output, "--resume auto: checkpoint.dir " + (dir / "ck2").string() + " holds no checkpoint, but "
+                          "earlier attempts of this run saved theirs in " + (dir / "ck1").string() + " (newest step-10)"));
+  CHECK(train_steps(runs / "c/metrics.jsonl").size() == 10);  // nothing trained again
 }

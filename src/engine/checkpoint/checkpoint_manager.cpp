@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 
 #include "config/exit_codes.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
@@ -57,7 +58,8 @@ const char* kind_text(SaveKind k) {
 CheckpointManager::CheckpointManager(const config::RunConfig& cfg, const dist::LaunchEnv& env,
                                      dist::DistContext* dist, const std::filesystem::path& run_root,
                                      RunObjects objs, std::function<RunPosition(int64_t)> position)
-    : cfg_(cfg), env_(env), dist_(dist), dir_(checkpoint_dir(cfg, run_root)), objs_(objs),
+    : cfg_(cfg), env_(env), dist_(dist), dir_(checkpoint_dir(cfg, run_root)),
+      run_root_(std::filesystem::weakly_canonical(run_root).string()), objs_(objs),
       position_(std::move(position)) {}
 
 void CheckpointManager::become_writer() {
@@ -66,7 +68,36 @@ void CheckpointManager::become_writer() {
         dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
 }
 
+// A checkpoint.dir is one run's: the newest checkpoint in it (state.json's run_dir) must be this run
+// directory's, else another run's saves would be resumed as this run's and pruned by its saves (and
+// two runs would share one folder once neither holds its lock). Checkpoints saved before run_dir
+// existed, and the run's own checkpoints/ (copied with its run directory), are not asked.
+void CheckpointManager::refuse_other_runs_folder() const {
+  if (cfg_.checkpoint.dir.empty()) return;
+  for (const auto& c : io::step_folders_newest_first(dir_)) {
+    std::ifstream in(c.path / "state.json");
+    const auto state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!state.is_object()) continue;  // not readable: resume's verification names it
+    const auto owner = state.value("run_dir", std::string());
+    if (owner.empty() || owner == run_root_) return;
+    throw std::runtime_error("checkpoint.dir " + dir_.string() + " holds the checkpoints of another run (" +
+                             c.path.filename().string() + " was saved by the run in " + owner + ", this run is " +
+                             run_root_ + "): its saves would be resumed as this run's and pruned by this run's "
+                             "saves. Give this run its own checkpoint.dir; to start from one of them, copy it into "
+                             "that folder or pass --resume " + c.path.string() + " with another checkpoint.dir");
+  }
+}
+
 std::optional<Resumed> CheckpointManager::resume(const ResumeOptions& how) {
+  std::string refused;  // rank 0 looks (another node may mount the run directory elsewhere); all stop
+  if (env_.rank == 0) try {
+      refuse_other_runs_folder();
+    } catch (const std::runtime_error& e) {
+      refused = e.what();
+    }
+  if (dist_ && dist_->active() ? dist_->any(!refused.empty()) : !refused.empty())
+    throw std::runtime_error(refused.empty() ? "rank 0 refused checkpoint.dir " + dir_.string() + " (its log says why)"
+                                             : refused);
   if (env_.rank == 0)
     store_ = std::make_unique<io::CheckpointStore>(
         dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
@@ -262,6 +293,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
         auto pos = position_(step);
         pos.interval = interval;
         auto content = capture_checkpoint(cfg_, objs_, pos, parts ? &*parts : nullptr);
+        content.state["run_dir"] = run_root_;  // whose checkpoint.dir it is (refuse_other_runs_folder)
         content.staged = staged;
         if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);

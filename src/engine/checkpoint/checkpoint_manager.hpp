@@ -98,6 +98,7 @@ class CheckpointManager {
 
  private:
   std::optional<Resumed> resume_newest();
+  void refuse_other_runs_folder() const;
   std::string nonfinite_parameter() const;
   // Sharded runs: every rank writes its optimizer shard next to the checkpoint folder, in parallel;
   // returns rank 0's content with every rank's staged file to move in (undefined on other ranks),
@@ -116,6 +117,7 @@ class CheckpointManager {
   const dist::LaunchEnv& env_;
   dist::DistContext* dist_;  // null or inactive for a single process
   std::filesystem::path dir_;
+  std::string run_root_;  // the run directory, canonical: saved in state.json as run_dir
   RunObjects objs_;
   std::function<RunPosition(int64_t)> position_;
   std::unique_ptr<io::CheckpointStore> store_;  // rank 0 only

@@ -146,6 +146,9 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   s["world_size"] = pos.world_size;
   s["time_s"] = pos.time_s;
   if (pos.interval) s["log_interval"] = interval_json(*pos.interval);
+  if (pos.samples >= 0) s["samples"] = pos.samples;
+  if (pos.total_steps >= 0) s["total_steps"] = pos.total_steps;
+  s["epochs"] = cfg.train.epochs;
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -195,6 +198,10 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
     pos.world_size = s.value("world_size", int64_t{0});
     pos.time_s = s.value("time_s", 0.0);
+    pos.samples = s.value("samples", int64_t{-1});
+    pos.total_steps = s.value("total_steps", int64_t{-1});
+    pos.epochs = s.value("epochs", -1.0);
+    pos.global_batch = s.value("global_batch_size", int64_t{-1});
     pos.interval = interval_from(s, from);
     if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0)
       throw io::CheckpointError((from / "state.json").string() + ": negative step or loader position");

@@ -45,6 +45,11 @@ struct RunPosition {
   int64_t world_size = 1;     // ranks of the run that saved it (0: not recorded, an older checkpoint)
   double time_s = 0;          // the run's training clock at `step`, over all attempts (0: not recorded)
   std::optional<LossInterval> interval;  // absent: not recorded (an older checkpoint)
+  // Filled by restore (capture takes them from the run): what an older checkpoint lacks stays at -1.
+  int64_t samples = -1;       // samples trained up to `step`, summed over the world sizes that ran them
+  int64_t total_steps = -1;   // the run's length when it saved (an epochs-sized run recounts it at a new world size)
+  double epochs = -1;         // train.epochs of the config it saved with
+  int64_t global_batch = -1;  // samples per step when it saved
 };
 
 struct RunObjects {

@@ -16,6 +16,8 @@
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
 #include "engine/checkpoint/resume_options.hpp"
+#include "engine/checkpoint/stop_signal.hpp"
+#include "dist/stop_aware_store.hpp"
 #include "engine/commands/command_common.hpp"
 #include "engine/commands/run_guard.hpp"
 #include "engine/loop/trainer.hpp"
@@ -152,10 +154,16 @@ int cmd_run(const RunArgs& args) {
       if (lock && !lock->recovered_from().empty())
         spdlog::warn("{}: took over a stale lock of {}, which ended without releasing it (killed?)",
                      lock->file().string(), lock->recovered_from());
+    dist::set_rendezvous_stop_query([] { return stop_signal_name(); });  // the ranks' meeting ends on a stop signal
     return run_training(start.loaded.cfg, env, dir, start.resume);
   } catch (const CheckpointFailed& e) {
     report(e);
     return kExitCheckpointFailed;
+  } catch (const dist::RendezvousStopped&) {  // a stop signal while the ranks met: nothing to save yet
+    spdlog::warn("{} received during start-up while this rank waited for the others to meet: stopped before the "
+                 "first step, nothing to save; exiting with code {} (requeue me)",
+                 stop_signal_name(), kExitSavedAfterSignal);
+    return kExitSavedAfterSignal;
   } catch (const config::ConfigError& e) {
     print_config_error(e);
     return kExitUsage;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <utility>
 
 namespace trainer::engine {
@@ -67,6 +68,7 @@ void RunRecorder::recompute_logged(int64_t start_step, bool whole_intervals) {
 void RunRecorder::start_attempt() {
   start_ = Clock::now();
   attempt_.world_size = env_.world_size;
+  attempt_.checkpoint_dir = std::filesystem::absolute(checkpoint_dir(cfg_, dir_.root)).lexically_normal().string();
   log_->attempt(attempt_);
   log_->hparams(run_hparams(cfg_), hparam_metric_tags(cfg_));
 }

@@ -74,6 +74,7 @@ class RunRecorder {
   // --- attempts and the clock ------------------------------------------------------------------
   // A fresh start or a resume reads the earlier attempts of metrics.jsonl first.
   void read_history();
+  const obs::RunHistory& history() const { return history_; }  // as read_history found it
   // Resumed from a checkpoint: the clock continues from it, and the resume check (when
   // checkpoint.verify_tolerance is on) compares the steps the interrupted run logged after it.
   void resumed(const Resumed& r);

@@ -4,7 +4,10 @@
 
 #include <chrono>
 
+#include "engine/checkpoint/checkpointing.hpp"
 #include "engine/loop/world_change.hpp"
+#include "io/checkpoint.hpp"
+#include "obs/history.hpp"
 #include "engine/startup/finetune.hpp"
 
 namespace trainer::engine {
@@ -41,6 +44,24 @@ void start_from_initial_weights(const StartParts& p, const config::ModelConfig& 
   if (p.ema) p.ema->reset_from_live();
 }
 
+// --resume auto found no checkpoint in `now`, but an earlier attempt of the run (its attempt record)
+// saved checkpoints in another folder (checkpoint.dir changed, or a relative one resolved from
+// another working directory): starting over would redo that work in silence.
+void refuse_moved_checkpoints(const obs::RunHistory& h, const std::filesystem::path& now) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (const auto& before : h.checkpoint_dirs) {
+    if (fs::equivalent(before, now, ec) || fs::absolute(now).lexically_normal() == fs::path(before)) continue;
+    const auto held = io::step_folders_newest_first(before);
+    if (held.empty()) continue;
+    throw std::runtime_error("--resume auto: checkpoint.dir " + now.string() + " holds no checkpoint, but earlier "
+                             "attempts of this run saved theirs in " + before + " (newest " +
+                             held.front().path.filename().string() + "). Set checkpoint.dir back to it, or continue "
+                             "from it with --resume " + before + " (this run then saves in " + now.string() +
+                             "), or start over with --resume never --force");
+  }
+}
+
 }  // namespace
 
 StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const config::RunConfig& cfg,
@@ -48,6 +69,7 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
                            int64_t total_steps) {
   p.records.read_history();
   const auto resumed = p.ckpt.resume(how);
+  if (!resumed && how.mode == ResumeMode::Auto) refuse_moved_checkpoints(p.records.history(), checkpoint_dir(cfg, run_root));
   if (!resumed) {
     start_from_initial_weights(p, cfg.model, run_root, primary);
     if (how.mode == ResumeMode::Auto) p.records.started_over();  // a deliberate --resume never starts anew
@@ -56,13 +78,23 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
   const auto& pos = resumed->pos;
   p.loader.restore(pos.loader);
   p.records.resumed(*resumed);
-  if (pos.world_size <= 0 || pos.world_size == data_world) return {pos.step, total_steps};
+  if (pos.world_size <= 0 || pos.world_size == data_world) {
+    // an epochs-sized run recounted at another world size earlier keeps that length (the config's
+    // count would train past its epochs)
+    if (cfg.train.max_steps == 0 && pos.total_steps > 0 && pos.epochs == cfg.train.epochs && pos.total_steps != total_steps) {
+      spdlog::info("the run is sized in epochs: {} steps in all, as its checkpoint counted them (at this world size "
+                   "from the start: {})", pos.total_steps, total_steps);
+      p.records.set_total_steps(pos.total_steps);
+      return {pos.step, pos.total_steps, pos.samples};
+    }
+    return {pos.step, total_steps, pos.samples};
+  }
   // saved by another number of ranks: the loader went on at the same global sample; the steps left
   // of a run sized in epochs are counted at this world's samples per step
   const int64_t total = steps_at_new_world_size(cfg.train, pos, data_world, p.loader.batches_per_epoch(), pos.step,
                                                 total_steps);
   if (total != total_steps) p.records.set_total_steps(total);
-  return {pos.step, total};
+  return {pos.step, total, pos.samples};
 }
 
 }  // namespace trainer::engine

@@ -26,6 +26,7 @@ namespace trainer::engine {
 struct StartPoint {
   int64_t step = 0;         // the first step the loop runs
   int64_t total_steps = 0;  // the run's length (RunRecorder already told when it changed)
+  int64_t samples = -1;     // samples trained before `step` (a resume's checkpoint; -1: step x samples per step)
 };
 
 // What a start restores or loads into.

@@ -223,12 +223,18 @@ class Trainer final : public WorldParts {
     return RunObjects{*model_, *optimizer_, *scaler_, evaluation_->tracker(), device_, parallel_.get(), ema_.get()};
   }
 
-  RunPosition position(int64_t step) const override { return {step, train_loader_->state(), data_world(), records_->clock_s()}; }
+  RunPosition position(int64_t step) const override {
+    RunPosition p{step, train_loader_->state(), data_world(), records_->clock_s()};
+    p.samples = recovery_->samples_at(step);  // over every world size that ran them
+    p.total_steps = total_steps_;
+    return p;
+  }
   // --resume auto|never|PATH, or model.init on a fresh start (engine/loop/start_point.hpp)
   void resume() {
     const auto start = resume_or_start(StartParts{*ckpt_, *records_, *train_loader_, *model_, parallel_.get(), ema_.get()},
                                        resume_, cfg_, dir_.root, dist::writes_run_files(env()), data_world(), total_steps_);
     start_step_ = start.step;
+    if (start.samples >= 0) recovery_->resumed_at(start.step, start.samples);
     if (start.total_steps == total_steps_) return;
     total_steps_ = start.total_steps;  // a resume on another number of ranks: the schedule over the new length
     schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);

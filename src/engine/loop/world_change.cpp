@@ -20,13 +20,15 @@ int64_t steps_at_new_world_size(const config::TrainConfig& t, const RunPosition&
   spdlog::warn("resuming a checkpoint of {} rank(s) on {}: the data continue at global sample {} of epoch {}, "
                "and every rank's random generators are re-derived from the saved state",
                pos.world_size, world, pos.loader.samples_consumed, pos.loader.epoch);
-  if (t.global_batch_size > 0 && t.global_batch_size == samples_per_step)
-    spdlog::info("train.global_batch_size {} kept: {} per micro-batch x {} accumulation x {} ranks", t.global_batch_size,
+  // the checkpoint's own samples per step (an older one: the configured global batch, if any)
+  const int64_t before = pos.global_batch > 0 ? pos.global_batch : t.global_batch_size;
+  if (before == samples_per_step)
+    spdlog::info("train.global_batch_size {} kept: {} per micro-batch x {} accumulation x {} ranks", samples_per_step,
                  t.batch_size, t.grad_accum, world);
   else
-    spdlog::warn("the global batch changes to {} samples per step ({} ranks); set train.global_batch_size to keep it "
-                 "across world sizes (was {} x accumulation)",
-                 samples_per_step, world, t.batch_size * pos.world_size);
+    spdlog::warn("the global batch changes from {} to {} samples per step ({} ranks); set train.global_batch_size "
+                 "to keep it across world sizes",
+                 before > 0 ? std::to_string(before) : std::string("?"), samples_per_step, world);
   if (t.max_steps > 0) return total_steps;
   // sized in epochs: the remaining steps are recounted at the new samples per step (the caller lays
   // the schedule out over the new total)

@@ -59,6 +59,11 @@ class SampleCount {
   }
   // A joiner: the run's samples are counted from `step` (its earlier ones are not this process's)
   void start_at(int64_t step) { from_step_ = step; }
+  // A resume: `before` samples were trained up to `step` (at the world sizes that ran them)
+  void resume_at(int64_t step, int64_t before) {
+    from_step_ = step;
+    before_ = before;
+  }
 
  private:
   int64_t per_step_ = 0, before_ = 0, from_step_ = 0;
@@ -149,6 +154,9 @@ class WorldRecovery {
   // --- what the records read ---------------------------------------------------------------------
   int64_t samples_per_step() const { return samples_.per_step(); }
   int64_t samples_at(int64_t step) const { return samples_.at(step); }
+  // A resume from a checkpoint that counted `samples` up to `step` (an earlier attempt may have run at
+  // another world size: step x samples per step would miscount them)
+  void resumed_at(int64_t step, int64_t samples) { samples_.resume_at(step, samples); }
   int64_t last_step_world() const { return last_step_world_; }  // the ranks that ran the last step
   const torch::Tensor& last_grad_norm() const { return last_norm_; }
   // every change of the group's size this process took part in, in order (the writer records them)
