@@ -271,3 +271,35 @@ TEST_CASE("resume records: two ranks killed after a checkpoint between two log s
   const auto state = nlohmann::json::parse(read_file(ref / "checkpoints" / "step-6" / "state.json"));
   CHECK(state.at("log_interval").at("loss_counts") == nlohmann::json::array({2, 2}));  // steps 5 and 6, each rank
 }
+
+TEST_CASE("resume records: an epochs-sized run stopped at 2 ranks and resumed on 1 ends after its epochs, counts its "
+          "samples over both, and is complete when run again",
+          "[e2e][dist]") {
+  auto dir = trainer::test::scratch_dir("resume_records_epochs_world");
+  std::string cfg = trainer::test::tiny_config("e", 1);  // 96 samples of 8 a batch
+  const auto at = cfg.find("max_steps: 1,");
+  REQUIRE(at != std::string::npos);
+  write_file(dir / "e.yaml", cfg.replace(at, 13, "epochs: 3,"));
+  const std::string args = "run " + (dir / "e.yaml").string() + " --out-dir " + (dir / "runs").string();
+  auto two = run_trainer("launch -n 2 -- " + args, "TRAINER_INJECT_SIGNAL=5");  // 16 samples a step
+  INFO(two.output);
+  REQUIRE(two.exit_code == 75);
+  auto one = run_trainer(args);  // the 208 samples left at 8 a step
+  INFO(one.output);
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.output.find("the global batch changes from 16 to 8 samples per step") != std::string::npos);
+  const auto metrics = dir / "runs" / "e" / "metrics.jsonl";
+  const auto summary = records(metrics, "summary");
+  REQUIRE(summary.size() == 1);
+  CHECK(summary[0].at("samples") == 288);  // 3 epochs of 96 (it counted 31 x 8)
+  int64_t previous = 0;
+  for (const auto& r : records(metrics, "train")) {  // never backwards across the world change
+    CHECK(r.at("samples").get<int64_t>() > previous);
+    previous = r.at("samples").get<int64_t>();
+  }
+  CHECK(previous == 288);
+  auto again = run_trainer(args);  // it recounted the length at 1 rank from the config's, and trained past
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK(again.output.find("the run is already complete (31 of 31 steps)") != std::string::npos);
+}
