@@ -288,4 +288,9 @@ TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints
   CHECK(has(moved.output, "--resume auto: checkpoint.dir " + (dir / "ck2").string() + " holds no checkpoint, but "
                           "earlier attempts of this run saved theirs in " + (dir / "ck1").string() + " (newest step-10)"));
   CHECK(train_steps(runs / "c/metrics.jsonl").size() == 10);  // nothing trained again
+  // eval of the run directory looks where its config.yaml says the checkpoints are (not its empty checkpoints/)
+  auto ev = run_trainer("eval " + (dir / "c1.yaml").string() + " --checkpoint " + (runs / "c").string());
+  INFO(ev.output);
+  CHECK(ev.exit_code == 0);
+  CHECK(has(ev.output, "eval " + (dir / "ck1/step-10").string() + " (step 10)"));
 }

@@ -13,6 +13,7 @@
 #include "engine/startup/precision_auto.hpp"
 #include "engine/startup/startup_planner.hpp"
 #include "io/checkpoint.hpp"
+#include "obs/history.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor_parts.hpp"
 
@@ -44,6 +45,24 @@ fs::path infer_newest_verified(const fs::path& dir) {
   }
   throw io::CheckpointError(dir.string() + ": no checkpoint that verifies" +
                             (rejected.empty() ? std::string(" (no step-<N> folders)") : ":" + rejected));
+}
+
+// A run directory's checkpoint folder: its config.yaml's checkpoint.dir when set (resume looks there
+// too), else the newest folder its attempts saved in (their records in metrics.jsonl), else its
+// checkpoints/: the first of them that holds a step-<N> folder.
+fs::path run_checkpoints(const fs::path& run) {
+  std::vector<fs::path> where;
+  try {
+    const auto dir = config::load_config((run / "config.yaml").string()).cfg.checkpoint.dir;
+    if (!dir.empty()) where.emplace_back(dir);
+  } catch (const config::ConfigError&) {  // a config.yaml this version does not read
+  }
+  const auto attempts = obs::read_history(run / "metrics.jsonl").checkpoint_dirs;
+  for (auto it = attempts.rbegin(); it != attempts.rend(); ++it) where.emplace_back(*it);
+  where.push_back(run / "checkpoints");
+  for (const auto& dir : where)
+    if (!io::step_folders_newest_first(dir).empty()) return dir;
+  return where.front();
 }
 
 InferWeights infer_from_checkpoint(const fs::path& step_dir) {
@@ -122,7 +141,9 @@ InferWeights infer_open(const std::string& path, std::string& shown) {
   if (fs::exists(p / "manifest.json", ec) || io::parse_step_dir_name(step_dir.filename().string())) {
     io::verify_checkpoint(step_dir);  // every checksum, before anything is deserialised
   } else {
-    step_dir = infer_newest_verified(fs::is_directory(p / "checkpoints", ec) ? p / "checkpoints" : p);
+    step_dir = infer_newest_verified(fs::is_regular_file(p / "config.yaml", ec) ? run_checkpoints(p)
+                                     : fs::is_directory(p / "checkpoints", ec) ? p / "checkpoints"
+                                                                               : p);
   }
   shown = step_dir.string();
   return infer_from_checkpoint(step_dir);

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <stdexcept>
 
+#include "config/file_read.hpp"
 #include "config/load.hpp"
 #include "engine/startup/pipeline_memory.hpp"
 #include "device/cuda_seam.hpp"
@@ -31,8 +32,10 @@ namespace trainer::engine {
 nlohmann::json StartupPlanner::read_autotune() const {
   const auto file = autotune_file();
   if (!std::filesystem::exists(file)) return nlohmann::json::object();
-  std::ifstream in(file);
-  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  // a folder, a FIFO or a huge file there is named as such (a stream read it as "basic_filebuf::underflow")
+  const auto text = RegularFile::open<std::runtime_error>(file.string(), 1u << 20, "the run's start-up choices")
+                        .read_all<std::runtime_error>();
+  auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) throw std::runtime_error(file.string() + ": not a JSON object; delete it to measure again");
   return j;
 }
