@@ -267,6 +267,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
+    // `trainer launch -n 2 run x.yaml --set K=V`: the ranks' command goes after `--`
+    if (rc != 0 && *launch && std::string(e.what()).find("not expected") != std::string::npos)
+      std::cerr << "launch: put the ranks' command after --, e.g. trainer launch -n 2 -- run x.yaml --set KEY=VALUE\n";
     return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;
   }
   if (!*run && !*predict) {  // predict stops between batches / tokens, its output so far written

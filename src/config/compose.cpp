@@ -92,7 +92,15 @@ class Composer {
     try {
       docs = YAML::LoadAll(text);
     } catch (const YAML::ParserException& e) {
-      fail(Location{name, e.mark.line + 1, e.mark.column + 1}, "", "YAML syntax error: " + e.msg + via);
+      // a tab where YAML wants spaces reads as "illegal map value" or the like: say so
+      std::string line;
+      {
+        std::istringstream in(text);
+        for (int i = 0; i <= e.mark.line && std::getline(in, line); ++i) {}
+      }
+      const bool tab = e.mark.line >= 0 && line.find('\t') != std::string::npos;
+      fail(Location{name, e.mark.line + 1, e.mark.column + 1}, "",
+           "YAML syntax error: " + e.msg + (tab ? " (the line holds a tab: YAML indents with spaces only)" : "") + via);
       return false;
     }
     if (docs.size() > 1) {

@@ -165,6 +165,10 @@ class Loader {
       return;
     }
     std::string msg = parent.empty() ? "unknown section" : "unknown key";
+    if (parent.empty())  // a key without its section (--set lr=0.1): the key of that name
+      for (const auto& f : fields_)
+        if (f.key.size() > key.size() && f.key.compare(f.key.size() - key.size() - 1, std::string::npos, "." + key) == 0)
+          return error(where, key, msg + ", did you mean '" + f.key + "'?");
     std::string hint = did_you_mean(leaf, siblings);
     if (!hint.empty()) {
       msg += ", did you mean '" + (parent.empty() ? hint : parent + "." + hint) + "'?";

@@ -87,8 +87,12 @@ void check_bits_per_byte(const LoadedConfig& loaded, bool token_arch, const Reci
 void check_ema(const LoadedConfig& loaded, const RecipeErr& err) {
   const auto& ema = loaded.cfg.train.ema;
   if (ema.decay == 0) {
+    // keys written before EMA was switched off (a base config's or the file's, then --set
+    // train.ema.decay=0) were switched off with it: only those written with or after the switch are a mistake
+    const int off_at = loaded.is_set("train.ema.decay") ? loaded.where("train.ema.decay").source : -1;
     for (const char* key : {"train.ema.every", "train.ema.eval", "train.ema.warmup", "train.ema.lookahead"})
-      if (loaded.is_set(key)) err(key, "has no effect: train.ema.decay is 0 (EMA off)");
+      if (loaded.is_set(key) && loaded.where(key).source >= off_at)
+        err(key, "has no effect: train.ema.decay is 0 (EMA off)");
     return;
   }
   if (!ema.lookahead) return;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace trainer::dist {
@@ -26,6 +27,7 @@ std::string key_list(const std::vector<std::string>& keys) {
 }  // namespace
 
 constexpr const char* kStopped = " received while this rank waited for the others to meet (";
+constexpr std::chrono::seconds kStopGrace{5};  // under trainer launch's 10 s before its SIGKILL
 
 bool is_rendezvous_stop(const std::exception& e) {
   return dynamic_cast<const RendezvousStopped*>(&e) != nullptr || std::string(e.what()).find(kStopped) != std::string::npos;
@@ -60,12 +62,19 @@ void StopAwareStore::setTimeout(const std::chrono::milliseconds& timeout) {
 void StopAwareStore::wait_for(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  std::optional<Clock::time_point> stop_seen;
   auto pause = std::chrono::milliseconds(5);
   for (;;) {
     if (inner_->check(keys)) return;
-    if (const auto sig = stop_asked(); !sig.empty())
-      throw RendezvousStopped(sig + kStopped + key_list(keys) +
-                              "): stopping before the first step");
+    // live peers that got the same signal are meeting too: they finish the meeting and stop together
+    // at the first step boundary. Leaving at once broke the meeting under a peer already connecting
+    // to this rank (Gloo's pairs wait dist.timeout_s); peers that do not come within the grace are gone.
+    if (const auto sig = stop_asked(); !sig.empty()) {
+      if (!stop_seen) stop_seen = Clock::now();
+      if (Clock::now() - *stop_seen >= kStopGrace)
+        throw RendezvousStopped(sig + kStopped + key_list(keys) + "), and they did not come within " +
+                                std::to_string(kStopGrace.count()) + " s of it: stopping before the first step");
+    }
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (timeout.count() > 0 && waited >= timeout)
       throw DistError("waited " + std::to_string(waited.count() / 1000) + " s (dist.timeout_s) for the other ranks to "

@@ -2,8 +2,10 @@
 // waits in the store for every rank's address (Gloo's full mesh; NCCL's unique id at its first
 // collective) for dist.timeout_s: a rank whose peer died at start-up sat there deaf to SIGTERM until
 // the launcher's grace period ended in SIGKILL (found from outside, 2026-12-06). Waits here look at
-// the store and at the stop query in short slices; a stop throws RendezvousStopped, which the run
-// command turns into "stopped during start-up" (exit 75: nothing to save yet).
+// the store and at the stop query in short slices; peers that have not come 5 s after a stop signal
+// are taken as gone, and RendezvousStopped is thrown, which the run command turns into "stopped during
+// start-up" (exit 75: nothing to save yet). Live peers meet within the 5 s and stop together at the
+// first step boundary.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Store.hpp>

@@ -287,6 +287,9 @@ fs::path resolve_checkpoint_path(const fs::path& path) {
   if (fs::exists(path / kManifestName, ec)) return fs::canonical(path, ec);
   if (parse_step_dir_name(fs::canonical(path, ec).filename().string()))
     fail(path, "incomplete checkpoint: no manifest.json");
+  // a run directory: its checkpoints/ (eval and predict take one too)
+  if (step_dirs_newest_first(path).empty() && fs::is_directory(path / "checkpoints", ec))
+    return resolve_checkpoint_path(path / "checkpoints");
   auto scan = scan_newest(path);
   if (!scan.newest) {
     std::string msg = "no complete checkpoint (step-<N>/manifest.json) in this folder";
@@ -300,6 +303,13 @@ CheckpointStore::CheckpointStore(fs::path dir, CheckpointPolicy policy) : dir_(s
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (ec) fail(dir_, "cannot create checkpoint folder: " + ec.message());
+  // a folder this process cannot write into (read-only mount, chattr +i: root passes access(2)) is
+  // found now, not after checkpoint.max_failures saves failed; named like a save's temporary folder,
+  // so that one left by a kill here is removed as such
+  const fs::path probe = dir_ / (".step-0.tmp-" + std::to_string(::getpid()));
+  if (::mkdir(probe.c_str(), 0755) != 0 && errno != EEXIST)
+    fail(dir_, std::string("cannot write into the checkpoint folder: ") + std::strerror(errno));
+  ::rmdir(probe.c_str());
   remove_interrupted_saves();
 }
 

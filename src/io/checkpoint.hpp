@@ -96,7 +96,8 @@ void verify_checkpoint(const std::filesystem::path& dir);
 CheckpointContent load_checkpoint(const std::filesystem::path& dir);
 
 // The step-<N> folder a user-given path means: a checkpoint folder itself (or the `latest` / `best`
-// symlink to one), or a checkpoints folder, meaning its newest complete checkpoint. Throws
+// symlink to one), or a checkpoints folder (or a run directory: its checkpoints/), meaning its newest
+// complete checkpoint. Throws
 // CheckpointError when the path is missing or holds no checkpoint. Does not verify checksums.
 std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path);
 

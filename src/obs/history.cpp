@@ -50,6 +50,7 @@ RunHistory read_history(const std::filesystem::path& metrics) {
     if (kind == "train" && j.contains("loss") && j["loss"].is_number()) h.train_losses[step] = j["loss"].get<double>();
   }
   close_attempt();
+  if (open) h.last_reached_s = latest;
   return h;
 }
 

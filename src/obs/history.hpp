@@ -21,6 +21,7 @@ struct RunHistory {
                                                       // and eval records leaves the eval one to write
   std::map<int64_t, double> train_losses;  // by step; a later record of the same step wins
   std::vector<std::string> checkpoint_dirs;  // where the attempts saved checkpoints, each once, in order
+  double last_reached_s = -1;  // the clock the last attempt is known to have reached (-1: no attempt)
 };
 
 // Lines that are not JSON objects are skipped: the file may end in a line torn by a kill. A missing

@@ -94,4 +94,10 @@ void init_run_logging(int64_t rank, const std::string& level, const std::string&
   spdlog::set_default_logger(logger);
 }
 
+void speak_on_console(const std::string& level) {
+  auto logger = spdlog::default_logger();
+  if (!logger || logger->sinks().empty()) return;
+  logger->sinks().front()->set_level(spdlog::level::from_str(level));  // the console, first (init_run_logging)
+}
+
 }  // namespace trainer::obs

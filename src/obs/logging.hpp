@@ -36,5 +36,8 @@ void init_console_logging(const std::string& level = "info");
 
 // Console on rank 0 (errors on every rank, prefixed with the rank) plus the rank's own file.
 void init_run_logging(int64_t rank, const std::string& level, const std::string& rank_log_file);
+// A rank that became the run's writer mid-run (dist.recovery in_process, rank 0 lost): its console
+// speaks at `level` from now on, as rank 0's did (other ranks' report errors only).
+void speak_on_console(const std::string& level);
 
 }  // namespace trainer::obs

@@ -39,6 +39,7 @@ class RunLog {
   void summary(const SummaryRecord& r);
   void attempt(const AttemptRecord& r);
   void world(const WorldRecord& r);
+  int64_t write_failures() const { return write_failures_; }  // records that could not be written so far
   // TensorBoard's hparams dashboard (log.tensorboard): this attempt's hyperparameters and the metric
   // tags to show beside them; summary() ends the session (success)
   void hparams(const std::vector<HParam>& hparams, const std::vector<std::string>& metric_tags);

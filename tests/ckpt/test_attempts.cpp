@@ -210,3 +210,27 @@ TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes 
   CHECK(rc == 75);
   CHECK(contains_text(read_file(dir / "rank1.log"), "SIGTERM received"));
 }
+
+TEST_CASE("attempts: the wall time counts an attempt that died before its first record up to the checkpoint it saved",
+          "[e2e]") {
+  auto dir = scratch_dir("wall_unlogged_attempt");
+  // a log interval longer than the first attempt's life: it writes no train record before its crash
+  std::string cfg = tiny_config("w", 20, "checkpoint: {every_steps: 5, keep_last: 10}\n");
+  const auto at = cfg.find("log_every: 1,");
+  REQUIRE(at != std::string::npos);
+  write_file(dir / "w.yaml", cfg.replace(at, 13, "log_every: 1000,"));
+  const std::string run = "run " + (dir / "w.yaml").string() + " --out-dir " + (dir / "runs").string();
+  auto crashed = run_trainer(run, "TRAINER_INJECT_CRASH=12");
+  INFO(crashed.output);
+  REQUIRE(crashed.exit_code != 0);
+  REQUIRE(records(dir / "runs/w/metrics.jsonl", "train").empty());
+  auto again = run_trainer(run);
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  const auto state = nlohmann::json::parse(read_file(dir / "runs/w/checkpoints/step-10/state.json"));
+  const auto summary = records(dir / "runs/w/metrics.jsonl", "summary");
+  REQUIRE(summary.size() == 1);
+  const double wall = summary[0].at("wall_s"), attempt = summary[0].at("attempt_wall_s"), saved = state.at("time_s");
+  CHECK(saved > 0);
+  CHECK(wall >= saved + attempt - 1e-6);  // it was the last attempt's alone
+}

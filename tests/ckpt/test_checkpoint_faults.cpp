@@ -45,6 +45,24 @@ TEST_CASE("checkpoint fault: a save into a read-only folder fails and keeps the 
   CHECK(scan.newest->step == 1);
 }
 
+TEST_CASE("checkpoint fault: a store over a folder it cannot write into is refused when it opens, not at its saves",
+          "[unit]") {
+  auto root = test::scratch_dir("ckpt_readonly_open");
+  test::TmpfsMount mnt(root / "mnt", "1m");
+  if (!mnt.mounted()) {
+    TRAINER_SKIP("cannot mount a tmpfs here (" << mnt.error() << ")");
+  }
+  const auto dir = root / "mnt" / "checkpoints";
+  std::filesystem::create_directories(dir);
+  REQUIRE(mnt.remount_read_only());  // root passes access(2) on it: only a write tells
+  try {
+    io::CheckpointStore store(dir, {.keep_last = 1, .keep_every = 0});
+    FAIL("a store over a read-only folder opened");
+  } catch (const io::CheckpointError& e) {
+    CHECK(std::string(e.what()) == dir.string() + ": cannot write into the checkpoint folder: Read-only file system");
+  }
+}
+
 TEST_CASE("checkpoint fault: a full filesystem fails the save, removes the temporary folder, keeps the last good one",
           "[unit]") {
   auto root = test::scratch_dir("ckpt_diskfull");

@@ -337,3 +337,24 @@ TEST_CASE("a number key reads an integer in every form YAML writes one, as the i
   auto e = errors_of(kValidHead + "optim:\n  lr: 0x1g\n");
   REQUIRE(e == std::vector<std::string>{"exp.yaml:6:7: optim.lr: expected a number, got '0x1g'"});
 }
+
+TEST_CASE("a key written without its section is pointed to its full name", "[unit]") {
+  auto e = errors_of(kValidHead + "lr: 0.1\n");
+  REQUIRE(e == std::vector<std::string>{"exp.yaml:5:1: lr: unknown section, did you mean 'optim.lr'?"});
+}
+
+TEST_CASE("a YAML syntax error on a line holding a tab says YAML indents with spaces", "[unit]") {
+  auto e = errors_of("train:\n\tmax_steps: 10\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("YAML syntax error: ") != std::string::npos);
+  CHECK(e[0].find("(the line holds a tab: YAML indents with spaces only)") != std::string::npos);
+}
+
+TEST_CASE("EMA switched off by --set after the file set its keys is not a mistake; the keys written with it are",
+          "[unit]") {
+  const std::string file = "train:\n  max_steps: 10\n  ema: {decay: 0.99, every: 2}\ndata:\n  format: synthetic\n";
+  CHECK(errors_of(file, {"train.ema.decay=0"}).empty());
+  auto e = errors_of(file, {"train.ema.decay=0", "train.ema.warmup=true"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].find("train.ema.warmup: has no effect: train.ema.decay is 0 (EMA off)") != std::string::npos);
+}

@@ -24,7 +24,7 @@ const Schema kTrain{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s",
                      {"cuda_reserved_mb", false}, {"cuda_peak_allocated_mb", false}, {"gpu_util_pct", false}, {"mfu", false},
                      {"param_bytes", true}, {"grad_bytes", true}, {"optim_state_bytes", true}}};
 const Schema kAttempt{{{"kind", true}, {"attempt", true}, {"start_step", true}, {"time_s", true}, {"resumed_from", true},
-                       {"world_size", true}}};
+                       {"world_size", true}, {"checkpoint_dir", false}}};
 const Schema kEval{{{"kind", true}, {"step", true}, {"epoch", true}, {"time_s", true}, {"loss", true},
                     {"count", true}, {"eval_ms", true}, {"best_metric", true}, {"best_value", true},
                     {"best_step", true}, {"accuracy", false}, {"top5", false}, {"ppl", false}, {"bpb", false},
@@ -40,7 +40,7 @@ void check_schema(const json& rec, const Schema& s) {
     INFO("key " << k);
     CHECK(s.keys.count(k) == 1);
     if (k != "kind" && k != "best_metric" && k != "stop_reason" && k != "device" && k != "precision" &&
-        k != "resumed_from")
+        k != "resumed_from" && k != "checkpoint_dir")
       CHECK(v.is_number());
   }
   for (const auto& [k, required] : s.keys)

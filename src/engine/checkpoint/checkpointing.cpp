@@ -148,7 +148,6 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   if (pos.interval) s["log_interval"] = interval_json(*pos.interval);
   if (pos.samples >= 0) s["samples"] = pos.samples;
   if (pos.total_steps >= 0) s["total_steps"] = pos.total_steps;
-  s["epochs"] = cfg.train.epochs;
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -200,7 +199,6 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     pos.time_s = s.value("time_s", 0.0);
     pos.samples = s.value("samples", int64_t{-1});
     pos.total_steps = s.value("total_steps", int64_t{-1});
-    pos.epochs = s.value("epochs", -1.0);
     pos.global_batch = s.value("global_batch_size", int64_t{-1});
     pos.interval = interval_from(s, from);
     if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0)

@@ -48,7 +48,6 @@ struct RunPosition {
   // Filled by restore (capture takes them from the run): what an older checkpoint lacks stays at -1.
   int64_t samples = -1;       // samples trained up to `step`, summed over the world sizes that ran them
   int64_t total_steps = -1;   // the run's length when it saved (an epochs-sized run recounts it at a new world size)
-  double epochs = -1;         // train.epochs of the config it saved with
   int64_t global_batch = -1;  // samples per step when it saved
 };
 

@@ -58,6 +58,9 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   const auto& cfg = s.loaded.cfg;
   const fs::path ckpts = checkpoint_dir(cfg, io::run_dir_path(cfg));
   const std::string held = a_checkpoint(ckpts);
+  if (args.force && s.resume.mode != ResumeMode::Never)  // it did nothing, in silence
+    throw Refused("--force goes with --resume never (it starts over a run directory that has checkpoints); with "
+                  "--resume " + args.resume + " it would do nothing");
   // a fresh start over a run that has checkpoints would mix its work with the new run's
   if (s.resume.mode == ResumeMode::Never && !args.force && !held.empty())
     throw Refused(ckpts.string() + " already holds checkpoints (" + held +

@@ -37,6 +37,12 @@ void RunRecorder::read_history() {
 void RunRecorder::resumed(const Resumed& r) {
   const auto& pos = r.pos;
   clock_offset_s_ = pos.time_s;
+  // the last attempt saved this checkpoint, so it ran at least to its clock (it may have logged no
+  // record after its start: a log interval longer than its life)
+  if (history_.last_reached_s >= 0 && pos.time_s > history_.last_reached_s) {
+    history_.wall_s += pos.time_s - history_.last_reached_s;
+    history_.last_reached_s = pos.time_s;
+  }
   attempt_.start_step = pos.step;
   attempt_.time_s = pos.time_s;
   attempt_.resumed_from = r.from.string();
@@ -159,6 +165,15 @@ void RunRecorder::summary(int64_t step, const std::string& stop_reason, const Re
   if (tracker.best()) s.best_step = tracker.best_step();
   log_->summary(s);
   log_done_line(s);
+}
+
+bool RunRecorder::report_lost_records() const {
+  const auto lost = log_->write_failures();
+  if (lost == 0) return false;
+  spdlog::error("the run ended and its final checkpoint is saved, but {} record(s) could not be written to {} (the "
+                "summary among them when it is the last): exiting with code 1",
+                lost, dir_.metrics_file().string());
+  return true;
 }
 
 }  // namespace trainer::engine

@@ -103,6 +103,9 @@ class RunRecorder {
   // The end of the run at `step`; `tracker`: early stopping's (the best metric and its step).
   void summary(int64_t step, const std::string& stop_reason, const RecordSources& s, const EarlyStopping& tracker,
                int64_t num_parameters);
+  // After the summary: true (and an error line saying what it means) when records were lost to failed
+  // writes (a full disk): the run then exits 1, its weights saved but its records not whole.
+  bool report_lost_records() const;
 
  private:
   // the steps earlier attempts logged after `start_step` are recomputed: logged once, their losses

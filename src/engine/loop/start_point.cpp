@@ -79,13 +79,16 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
   p.loader.restore(pos.loader);
   p.records.resumed(*resumed);
   if (pos.world_size <= 0 || pos.world_size == data_world) {
-    // an epochs-sized run recounted at another world size earlier keeps that length (the config's
-    // count would train past its epochs)
-    if (cfg.train.max_steps == 0 && pos.total_steps > 0 && pos.epochs == cfg.train.epochs && pos.total_steps != total_steps) {
-      spdlog::info("the run is sized in epochs: {} steps in all, as its checkpoint counted them (at this world size "
-                   "from the start: {})", pos.total_steps, total_steps);
-      p.records.set_total_steps(pos.total_steps);
-      return {pos.step, pos.total_steps, pos.samples};
+    // an epochs-sized run whose length was recounted before (an earlier attempt at another world size,
+    // another batch): the samples left count it again, else the config's count trains past its epochs
+    if (cfg.train.max_steps == 0 && pos.total_steps > 0 && pos.total_steps != total_steps) {
+      const int64_t total = epochs_total_from(cfg.train, pos, data_world, p.loader.batches_per_epoch(), pos.step);
+      if (total != total_steps) {
+        spdlog::info("the run is sized in epochs: {} steps in all, for the samples its {} epochs have left (from "
+                     "the start at this world size: {})", total, cfg.train.epochs, total_steps);
+        p.records.set_total_steps(total);
+        return {pos.step, total, pos.samples};
+      }
     }
     return {pos.step, total_steps, pos.samples};
   }

@@ -38,6 +38,7 @@
 #include "engine/step/step_runner.hpp"
 #include "models/model.hpp"
 #include "obs/history.hpp"
+#include "obs/logging.hpp"
 #include "obs/profiler.hpp"
 
 namespace trainer::engine {
@@ -201,6 +202,8 @@ class Trainer final : public WorldParts {
     catch (const std::exception& e) { spdlog::warn("in-process recovery: {}", e.what()); }
     records_->become_primary();
     ckpt_->become_writer();
+    obs::speak_on_console(cfg_.log.level);  // the console went silent with rank 0
+    spdlog::info("in-process recovery: this rank writes the run's records, checkpoints and log lines now");
   }
 
   // --- evaluation and records (engine/loop/run_evaluation.hpp, run_recorder.hpp) --------------------
@@ -411,7 +414,8 @@ class Trainer final : public WorldParts {
     dist_->barrier();
     dist_->mark_finished();
     records_->summary(step, stop_reason, record_sources(step), evaluation_->tracker(), model_->num_parameters());
-    return kExitOk;
+    // the weights are saved, but what a sweep or a report reads of the run is not whole: not exit 0
+    return records_->report_lost_records() ? kExitFailure : kExitOk;
   }
 
   bool step_is_final(int64_t step) const { return step >= total_steps_; }

@@ -32,13 +32,19 @@ int64_t steps_at_new_world_size(const config::TrainConfig& t, const RunPosition&
   if (t.max_steps > 0) return total_steps;
   // sized in epochs: the remaining steps are recounted at the new samples per step (the caller lays
   // the schedule out over the new total)
+  const int64_t total = epochs_total_from(t, pos, world, batches_per_epoch, start_step);
+  if (total != total_steps) spdlog::info("the run is sized in epochs: {} steps in all now (was {})", total, total_steps);
+  return total;
+}
+
+int64_t epochs_total_from(const config::TrainConfig& t, const RunPosition& pos, int64_t world,
+                          int64_t batches_per_epoch, int64_t start_step) {
+  const int64_t samples_per_step = t.batch_size * t.grad_accum * world;
   const int64_t per_epoch = batches_per_epoch * t.batch_size * world;
   const double target = t.epochs * static_cast<double>(per_epoch);
   const double done = static_cast<double>(pos.loader.epoch * per_epoch + pos.loader.samples_consumed);
   const int64_t left = std::max<int64_t>(
       0, static_cast<int64_t>(std::ceil((target - done) / static_cast<double>(samples_per_step) - 1e-9)));
-  if (start_step + left != total_steps)
-    spdlog::info("the run is sized in epochs: {} steps in all now (was {})", start_step + left, total_steps);
   return start_step + left;
 }
 

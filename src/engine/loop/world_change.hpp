@@ -26,6 +26,10 @@ int64_t accumulation_for(int64_t global_batch, int64_t batch, int64_t world, int
 // loader continues at the same sample; every rank takes the saved generator state. Logs what changes
 // and returns the run's total steps: recounted when the run is sized in epochs (it ends after the same
 // number of samples), else `total_steps`.
+// An epochs-sized run's total steps from `pos` on: `start_step` plus the steps that the samples left of
+// train.epochs take at `world` ranks (it ends after the same number of samples at any world size).
+int64_t epochs_total_from(const config::TrainConfig& t, const RunPosition& pos, int64_t world,
+                          int64_t batches_per_epoch, int64_t start_step);
 int64_t steps_at_new_world_size(const config::TrainConfig& t, const RunPosition& pos, int64_t world,
                                 int64_t batches_per_epoch, int64_t start_step, int64_t total_steps);
 
