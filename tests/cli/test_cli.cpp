@@ -137,3 +137,25 @@ TEST_CASE("trainer run logs an ETA line 20 steps after its first record, once, a
   REQUIRE(short_run.exit_code == 0);
   CHECK(short_run.output.find("ETA: ") == std::string::npos);
 }
+
+TEST_CASE("a run directory is enough for export, --force without --resume never is refused, launch without -- says "
+          "where the command goes",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_run_dir_uses");
+  trainer::test::write_file(dir / "c.yaml", trainer::test::tiny_config("c", 2, ""));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  // export RUN_DIR: its newest checkpoint, as eval and predict take one (it said "no complete checkpoint")
+  auto ex = run_trainer("export " + (dir / "runs/c").string() + " --out " + (dir / "c.safetensors").string());
+  INFO(ex.output);
+  CHECK(ex.exit_code == 0);
+  CHECK(ex.output.find((dir / "runs/c/checkpoints/step-2").string()) != std::string::npos);
+  CHECK(fs::exists(dir / "c.safetensors"));
+  // --force did nothing without --resume never, in silence
+  auto force = run_trainer("run " + cfg + " --force");
+  CHECK(force.exit_code == 2);
+  CHECK(force.output.find("--force goes with --resume never") != std::string::npos);
+  auto launch = run_trainer("launch -n 2 run " + cfg);
+  CHECK(launch.exit_code == 2);
+  CHECK(launch.output.find("launch: put the ranks' command after --") != std::string::npos);
+}
