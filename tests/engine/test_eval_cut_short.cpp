@@ -15,6 +15,7 @@
 #include "engine/loop/run_recorder.hpp"
 #include "engine/startup/finetune.hpp"
 #include "engine/step/ema.hpp"
+#include "eval_runs.hpp"
 #include "io/run_dir.hpp"
 #include "ckpt/ckpt_runs.hpp"
 
@@ -50,16 +51,7 @@ class ChangingSplit final : public data::Dataset {
 TEST_CASE("an evaluation cut short by a changed data file between the live and the EMA pass leaves the tracker "
           "and the records as they were",
           "[engine]") {
-  config::RunConfig cfg;
-  cfg.model.arch = "resnet";
-  cfg.model.depth = 8;
-  cfg.model.width = 0.5;
-  cfg.model.in_channels = 1;
-  cfg.model.num_classes = 10;
-  cfg.data.format = config::DataFormat::Synthetic;
-  cfg.data.workers = 1;
-  cfg.data.synthetic = {.num_samples = 32, .val_samples = 24, .image_size = 12};
-  cfg.train.batch_size = 8;
+  auto cfg = test::tiny_resnet_eval_config(32, 24, 8);
   cfg.train.ema = {.decay = 0.9, .eval = true};
   cfg.log.progress = "off";
   const torch::Device cpu(torch::kCPU);

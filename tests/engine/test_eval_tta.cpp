@@ -10,22 +10,14 @@
 #include "dist/launch_env.hpp"
 #include "engine/eval/evaluator.hpp"
 #include "engine/startup/finetune.hpp"
+#include "eval_runs.hpp"
 
 using namespace trainer;
 
 TEST_CASE("train.eval_tta flip: the loss and accuracy of the mean logits of each image and its mirror, beside the "
           "plain ones",
           "[engine]") {
-  config::RunConfig cfg;
-  cfg.model.arch = "resnet";
-  cfg.model.depth = 8;
-  cfg.model.width = 0.5;
-  cfg.model.in_channels = 1;
-  cfg.model.num_classes = 10;
-  cfg.data.format = config::DataFormat::Synthetic;
-  cfg.data.workers = 1;
-  cfg.data.synthetic = {.num_samples = 64, .val_samples = 40, .image_size = 12};
-  cfg.train.batch_size = 16;  // the last batch holds 8
+  auto cfg = test::tiny_resnet_eval_config(64, 40, 16);  // the last batch holds 8
   cfg.train.eval_tta = "flip";
   const torch::Device cpu(torch::kCPU);
   torch::manual_seed(5);
