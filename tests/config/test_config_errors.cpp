@@ -350,7 +350,7 @@ TEST_CASE("a YAML syntax error on a line holding a tab says YAML indents with sp
   CHECK(e[0].find("(the line holds a tab: YAML indents with spaces only)") != std::string::npos);
 }
 
-TEST_CASE("EMA switched off by --set after the file set its keys is not a mistake; the keys written with it are",
+TEST_CASE("EMA switched off by --set after the file set its keys is not a mistake, the keys written with it are",
           "[unit]") {
   const std::string file = "train:\n  max_steps: 10\n  ema: {decay: 0.99, every: 2}\ndata:\n  format: synthetic\n";
   CHECK(errors_of(file, {"train.ema.decay=0"}).empty());
