@@ -114,14 +114,37 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::D
   // rank 0 hosts the store and the others connect, unless torchrun's agent already hosts it
   o.isServer = env.rank == 0 && !env.agent_store;
   o.numWorkers = static_cast<size_t>(env.world_size);
-  o.waitWorkers = true;
+  // the server does not wait for its clients here, deaf to a stop signal: the process group's meeting
+  // waits for every rank, through StopAwareStore
+  o.waitWorkers = false;
   o.timeout = timeout;
   if (o.isServer && is_loopback(env.master_addr)) o.masterListenFd = listen_on_loopback(env.master_port);
-  try {
-    return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
-  } catch (const std::exception& e) {
-    throw DistError("rank " + std::to_string(env.rank) + ": rendezvous at " + env.master_addr + ":" +
-                    std::to_string(env.master_port) + " failed: " + error_text(e));
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  auto failed = [&](const std::exception& e) {
+    return DistError("rank " + std::to_string(env.rank) + ": rendezvous at " + where + " failed: " + error_text(e));
+  };
+  if (o.isServer) {
+    try {
+      return c10::make_intrusive<c10d::TCPStore>(env.master_addr, o);
+    } catch (const std::exception& e) {
+      throw failed(e);
+    }
+  }
+  // a client connects in slices of 0.5 s: the store's own retries would wait the whole timeout through a
+  // stop signal (a rank whose store host never came)
+  const auto start = std::chrono::steady_clock::now();
+  StopGrace grace;
+  for (;;) {
+    auto attempt = o;
+    attempt.timeout = std::min(timeout, Millis(500));
+    try {
+      auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, attempt);
+      store->setTimeout(timeout);
+      return store;
+    } catch (const std::exception& e) {
+      grace.check("the store at " + where);
+      if (std::chrono::steady_clock::now() - start >= timeout) throw failed(e);
+    }
   }
 }
 

@@ -33,6 +33,18 @@ bool is_rendezvous_stop(const std::exception& e) {
   return dynamic_cast<const RendezvousStopped*>(&e) != nullptr || std::string(e.what()).find(kStopped) != std::string::npos;
 }
 
+// Live peers that got the same signal are meeting too: they finish the meeting and stop together at
+// the first step boundary. Leaving at once broke the meeting under a peer already connecting to this
+// rank (Gloo's pairs wait dist.timeout_s); peers that do not come within the grace are gone.
+void StopGrace::check(const std::string& what) {
+  const auto sig = stop_asked();
+  if (sig.empty()) return;
+  if (!seen_) seen_ = std::chrono::steady_clock::now();
+  if (std::chrono::steady_clock::now() - *seen_ >= kStopGrace)
+    throw RendezvousStopped(sig + kStopped + what + "), and they did not come within " +
+                            std::to_string(kStopGrace.count()) + " s of it: stopping before the first step");
+}
+
 void set_rendezvous_stop_query(std::function<std::string()> query) {
   std::lock_guard<std::mutex> lk(g_mu);
   g_query = std::move(query);
@@ -62,19 +74,11 @@ void StopAwareStore::setTimeout(const std::chrono::milliseconds& timeout) {
 void StopAwareStore::wait_for(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
-  std::optional<Clock::time_point> stop_seen;
+  StopGrace grace;
   auto pause = std::chrono::milliseconds(5);
   for (;;) {
     if (inner_->check(keys)) return;
-    // live peers that got the same signal are meeting too: they finish the meeting and stop together
-    // at the first step boundary. Leaving at once broke the meeting under a peer already connecting
-    // to this rank (Gloo's pairs wait dist.timeout_s); peers that do not come within the grace are gone.
-    if (const auto sig = stop_asked(); !sig.empty()) {
-      if (!stop_seen) stop_seen = Clock::now();
-      if (Clock::now() - *stop_seen >= kStopGrace)
-        throw RendezvousStopped(sig + kStopped + key_list(keys) + "), and they did not come within " +
-                                std::to_string(kStopGrace.count()) + " s of it: stopping before the first step");
-    }
+    grace.check(key_list(keys));
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (timeout.count() > 0 && waited >= timeout)
       throw DistError("waited " + std::to_string(waited.count() / 1000) + " s (dist.timeout_s) for the other ranks to "

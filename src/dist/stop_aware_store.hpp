@@ -10,7 +10,9 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +30,17 @@ class RendezvousStopped : public DistError {
 // `e` is (or wraps, in its text: Gloo and NCCL rethrow what a store threw in their own types) a
 // RendezvousStopped.
 bool is_rendezvous_stop(const std::exception& e);
+
+// A wait for the other ranks that ends on a stop signal: check() throws RendezvousStopped once a stop
+// came 5 s ago or more (live peers meet within that and stop together at the first step boundary);
+// `what` names what is awaited in the message.
+class StopGrace {
+ public:
+  void check(const std::string& what);
+
+ private:
+  std::optional<std::chrono::steady_clock::time_point> seen_;
+};
 
 class StopAwareStore final : public c10d::Store {
  public:

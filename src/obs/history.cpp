@@ -30,8 +30,9 @@ RunHistory read_history(const std::filesystem::path& metrics) {
       start = latest = t;
       if (j.contains("checkpoint_dir") && j["checkpoint_dir"].is_string()) {
         const auto dir = j["checkpoint_dir"].get<std::string>();
-        if (std::find(h.checkpoint_dirs.begin(), h.checkpoint_dirs.end(), dir) == h.checkpoint_dirs.end())
-          h.checkpoint_dirs.push_back(dir);
+        h.checkpoint_dirs.erase(std::remove(h.checkpoint_dirs.begin(), h.checkpoint_dirs.end(), dir),
+                                h.checkpoint_dirs.end());
+        h.checkpoint_dirs.push_back(dir);  // by the last attempt that used it
       }
       continue;
     }

@@ -20,7 +20,7 @@ struct RunHistory {
   int64_t last_train_step = -1, last_eval_step = -1;  // the same per kind: a kill between a step's train
                                                       // and eval records leaves the eval one to write
   std::map<int64_t, double> train_losses;  // by step; a later record of the same step wins
-  std::vector<std::string> checkpoint_dirs;  // where the attempts saved checkpoints, each once, in order
+  std::vector<std::string> checkpoint_dirs;  // where the attempts saved checkpoints, each once, by its last use
   double last_reached_s = -1;  // the clock the last attempt is known to have reached (-1: no attempt)
 };
 

@@ -195,20 +195,32 @@ TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes 
           "[e2e][dist]") {
   // The process group's rendezvous waited dist.timeout_s in the store, deaf to the signal: the peer of
   // a rank that died at start-up was SIGKILLed by the launcher's grace period (found 2026-12-06).
+  // Three ways to wait: in a file store for rank 0's keys; hosting the TCP store for a rank 1 that never
+  // comes (its server waited for its clients in the store's constructor); connecting to a store host that
+  // never comes (the client's retries ran past the timeout).
   auto dir = scratch_dir("startup_signal_rendezvous");
   write_file(dir / "c.yaml", tiny_config("c", 10, ""));
-  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=29999 RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2";
-  start_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string() +
-                    " --set dist.timeout_s=900 --set dist.store=file://" + (dir / "store").string(),
-                dir / "rank1.log", dir / "rank1.rc", env);
-  const auto lock = dir / "runs/c/logs/.rank1.lock";
-  // signed in to the store: rank 0 never comes
-  REQUIRE(wait_for([&] { return fs::exists(dir / "store") && lock_holder(lock) > 0; }));
-  REQUIRE(::kill(lock_holder(lock), SIGTERM) == 0);
-  const int rc = wait_rc(dir / "rank1.rc", 300);  // (it would have waited 900 s)
-  INFO(read_file(dir / "rank1.log"));
-  CHECK(rc == 75);
-  CHECK(contains_text(read_file(dir / "rank1.log"), "SIGTERM received"));
+  struct Alone {
+    int rank;
+    std::string store, port;
+  };
+  for (const auto& [rank, store, port] : {Alone{1, "file://" + (dir / "store").string(), "29999"}, Alone{0, "", "29997"},
+                                          Alone{1, "", "29996"}}) {
+    const std::string name = "r" + std::to_string(rank) + (store.empty() ? "tcp" : "file");
+    INFO(name);
+    const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " RANK=" + std::to_string(rank) +
+                            " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) + " LOCAL_WORLD_SIZE=2";
+    start_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string() + " --set run.name=" +
+                      name + " --set dist.timeout_s=900" + (store.empty() ? "" : " --set dist.store=" + store),
+                  dir / (name + ".log"), dir / (name + ".rc"), env);
+    const auto lock = rank == 0 ? dir / "runs" / name / ".lock" : dir / "runs" / name / "logs/.rank1.lock";
+    REQUIRE(wait_for([&] { return lock_holder(lock) > 0; }));  // started: its peer never comes
+    REQUIRE(::kill(lock_holder(lock), SIGTERM) == 0);
+    const int rc = wait_rc(dir / (name + ".rc"), 300);  // (it would have waited 900 s)
+    INFO(read_file(dir / (name + ".log")));
+    CHECK(rc == 75);
+    CHECK(contains_text(read_file(dir / (name + ".log")), "SIGTERM received"));
+  }
 }
 
 TEST_CASE("attempts: the wall time counts an attempt that died before its first record up to the checkpoint it saved",

@@ -303,3 +303,26 @@ TEST_CASE("resume records: an epochs-sized run stopped at 2 ranks and resumed on
   CHECK(again.exit_code == 0);
   CHECK(again.output.find("the run is already complete (31 of 31 steps)") != std::string::npos);
 }
+
+TEST_CASE("resume records: one process with accumulation 2 stopped between two log steps and resumed on 2 ranks logs "
+          "the uninterrupted interval's mean",
+          "[e2e][dist]") {
+  // the saved sums counted micro-batches of accumulation 2; each rank now counts one a step (they were
+  // weighed double: 1 % off, and the resume check refused a legitimate resume)
+  auto dir = trainer::test::scratch_dir("resume_records_interval_accum");
+  for (const std::string n : {"ref", "s"}) {
+    std::string cfg = every_four(eval_config(n, 12, 0, ", global_batch_size: 16"));
+    write_file(dir / (n + ".yaml"), cfg);
+  }
+  REQUIRE(run_trainer("run " + (dir / "ref.yaml").string()).exit_code == 0);
+  auto stopped = run_trainer("run " + (dir / "s.yaml").string(), "TRAINER_INJECT_SIGNAL=5");
+  INFO(stopped.output);
+  REQUIRE(stopped.exit_code == 75);
+  auto two = run_trainer("launch -n 2 -- run " + (dir / "s.yaml").string());
+  INFO(two.output);
+  REQUIRE(two.exit_code == 0);
+  const auto ref = trainer::test::train_losses(dir / "runs" / "ref" / "metrics.jsonl");
+  const auto got = trainer::test::train_losses(dir / "runs" / "s" / "metrics.jsonl");
+  REQUIRE(got.count(8) == 1);
+  CHECK(std::abs(got.at(8) - ref.at(8)) <= 1e-5 * ref.at(8));
+}

@@ -296,4 +296,21 @@ TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints
   INFO(ev.output);
   CHECK(ev.exit_code == 0);
   CHECK(has(ev.output, "eval " + (dir / "ck1/step-10").string() + " (step 10)"));
+  auto ex = run_trainer("export " + (runs / "c").string() + " --out " + (dir / "c.safetensors").string());  // so does export
+  INFO(ex.output);
+  CHECK(ex.exit_code == 0);
+  CHECK(has(ex.output, "exported " + (dir / "ck1/step-10").string()));
+  // 4. the run directory itself as checkpoint.dir: a config error (it collided with its own lock)
+  auto self = run_trainer("run " + (dir / "c1.yaml").string() + " --out-dir " + runs.string() +
+                          " --set checkpoint.dir=" + (runs / "c").string());
+  CHECK(self.exit_code == 2);
+  CHECK(has(self.output, "is the run directory itself; name a folder of its own"));
+  // 5. a run directory moved (renamed) with its checkpoint.dir elsewhere: the folder is taken over, not refused
+  fs::rename(runs / "c", runs / "c_moved");
+  auto moved_dir = run_trainer("run " + (dir / "c1.yaml").string() + " --out-dir " + runs.string() +
+                               " --set run.name=c_moved");
+  INFO(moved_dir.output);
+  CHECK(moved_dir.exit_code == 0);
+  CHECK(has(moved_dir.output, "which is gone (moved?): this run (" + fs::weakly_canonical(runs / "c_moved").string() +
+                                  ") takes the folder over"));
 }

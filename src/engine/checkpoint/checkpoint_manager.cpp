@@ -80,11 +80,17 @@ void CheckpointManager::refuse_other_runs_folder() const {
     if (!state.is_object()) continue;  // not readable: resume's verification names it
     const auto owner = state.value("run_dir", std::string());
     if (owner.empty() || owner == run_root_) return;
+    std::error_code ec;
+    if (!std::filesystem::exists(owner, ec)) {  // that run directory was moved or renamed (to this one, likely)
+      spdlog::warn("checkpoint.dir {}: its newest checkpoint was saved by the run in {}, which is gone (moved?): this "
+                   "run ({}) takes the folder over", dir_.string(), owner, run_root_);
+      return;
+    }
     throw std::runtime_error("checkpoint.dir " + dir_.string() + " holds the checkpoints of another run (" +
                              c.path.filename().string() + " was saved by the run in " + owner + ", this run is " +
                              run_root_ + "): its saves would be resumed as this run's and pruned by this run's "
-                             "saves. Give this run its own checkpoint.dir; to start from one of them, copy it into "
-                             "that folder or pass --resume " + c.path.string() + " with another checkpoint.dir");
+                             "saves. Give this run its own checkpoint.dir; to start from one of them, pass --resume " +
+                             c.path.string() + " (this run then saves in its own checkpoint.dir)");
   }
 }
 
@@ -225,11 +231,12 @@ std::string CheckpointManager::stage_tp_parts(int64_t step, const TpParts& parts
   return what;
 }
 
-std::optional<LossInterval> CheckpointManager::gather_interval() {
+std::optional<LossInterval> CheckpointManager::gather_interval(int64_t step) {
   if (!interval_.get) return std::nullopt;
   const auto mine = interval_.get();
   const bool any = mine.loss_count > 0 && mine.loss_sum.defined();
   LossInterval li;
+  li.steps = step % cfg_.train.log_every;  // since the last log step
   li.dtype = any ? mine.loss_sum.scalar_type() : torch::kFloat;
   li.skipped_steps = mine.skipped_steps;
   // a float sum is exact in a double: the pair travels as doubles
@@ -252,12 +259,18 @@ void CheckpointManager::put_back_interval(const RunPosition& pos, bool with_skip
   if (ranks == env_.world_size) {  // this rank's own: the records are the uninterrupted run's, bit for bit
     sum = li.loss_sums[static_cast<size_t>(env_.rank)];
     count = li.loss_counts[static_cast<size_t>(env_.rank)];
-  } else {  // the record is the mean over ranks of sum / count: the saved ranks' mean sum keeps it
-    double counts = 0;
-    for (int64_t r = 0; r < ranks; ++r) sum += li.loss_sums[r] / static_cast<double>(ranks), counts += li.loss_counts[r];
-    count = std::llround(counts / static_cast<double>(ranks));
   }
   StepRunner::Interval i = interval_.get();
+  i.carried = {};
+  if (ranks != env_.world_size) {
+    // another number of ranks, maybe another accumulation: the saved steps' mean micro-batch loss, as
+    // that many steps of this world's micro-batches (the record is the mean over ranks of sum / count)
+    double mean = 0;
+    int64_t with = 0;
+    for (int64_t r = 0; r < ranks; ++r)
+      if (li.loss_counts[r] > 0) mean += li.loss_sums[r] / static_cast<double>(li.loss_counts[r]), ++with;
+    if (with > 0 && li.steps > 0) i.carried = {mean / static_cast<double>(with), li.steps};
+  }
   i.loss_count = count;
   i.loss_sum = count > 0 ? torch::full({}, sum, torch::TensorOptions().dtype(li.dtype).device(objs_.device)) : torch::Tensor();
   if (with_skips) i.skipped_steps = li.skipped_steps;
@@ -266,7 +279,7 @@ void CheckpointManager::put_back_interval(const RunPosition& pos, bool with_skip
 
 bool CheckpointManager::save(int64_t step, SaveKind kind) {
   FullParams whole(objs_.parallel, /*write=*/false);  // dist.sharding full: rank 0 writes the whole model
-  const auto interval = gather_interval();  // every rank: before anything can fail on one rank alone
+  const auto interval = gather_interval(step);  // every rank: before anything can fail on one rank alone
   // tensor parallel: each tp rank of dp rank 0 writes its slices (every rank takes part: the dp gather)
   const auto parts = dist_ && dist_->active() ? tp_parts(objs_) : std::nullopt;
   int failure = 0;  // 1: the save failed, 2: non-finite weights

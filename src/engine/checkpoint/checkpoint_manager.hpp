@@ -108,7 +108,7 @@ class CheckpointManager {
   // same agreement as stage_shards.
   std::string stage_tp_parts(int64_t step, const TpParts& parts, std::map<std::string, std::filesystem::path>& staged);
   // Every rank's interval, on rank 0 (a collective when several ranks); nullopt without access.
-  std::optional<LossInterval> gather_interval();
+  std::optional<LossInterval> gather_interval(int64_t step);
   // This rank's part of `pos`' interval into the step runner (another number of ranks saved it: the
   // ranks' mean, the record's mean up to rounding); `with_skips`: the fp16 skip count too.
   void put_back_interval(const RunPosition& pos, bool with_skips);

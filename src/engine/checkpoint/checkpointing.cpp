@@ -73,7 +73,7 @@ nlohmann::json interval_json(const LossInterval& li) {
   nlohmann::json sums = nlohmann::json::array();
   for (double v : li.loss_sums) sums.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr));
   return {{"loss_sums", sums}, {"loss_counts", li.loss_counts}, {"dtype", c10::toString(li.dtype)},
-          {"skipped_steps", li.skipped_steps}};
+          {"skipped_steps", li.skipped_steps}, {"steps", li.steps}};
 }
 
 // state.json's "log_interval" (nullopt when absent: an older checkpoint); throws io::CheckpointError
@@ -86,6 +86,7 @@ std::optional<LossInterval> interval_from(const nlohmann::json& s, const std::fi
     li.loss_sums.push_back(v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>());
   li.loss_counts = j.at("loss_counts").get<std::vector<int64_t>>();
   li.skipped_steps = j.at("skipped_steps").get<int64_t>();
+  li.steps = j.value("steps", int64_t{-1});
   const auto dtype = j.at("dtype").get<std::string>();
   bool known = false;
   for (auto t : kLossDtypes)

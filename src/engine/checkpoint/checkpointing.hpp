@@ -37,6 +37,7 @@ struct LossInterval {
   std::vector<int64_t> loss_counts;   // the micro-batches in each sum (0: nothing logged since the last record)
   torch::ScalarType dtype = torch::kFloat;  // of the sums on the device: restored as it was (a bitwise resume)
   int64_t skipped_steps = 0;          // steps the fp16 scaler skipped so far (agreed: the same on every rank)
+  int64_t steps = -1;                 // the steps in the sums (-1: not recorded)
 };
 
 struct RunPosition {

@@ -15,6 +15,7 @@
 #include "config/file_write.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
+#include "engine/commands/inference.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor_parts.hpp"
@@ -58,12 +59,19 @@ std::string read_text(const fs::path& p) {  // regular files only: a FIFO would 
       .read_all<io::CheckpointError>();
 }
 
+// A checkpoint, a checkpoints folder, or a run directory (where its run saved, as eval takes one).
+fs::path resolve_export_source(const std::string& path) {
+  std::error_code ec;
+  const bool run_dir = fs::is_regular_file(fs::path(path) / "config.yaml", ec);
+  return io::resolve_checkpoint_path(run_dir ? run_checkpoint_folder(path) : fs::path(path));
+}
+
 }  // namespace
 
 void export_checkpoint(const std::string& checkpoint, const std::string& out, const std::string& dtype_name, bool ema) {
   const auto dtype = parse_dtype(dtype_name);
   if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
-  const fs::path dir = io::resolve_checkpoint_path(checkpoint);
+  const fs::path dir = resolve_export_source(checkpoint);
   io::verify_checkpoint(dir);  // every checksum, before anything is deserialised
 
   const fs::path state_path = dir / "state.json";
@@ -136,7 +144,7 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
   }
   try {
     export_checkpoint(checkpoint, out, dtype, ema);
-    std::cout << "exported " << (ema ? "the EMA weights of " : "") << io::resolve_checkpoint_path(checkpoint).string()
+    std::cout << "exported " << (ema ? "the EMA weights of " : "") << resolve_export_source(checkpoint).string()
               << " -> " << out << " (" << dtype << ")\n";
     return kExitOk;
   } catch (const config::ConfigError& e) {

@@ -47,24 +47,6 @@ fs::path infer_newest_verified(const fs::path& dir) {
                             (rejected.empty() ? std::string(" (no step-<N> folders)") : ":" + rejected));
 }
 
-// A run directory's checkpoint folder: its config.yaml's checkpoint.dir when set (resume looks there
-// too), else the newest folder its attempts saved in (their records in metrics.jsonl), else its
-// checkpoints/: the first of them that holds a step-<N> folder.
-fs::path run_checkpoints(const fs::path& run) {
-  std::vector<fs::path> where;
-  try {
-    const auto dir = config::load_config((run / "config.yaml").string()).cfg.checkpoint.dir;
-    if (!dir.empty()) where.emplace_back(dir);
-  } catch (const config::ConfigError&) {  // a config.yaml this version does not read
-  }
-  const auto attempts = obs::read_history(run / "metrics.jsonl").checkpoint_dirs;
-  for (auto it = attempts.rbegin(); it != attempts.rend(); ++it) where.emplace_back(*it);
-  where.push_back(run / "checkpoints");
-  for (const auto& dir : where)
-    if (!io::step_folders_newest_first(dir).empty()) return dir;
-  return where.front();
-}
-
 InferWeights infer_from_checkpoint(const fs::path& step_dir) {
   InferWeights w;
   const fs::path state_path = step_dir / "state.json";
@@ -141,7 +123,7 @@ InferWeights infer_open(const std::string& path, std::string& shown) {
   if (fs::exists(p / "manifest.json", ec) || io::parse_step_dir_name(step_dir.filename().string())) {
     io::verify_checkpoint(step_dir);  // every checksum, before anything is deserialised
   } else {
-    step_dir = infer_newest_verified(fs::is_regular_file(p / "config.yaml", ec) ? run_checkpoints(p)
+    step_dir = infer_newest_verified(fs::is_regular_file(p / "config.yaml", ec) ? run_checkpoint_folder(p)
                                      : fs::is_directory(p / "checkpoints", ec) ? p / "checkpoints"
                                                                                : p);
   }
@@ -150,6 +132,25 @@ InferWeights infer_open(const std::string& path, std::string& shown) {
 }
 
 }  // namespace
+
+// A run directory's checkpoint folder: its config.yaml's checkpoint.dir when set (resume looks there
+// too), else the newest folder its attempts saved in (their records in metrics.jsonl), else its
+// checkpoints/: the first of them that holds a step-<N> folder.
+std::filesystem::path run_checkpoint_folder(const std::filesystem::path& run) {
+  namespace fs = std::filesystem;
+  std::vector<fs::path> where;
+  try {
+    const auto dir = config::load_config((run / "config.yaml").string()).cfg.checkpoint.dir;
+    if (!dir.empty()) where.emplace_back(dir);
+  } catch (const config::ConfigError&) {  // a config.yaml this version does not read
+  }
+  const auto attempts = obs::read_history(run / "metrics.jsonl").checkpoint_dirs;
+  for (auto it = attempts.rbegin(); it != attempts.rend(); ++it) where.emplace_back(*it);
+  where.push_back(run / "checkpoints");
+  for (const auto& dir : where)
+    if (!io::step_folders_newest_first(dir).empty()) return dir;
+  return where.front();
+}
 
 InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::LaunchEnv& env, const std::string& path) {
   InferenceModel m;

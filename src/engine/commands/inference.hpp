@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -14,6 +15,11 @@
 #include "models/model.hpp"
 
 namespace trainer::engine {
+
+// A run directory's checkpoint folder: its config.yaml's checkpoint.dir when set (resume looks there
+// too), else the newest folder its attempts saved in (their records in metrics.jsonl), else its
+// checkpoints/: the first of them that holds a step-<N> folder.
+std::filesystem::path run_checkpoint_folder(const std::filesystem::path& run);
 
 // The path given is not there at all: a usage error (exit 2), unlike a checkpoint that is there but
 // does not verify or does not fit the model (io::CheckpointError / io::SafetensorsError, exit 1).

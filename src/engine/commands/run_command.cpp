@@ -70,6 +70,10 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   if (s.resume.mode == ResumeMode::Path && !fs::is_directory(s.resume.path))
     throw Refused("--resume " + args.resume + ": is a file, not a checkpoint folder (a step-N folder, latest, or a "
                   "checkpoints folder or run directory)");
+  if (std::error_code ec; fs::weakly_canonical(ckpts, ec) == fs::weakly_canonical(io::run_dir_path(cfg), ec))
+    throw config::ConfigError(std::vector<config::Diagnostic>{
+        {s.loaded.where("checkpoint.dir"), "checkpoint.dir",
+         ckpts.string() + ": is the run directory itself; name a folder of its own (\"\": <run dir>/checkpoints)"}});
   if (std::error_code ec; fs::exists(ckpts, ec) && !fs::is_directory(ckpts, ec))
     throw config::ConfigError(std::vector<config::Diagnostic>{
         {s.loaded.where("checkpoint.dir"), "checkpoint.dir", ckpts.string() + ": is a file, not a folder for checkpoints"}});

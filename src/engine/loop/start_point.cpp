@@ -50,7 +50,8 @@ void start_from_initial_weights(const StartParts& p, const config::ModelConfig& 
 void refuse_moved_checkpoints(const obs::RunHistory& h, const std::filesystem::path& now) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  for (const auto& before : h.checkpoint_dirs) {
+  for (auto it = h.checkpoint_dirs.rbegin(); it != h.checkpoint_dirs.rend(); ++it) {  // the latest attempt's first
+    const auto& before = *it;
     if (fs::equivalent(before, now, ec) || fs::absolute(now).lexically_normal() == fs::path(before)) continue;
     const auto held = io::step_folders_newest_first(before);
     if (held.empty()) continue;

@@ -224,8 +224,7 @@ StepOutcome StepRunner::run(int64_t step, bool need_norm, IntervalTimes& times) 
     return {applied.grad_norm, true};
   }
   // a skipped step's loss stays out of the logged average
-  loss_sum_ = loss_sum_.defined() ? loss_sum_ + step_loss : step_loss;
-  loss_count_ += step_losses;
+  add_loss(step_loss, step_losses);
   return {applied.grad_norm, false};
 }
 
@@ -341,10 +340,19 @@ std::optional<StepOutcome> StepRunner::graphed_train_step(int64_t step, bool nee
   taken.clear();
   times.compute_ms += ms_since(t1);  // the host's time to launch the graph (docs/METRICS.md)
   ++times.steps;
-  loss_sum_ = loss_sum_.defined() ? loss_sum_ + out->loss : out->loss;
-  loss_count_ += accum;
+  add_loss(out->loss, accum);
   return StepOutcome{need_norm || set_.grad_clip > 0 ? out->grad_norm : torch::Tensor(), false};
 }
 
+void StepRunner::add_loss(const torch::Tensor& loss, int64_t micro_batches) {
+  loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss : loss;
+  loss_count_ += micro_batches;
+  if (carried_.steps > 0) {
+    const int64_t n = carried_.steps * micro_batches;
+    loss_sum_ = loss_sum_ + carried_.mean * static_cast<double>(n);
+    loss_count_ += n;
+    carried_ = {};
+  }
+}
 
 }  // namespace trainer::engine

@@ -107,19 +107,29 @@ class StepRunner {
   void reset_loss() {
     loss_sum_ = torch::Tensor();
     loss_count_ = 0;
+    carried_ = {};
   }
   int64_t skipped_steps() const { return skipped_steps_; }  // steps the fp16 scaler skipped so far
   // What a runner rebuilt after an in-process regroup takes over from the one it replaces: the
   // interval's loss (not yet logged) and the skip count.
+  // `carried`: the steps of an interval saved at another world size, as their mean micro-batch loss:
+  // counted at the first step here, as that many steps of this world's micro-batches (its
+  // accumulation may differ: a count of the saved world's micro-batches would weigh them wrongly).
+  struct Carried {
+    double mean = 0;
+    int64_t steps = 0;
+  };
   struct Interval {
     torch::Tensor loss_sum;
     int64_t loss_count = 0, skipped_steps = 0;
+    Carried carried;
   };
-  Interval interval() const { return {loss_sum_, loss_count_, skipped_steps_}; }
+  Interval interval() const { return {loss_sum_, loss_count_, skipped_steps_, carried_}; }
   void take_over(const Interval& i) {
     loss_sum_ = i.loss_sum;
     loss_count_ = i.loss_count;
     skipped_steps_ = i.skipped_steps;
+    carried_ = i.carried;
   }
 
  private:
@@ -140,8 +150,11 @@ class StepRunner {
   std::optional<BatchMixer> mixer_;     // data.mixup / data.cutmix, when on
   int64_t steps_in_process_ = 0;         // run() calls so far (the graph's warm-up counts them)
   bool warned_graph_shape_ = false;
+  // one step's loss summed over its `micro_batches` into the interval (and a carried interval's steps)
+  void add_loss(const torch::Tensor& loss, int64_t micro_batches);
   torch::Tensor loss_sum_;
   int64_t loss_count_ = 0, skipped_steps_ = 0;
+  Carried carried_;
   std::multiset<int64_t> inject_nonfinite_;  // TRAINER_INJECT_NONFINITE_GRAD
   int64_t inject_read_failure_ = -1;          // TRAINER_INJECT_READ_FAILURE: the step (1-based) of this rank
 };
