@@ -191,7 +191,7 @@ TEST_CASE("stop signals: a signal during start-up exits 75 with nothing lost", "
     }
 }
 
-TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes stops at once on SIGTERM, exit 75",
+TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes stops within seconds of SIGTERM, exit 75",
           "[e2e][dist]") {
   // The process group's rendezvous waited dist.timeout_s in the store, deaf to the signal: the peer of
   // a rank that died at start-up was SIGKILLed by the launcher's grace period (found 2026-12-06).
