@@ -254,15 +254,16 @@ void CheckpointManager::put_back_interval(const RunPosition& pos, bool with_skip
   if (!interval_.set || !pos.interval) return;
   const auto& li = *pos.interval;
   const auto ranks = static_cast<int64_t>(li.loss_sums.size());
-  double sum = 0;
-  int64_t count = 0;
-  if (ranks == env_.world_size) {  // this rank's own: the records are the uninterrupted run's, bit for bit
-    sum = li.loss_sums[static_cast<size_t>(env_.rank)];
-    count = li.loss_counts[static_cast<size_t>(env_.rank)];
-  }
   StepRunner::Interval i = interval_.get();
   i.carried = {};
-  if (ranks != env_.world_size) {
+  i.loss_count = 0;
+  i.loss_sum = torch::Tensor();
+  if (ranks == env_.world_size) {  // this rank's own: the records are the uninterrupted run's, bit for bit
+    i.loss_count = li.loss_counts[static_cast<size_t>(env_.rank)];
+    if (i.loss_count > 0)
+      i.loss_sum = torch::full({}, li.loss_sums[static_cast<size_t>(env_.rank)],
+                               torch::TensorOptions().dtype(li.dtype).device(objs_.device));
+  } else {
     // another number of ranks, maybe another accumulation: the saved steps' mean micro-batch loss, as
     // that many steps of this world's micro-batches (the record is the mean over ranks of sum / count)
     double mean = 0;
@@ -271,8 +272,6 @@ void CheckpointManager::put_back_interval(const RunPosition& pos, bool with_skip
       if (li.loss_counts[r] > 0) mean += li.loss_sums[r] / static_cast<double>(li.loss_counts[r]), ++with;
     if (with > 0 && li.steps > 0) i.carried = {mean / static_cast<double>(with), li.steps};
   }
-  i.loss_count = count;
-  i.loss_sum = count > 0 ? torch::full({}, sum, torch::TensorOptions().dtype(li.dtype).device(objs_.device)) : torch::Tensor();
   if (with_skips) i.skipped_steps = li.skipped_steps;
   interval_.set(i);
 }
