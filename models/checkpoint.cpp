@@ -77,11 +77,16 @@ struct CheckpointFunction : torch::autograd::Function<CheckpointFunction> {
     const auto rng_now = swap_rng(stage->generators, stage->rng_states);
     const auto autocast_now = AutocastState::capture();
     stage->autocast.apply();
+    // a scope of its own, as torch.utils.checkpoint's `with autocast`: backward runs outside the
+    // forward's scope, so without it the recompute's low-precision copies of the weights stayed in the
+    // cast cache, keyed by the weights, and the next step's forward read them after the update
+    at::autocast::increment_nesting();
     torch::Tensor y;
     {
       torch::AutoGradMode grad_on(true);
       y = stage->fn(xd);
     }
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
     autocast_now.apply();
     swap_rng(stage->generators, rng_now);
 

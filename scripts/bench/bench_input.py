@@ -95,6 +95,7 @@ data:
   path: {train}
   val_path: {train}   # the same images: the validation pipeline runs one pass, warm-up batches included
   image_size: 224
+  val_resize: 256     # validation: Resize(256) + CenterCrop(224), as torchvision's side does
   augment: {{random_resized_crop: true, hflip: true{jitter}}}
   normalize: {{mode: mean_std, mean: [0.485, 0.456, 0.406], std: [0.229, 0.224, 0.225]}}
 train: {{batch_size: 64, epochs: 1, threads: 1, precision: fp32}}

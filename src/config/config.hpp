@@ -130,6 +130,7 @@ struct DataConfig {
   std::string val_path;        // separate validation data ("" = split or the format's own test files)
   double val_fraction = 0.1;   // text: contiguous tail used for validation when val_path is empty
   int64_t image_size = 0;      // image_folder / resize: output side in pixels (0 = keep)
+  int64_t val_resize = 0;      // validation / predict: shorter side before the centred image_size crop (0 = image_size)
   int64_t workers = -1;        // auto (-1): device::choose_workers; 0 = load on the training thread
   int64_t prefetch = 4;        // finished batches waiting ahead of the step (besides one per worker)
   std::string on_bad_sample = "error";  // error | skip

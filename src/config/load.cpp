@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -79,6 +80,7 @@ class Loader {
   }
 
   static constexpr int kOverrideSource = 1 << 30;  // every --set comes after every document
+  std::map<std::string, std::string> set_on_command_line_;  // key -> the --set that set it
 
   void apply_override(const std::string& text, const fs::path& cwd) {
     file_ = "--set " + printable(text);
@@ -108,6 +110,11 @@ class Loader {
     }
     if (it == by_key_.end()) {
       unknown_key(where, key);
+      return;
+    }
+    // the same key twice on one command line is a slip (an edited history line), not an intent
+    if (const auto [first, fresh] = set_on_command_line_.emplace(key, file_); !fresh) {
+      error(where, key, "is set twice on the command line (first by " + first->second + "): give it once");
       return;
     }
     if (value == "~" || value == "null") {  // a base's value removed: the default, as if never set

@@ -183,6 +183,11 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.p("val_path", d.val_path, "Validation data (\"\" = the format's test files or a split of path).");
   k.f("val_fraction", d.val_fraction, 0, 0.9, "text: fraction of the file (its tail) used for validation.");
   k.i("image_size", d.image_size, 0, 8192, "Resize images to this side in pixels (0 = keep).");
+  k.i("val_resize", d.val_resize, 0, 8192,
+      "Validation and predict: the shorter side is resized to this, then the centred data.image_size square is "
+      "cropped, as torchvision's Resize(val_resize) + CenterCrop(image_size) (256 for ImageNet's 224; 0 = "
+      "data.image_size: no margin). Needs data.image_size, and at least it. Training with "
+      "random_resized_crop off resizes to data.image_size.");
   k.i("workers", d.workers, 0, 256,
       "Loader worker threads (0 = load on the training thread); auto = on CUDA every hardware thread of this "
       "rank's share but one (at least 2, at most 16: the host's job there is the input pipeline), on a CPU 2.");

@@ -63,6 +63,14 @@ void check_image_recipes(const LoadedConfig& loaded, bool token_arch, const Reci
       if (loaded.is_set(key)) err(key, "has no effect without data.augment.random_resized_crop: true");
   if (!a.hflip && a.hflip_alternate)
     err("data.augment.hflip_alternate", "has no effect without data.augment.hflip: true");
+  if (c.data.val_resize > 0 && token_arch)
+    err("data.val_resize", "resizes images; model.arch '" + c.model.arch + "' takes tokens");
+  else if (c.data.val_resize > 0 && c.data.image_size == 0)
+    err("data.val_resize", "resizes before the centred data.image_size crop, but data.image_size is 0 (keep): set "
+                           "data.image_size too");
+  else if (c.data.val_resize > 0 && c.data.val_resize < c.data.image_size)
+    err("data.val_resize", std::to_string(c.data.val_resize) + " is smaller than the data.image_size " +
+                               std::to_string(c.data.image_size) + " crop it is cut to");
   const bool image_arch = !token_arch && find_arch(c.model.arch) != nullptr;
   if (image_arch && c.model.in_channels != 3)
     for (const auto& [key, v] : {std::pair<const char*, double>{"data.augment.saturation", a.saturation},

@@ -97,8 +97,7 @@ DatasetPair open_cifar(const config::DataConfig& data, const ImageOptions& opts)
     if (val_hundred != f.hundred)
       throw DataError(fmt::format("{}: CIFAR-{} validation data for CIFAR-{} training data {}", data.val_path,
                                   val_hundred ? 100 : 10, f.hundred ? 100 : 10, data.path));
-    ImageOptions vo = opts;
-    vo.augment = {};
+    const ImageOptions vo = validation_options(opts);
     pair.val = std::make_shared<MemoryImageDataset>("cifar", read_files(val, f.hundred), classes, vo);
   }
   return pair;

@@ -169,6 +169,7 @@ DatasetPair create_datasets(const config::DataConfig& data, const config::ModelC
                                 format, model.arch));
   ImageOptions io;
   io.size = data.image_size;
+  io.val_resize = data.val_resize;
   io.augment = data.augment;
   io.seed = seed;
   io.skip_bad = data.on_bad_sample == "skip";

@@ -168,6 +168,10 @@ FolderListing list_folder_files(const std::string& folder) {
         pending.push_back(p);
       } else if (fs::is_regular_file(status)) {
         out.files.push_back(p.string());
+      } else {  // a FIFO, socket or device (or a link to one): named by the caller if it has an image's name
+        const char* kind = fs::is_fifo(status) ? "a FIFO (named pipe)" : fs::is_socket(status) ? "a socket" : "a device";
+        out.unreadable.emplace_back(p.string(), std::string(link ? "a symbolic link to " : "") + kind +
+                                                    ", not a regular file");
       }
     }
     if (ec) {

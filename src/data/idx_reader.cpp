@@ -125,8 +125,7 @@ DatasetPair open_idx(const config::DataConfig& data, const ImageOptions& opts, i
   if (!data.val_path.empty()) val = locate(data.val_path, "t10k", true);
   else if (fs::is_directory(data.path)) val = locate(data.path, "t10k", false);
   if (!val.images.empty()) {
-    ImageOptions vo = opts;
-    vo.augment = {};
+    const ImageOptions vo = validation_options(opts);
     pair.val = std::make_shared<MemoryImageDataset>("idx", read_pair(val), classes, vo);
   }
   return pair;

@@ -18,10 +18,19 @@ namespace trainer::data {
 
 struct ImageOptions {
   int64_t size = 0;  // output side (0 = the source size; sources must then all be the same size)
+  int64_t resize = 0;      // the shorter side before the centred crop to `size` (0 = size)
+  int64_t val_resize = 0;  // data.val_resize: `resize` of the validation split (validation_options)
   config::AugmentConfig augment;
   int64_t seed = 0;
   bool skip_bad = false;  // on_bad_sample: skip
 };
+
+// The validation split's options: no augmentation, data.val_resize before the centred crop.
+inline ImageOptions validation_options(ImageOptions o) {
+  o.augment = {};
+  o.resize = o.val_resize;
+  return o;
+}
 
 // Per-thread buffers, reused across samples so decoding and resizing do not allocate per sample.
 struct ImageScratch {

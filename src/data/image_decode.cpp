@@ -11,6 +11,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 #include <png.h>
+#include <zlib.h>
 #include <setjmp.h>
 
 #include <fmt/format.h>
@@ -83,8 +84,14 @@ PixelKind jpeg_output(jpeg_decompress_struct& cinfo, int64_t channels) {
     cinfo.out_color_space = JCS_CMYK;
     return PixelKind::Cmyk;
   }
-  cinfo.out_color_space = channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
-  return channels == 1 ? PixelKind::Grey : PixelKind::Rgb;
+  // a colour JPEG for one channel: RGB first, then PIL's luma (to_planes), as convert("L") makes it;
+  // libjpeg's JCS_GRAYSCALE would hand out the Y plane, up to 33 grey levels from PIL's at q75
+  if (channels == 1 && cinfo.jpeg_color_space == JCS_GRAYSCALE) {
+    cinfo.out_color_space = JCS_GRAYSCALE;
+    return PixelKind::Grey;
+  }
+  cinfo.out_color_space = JCS_RGB;
+  return PixelKind::Rgb;
 }
 
 DecodedImage decode_jpeg(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
@@ -215,8 +222,35 @@ RegionImage decode_jpeg_region(const std::string& path, const std::vector<uint8_
   return img;
 }
 
-DecodedImage decode_png(const std::string& path, const std::vector<uint8_t>& bytes, int64_t channels,
+// PIL and torchvision ignore a PNG's gAMA chunk; libpng's simplified API would correct the pixels by
+// it (a gAMA of 1.0 moved grey levels by up to 72). Its name becomes a private ancillary one, which
+// libpng skips, with the chunk's CRC made anew. The chunks before IDAT are walked; lengths are
+// checked against the bytes (a broken stream is left to libpng's own errors).
+void hide_png_gamma(std::vector<uint8_t>& bytes) {
+  auto be32 = [&](size_t at) {
+    return static_cast<uint32_t>(bytes[at]) << 24 | static_cast<uint32_t>(bytes[at + 1]) << 16 |
+           static_cast<uint32_t>(bytes[at + 2]) << 8 | static_cast<uint32_t>(bytes[at + 3]);
+  };
+  for (size_t at = 8; at + 12 <= bytes.size();) {
+    const uint64_t length = be32(at);
+    if (length > bytes.size() - at - 12) return;
+    uint8_t* type = bytes.data() + at + 4;
+    if (std::memcmp(type, "IDAT", 4) == 0 || std::memcmp(type, "IEND", 4) == 0) return;
+    if (std::memcmp(type, "gAMA", 4) == 0) {
+      std::memcpy(type, "gaMa", 4);  // ancillary, private, safe to copy: unknown to libpng
+      const auto crc = static_cast<uint32_t>(crc32(0L, type, static_cast<uInt>(4 + length)));
+      uint8_t* c = type + 4 + length;
+      c[0] = static_cast<uint8_t>(crc >> 24), c[1] = static_cast<uint8_t>(crc >> 16);
+      c[2] = static_cast<uint8_t>(crc >> 8), c[3] = static_cast<uint8_t>(crc);
+      return;
+    }
+    at += 12 + length;
+  }
+}
+
+DecodedImage decode_png(const std::string& path, std::vector<uint8_t>& bytes, int64_t channels,
                         std::vector<uint8_t>& out, std::vector<uint8_t>& inter, bool header_only) {
+  hide_png_gamma(bytes);
   png_image image{};
   image.version = PNG_IMAGE_VERSION;
   if (!png_image_begin_read_from_memory(&image, bytes.data(), bytes.size()))
@@ -292,8 +326,12 @@ RegionImage decode_image_region(const std::string& path, int64_t channels,
   return img;
 }
 
+// from the name's last dot, a leading one included: a file named ".jpg" is an image to torchvision's
+// ImageFolder (its name ends with the extension), where filesystem::path::extension() gives ""
 std::string lower_extension(const std::string& path) {
-  std::string ext = std::filesystem::path(path).extension().string();
+  const std::string name = std::filesystem::path(path).filename().string();
+  const auto dot = name.rfind('.');
+  std::string ext = dot == std::string::npos ? std::string() : name.substr(dot);
   std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
   return ext;
 }

@@ -137,7 +137,7 @@ class ImageFolderDataset : public ImageDataset {
     *label = index_.labels[index];
     DecodedImage img;
     try {
-      img = decode_image(file, channels_, opts_.size, s.decoded, s.tmp);
+      img = decode_image(file, channels_, opts_.resize > 0 ? opts_.resize : opts_.size, s.decoded, s.tmp);
       if (opts_.size == 0 && (img.height != height_ || img.width != width_))
         throw DataError(fmt::format("{}: image is {}x{}, the others {}x{} (set data.image_size to resize)", file,
                                     img.height, img.width, height_, width_));
@@ -246,8 +246,7 @@ DatasetPair open_image_folder(const config::DataConfig& data, const ImageOptions
       throw DataError(fmt::format("class folders differ between {} and {}: only in train: {}; only in val: {}",
                                   data.path, data.val_path, join(only_train), join(only_val)));
     }
-    ImageOptions vo = opts;
-    vo.augment = {};
+    const ImageOptions vo = validation_options(opts);
     pair.val = open_folder(data.val_path, classes, vo, channels);
   }
   return pair;

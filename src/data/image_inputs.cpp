@@ -49,7 +49,8 @@ ImageInputSpec image_input_spec(const config::DataConfig& data, const config::Mo
   spec.channels = shape[0];
   spec.height = shape[1];
   spec.width = shape[2];
-  spec.decode_min_side = data.image_size;
+  spec.resize = data.val_resize > 0 ? data.val_resize : data.image_size;
+  spec.decode_min_side = spec.resize;
   spec.normalizer = train->normalizer();
   spec.classes = train->class_names();
   spec.data_describe = train->describe();
@@ -86,12 +87,13 @@ torch::Tensor load_image_batch(const std::vector<std::string>& files, const Imag
       throw DataError(file + ": out of memory while decoding");
     }
     const uint8_t* src = decoded.data();
-    if (img.height != h || img.width != w) {
+    if (img.height != h || img.width != w || (spec.resize > 0 && spec.resize != h)) {
       // the same resize as data.image_size; a model input that is not square has no such resize
       if (h != w)
         throw DataError(fmt::format("{}: image is {}x{}, the model takes {}x{}", file, img.height, img.width, h, w));
       resized.resize(c * h * w);
-      resize_short_center_crop(src, c, img.height, img.width, resized.data(), h, filter);
+      resize_short_center_crop(src, c, img.height, img.width, resized.data(), spec.resize > 0 ? spec.resize : h, h,
+                               filter);
       src = resized.data();
     }
     std::memcpy(raw.data_ptr<uint8_t>() + i * c * h * w, src, c * h * w);

@@ -363,13 +363,26 @@ void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h,
                  scratch);
 }
 
+ShortSideCrop short_side_crop(int64_t src_h, int64_t src_w, int64_t short_side, int64_t size) {
+  // torchvision's _compute_resized_output_size: int(new_short * long / short), a double's quotient
+  // of exact integers (correctly rounded, as Python's true division) truncated
+  auto longer = [&](int64_t lng, int64_t shrt) {
+    return static_cast<int64_t>(static_cast<double>(short_side * lng) / static_cast<double>(shrt));
+  };
+  ShortSideCrop g;
+  g.height = src_w <= src_h ? longer(src_h, src_w) : short_side;
+  g.width = src_w <= src_h ? short_side : longer(src_w, src_h);
+  // CenterCrop: int(round((resized - size) / 2.0)); an odd margin's half rounds to the even neighbour
+  auto centre = [](int64_t margin) { return margin / 2 + (margin % 2 == 1 && (margin / 2) % 2 == 1 ? 1 : 0); };
+  g.top = centre(g.height - size);
+  g.left = centre(g.width - size);
+  return g;
+}
+
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t size, std::vector<float>& scratch) {
-  // the shorter side becomes `size`; the longer keeps the aspect ratio (at least `size`)
-  int64_t h = size, w = size;
-  if (src_h < src_w) w = std::max<int64_t>(size, std::llround(static_cast<double>(src_w) * size / src_h));
-  if (src_w < src_h) h = std::max<int64_t>(size, std::llround(static_cast<double>(src_h) * size / src_w));
-  const int64_t top = (h - size) / 2, left = (w - size) / 2;
+                              int64_t short_side, int64_t size, std::vector<float>& scratch) {
+  const auto g = short_side_crop(src_h, src_w, short_side, size);
+  const int64_t h = g.height, w = g.width, top = g.top, left = g.left;
   if (h == src_h && w == src_w) {
     for (int64_t c = 0; c < channels; ++c)
       for (int64_t y = 0; y < size; ++y)

@@ -82,8 +82,7 @@ DatasetPair open_synthetic_images(const config::DataConfig& data, const ImageOpt
   DatasetPair pair;
   pair.train = std::make_shared<SyntheticImages>(s.num_samples, 0, opts, channels, s.image_size, classes);
   if (s.val_samples > 0) {
-    ImageOptions vo = opts;
-    vo.augment = {};
+    const ImageOptions vo = validation_options(opts);
     pair.val = std::make_shared<SyntheticImages>(s.val_samples, kValIndexOffset, vo, channels, s.image_size, classes);
   }
   return pair;

@@ -27,10 +27,19 @@ struct SourceWindow {
 void resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, const SourceWindow& win,
                             uint8_t* dst, int64_t dst_h, int64_t dst_w, std::vector<float>& scratch);
 
-// Resize so the shorter side is `size`, then take the centred size x size crop.
+// torchvision's Resize(short_side) + CenterCrop(size) geometry: the shorter side becomes
+// short_side, the longer int(short_side * long / short) (truncated); the crop starts at
+// round((resized - size) / 2), halves to even as Python rounds.
+struct ShortSideCrop {
+  int64_t height = 0, width = 0;  // the resized image
+  int64_t top = 0, left = 0;      // the crop's corner in it
+};
+ShortSideCrop short_side_crop(int64_t src_h, int64_t src_w, int64_t short_side, int64_t size);
+
+// Resize so the shorter side is `short_side` (>= size), then take the centred size x size crop.
 // Only the crop's pixels are computed (with the filter of the whole resize).
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t size, std::vector<float>& scratch);
+                              int64_t short_side, int64_t size, std::vector<float>& scratch);
 
 // The random choices of one augmented sample.
 struct AugmentChoice {

@@ -115,6 +115,21 @@ TEST_CASE("export: fp32 file holds the model's named state and its metadata", "[
   CHECK_FALSE(mc.contains("depth"));  // resnet-only keys are left out of a GPT's config
 }
 
+TEST_CASE("export under trainer launch: rank 0 writes the file, the other rank says it has nothing to do", "[unit]") {
+  auto dir = test::scratch_dir("ckpt_export_launched");
+  auto cfg = gpt_run_cfg();
+  auto model = build(cfg, 5);
+  save_model_checkpoint(dir / "checkpoints", 3, cfg, *model);
+  const auto out = dir / "gpt.safetensors";
+  auto r = test::run_trainer("launch -n 2 -- export " + (dir / "checkpoints").string() + " --out " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("[rank1] trainer export runs on rank 0 only; rank 1 has nothing to do"));
+  CHECK_THAT(r.output, Catch::Contains("[rank0] exported "));
+  CHECK(r.output.find("[rank1] exported") == std::string::npos);
+  CHECK(io::load_safetensors(out.string()).tensors.size() == io::named_state(*model).size());
+}
+
 TEST_CASE("export: bf16 and fp16 convert floating tensors and keep integer buffers", "[unit]") {
   auto dir = test::scratch_dir("ckpt_export_half");
   auto cfg = resnet_run_cfg();

@@ -6,6 +6,8 @@
 // fit the model measured with a note.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <regex>
 
@@ -142,6 +144,29 @@ TEST_CASE("bench-data: bad arguments exit 2 and say what is wrong", "[e2e]") {
   INFO(short_run.output);
   CHECK(short_run.exit_code == 2);
   CHECK(short_run.output.find("has 1 train record(s) and none after the first") != std::string::npos);
+  // a FIFO would block the read, /dev/zero never end it: refused as files that are not regular
+  fs::create_directories(dir / "fifo");
+  REQUIRE(::mkfifo((dir / "fifo" / "metrics.jsonl").c_str(), 0600) == 0);
+  auto fifo = test::run_shell("timeout 60 \"" + std::string(TRAINER_BIN) + "\" bench-data " + cfg + " --workers 1 --run " +
+                              (dir / "fifo").string() + " 2>&1");
+  INFO(fifo.output);
+  CHECK(fifo.exit_code == 2);
+  CHECK(fifo.output.find((dir / "fifo" / "metrics.jsonl").string() + ": is a FIFO (named pipe), not a regular file") !=
+        std::string::npos);
+  fs::create_directories(dir / "zero");
+  fs::create_symlink("/dev/zero", dir / "zero" / "metrics.jsonl");
+  auto zero_dev = run_trainer("bench-data " + cfg + " --workers 1 --run " + (dir / "zero").string());
+  CHECK(zero_dev.exit_code == 2);
+  CHECK(zero_dev.output.find("is a character device") != std::string::npos);
+  // a forged rate no run measures: refused, not turned into a negative worker count
+  test::write_file(dir / "forged/metrics.jsonl",
+                   "{\"kind\": \"train\", \"step\": 1, \"samples_per_s\": 1, \"step_ms\": 900, \"data_wait_ms\": 0}\n"
+                   "{\"kind\": \"train\", \"step\": 2, \"samples_per_s\": 1e30, \"step_ms\": 10, \"data_wait_ms\": 5}\n");
+  auto forged = run_trainer("bench-data " + cfg + " --workers 1 --run " + (dir / "forged").string());
+  INFO(forged.output);
+  CHECK(forged.exit_code == 2);
+  CHECK(forged.output.find("metrics.jsonl:2: samples_per_s 1e+30 with step_ms 10 and data_wait_ms 5 is not a rate a run "
+                           "measures") != std::string::npos);
   auto zero = run_trainer("bench-data " + cfg + " --workers 0 --run " + (dir / "short").string());
   CHECK(zero.exit_code == 2);
   CHECK(zero.output.find("--run: give --workers a count of at least 1") != std::string::npos);

@@ -12,6 +12,7 @@
 
 #include "ckpt/hardening_util.hpp"
 #include "engine/commands/sweep_plan.hpp"
+#include "engine/commands/sweep_results.hpp"
 #include "io/run_lock.hpp"
 #include "test_util.hpp"
 
@@ -109,6 +110,21 @@ TEST_CASE("sweep grid: every combination, the first axis slowest, folder names f
   // values a folder name cannot tell apart get a suffix
   const auto clash = grid_points(parse_sweep_sets({"run.tag=a/b,a:b"}));
   CHECK(names(clash) == std::vector<std::string>{"tag=a_b", "tag=a_b-2"});
+}
+
+TEST_CASE("the sweep table writes a diverged point's huge loss in 4 significant digits, a normal one in 4 decimals",
+          "[unit]") {
+  SweepRow diverged{"lr=10", {{"optim.lr", "10"}}, "done", {}};
+  diverged.records.train_loss = 3.0e30;
+  diverged.records.best_metric = "loss";
+  diverged.records.best_value = 2.5e12;
+  SweepRow fine{"lr=0.1", {{"optim.lr", "0.1"}}, "done", {}};
+  fine.records.train_loss = 0.123456;
+  const std::string table = rows_table({diverged, fine});
+  CHECK(table.find("3e+30") != std::string::npos);
+  CHECK(table.find("loss 2.5e+12") != std::string::npos);
+  CHECK(table.find("0.1235") != std::string::npos);
+  CHECK(table.find("000000000") == std::string::npos);
 }
 
 TEST_CASE("sweep --random: the same seed draws the same points, within the grid or the distribution's bounds",

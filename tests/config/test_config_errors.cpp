@@ -204,6 +204,16 @@ TEST_CASE("an override naming a section says to set its keys one at a time, list
                    "key at a time (--set train.ema.KEY=VALUE; its keys: decay, every, eval", 0) == 0);
 }
 
+TEST_CASE("a key set twice on the command line is an error naming both, also when the values agree or one is ~",
+          "[unit]") {
+  CHECK(errors_of(kValidHead, {"optim.lr=0.1", "optim.lr=0.2"}) ==
+        std::vector<std::string>{"--set optim.lr=0.2: optim.lr: is set twice on the command line (first by --set "
+                                 "optim.lr=0.1): give it once"});
+  CHECK(errors_of(kValidHead, {"optim.lr=0.1", "run.seed=3", "optim.lr=0.1"}).size() == 1);
+  CHECK(errors_of(kValidHead, {"optim.lr=~", "optim.lr=0.1"}).size() == 1);
+  CHECK(errors_of(kValidHead, {"optim.lr=0.1", "optim.momentum=0.5"}).empty());
+}
+
 TEST_CASE("an override without '=' is an error", "[unit]") {
   auto e = errors_of(kValidHead, {"optim.lr"});
   REQUIRE(e == std::vector<std::string>{"--set optim.lr: expected KEY=VALUE"});

@@ -77,6 +77,20 @@ TEST_CASE("saturation and hue on 1-channel images are config errors, brightness 
                 "but model.in_channels is 1");
 }
 
+TEST_CASE("data.val_resize needs data.image_size, at least it, and images", "[unit]") {
+  CHECK(recipe_errors(kImageHead + "  image_size: 24\n  val_resize: 28\n").empty());
+  auto e = recipe_errors(kImageHead + "  val_resize: 28\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:5:3: data.val_resize: resizes before the centred data.image_size crop, but data.image_size "
+                "is 0 (keep): set data.image_size too");
+  e = recipe_errors(kImageHead + "  image_size: 24\n  val_resize: 20\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:6:3: data.val_resize: 20 is smaller than the data.image_size 24 crop it is cut to");
+  e = recipe_errors(kGptHead, {"data.val_resize=256"});
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "--set data.val_resize=256: data.val_resize: resizes images; model.arch 'gpt' takes tokens");
+}
+
 TEST_CASE("RandomResizedCrop's scale and ratio must be ordered pairs in range", "[unit]") {
   auto e = recipe_errors(kImageHead + "  augment:\n    random_resized_crop: true\n    rrc_scale: [0.5, 0.2]\n"
                                       "    rrc_ratio: [1.0]\n");

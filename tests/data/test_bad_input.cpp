@@ -1,6 +1,8 @@
 // Every kind of bad input gives a DataError naming the path and what is wrong.
 #include <catch2/catch.hpp>
 
+#include <sys/stat.h>
+
 #include "data/loader.hpp"
 #include "fixtures.hpp"
 
@@ -197,6 +199,33 @@ TEST_CASE("bad input: linked folders are followed once, links to nothing named l
         (root / "imgs").string() + ": class folder 'a': 1 image file(s) or folder(s) that cannot be read; the first: " +
             (a / "twin.png").string() + ": a symbolic link to twin.png: Too many levels of symbolic links. Remove or "
             "repair them, or set data.on_bad_sample: skip to leave them out");
+}
+
+TEST_CASE("bad input: a FIFO or a link to a device named like an image in a class folder is a bad sample, named",
+          "[unit]") {
+  auto root = scratch_dir("bad_special_files");
+  write_image_folder(root / "imgs", {"a", "b"}, 2, 8, 8, false);
+  REQUIRE(::mkfifo((root / "imgs" / "a" / "pipe.jpg").c_str(), 0600) == 0);
+  auto d = cfg("image_folder", root / "imgs");
+  CHECK(error_of(d, resnet(3, 2)) ==
+        (root / "imgs").string() + ": class folder 'a': 1 image file(s) or folder(s) that cannot be read; the first: " +
+            (root / "imgs" / "a" / "pipe.jpg").string() + ": a FIFO (named pipe), not a regular file. Remove or "
+            "repair them, or set data.on_bad_sample: skip to leave them out");
+  fs::remove(root / "imgs" / "a" / "pipe.jpg");
+  fs::create_symlink("/dev/zero", root / "imgs" / "b" / "zero.png");
+  CHECK(error_of(d, resnet(3, 2)) ==
+        (root / "imgs").string() + ": class folder 'b': 1 image file(s) or folder(s) that cannot be read; the first: " +
+            (root / "imgs" / "b" / "zero.png").string() + ": a symbolic link to a device, not a regular file. Remove "
+            "or repair them, or set data.on_bad_sample: skip to leave them out");
+  d.on_bad_sample = "skip";
+  CHECK(create_datasets(d, resnet(3, 2), 0).train->size() == 4);  // left out, with a warning
+  fs::create_symlink("/dev/null", root / "imgs" / "b" / "notes");   // not named like an image: ignored
+  d.on_bad_sample = "error";
+  fs::remove(root / "imgs" / "b" / "zero.png");
+  CHECK(create_datasets(d, resnet(3, 2), 0).train->size() == 4);
+  // a file named ".jpg" ends with the extension: an image, as torchvision's ImageFolder counts it
+  fs::copy_file(root / "imgs" / "b" / "img_0.jpg", root / "imgs" / "b" / ".jpg");
+  CHECK(create_datasets(d, resnet(3, 2), 0).train->size() == 5);
 }
 
 TEST_CASE("bad input: empty datasets", "[unit]") {

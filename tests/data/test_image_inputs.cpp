@@ -24,14 +24,16 @@ config::DataConfig inputs_folder_cfg(const fs::path& dir, int64_t image_size) {
 
 }  // namespace
 
-TEST_CASE("image inputs equal the validation samples of the pipeline, bit for bit", "[unit]") {
+TEST_CASE("image inputs equal the validation samples of the pipeline, bit for bit, also with data.val_resize",
+          "[unit]") {
   for (const bool png : {true, false}) {
-    for (const int64_t size : {int64_t{0}, int64_t{6}}) {
-      INFO((png ? "png" : "jpeg") << ", data.image_size " << size);
+    for (const auto [size, val_resize] : {std::pair<int64_t, int64_t>{0, 0}, {6, 0}, {6, 8}}) {
+      INFO((png ? "png" : "jpeg") << ", data.image_size " << size << ", data.val_resize " << val_resize);
       auto dir = scratch_dir("image_inputs");
       write_image_folder(dir / "train", {"ant", "bee"}, 4, 9, 11, png);
       write_image_folder(dir / "val", {"ant", "bee"}, 3, 9, 11, png);
-      const auto cfg = inputs_folder_cfg(dir, size);
+      auto cfg = inputs_folder_cfg(dir, size);
+      cfg.val_resize = val_resize;
       const auto model = resnet(3, 2);
       const auto pair = data::create_datasets(cfg, model, 0);
       const auto spec = data::image_input_spec(cfg, model, 0);
@@ -41,6 +43,17 @@ TEST_CASE("image inputs equal the validation samples of the pipeline, bit for bi
       REQUIRE(files.size() == 6);
       const auto batch = data::load_image_batch(files, spec);
       for (int64_t i = 0; i < 6; ++i) CHECK(torch::equal(batch[i], pair.val->get(i, 0, false).input));
+      if (val_resize == 0) continue;
+      // the margin is the validation split's alone: its crops differ from the plain resize's, the
+      // training split's samples do not (statistics fixed, so only the geometry can differ)
+      auto fixed = cfg;
+      fixed.normalize.mean = {0.5};
+      fixed.normalize.std = {0.25};
+      auto plain = fixed;
+      plain.val_resize = 0;
+      const auto with = data::create_datasets(fixed, model, 0), without = data::create_datasets(plain, model, 0);
+      CHECK(!torch::equal(with.val->get(0, 0, false).input, without.val->get(0, 0, false).input));
+      CHECK(torch::equal(with.train->get(0, 0, false).input, without.train->get(0, 0, false).input));
     }
   }
 }

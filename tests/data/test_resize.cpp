@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -72,18 +73,21 @@ void ref_resize_bilinear_window(const uint8_t* src, int64_t channels, int64_t sr
 }
 
 void ref_resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t size, std::vector<uint8_t>& tmp, std::vector<float>& scratch) {
-  // the shorter side becomes `size`; the longer keeps the aspect ratio (at least `size`)
-  int64_t h = size, w = size;
-  if (src_h < src_w) w = std::max<int64_t>(size, std::llround(static_cast<double>(src_w) * size / src_h));
-  if (src_w < src_h) h = std::max<int64_t>(size, std::llround(static_cast<double>(src_h) * size / src_w));
+                                  int64_t short_side, int64_t size, std::vector<uint8_t>& tmp,
+                                  std::vector<float>& scratch) {
+  // torchvision: Resize(short_side) makes the longer side int(short_side * long / short), then
+  // CenterCrop(size) starts at int(round((resized - size) / 2.0)) (std::nearbyint: halves to even)
+  int64_t h = short_side, w = short_side;
+  if (src_h > src_w) h = static_cast<int64_t>(std::trunc(static_cast<double>(short_side * src_h) / src_w));
+  if (src_w > src_h) w = static_cast<int64_t>(std::trunc(static_cast<double>(short_side * src_w) / src_h));
   const uint8_t* resized = src;
   if (h != src_h || w != src_w) {
     tmp.resize(channels * h * w);
     ref_resize_bilinear(src, channels, src_h, src_w, tmp.data(), h, w, scratch);
     resized = tmp.data();
   }
-  int64_t top = (h - size) / 2, left = (w - size) / 2;
+  const auto top = static_cast<int64_t>(std::nearbyint((h - size) / 2.0));
+  const auto left = static_cast<int64_t>(std::nearbyint((w - size) / 2.0));
   for (int64_t c = 0; c < channels; ++c)
     for (int64_t y = 0; y < size; ++y)
       std::memcpy(dst + (c * size + y) * size, resized + (c * h + top + y) * w + left, size);
@@ -145,23 +149,48 @@ TEST_CASE("the centre crop of a resize, computed alone, is the crop of the whole
   for (int width : widths) {
     resize_detail::filter_width_for_tests(width);
     INFO("filter width " << width << " floats");
-    for (auto [h, w, size] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{375, 500, 224},
-                                                                                {500, 375, 224},
-                                                                                {300, 300, 224},
-                                                                                {100, 150, 224},
-                                                                                {224, 300, 224},
-                                                                                {37, 50, 16},
-                                                                                {50, 37, 17},
-                                                                                {60, 2000, 20}}) {  // 100 taps
+    for (auto [h, w, short_side, size] : std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>>{
+             {375, 500, 224, 224},
+             {500, 375, 224, 224},
+             {375, 500, 256, 224},
+             {333, 500, 256, 224},
+             {300, 300, 224, 224},
+             {100, 150, 224, 224},
+             {224, 300, 224, 224},
+             {224, 300, 256, 224},
+             {37, 50, 16, 16},
+             {50, 37, 17, 17},
+             {50, 30, 16, 16},
+             {37, 100, 16, 16},
+             {37, 100, 19, 16},
+             {60, 2000, 20, 20}}) {  // 100 taps
       const auto img = random_image(rng, 3, h, w);
       std::vector<uint8_t> mine(3 * size * size), ref(3 * size * size);
-      resize_short_center_crop(img.data(), 3, h, w, mine.data(), size, s1);
-      resize_reference::ref_resize_short_center_crop(img.data(), 3, h, w, ref.data(), size, t2, s2);
-      INFO(h << "x" << w << " -> " << size);
+      resize_short_center_crop(img.data(), 3, h, w, mine.data(), short_side, size, s1);
+      resize_reference::ref_resize_short_center_crop(img.data(), 3, h, w, ref.data(), short_side, size, t2, s2);
+      INFO(h << "x" << w << " -> " << short_side << " -> " << size);
       CHECK(mine == ref);
     }
   }
   resize_detail::filter_width_for_tests(0);
+}
+
+TEST_CASE("Resize(short) + CenterCrop(size) has torchvision's geometry: the long side truncated, an odd margin's "
+          "half rounded to even",
+          "[unit]") {
+  // {src h, src w, short side, crop, resized h, resized w, top, left}: from torchvision 0.26's
+  // _compute_resized_output_size and CenterCrop's int(round((h - size) / 2.0))
+  const std::vector<std::array<int64_t, 8>> cases{
+      {50, 30, 16, 16, 26, 16, 5, 0},          {37, 100, 16, 16, 16, 43, 0, 14},
+      {375, 500, 256, 224, 256, 341, 16, 58},  {500, 375, 256, 224, 341, 256, 58, 16},
+      {333, 500, 256, 224, 256, 384, 16, 80},  {375, 500, 224, 224, 224, 298, 0, 37},
+      {101, 77, 64, 60, 83, 64, 12, 2},        {7, 9, 7, 5, 7, 9, 1, 2},
+      {300, 300, 256, 224, 256, 256, 16, 16}};
+  for (const auto& k : cases) {
+    INFO(k[0] << "x" << k[1] << " -> " << k[2] << " -> " << k[3]);
+    const auto g = short_side_crop(k[0], k[1], k[2], k[3]);
+    CHECK(std::array<int64_t, 4>{g.height, g.width, g.top, g.left} == std::array<int64_t, 4>{k[4], k[5], k[6], k[7]});
+  }
 }
 
 // ATEN_CPU_CAPABILITY, ATen's own cap, caps the data kernels too (data/vector_cap.hpp): read once

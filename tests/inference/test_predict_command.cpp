@@ -145,6 +145,30 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
                           "the first: " + (dir / "mixed" / "b.webp").string()) != std::string::npos);
   CHECK(mixed.output.find((dir / "mixed" / "a.png").string()) != std::string::npos);
 
+  // a file that does not decode: an error by default (the batches before it kept), skipped and named
+  // with data.on_bad_sample: skip, the rest classified; nothing that decodes is an error even then
+  fs::create_directories(dir / "broken");
+  fs::copy_file(dir / "val" / "cat" / "0.png", dir / "broken" / "a.png");
+  write_file(dir / "broken" / "b.png", "");
+  fs::copy_file(dir / "val" / "dog" / "0.png", dir / "broken" / "c.png");
+  auto strict = run_trainer("predict " + base + " --input " + (dir / "broken").string());
+  CHECK(strict.exit_code == 1);
+  CHECK_THAT(strict.output, Catch::Contains((dir / "broken" / "b.png").string()));
+  auto skipping = run_trainer("predict " + base + " --set data.on_bad_sample=skip --input " + (dir / "broken").string());
+  INFO(skipping.output);
+  CHECK(skipping.exit_code == 0);
+  CHECK_THAT(skipping.output, Catch::Contains((dir / "broken" / "b.png").string() + ": "));
+  CHECK_THAT(skipping.output, Catch::Contains("1 of 3 images could not be decoded and were skipped"));
+  auto skip_lines = json_lines(predict_stdout(base + " --set data.on_bad_sample=skip --input " + (dir / "broken").string()).output);
+  REQUIRE(skip_lines.size() == 2);
+  CHECK(skip_lines[0].at("path") == (dir / "broken" / "a.png").string());
+  CHECK(skip_lines[1].at("path") == (dir / "broken" / "c.png").string());
+  fs::remove(dir / "broken" / "a.png");
+  fs::remove(dir / "broken" / "c.png");
+  auto none = run_trainer("predict " + base + " --set data.on_bad_sample=skip --input " + (dir / "broken").string());
+  CHECK(none.exit_code == 1);
+  CHECK_THAT(none.output, Catch::Contains("none of the 1 images could be decoded"));
+
   write_file(dir / "two.txt", "a\nb\n");
   auto labels = run_trainer("predict " + base + " --input " + (dir / "val").string() + " --labels " +
                             (dir / "two.txt").string());

@@ -115,6 +115,52 @@ TEST_CASE("vit activation checkpointing: gradients equal the plain path, also wi
   }
 }
 
+TEST_CASE("activation checkpointing under bf16 autocast: the step after an update reads the updated weights, as "
+          "the plain path does, bit for bit",
+          "[unit]") {
+  // a forward under autocast as the trainer's AutocastScope runs it: the cast cache lives while it does
+  auto forward_loss = [](models::Model& m, const torch::Tensor& x) {
+    at::autocast::set_autocast_enabled(at::kCPU, true);
+    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
+    at::autocast::increment_nesting();
+    auto loss = m.forward(x).to(torch::kFloat).logsumexp(-1).mean();
+    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+    at::autocast::set_autocast_enabled(at::kCPU, false);
+    return loss;
+  };
+  auto cfg = test::tiny_vit_cfg();
+  auto plain = test::make_model(cfg, 4);
+  cfg.activation_checkpointing = true;
+  auto ckpt = test::make_model(cfg, 4);
+  const auto head = 0.1 * torch::randn({10, 32});
+  for (auto& m : {plain, ckpt}) {
+    torch::NoGradGuard no_grad;
+    m->named_parameters()["heads.head.weight"].copy_(head);
+  }
+  const auto x = torch::randn({3, 3, 16, 16});
+  std::vector<torch::Tensor> losses[2];
+  int i = 0;
+  for (auto& m : {plain, ckpt}) {
+    for (int step = 0; step < 3; ++step) {
+      auto loss = forward_loss(*m, x);
+      loss.backward();  // outside the forward's scope, as the trainer's step runs it
+      losses[i].push_back(loss.detach());
+      torch::NoGradGuard no_grad;
+      for (auto& p : m->parameters()) {
+        p.sub_(0.5 * p.grad());  // an update in place, as the optimizers make it
+        p.mutable_grad().zero_();
+      }
+    }
+    ++i;
+  }
+  for (int step = 0; step < 3; ++step) {
+    INFO("step " << step << ": plain " << losses[0][step].item<double>() << ", checkpointed "
+                 << losses[1][step].item<double>());
+    CHECK(torch::equal(losses[0][step], losses[1][step]));
+  }
+  CHECK(!torch::equal(losses[0][0], losses[0][1]));  // the updates moved the loss
+}
+
 TEST_CASE("vit trains under bf16 autocast: bf16 logits close to fp32, fp32 gradients, and auto takes math there", "[unit]") {
   auto cfg = test::tiny_vit_cfg();  // attention auto
   auto model = test::make_model(cfg, 5);

@@ -7,10 +7,11 @@ and compares. Usage: make_image_kinds.py OUT_DIR. Writes OUT_DIR/manifest.json:
 import io
 import json
 import os
+import struct
 import sys
 
 import numpy as np
-from PIL import Image
+from PIL import Image, PngImagePlugin
 
 
 def photo(h, w, seed):
@@ -54,6 +55,14 @@ def main():
     save("palette_transparent.png", pal_t, transparency=3)
     save("grey.png", rgb.convert("L"))
     save("bilevel.png", rgb.convert("1"))
+    # saturated colours at q75: decoded RGB clips, so PIL's luma of it is not the JPEG's own Y plane
+    sat = np.random.default_rng(5).integers(0, 2, (181, 243, 3)).astype(np.uint8) * 255
+    save("saturated_q75.jpg", Image.fromarray(sat), quality=75)
+    # a gAMA chunk (gamma 1.0): PIL keeps it in info and leaves the pixels as stored
+    gamma = PngImagePlugin.PngInfo()
+    gamma.add(b"gAMA", struct.pack(">I", 100000))
+    save("gamma_1.png", rgb, pnginfo=gamma)
+    save("grey_gamma_1.png", rgb.convert("L"), pnginfo=gamma)
     manifest = {}
     for name, path in files.items():
         im = Image.open(path)

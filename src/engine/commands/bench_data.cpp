@@ -3,13 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "config/exit_codes.hpp"
+#include "config/file_read.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "data/stage_clock.hpp"
@@ -91,8 +94,15 @@ std::string split_text(const Measured& m) {
 // usable train record after the first.
 std::pair<double, size_t> step_rate(const std::string& run_dir) {
   const std::string path = run_dir + "/metrics.jsonl";
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::invalid_argument(fmt::format("--run {}: no metrics.jsonl there ({})", run_dir, path));
+  if (std::error_code ec; !std::filesystem::exists(path, ec))
+    throw std::invalid_argument(fmt::format("--run {}: no metrics.jsonl there ({})", run_dir, path));
+  // a FIFO, a device or a folder is refused, not read (a FIFO would block, /dev/zero never end)
+  std::istringstream in;
+  try {
+    in.str(RegularFile::open(path, 4ull << 30, "a run's metrics").read_all());
+  } catch (const FileReadError& e) {
+    throw std::invalid_argument("--run " + run_dir + ": " + e.what());
+  }
   std::vector<double> rates;
   std::string line;
   int64_t train_records = 0, line_no = 0;
@@ -113,7 +123,14 @@ std::pair<double, size_t> step_rate(const std::string& run_dir) {
       return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
     };
     const double sps = num("samples_per_s"), step = num("step_ms"), wait = num("data_wait_ms");
-    if (sps > 0 && step > 0 && step > wait && wait >= 0) rates.push_back(sps * step / (step - wait));
+    if (!(sps > 0 && step > 0 && step > wait && wait >= 0)) continue;
+    const double rate = sps * step / (step - wait);
+    // a rate no machine reaches (1e30 samples/s, or an overflow) is a damaged or forged record
+    if (!std::isfinite(rate) || rate > 1e12)
+      throw std::invalid_argument(fmt::format("--run {}: {}:{}: samples_per_s {} with step_ms {} and data_wait_ms {} "
+                                              "is not a rate a run measures",
+                                              run_dir, path, line_no, sps, step, wait));
+    rates.push_back(rate);
   }
   if (rates.empty())
     throw std::invalid_argument(fmt::format(

@@ -72,7 +72,14 @@ int run_command(const std::function<int()>& body) {
 // Load, override, validate and resolve: everything that can be known before building anything.
 config::LoadedConfig load_checked(const ConfigArgs& args, const dist::LaunchEnv& env, bool builds_mesh) {
   std::vector<std::string> overrides = args.overrides;
-  if (!args.out_dir.empty()) overrides.push_back("run.out_dir=" + args.out_dir);
+  if (!args.out_dir.empty()) {
+    for (const auto& o : overrides)
+      if (o.rfind("run.out_dir=", 0) == 0)
+        throw config::ConfigError(std::vector<config::Diagnostic>{
+            {{"--out-dir " + config::printable(args.out_dir)}, "run.out_dir",
+             "--set " + config::printable(o) + " names the run's folder too: give one of the two"}});
+    overrides.push_back("run.out_dir=" + args.out_dir);
+  }
   models::register_builtin_archs();  // config checks each family's keys and rules
   config::ValidateOptions vo;
   vo.world_size = env.world_size;

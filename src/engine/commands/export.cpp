@@ -15,6 +15,7 @@
 #include "config/file_write.hpp"
 #include "config/load.hpp"
 #include "config/schema.hpp"
+#include "dist/launch_env.hpp"
 #include "engine/commands/inference.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
@@ -141,6 +142,17 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
   } catch (const std::invalid_argument& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
+  }
+  int rank = 0;
+  try {
+    rank = dist::detect_launch_env().rank;
+  } catch (const dist::LaunchEnvError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return kExitUsage;
+  }
+  if (rank != 0) {  // launched by mistake: one file, one writer
+    std::cout << "trainer export runs on rank 0 only; rank " << rank << " has nothing to do\n";
+    return kExitOk;
   }
   try {
     export_checkpoint(checkpoint, out, dtype, ema);

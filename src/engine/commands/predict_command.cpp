@@ -62,6 +62,26 @@ std::vector<std::string> predict_class_names(const PredictArgs& a, const data::I
   return names;
 }
 
+// data.on_bad_sample: skip, a batch that held a file that does not decode: its images one at a time,
+// the bad ones named in a warning and left out of `chunk`; `pixels` the good ones'. Returns how many
+// were left out.
+size_t load_good_images(std::vector<std::string>& chunk, const data::ImageInputSpec& spec, torch::Tensor& pixels) {
+  std::vector<std::string> good;
+  std::vector<torch::Tensor> parts;
+  for (const auto& file : chunk) {
+    try {
+      parts.push_back(data::load_image_batch({file}, spec));
+      good.push_back(file);
+    } catch (const data::DataError& e) {
+      spdlog::warn("{} (skipped: data.on_bad_sample: skip)", e.what());
+    }
+  }
+  const size_t left_out = chunk.size() - good.size();
+  chunk = std::move(good);
+  if (!parts.empty()) pixels = torch::cat(parts);
+  return left_out;
+}
+
 void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream& out) {
   const auto& c = m.cfg;
   if (a.has_prompt || !a.prompt_file.empty())
@@ -79,11 +99,21 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
   torch::NoGradGuard no_grad;
   const bool cl = c.model.channels_last;
   const auto t0 = PredictClock::now();
-  size_t written = 0;
+  size_t written = 0, skipped = 0;
+  const bool skip_bad = c.data.on_bad_sample == "skip";
   for (size_t begin = 0; begin < files.size() && !stop_requested(); begin += static_cast<size_t>(a.batch_size)) {
     const size_t end = std::min(files.size(), begin + static_cast<size_t>(a.batch_size));
-    const std::vector<std::string> chunk(files.begin() + begin, files.begin() + end);
-    auto x = to_model_device(data::load_image_batch(chunk, spec), m.device, cl);
+    std::vector<std::string> chunk(files.begin() + begin, files.begin() + end);
+    written = end;
+    torch::Tensor pixels;
+    try {
+      pixels = data::load_image_batch(chunk, spec);
+    } catch (const data::DataError&) {
+      if (!skip_bad) throw;
+      skipped += load_good_images(chunk, spec, pixels);  // this batch again, one image at a time
+      if (chunk.empty()) continue;
+    }
+    auto x = to_model_device(pixels, m.device, cl);
     torch::Tensor logits;
     {
       AutocastScope autocast(m.precision, m.device);
@@ -101,12 +131,15 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     }
     out.flush();  // each batch's lines as they are ready: a stopped or killed run keeps them
-    written = end;
   }
   const double s = predict_seconds_since(t0);
-  spdlog::info("{} images in {:.2f} s ({:.1f} images/s, batches of {}, {} threads)", written, s,
-               s > 0 ? static_cast<double>(written) / s : 0.0, a.batch_size, at::get_num_threads());
-  if (written < files.size())
+  spdlog::info("{} images in {:.2f} s ({:.1f} images/s, batches of {}, {} threads)", written - skipped, s,
+               s > 0 ? static_cast<double>(written - skipped) / s : 0.0, a.batch_size, at::get_num_threads());
+  if (skipped > 0) {
+    if (skipped == written) throw data::DataError(fmt::format("none of the {} images could be decoded", skipped));
+    spdlog::warn("{} of {} images could not be decoded and were skipped (data.on_bad_sample: skip)", skipped, written);
+  }
+  if (written < files.size() && stop_requested())
     spdlog::warn("stopped by {}: {} of {} images written", stop_signal_name(), written, files.size());
 }
 

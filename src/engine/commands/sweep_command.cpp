@@ -305,6 +305,7 @@ SweepRequest read_request(const SweepArgs& a) {
   if (a.jobs > 1 && base.cfg.train.threads == 0) {
     const int64_t ranks = a.jobs * a.nproc;
     const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
+    std::erase_if(r.fixed, [](const std::string& o) { return o.rfind("train.threads=", 0) == 0; });  // "=0"
     r.fixed.push_back("train.threads=" + std::to_string(per));
     std::cout << "sweep: " << a.jobs << " points at once: train.threads=" << per << " each\n";
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 
@@ -82,7 +83,11 @@ std::string rows_table(const std::vector<SweepRow>& rows) {
     bool numeric;
     std::function<std::string(const SweepRow&)> cell;
   };
-  auto opt = [](const std::optional<double>& v, const char* f) { return v ? fmt::format(fmt::runtime(f), *v) : ""; };
+  // a diverged point's 1e30 in {:.4f} is a 35-digit cell: past a million, 4 significant digits
+  auto opt = [](const std::optional<double>& v, const char* f) {
+    if (!v) return std::string();
+    return std::abs(*v) >= 1e6 ? fmt::format("{:.4g}", *v) : fmt::format(fmt::runtime(f), *v);
+  };
   std::vector<Column> cols;
   cols.push_back({"point", false, [](const SweepRow& r) { return r.name; }});
   cols.push_back({"status", false, [](const SweepRow& r) { return r.status; }});
@@ -98,7 +103,7 @@ std::string rows_table(const std::vector<SweepRow>& rows) {
                   }});
   cols.push_back({"val bpb", true, [&](const SweepRow& r) { return opt(r.records.val_bpb, "{:.4f}"); }});
   cols.push_back({"best", true, [&](const SweepRow& r) {
-                    return r.records.best_value ? r.records.best_metric + " " + fmt::format("{:.4f}", *r.records.best_value)
+                    return r.records.best_value ? r.records.best_metric + " " + opt(r.records.best_value, "{:.4f}")
                                                 : std::string();
                   }});
   cols.push_back({"time s", true, [&](const SweepRow& r) { return opt(r.records.wall_s, "{:.1f}"); }});
