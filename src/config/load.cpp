@@ -112,10 +112,12 @@ class Loader {
       unknown_key(where, key);
       return;
     }
-    // the same key twice on one command line is a slip (an edited history line), not an intent
-    if (const auto [first, fresh] = set_on_command_line_.emplace(key, file_); !fresh) {
-      error(where, key, "is set twice on the command line (first by " + first->second + "): give it once");
-      return;
+    // the same key twice on one command line: the later one wins, as a later document over an
+    // earlier one (scripts append to a base command line), and it is said, since it may be a slip
+    if (auto [first, fresh] = set_on_command_line_.emplace(key, file_); !fresh) {
+      out_.warnings.push_back(Diagnostic{where, key, "is set twice on the command line (first by " + first->second +
+                                                         "): the later value is used"});
+      first->second = file_;
     }
     if (value == "~" || value == "null") {  // a base's value removed: the default, as if never set
       reset_to_default(*it->second, where);
