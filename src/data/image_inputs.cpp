@@ -50,7 +50,6 @@ ImageInputSpec image_input_spec(const config::DataConfig& data, const config::Mo
   spec.height = shape[1];
   spec.width = shape[2];
   spec.resize = data.val_resize > 0 ? data.val_resize : data.image_size;
-  spec.decode_min_side = spec.resize;
   spec.normalizer = train->normalizer();
   spec.classes = train->class_names();
   spec.data_describe = train->describe();
@@ -82,7 +81,7 @@ torch::Tensor load_image_batch(const std::vector<std::string>& files, const Imag
     const std::string& file = files[i];
     DecodedImage img;
     try {
-      img = decode_image(file, c, spec.decode_min_side, decoded, tmp);
+      img = decode_image(file, c, spec.resize, decoded, tmp);
     } catch (const std::bad_alloc&) {
       throw DataError(file + ": out of memory while decoding");
     }

@@ -15,8 +15,7 @@ namespace trainer::data {
 
 struct ImageInputSpec {
   int64_t channels = 0, height = 0, width = 0;  // the model input the training data had
-  int64_t resize = 0;                           // the shorter side before the centred crop (data.val_resize)
-  int64_t decode_min_side = 0;                  // that side: JPEG decoding may shrink down to it
+  int64_t resize = 0;  // the shorter side before the centred crop (data.val_resize); JPEG decoding may shrink to it
   Normalizer normalizer;                        // the training split's (statistics computed as a run does)
   std::vector<std::string> classes;             // image_folder: the class folder names; otherwise empty
   std::string data_describe;                    // the training data, for the log
