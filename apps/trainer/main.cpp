@@ -77,6 +77,10 @@ bool unknown_command(const CLI::App& app, int argc, char** argv) {
 void add_check_options(CLI::App* check, trainer::engine::CheckArgs& a) {
   add_config_args(check, a);
   check->add_flag("--no-data", a.no_data, "Do not open the dataset (validate and build the model only)");
+  check->add_flag("--decode-all", a.decode_all,
+                  "Decode every image whole (default: read every image header: readable, within the size limit, "
+                  "one size when data.image_size is 0)")
+      ->excludes("--no-data");
   check->add_flag("--memory", a.memory,
                   "Measure activation memory (forward + backward at two small micro-batches, with and without "
                   "activation checkpointing) and print the memory per process and the largest micro-batch that fits");

@@ -73,6 +73,15 @@ class Dataset {
   // Throws DataChanged when a file the dataset holds changed since it was opened (the loader asks
   // at each epoch boundary). Datasets that hold no file (synthetic) never throw.
   virtual void check_unchanged() const {}
+  // What `trainer check` reads of every sample before a run does: the samples read and the bad ones,
+  // each "file: why" (image_folder: every header: readable, within the size limit, and one size when
+  // data.image_size is 0; `decode` decodes each image whole too). Formats read whole when opened
+  // (tokens, CIFAR, IDX, synthetic) have nothing left to check: {0, {}}.
+  struct Audit {
+    int64_t read = 0;
+    std::vector<std::string> bad;
+  };
+  virtual Audit audit(bool decode) const { (void)decode; return {}; }
   // Samples skipped so far because they were bad (on_bad_sample=skip).
   int64_t skipped() const { return skipped_.load(); }
 

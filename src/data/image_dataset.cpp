@@ -10,11 +10,12 @@ namespace trainer::data {
 ImageDataset::ImageDataset(ImageOptions opts, int64_t channels, int64_t height, int64_t width, int64_t classes)
     : opts_(std::move(opts)), channels_(channels), height_(height), width_(width), classes_(classes) {}
 
-const uint8_t* ImageDataset::fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& s) const {
+const uint8_t* ImageDataset::fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& s,
+                                 const ScaledDecode& scaled) const {
   const int64_t short_side = opts_.resize > 0 ? opts_.resize : height_;
-  if (src_h == height_ && src_w == width_ && short_side == height_) return src;
+  if (src_h == height_ && src_w == width_ && short_side == height_ && scaled.scale == 1) return src;
   uint8_t* out = output(s, s.resized);
-  resize_short_center_crop(src, channels_, src_h, src_w, out, short_side, height_, s.filter);
+  resize_short_center_crop(src, channels_, src_h, src_w, out, short_side, height_, s.filter, scaled);
   return out;
 }
 

@@ -84,7 +84,9 @@ class ImageDataset : public Dataset {
   // Where a resize to the output size writes: the slot (scratch.out), else `fallback` (one of scratch's).
   uint8_t* output(ImageScratch& scratch, std::vector<uint8_t>& fallback) const;
   // For readers whose sources are `src_h` x `src_w`: resizes to the output size when they differ.
-  const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch) const;
+  // `scaled`: src is a JPEG decoded at 1/scale of the whole image (its geometry is the whole's).
+  const uint8_t* fit(const uint8_t* src, int64_t src_h, int64_t src_w, ImageScratch& scratch,
+                     const ScaledDecode& scaled = {}) const;
   // Counts a skipped sample and warns (the first few times; then every 1000th).
   void note_skip(const std::string& what) const;
 

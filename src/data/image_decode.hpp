@@ -24,6 +24,10 @@ inline constexpr uint64_t kMaxImageFileBytes = uint64_t{1} << 30;
 
 struct DecodedImage {
   int64_t channels = 0, height = 0, width = 0;
+  // A JPEG decoded at 1/scale (decode_image's min_side): height x width is ceil(whole / scale); the
+  // image itself, whole_height x whole_width, is [0, whole / scale) of those pixels (the last ones
+  // cover the edge only in part). scale 1: whole = height x width.
+  int64_t scale = 1, whole_height = 0, whole_width = 0;
 };
 
 // Decodes `path` (format from the file's magic bytes) into `out` as (channels, H, W). For JPEG,

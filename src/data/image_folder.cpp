@@ -131,6 +131,27 @@ class ImageFolderDataset : public ImageDataset {
   }
   std::vector<std::string> class_names() const override { return index_.classes; }
 
+  // Every header (or, with `decode`, every image whole) as the first epoch would read it, without
+  // the epoch: `trainer check` names the files a run would refuse or skip before it starts.
+  Audit audit(bool decode) const override {
+    Audit a;
+    std::vector<uint8_t> pixels, tmp;
+    for (const auto& file : index_.files) {
+      try {
+        const DecodedImage img = decode ? decode_image(file, channels_, 0, pixels, tmp) : probe_image(file);
+        if (opts_.size == 0 && (img.height != height_ || img.width != width_))
+          a.bad.push_back(fmt::format("{}: image is {}x{}, the others {}x{} (set data.image_size to resize)", file,
+                                      img.height, img.width, height_, width_));
+      } catch (const DataError& e) {
+        a.bad.emplace_back(e.what());
+      } catch (const std::bad_alloc&) {
+        a.bad.push_back(file + ": out of memory while decoding");
+      }
+      ++a.read;
+    }
+    return a;
+  }
+
  protected:
   const uint8_t* pixels(int64_t index, ImageScratch& s, int64_t* label) const override {
     const std::string& file = index_.files[index];
@@ -147,7 +168,7 @@ class ImageFolderDataset : public ImageDataset {
       return bad_sample(file + ": out of memory while decoding", index);
     }
     check_unchanged_file(index);
-    return fit(s.decoded.data(), img.height, img.width, s);
+    return fit(s.decoded.data(), img.height, img.width, s, {img.scale, img.whole_height, img.whole_width});
   }
 
   // RandomResizedCrop cuts from the whole decoded image, as torchvision's ImageNet recipe does.

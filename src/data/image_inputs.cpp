@@ -86,13 +86,14 @@ torch::Tensor load_image_batch(const std::vector<std::string>& files, const Imag
       throw DataError(file + ": out of memory while decoding");
     }
     const uint8_t* src = decoded.data();
-    if (img.height != h || img.width != w || (spec.resize > 0 && spec.resize != h)) {
+    if (img.height != h || img.width != w || (spec.resize > 0 && spec.resize != h) || img.scale > 1) {
       // the same resize as data.image_size; a model input that is not square has no such resize
       if (h != w)
-        throw DataError(fmt::format("{}: image is {}x{}, the model takes {}x{}", file, img.height, img.width, h, w));
+        throw DataError(fmt::format("{}: image is {}x{}, the model takes {}x{}", file, img.whole_height, img.whole_width, h,
+                                    w));
       resized.resize(c * h * w);
       resize_short_center_crop(src, c, img.height, img.width, resized.data(), spec.resize > 0 ? spec.resize : h, h,
-                               filter);
+                               filter, {img.scale, img.whole_height, img.whole_width});
       src = resized.data();
     }
     std::memcpy(raw.data_ptr<uint8_t>() + i * c * h * w, src, c * h * w);

@@ -380,18 +380,25 @@ ShortSideCrop short_side_crop(int64_t src_h, int64_t src_w, int64_t short_side, 
 }
 
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t short_side, int64_t size, std::vector<float>& scratch) {
-  const auto g = short_side_crop(src_h, src_w, short_side, size);
+                              int64_t short_side, int64_t size, std::vector<float>& scratch,
+                              const ScaledDecode& scaled) {
+  const bool dct = scaled.scale > 1;
+  const auto g = dct ? short_side_crop(scaled.whole_h, scaled.whole_w, short_side, size)
+                     : short_side_crop(src_h, src_w, short_side, size);
   const int64_t h = g.height, w = g.width, top = g.top, left = g.left;
-  if (h == src_h && w == src_w) {
+  if (!dct && h == src_h && w == src_w) {
     for (int64_t c = 0; c < channels; ++c)
       for (int64_t y = 0; y < size; ++y)
         std::memcpy(dst + (c * size + y) * size, src + (c * h + top + y) * w + left, size);
     return;
   }
   // the crop's pixels of the whole resize: its filter, only its outputs
-  const auto wx = axis_weights(src_w, w, 0, static_cast<double>(src_w));
-  const auto wy = axis_weights(src_h, h, 0, static_cast<double>(src_h));
+  const double extent_w = dct ? static_cast<double>(scaled.whole_w) / static_cast<double>(scaled.scale)
+                              : static_cast<double>(src_w);
+  const double extent_h = dct ? static_cast<double>(scaled.whole_h) / static_cast<double>(scaled.scale)
+                              : static_cast<double>(src_h);
+  const auto wx = axis_weights(src_w, w, 0, extent_w);
+  const auto wy = axis_weights(src_h, h, 0, extent_h);
   const auto px = plan_byte_pass(wx, left, left + size, filter_width());
   for (int64_t c = 0; c < channels; ++c)
     resize_plane(src + c * src_h * src_w, src_w, wx, wy, px, top, top + size, left, left + size,

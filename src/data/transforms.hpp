@@ -36,10 +36,18 @@ struct ShortSideCrop {
 };
 ShortSideCrop short_side_crop(int64_t src_h, int64_t src_w, int64_t short_side, int64_t size);
 
+// What src holds when it is a JPEG decoded at 1/scale (DecodedImage's scale and whole size): the
+// whole_h x whole_w image as [0, whole / scale) of its pixels.
+struct ScaledDecode {
+  int64_t scale = 1, whole_h = 0, whole_w = 0;
+};
 // Resize so the shorter side is `short_side` (>= size), then take the centred size x size crop.
-// Only the crop's pixels are computed (with the filter of the whole resize).
+// Only the crop's pixels are computed (with the filter of the whole resize). For a scaled decode
+// the geometry is the whole image's (as torchvision resizes the full decode) and the filter maps
+// the resized image onto [0, whole / scale) of src, the pixels DCT scaling averaged.
 void resize_short_center_crop(const uint8_t* src, int64_t channels, int64_t src_h, int64_t src_w, uint8_t* dst,
-                              int64_t short_side, int64_t size, std::vector<float>& scratch);
+                              int64_t short_side, int64_t size, std::vector<float>& scratch,
+                              const ScaledDecode& scaled = {});
 
 // The random choices of one augmented sample.
 struct AugmentChoice {

@@ -115,6 +115,31 @@ TEST_CASE("bench-data --run: the workers that keep a run fed, from its rate with
   // the printed per-worker rate is rounded to 0.1: the count is the ceiling of 200 over the exact one
   CHECK(needed >= static_cast<int64_t>(std::ceil(200 / (per_worker + 0.05))));
   CHECK(needed <= static_cast<int64_t>(std::ceil(200 / std::max(0.05, per_worker - 0.05))));
+  // no config.yaml beside the records: the rate may be another config's, and the output says so
+  CHECK(r.output.find("note: the run in " + (dir / "run").string() + " has no config this build reads (") !=
+        std::string::npos);
+
+  // the run's config.yaml is this config: no note; another batch and model: a note naming the keys
+  fs::copy_file(cfg, dir / "run/config.yaml");
+  auto same = run_trainer("bench-data " + cfg + " --workers 1 --batches 3 --run " + (dir / "run").string());
+  INFO(same.output);
+  REQUIRE(same.exit_code == 0);
+  CHECK(same.output.find("note: the run in") == std::string::npos);
+  std::string other = test::read_file(cfg);
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"batch_size: 4", "batch_size: 8"},
+                                 {"depth: 8", "depth: 14"}}) {
+    REQUIRE(other.find(from) != std::string::npos);
+    other.replace(other.find(from), from.size(), to);
+  }
+  test::write_file(dir / "run/config.yaml", other);
+  auto changed = run_trainer("bench-data " + cfg + " --workers 1 --batches 3 --run " + (dir / "run").string());
+  INFO(changed.output);
+  REQUIRE(changed.exit_code == 0);
+  CHECK(changed.output.find("note: the run in " + (dir / "run").string() + " was trained with another config (" +
+                            (dir / "run/config.yaml").string() + " -> this one: model.depth 14 -> 8") !=
+        std::string::npos);
+  CHECK(changed.output.find("train.batch_size 8 -> 4") != std::string::npos);
+  CHECK(changed.output.find("its step rate is that config's model and batch") != std::string::npos);
 }
 
 TEST_CASE("bench-data: bad arguments exit 2 and say what is wrong", "[e2e]") {

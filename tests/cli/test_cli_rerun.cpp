@@ -106,3 +106,31 @@ TEST_CASE("a run directory trained with another config is refused, naming the ke
   CHECK(over.exit_code == 0);
   CHECK(over.output.find("was trained with another config: optim.lr 0.1 -> 0.05; starting over") != std::string::npos);
 }
+
+TEST_CASE("a run directory whose config.yaml was deleted is judged by its newest checkpoint's config", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("rerun_no_yaml");
+  const auto cfg = rerun_config(dir);
+  const std::string steps = " --set train.max_steps=2 --set checkpoint.every_steps=1";
+  auto first = run_trainer("run " + cfg + steps);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  REQUIRE(fs::remove(dir / "runs/sweep/config.yaml"));
+  const auto metrics_before = read_file(dir / "runs/sweep/metrics.jsonl");
+
+  auto other = run_trainer("run " + cfg + steps + " --set optim.lr=0.05");
+  INFO(other.output);
+  CHECK(other.exit_code == 2);
+  CHECK(other.output.find("holds a run trained with another config (" +
+                          (dir / "runs/sweep/checkpoints/step-2/state.json").string() +
+                          " (config_yaml; config.yaml is missing)): optim.lr 0.1 -> 0.05. Nothing was started and "
+                          "nothing there was changed.") != std::string::npos);
+  CHECK(read_file(dir / "runs/sweep/metrics.jsonl") == metrics_before);
+  CHECK_FALSE(fs::exists(dir / "runs/sweep/config.yaml"));
+
+  // the same config goes on (a longer run resumes from step 2) and writes its config.yaml again
+  auto longer = run_trainer("run " + cfg + " --set train.max_steps=3 --set checkpoint.every_steps=1");
+  INFO(longer.output);
+  CHECK(longer.exit_code == 0);
+  CHECK(longer.output.find("resum") != std::string::npos);
+  CHECK(fs::exists(dir / "runs/sweep/config.yaml"));
+}

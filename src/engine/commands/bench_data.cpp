@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "config/config_diff.hpp"
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
 #include "data/dataset.hpp"
@@ -141,6 +142,27 @@ std::pair<double, size_t> step_rate(const std::string& run_dir) {
   return {rates[rates.size() / 2], rates.size()};
 }
 
+// What the step rate of the run in `run_dir` is worth for `cfg`: "" when the run was trained with
+// it (its config.yaml, keys that change training), else a note naming the differing keys, or that
+// the run's config cannot be read. A note, not an error: a new pipeline measured against an old
+// model's step is a fair question, but it must not pass as the config's own answer.
+std::string run_config_note(const std::string& run_dir, const config::RunConfig& cfg) {
+  const std::string file = run_dir + "/config.yaml";
+  try {
+    const auto saved =
+        config::load_config_text(RegularFile::open(file, 16u << 20, "a run's config").read_all(), file);
+    const auto changes = config::training_changes(saved.cfg, cfg);
+    if (changes.empty()) return "";
+    return fmt::format("note: the run in {} was trained with another config ({} -> this one: {}): its step rate is "
+                       "that config's model and batch",
+                       run_dir, file, config::changes_text(changes));
+  } catch (const std::exception& e) {
+    return fmt::format("note: the run in {} has no config this build reads ({}): the step rate may be another "
+                       "config's",
+                       run_dir, e.what());
+  }
+}
+
 int bench(const BenchDataArgs& args) {
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(args, env);
@@ -169,6 +191,7 @@ int bench(const BenchDataArgs& args) {
       throw std::invalid_argument("--run: give --workers a count of at least 1: the workers a run needs are its rate "
                                   "over a worker's");
     rate = step_rate(args.run_dir);
+    if (const std::string note = run_config_note(args.run_dir, cfg); !note.empty()) std::cout << note << "\n";
   }
   std::string mismatch;  // the data against model.*: measured all the same (no model here), said once
   auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed, data::ModelChecks::Report, &mismatch);

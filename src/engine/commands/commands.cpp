@@ -19,6 +19,7 @@
 #include "device/device.hpp"
 #include "dist/device_mesh.hpp"
 #include "dist/dist_check.hpp"
+#include "engine/commands/check_data.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/commands/command_common.hpp"
 #include "engine/startup/pipeline_memory.hpp"
@@ -374,6 +375,9 @@ int cmd_check(const CheckArgs& args) {
       auto ds = data::create_datasets(c.data, c.model, c.run.seed);
       std::cout << "train data: " << ds.train->describe() << "\n";
       std::cout << "val data:   " << (ds.val ? ds.val->describe() : std::string("none")) << "\n";
+      const bool skip_bad = c.data.on_bad_sample == "skip";
+      check_data(*ds.train, "train", skip_bad, args.decode_all, std::cout);
+      if (ds.val) check_data(*ds.val, "val", skip_bad, args.decode_all, std::cout);
       shape = ds.train->sample_shape();
       train_size = ds.train->size();
     } else {

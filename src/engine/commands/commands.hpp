@@ -14,6 +14,7 @@ struct ConfigArgs {
 
 struct CheckArgs : ConfigArgs {
   bool no_data = false;  // --no-data: validate and build the model only (data not on this machine)
+  bool decode_all = false;  // --decode-all: decode every image whole (default: every header)
   bool memory = false;     // --memory: measure activations and print the memory table
   double memory_gb = 0;    // --memory-gb: the budget for "largest micro-batch" (0 = the run's default budget)
 };

@@ -2,6 +2,8 @@
 
 #include <system_error>
 
+#include <nlohmann/json.hpp>
+
 #include "config/config_diff.hpp"
 #include "config/file_read.hpp"
 #include "config/load.hpp"
@@ -21,21 +23,40 @@ bool holds_a_run(const config::RunConfig& cfg, const fs::path& root) {
   return fs::is_regular_file(metrics, ec) && fs::file_size(metrics, ec) > 0;
 }
 
+// The config the run in `root` was trained with, as YAML text, and the file it was read from: its
+// config.yaml, else (deleted, or never written by a copy) the config_yaml of its newest checkpoint's
+// state.json, so a deleted config.yaml does not let another config resume the run unasked. Empty
+// when neither is there (a run with records and no checkpoint: nothing to resume).
+std::pair<std::string, std::string> saved_config(const config::RunConfig& cfg, const fs::path& root) {
+  std::error_code ec;
+  if (const fs::path file = root / "config.yaml"; fs::exists(file, ec))
+    return {RegularFile::open(file.string(), 16u << 20, "a run's config").read_all(), file.string()};
+  for (const auto& ck : io::step_folders_newest_first(checkpoint_dir(cfg, root))) {
+    const fs::path state = ck.path / "state.json";
+    if (!fs::is_regular_file(state, ec)) continue;  // an unfinished folder: the resume passes it by too
+    const auto j = nlohmann::json::parse(RegularFile::open(state.string(), 64u << 20, "a checkpoint's state").read_all(),
+                                         nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains(io::kStateConfigYaml) && j[io::kStateConfigYaml].is_string())
+      return {j[io::kStateConfigYaml].get<std::string>(), state.string() + " (config_yaml; config.yaml is missing)"};
+  }
+  return {};
+}
+
 }  // namespace
 
 RunGuard check_run_directory(const config::RunConfig& cfg, const fs::path& root, const ResumeOptions& resume,
                              bool force) {
   RunGuard g;
-  const fs::path saved_file = root / "config.yaml";
-  std::error_code ec;
-  if (!fs::exists(saved_file, ec) || !holds_a_run(cfg, root)) return g;
-  std::string changed;
+  if (!holds_a_run(cfg, root)) return g;
+  std::string changed, saved_file = (root / "config.yaml").string();
   try {
-    const auto saved = config::load_config_text(
-        RegularFile::open(saved_file.string(), 16u << 20, "a run's config").read_all(), saved_file.string());
+    const auto [text, file] = saved_config(cfg, root);
+    if (file.empty()) return g;
+    saved_file = file;
+    const auto saved = config::load_config_text(text, file);
     changed = config::changes_text(config::training_changes(saved.cfg, cfg));
   } catch (const std::exception& e) {
-    changed = "its config.yaml does not load here (" + std::string(e.what()) + ")";
+    changed = "its config does not load here (" + std::string(e.what()) + ")";
   }
   if (changed.empty()) return g;
   const bool asked = resume.mode == ResumeMode::Path || (resume.mode == ResumeMode::Never && force);
@@ -45,8 +66,10 @@ RunGuard check_run_directory(const config::RunConfig& cfg, const fs::path& root,
                                                  : "; starting over (--resume never --force)");
     return g;
   }
-  g.refusal = root.string() + " holds a run trained with another config (" + saved_file.string() + "): " + changed +
-              ". Nothing was started and its config.yaml is kept. Give the new config its own run directory "
+  g.refusal = root.string() + " holds a run trained with another config (" + saved_file + "): " + changed +
+              ". Nothing was started and " +
+              (saved_file == (root / "config.yaml").string() ? "its config.yaml is kept" : "nothing there was changed") +
+              ". Give the new config its own run directory "
               "(--set run.name=NAME or --out-dir DIR), start this one over (--resume never --force), or continue "
               "it with the new values (--resume " + checkpoint_dir(cfg, root).string() + ")";
   return g;

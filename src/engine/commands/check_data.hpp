@@ -1,0 +1,17 @@
+// `trainer check`'s read of the data a run would read: every image header (or every image, with
+// --decode-all), so a file the first epoch would refuse or skip is named before the run starts.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "data/dataset.hpp"
+
+namespace trainer::engine {
+
+// Reads `ds` (the split named `split`) through Dataset::audit and prints what it read. Bad samples
+// are an error naming the first few (data.on_bad_sample: error, `skip_bad` false) or a warning with
+// their count (skip: the run will leave them out); a split with nothing left to read prints nothing.
+void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad, bool decode, std::ostream& out);
+
+}  // namespace trainer::engine
