@@ -250,7 +250,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.i("global_batch_size", t.global_batch_size, 0, 1e9,
       "Samples per optimizer step over all processes (0 = batch_size x grad_accum x world size); sets grad_accum.");
   k.i("max_steps", t.max_steps, 0, 9.2e18, "Optimizer steps to run (0 = use epochs).");
-  k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed.");
+  k.f("epochs", t.epochs, 0, 1e6, "Passes over the training split (0 = use max_steps); fractions allowed. An epoch is floor(samples / train.global_batch_size) whole steps, in every layout (the permutation's tail short of a global batch is dropped, a different tail each epoch); a fraction of epochs rounds up to a whole step.");
   k.e("precision", t.precision,
       "Compute precision (weights stay fp32): fp32, bf16 (autocast), fp16 (autocast + dynamic loss scaling, CUDA only) "
       "or auto: on CUDA bf16 at compute capability >= 8.0, fp16 on 7.x, fp32 below; on a CPU bf16 only where it has "

@@ -12,14 +12,16 @@ DataLoader::DataLoader(std::shared_ptr<Dataset> dataset, LoaderOptions opts)
     : dataset_(std::move(dataset)),
       opts_(opts),
       sampler_(!opts.train && opts.eval_samples > 0 ? std::min(dataset_->size(), opts.eval_samples) : dataset_->size(),
-               opts.batch_size, opts.rank, opts.world_size, opts.train, opts.seed) {
-  if (opts_.batch_size < 1 || opts_.world_size < 1 || opts_.rank < 0 || opts_.rank >= opts_.world_size)
-    throw std::invalid_argument(fmt::format("DataLoader: bad batch_size {} / rank {} / world_size {}",
-                                            opts_.batch_size, opts_.rank, opts_.world_size));
+               opts.batch_size, opts.rank, opts.world_size, opts.train, opts.seed, opts.accumulation) {
+  if (opts_.batch_size < 1 || opts_.world_size < 1 || opts_.rank < 0 || opts_.rank >= opts_.world_size ||
+      opts_.accumulation < 1)
+    throw std::invalid_argument(fmt::format("DataLoader: bad batch_size {} / rank {} / world_size {} / accumulation {}",
+                                            opts_.batch_size, opts_.rank, opts_.world_size, opts_.accumulation));
   opts_.prefetch = std::max<int64_t>(opts_.prefetch, 1);
-  if (opts_.train && sampler_.global_batch() > dataset_->size())
-    throw DataError(fmt::format("{}: {} samples, fewer than one global batch of {} x {} rank(s)",
-                                dataset_->describe(), dataset_->size(), opts_.batch_size, opts_.world_size));
+  if (opts_.train && sampler_.epoch_samples() == 0)
+    throw DataError(fmt::format("{}: {} samples, fewer than one global batch of {} x {} accumulation x {} rank(s)",
+                                dataset_->describe(), dataset_->size(), opts_.batch_size, opts_.accumulation,
+                                opts_.world_size));
   auto shape = dataset_->sample_shape();
   sample_bytes_ = torch::elementSize(dataset_->raw_dtype());
   for (auto d : shape) sample_bytes_ *= d;

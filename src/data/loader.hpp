@@ -39,6 +39,7 @@ struct LoaderOptions {
   int64_t seed = 0;
   int64_t rank = 0;
   int64_t world_size = 1;
+  int64_t accumulation = 1;  // train: batches per optimizer step; an epoch is whole steps (data/sampler.hpp)
   bool train = true;        // true: shuffle, augment, drop the ragged tail, roll over epochs forever
                             // false: one sequential pass, sharded, last batch may be short, then end
   bool pin_memory = false;  // true when training on CUDA (ignored without CUDA)

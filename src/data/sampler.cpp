@@ -15,14 +15,18 @@ std::vector<int64_t> epoch_permutation(int64_t n, int64_t seed, int64_t epoch) {
   return p;
 }
 
-Sampler::Sampler(int64_t size, int64_t batch_size, int64_t rank, int64_t world_size, bool train, int64_t seed)
-    : size_(size), batch_(batch_size), rank_(rank), world_(world_size), train_(train), seed_(seed) {}
+Sampler::Sampler(int64_t size, int64_t batch_size, int64_t rank, int64_t world_size, bool train, int64_t seed,
+                 int64_t accumulation)
+    : size_(size), batch_(batch_size), rank_(rank), world_(world_size), train_(train), seed_(seed) {
+  const int64_t step = batch_ * world_ * std::max<int64_t>(accumulation, 1);
+  usable_ = train_ && step > 0 ? size_ - size_ % step : size_;
+}
 
 std::optional<BatchPlan> Sampler::next(SamplerPosition& pos) const {
   const int64_t g = global_batch();
   BatchPlan plan;
   if (train_) {
-    if (pos.consumed + g > size_) {  // the ragged tail is dropped: next epoch
+    if (pos.consumed + g > usable_) {  // the ragged tail (short of a whole step) is dropped: next epoch
       ++pos.epoch;
       pos.consumed = 0;
     }
@@ -50,7 +54,7 @@ int64_t Sampler::index_at(int64_t epoch, int64_t p) const { return train_ ? (*pe
 
 int64_t Sampler::batches_per_epoch() const {
   const int64_t g = global_batch();
-  return train_ ? size_ / g : (size_ + g - 1) / g;
+  return train_ ? usable_ / g : (size_ + g - 1) / g;
 }
 
 std::shared_ptr<const std::vector<int64_t>> Sampler::permutation(int64_t epoch) const {

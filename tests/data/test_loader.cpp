@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include "data/loader.hpp"
 #include "fixtures.hpp"
@@ -96,6 +97,48 @@ TEST_CASE("sampler: training ranks are disjoint, equal-length and cover the epoc
     CHECK(global_order == std::vector<int64_t>(perm.begin(), perm.begin() + global_order.size()));
     CHECK(loaders[0]->next()->epoch == 1);  // the tail is dropped, the next epoch begins
   }
+}
+
+TEST_CASE("sampler: an epoch is whole optimizer steps, so every layout of one global batch sees the same samples",
+          "[unit]") {
+  // global batch 12 of 40 samples (an epoch: 3 steps, 4 samples dropped) as batch x accumulation x
+  // ranks: 12 x 1 x 1, 3 x 4 x 1, 3 x 2 x 2, 2 x 3 x 2, 1 x 4 x 3, 3 x 1 x 4; accumulation never
+  // reaches into the next epoch (before, 3 x 4 x 1 ran 13 batches of 3 an epoch: a step of
+  // epoch 0's tail and epoch 1's start that the 4-rank layout never took)
+  auto ds = std::make_shared<IndexDataset>(40);
+  std::vector<std::vector<int64_t>> orders;
+  for (const auto& [batch, accum, world] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{
+           {12, 1, 1}, {3, 4, 1}, {3, 2, 2}, {2, 3, 2}, {1, 4, 3}, {3, 1, 4}}) {
+    INFO(batch << " x " << accum << " accumulation x " << world << " ranks");
+    std::vector<std::unique_ptr<DataLoader>> loaders;
+    for (int64_t r = 0; r < world; ++r) {
+      auto o = opts(batch, r, world, true, /*workers=*/0);
+      o.accumulation = accum;
+      loaders.push_back(std::make_unique<DataLoader>(ds, o));
+    }
+    CHECK(loaders[0]->batches_per_epoch() == 3 * accum);  // 3 steps of `accum` batches
+    std::vector<int64_t> order;  // the samples of each step in global order, over 3 epochs
+    for (int64_t step = 0; step < 9; ++step)
+      for (int64_t a = 0; a < accum; ++a)
+        for (auto& l : loaders) {
+          auto b = l->next();
+          REQUIRE(b);
+          CHECK(b->epoch == step / 3);
+          for (auto i : ids(*b)) order.push_back(i);
+        }
+    orders.push_back(order);
+  }
+  std::vector<int64_t> want;
+  for (int64_t e = 0; e < 3; ++e) {
+    const auto perm = epoch_permutation(40, 11, e);
+    want.insert(want.end(), perm.begin(), perm.begin() + 36);
+  }
+  for (const auto& o : orders) CHECK(o == want);
+  // fewer samples than one global batch with accumulation: refused, naming it
+  auto o = opts(4, 0, 2, true);
+  o.accumulation = 6;
+  CHECK_THROWS_WITH(DataLoader(ds, o),
+                    "index dataset: 40 samples, fewer than one global batch of 4 x 6 accumulation x 2 rank(s)");
 }
 
 TEST_CASE("sampler: evaluation visits every sample exactly once over 1-4 ranks", "[unit]") {
@@ -331,7 +374,7 @@ TEST_CASE("loader: evaluation batches, the short last batch, and limit_samples",
   CHECK(!l.next());
   CHECK(l.state().samples_consumed == 10);
   CHECK_THROWS_WITH(DataLoader(ds, opts(6, 0, 2, true)),
-                    "index dataset: 10 samples, fewer than one global batch of 6 x 2 rank(s)");
+                    "index dataset: 10 samples, fewer than one global batch of 6 x 1 accumulation x 2 rank(s)");
 
   config::DataConfig d;
   d.format = config::DataFormat::Synthetic;

@@ -108,3 +108,22 @@ TEST_CASE("2 ranks at batch B/2 with grad_accum 2 log the same losses as 1 proce
   require_trained(ddp, 2);
   check_same_losses(single, ddp);
 }
+
+// Sized in epochs over a split that one global batch does not divide (72 samples, global batch 16:
+// 4 steps an epoch, 8 samples dropped): 1 process accumulating 4 micro-batches of 4 and 2 ranks at 8
+// run the same 20 steps on the same samples. An epoch is whole steps of the global batch in every
+// layout; before, the accumulating process read 18 micro-batches an epoch and ran 23 steps, one of
+// them across the epoch boundary, from step 5 on different samples.
+TEST_CASE("sized in epochs over an uneven split: accumulation in 1 process and 2 ranks run the same steps", "[dist][e2e]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("equiv_ddp_epochs");
+  test::write_file(dir / "tiny_vit.yaml", kTinyVitYaml);
+  const auto cfg = (dir / "tiny_vit.yaml").string() +
+                   " --set train.max_steps=0 --set train.epochs=5 --set data.synthetic.num_samples=72";
+  auto single = test::train_tiny_gpt("", "run " + cfg + " --set train.batch_size=4 --set train.grad_accum=4",
+                                     dir / "single");
+  require_trained(single, 1);
+  auto ddp = test::train_tiny_gpt("", "launch -n 2 -- run " + cfg + " --set train.batch_size=8", dir / "ddp");
+  require_trained(ddp, 2);
+  check_same_losses(single, ddp);
+}

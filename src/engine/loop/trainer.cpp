@@ -140,6 +140,7 @@ class Trainer final : public WorldParts {
   // the ranks of one tp group read the same batches: the loader shards over the data-parallel ranks
   std::unique_ptr<data::DataLoader> make_train_loader() const {
     auto o = run_loader_options(cfg_, tp_.data_env(env()), device_, /*train=*/true);
+    o.accumulation = recovery_->grad_accum();  // an epoch is whole steps of this world's global batch
     // several ranks look at their files at the boundary vote only: the loader's own look inside the
     // next step would find a change made between the vote and that step alone (RELIABILITY.md)
     o.look_at_epoch_start = !dist_->active();
