@@ -326,3 +326,40 @@ TEST_CASE("resume records: one process with accumulation 2 stopped between two l
   REQUIRE(got.count(8) == 1);
   CHECK(std::abs(got.at(8) - ref.at(8)) <= 1e-5 * ref.at(8));
 }
+
+TEST_CASE("resume records: stopped between two log steps and resumed at the same ranks with another accumulation logs "
+          "the uninterrupted interval's mean",
+          "[e2e]") {
+  // one process, 2 micro-batches of 8 a step, resumed as 1 of 16: the saved sum counted 2 a step, the
+  // resumed steps 1 (the sums were added raw: the saved step weighed double; a pipeline's microbatches
+  // or a tp <-> pp change at the same ranks did the same, and the resume check then failed a good run)
+  auto dir = trainer::test::scratch_dir("resume_records_interval_same_ranks");
+  for (const std::string n : {"ref", "s"}) {  // no dropout: its masks are drawn per micro-batch
+    std::string cfg = every_four(eval_config(n, 12, 0, ", global_batch_size: 16"));
+    const auto at = cfg.find("dropout: 0.1");
+    REQUIRE(at != std::string::npos);
+    write_file(dir / (n + ".yaml"), cfg.replace(at, 12, "dropout: 0.0"));
+  }
+  REQUIRE(run_trainer("run " + (dir / "ref.yaml").string()).exit_code == 0);
+  auto stopped = run_trainer("run " + (dir / "s.yaml").string(), "TRAINER_INJECT_SIGNAL=5");
+  INFO(stopped.output);
+  REQUIRE(stopped.exit_code == 75);
+  const auto state = nlohmann::json::parse(read_file(dir / "runs" / "s" / "checkpoints" / "step-5" / "state.json"));
+  CHECK(state.at("log_interval").at("loss_counts") == nlohmann::json::array({2}));
+  CHECK(state.at("log_interval").at("micro_batches_per_step") == nlohmann::json::array({2}));
+  auto resumed = run_trainer("run " + (dir / "s.yaml").string() + " --set train.batch_size=16 --resume " +
+                             (dir / "runs" / "s" / "checkpoints").string());
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  const auto ref = trainer::test::train_losses(dir / "runs" / "ref" / "metrics.jsonl");
+  const auto got = trainer::test::train_losses(dir / "runs" / "s" / "metrics.jsonl");
+  REQUIRE(got.count(8) == 1);
+  CHECK(std::abs(got.at(8) - ref.at(8)) <= 1e-5 * ref.at(8));
+  // and the same accumulation: bit for bit, as before
+  auto same = run_trainer("run " + (dir / "ref.yaml").string() + " --resume " +
+                          (dir / "runs" / "s" / "checkpoints" / "step-5").string() + " --out-dir " +
+                          (dir / "same").string());
+  INFO(same.output);
+  REQUIRE(same.exit_code == 0);
+  CHECK(trainer::test::train_losses(dir / "same" / "ref" / "metrics.jsonl").at(8) == ref.at(8));
+}

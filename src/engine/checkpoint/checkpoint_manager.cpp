@@ -240,12 +240,15 @@ std::optional<LossInterval> CheckpointManager::gather_interval(int64_t step) {
   li.dtype = any ? mine.loss_sum.scalar_type() : torch::kFloat;
   li.skipped_steps = mine.skipped_steps;
   // a float sum is exact in a double: the pair travels as doubles
-  auto t = torch::tensor({any ? mine.loss_sum.item<double>() : 0.0, static_cast<double>(mine.loss_count)}, torch::kFloat64);
+  auto t = torch::tensor({any ? mine.loss_sum.item<double>() : 0.0, static_cast<double>(mine.loss_count),
+                          static_cast<double>(mine.per_step)},
+                         torch::kFloat64);
   if (dist_ && dist_->active()) t = dist_->all_gather(t.to(dist_->device()), "log interval").cpu();
   else t = t.unsqueeze(0);
   for (int64_t r = 0; r < t.size(0); ++r) {
     li.loss_sums.push_back(t[r][0].item<double>());
     li.loss_counts.push_back(static_cast<int64_t>(t[r][1].item<double>()));
+    li.per_step.push_back(static_cast<int64_t>(t[r][2].item<double>()));
   }
   return li;
 }
@@ -258,7 +261,11 @@ void CheckpointManager::put_back_interval(const RunPosition& pos, bool with_skip
   i.carried = {};
   i.loss_count = 0;
   i.loss_sum = torch::Tensor();
-  if (ranks == env_.world_size) {  // this rank's own: the records are the uninterrupted run's, bit for bit
+  i.per_step = 0;
+  if (ranks == env_.world_size) {
+    // this rank's own: the records are the uninterrupted run's, bit for bit, when this run's steps hold
+    // as many micro-batches (else the step runner takes the saved ones at their mean: per_step)
+    i.per_step = li.per_step[static_cast<size_t>(env_.rank)];
     i.loss_count = li.loss_counts[static_cast<size_t>(env_.rank)];
     if (i.loss_count > 0)
       i.loss_sum = torch::full({}, li.loss_sums[static_cast<size_t>(env_.rank)],

@@ -72,8 +72,8 @@ constexpr torch::ScalarType kLossDtypes[] = {torch::kFloat, torch::kDouble, torc
 nlohmann::json interval_json(const LossInterval& li) {
   nlohmann::json sums = nlohmann::json::array();
   for (double v : li.loss_sums) sums.push_back(std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr));
-  return {{"loss_sums", sums}, {"loss_counts", li.loss_counts}, {"dtype", c10::toString(li.dtype)},
-          {"skipped_steps", li.skipped_steps}, {"steps", li.steps}};
+  return {{"loss_sums", sums},           {"loss_counts", li.loss_counts}, {"micro_batches_per_step", li.per_step},
+          {"dtype", c10::toString(li.dtype)}, {"skipped_steps", li.skipped_steps}, {"steps", li.steps}};
 }
 
 // state.json's "log_interval" (nullopt when absent: an older checkpoint); throws io::CheckpointError
@@ -85,6 +85,8 @@ std::optional<LossInterval> interval_from(const nlohmann::json& s, const std::fi
   for (const auto& v : j.at("loss_sums"))
     li.loss_sums.push_back(v.is_null() ? std::numeric_limits<double>::quiet_NaN() : v.get<double>());
   li.loss_counts = j.at("loss_counts").get<std::vector<int64_t>>();
+  // an older checkpoint's: unknown (0), its sums then taken as this run's micro-batches
+  li.per_step = j.value("micro_batches_per_step", std::vector<int64_t>(li.loss_counts.size(), 0));
   li.skipped_steps = j.at("skipped_steps").get<int64_t>();
   li.steps = j.value("steps", int64_t{-1});
   const auto dtype = j.at("dtype").get<std::string>();
@@ -92,10 +94,13 @@ std::optional<LossInterval> interval_from(const nlohmann::json& s, const std::fi
   for (auto t : kLossDtypes)
     if (dtype == c10::toString(t)) li.dtype = t, known = true;
   const bool counts_ok = std::all_of(li.loss_counts.begin(), li.loss_counts.end(), [](int64_t c) { return c >= 0; });
+  bool per_step_ok = li.per_step.size() == li.loss_counts.size();
+  for (size_t r = 0; per_step_ok && r < li.per_step.size(); ++r)  // every counted step holds per_step
+    per_step_ok = li.per_step[r] >= 0 && (li.per_step[r] == 0 || li.loss_counts[r] % li.per_step[r] == 0);
   if (!known || li.loss_sums.empty() || li.loss_sums.size() != li.loss_counts.size() || !counts_ok ||
-      li.skipped_steps < 0)
-    throw io::CheckpointError((from / "state.json").string() + ": log_interval does not hold together (a sum and a "
-                              "count >= 0 per rank, a loss dtype, skipped_steps >= 0)");
+      !per_step_ok || li.skipped_steps < 0)
+    throw io::CheckpointError((from / "state.json").string() + ": log_interval does not hold together (a sum, a "
+                              "count >= 0 and a count per step dividing it per rank, a loss dtype, skipped_steps >= 0)");
   return li;
 }
 

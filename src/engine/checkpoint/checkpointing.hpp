@@ -35,6 +35,7 @@ namespace trainer::engine {
 struct LossInterval {
   std::vector<double> loss_sums;      // per rank of the run that saved it, in the sums' dtype (NaN: not finite)
   std::vector<int64_t> loss_counts;   // the micro-batches in each sum (0: nothing logged since the last record)
+  std::vector<int64_t> per_step;      // the micro-batches each counted step added (0: unknown, an older checkpoint)
   torch::ScalarType dtype = torch::kFloat;  // of the sums on the device: restored as it was (a bitwise resume)
   int64_t skipped_steps = 0;          // steps the fp16 scaler skipped so far (agreed: the same on every rank)
   int64_t steps = -1;                 // the steps in the sums (-1: not recorded)

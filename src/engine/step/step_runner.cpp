@@ -345,6 +345,12 @@ std::optional<StepOutcome> StepRunner::graphed_train_step(int64_t step, bool nee
 }
 
 void StepRunner::add_loss(const torch::Tensor& loss, int64_t micro_batches) {
+  if (per_step_ > 0 && per_step_ != micro_batches && loss_count_ > 0 && loss_sum_.defined()) {
+    const int64_t n = loss_count_ / per_step_ * micro_batches;  // the same steps, as this run's micro-batches
+    loss_sum_ = loss_sum_ / static_cast<double>(loss_count_) * static_cast<double>(n);
+    loss_count_ = n;
+  }
+  per_step_ = micro_batches;
   loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss : loss;
   loss_count_ += micro_batches;
   if (carried_.steps > 0) {

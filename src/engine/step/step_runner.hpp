@@ -119,17 +119,23 @@ class StepRunner {
     double mean = 0;
     int64_t steps = 0;
   };
+  // `per_step`: the micro-batches each step counted in loss_count added (0: unknown). A sum put back
+  // from a checkpoint of the same ranks counted in another number per step (another accumulation,
+  // pipeline microbatches or layout) is taken at the first step here as its steps of this run's
+  // micro-batches at their mean: a raw count would weigh the saved steps wrongly.
   struct Interval {
     torch::Tensor loss_sum;
     int64_t loss_count = 0, skipped_steps = 0;
     Carried carried;
+    int64_t per_step = 0;
   };
-  Interval interval() const { return {loss_sum_, loss_count_, skipped_steps_, carried_}; }
+  Interval interval() const { return {loss_sum_, loss_count_, skipped_steps_, carried_, per_step_}; }
   void take_over(const Interval& i) {
     loss_sum_ = i.loss_sum;
     loss_count_ = i.loss_count;
     skipped_steps_ = i.skipped_steps;
     carried_ = i.carried;
+    per_step_ = i.per_step;
   }
 
  private:
@@ -155,6 +161,7 @@ class StepRunner {
   torch::Tensor loss_sum_;
   int64_t loss_count_ = 0, skipped_steps_ = 0;
   Carried carried_;
+  int64_t per_step_ = 0;
   std::multiset<int64_t> inject_nonfinite_;  // TRAINER_INJECT_NONFINITE_GRAD
   int64_t inject_read_failure_ = -1;          // TRAINER_INJECT_READ_FAILURE: the step (1-based) of this rank
 };
