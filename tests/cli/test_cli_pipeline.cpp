@@ -53,6 +53,13 @@ TEST_CASE("check under trainer launch: the (pp, dp, tp) coordinates of every ran
   CHECK(r.output.find("rank 2: pp 1, dp 0, tp 0, node 0") != std::string::npos);
   CHECK(r.output.find("effective global batch 16 = 8 per rank x 1 accumulation x 2 data-parallel ranks") !=
         std::string::npos);
+  // train.batch_size auto counts the data-parallel ranks too, as the run does (it said "x 4 ranks")
+  auto a = run_trainer("launch -n 4 -- check " + pp_tiny_gpt(dir) +
+                       " --no-data --set train.batch_size=auto --set train.global_batch_size=16");
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  CHECK(a.output.find("global batch 16 = micro-batch auto (the largest that fits, chosen at start) x accumulation x 2 "
+                      "data-parallel ranks (dist.tensor_parallel 1, dist.pipeline_parallel 2)") != std::string::npos);
 }
 
 // The activations row: one microbatch per stage measured, times what the schedule holds at its peak.

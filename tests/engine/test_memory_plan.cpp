@@ -182,6 +182,16 @@ TEST_CASE("trainer check --memory prints the table, batch_size auto picks what c
   CHECK(none.exit_code == 1);
   CHECK(none.output.find("train.batch_size auto: not even a micro-batch of 1 fits") != std::string::npos);
   CHECK(!std::filesystem::exists(dir / "none/auto/checkpoints/step-4"));
+  // check says so too, and fails as the run does; a budget of --memory-gb's only informs
+  auto none_check = test::run_trainer("check " + cfg + " --set train.memory_budget_gb=0.000001");
+  INFO(none_check.output);
+  CHECK(none_check.exit_code == 1);
+  CHECK(none_check.output.find("error: train.batch_size auto: not even micro-batch 1 fits 1000 B "
+                               "(train.memory_budget_gb): a run of this config stops at its start") != std::string::npos);
+  auto asked = test::run_trainer("check " + cfg + " --memory-gb 0.000001");
+  INFO(asked.output);
+  CHECK(asked.exit_code == 0);
+  CHECK(asked.output.find("train.batch_size auto: not even micro-batch 1 fits this budget") != std::string::npos);
 }
 
 TEST_CASE("the memory budget: the configured figure, else 80 % of available host memory per local rank", "[unit]") {

@@ -209,12 +209,17 @@ MemoryBudget check_budget(const config::RunConfig& c, double memory_gb, const to
                        : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device, env.local_world_size);
 }
 
-// What train.batch_size auto would pick in `budget` for the configured column.
+// What train.batch_size auto would pick in `budget` for the configured column. Nothing fitting the
+// run's own budget (`runs_budget`: not --memory-gb's) is an error: the run would stop at its start.
 void print_auto_pick(const config::RunConfig& c, int64_t world_size, const torch::Device& device,
-                     const MemoryColumn& col, double budget) {
+                     const MemoryColumn& col, const MemoryBudget& budget, bool runs_budget) {
   const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(world_size, 1);
-  const int64_t pick = largest_fitting(col.plan.fixed, col.probe, budget, micro_batch_candidates(per_rank));
+  const int64_t pick = largest_fitting(col.plan.fixed, col.probe, budget.bytes, micro_batch_candidates(per_rank));
   if (pick == 0) {
+    if (runs_budget)
+      throw std::runtime_error("train.batch_size auto: not even micro-batch 1 fits " + bytes_text(budget.bytes) + " (" +
+                               budget.source + "): a run of this config stops at its start; set "
+                               "model.activation_checkpointing, use bf16, or give more memory");
     std::cout << "train.batch_size auto: not even micro-batch 1 fits this budget\n";
     return;
   }
@@ -263,7 +268,7 @@ void print_memory(const config::RunConfig& c, const dist::LaunchEnv& env, const 
       [&](const MemoryColumn& col) { return largest_in_budget(col, mb.bytes); });
   std::cout << "  (budget: " << mb.source << ")\n";
   if (c.train.batch_size == 0)
-    print_auto_pick(c, dp, device, cols[c.model.activation_checkpointing ? 1 : 0], mb.bytes);
+    print_auto_pick(c, dp, device, cols[c.model.activation_checkpointing ? 1 : 0], mb, budget_gb <= 0);
 }
 
 // train.precision auto as the run would decide it on this machine (the probe included when the data were
@@ -397,8 +402,8 @@ int cmd_check(const CheckArgs& args) {
                                     ", dist.pipeline_parallel " + std::to_string(c.dist.pipeline_parallel) + ")";
     if (c.train.batch_size == 0)
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), global batch " << global
-                << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << env.world_size
-                << " ranks\n";
+                << " = micro-batch auto (the largest that fits, chosen at start) x accumulation x " << dp << ranks
+                << "\n";
     else
       std::cout << "world size " << env.world_size << " (" << env.launcher << "), effective global batch " << global
                 << " = " << c.train.batch_size << " per rank x " << c.train.grad_accum << " accumulation x " << dp
@@ -433,6 +438,10 @@ int cmd_check(const CheckArgs& args) {
         auto shown = c;
         shown.train.batch_size = pick > 0 ? pick : per_rank;
         print_pipeline_memory(at, shown, std::cout);
+        if (pick == 0 && args.memory_gb <= 0)  // the run's own budget: the run would stop at its start
+          throw std::runtime_error("train.batch_size auto: not even the smallest micro-batch fits " +
+                                   bytes_text(mb.bytes) + " (" + mb.source + "): a run of this config stops at its "
+                                   "start; set model.activation_checkpointing, use bf16, or give more memory");
         if (pick == 0)
           std::cout << "train.batch_size auto: not even the smallest micro-batch fits " << bytes_text(mb.bytes) << " ("
                     << mb.source << ")\n";
