@@ -223,12 +223,13 @@ void Group::broadcast(torch::Tensor& t, const std::string& what) {
   }
 }
 
-void Group::broadcast_module(torch::nn::Module& m) {
+void Group::broadcast_module(torch::nn::Module& m, bool buffers_only) {
   if (!active()) return;
   torch::NoGradGuard no_grad;
   // one flat buffer per (dtype, device), in registration order: identical on every rank
   std::vector<torch::Tensor> tensors;
-  for (auto& p : m.parameters()) tensors.push_back(p);
+  if (!buffers_only)
+    for (auto& p : m.parameters()) tensors.push_back(p);
   for (auto& b : m.buffers()) tensors.push_back(b);
   // at most kChunkBytes per broadcast: one flat copy of a whole large model would double its
   // memory at start-up

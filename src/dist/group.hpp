@@ -58,7 +58,8 @@ class Group {
   // Group rank 0's parameters and buffers to every rank of the group, grouped per (dtype, device)
   // into broadcasts of at most 64 MB. BatchNorm running statistics are buffers: they start equal and
   // then stay per rank (each normalises with its own shard's statistics, as torch DDP by default).
-  void broadcast_module(torch::nn::Module& m);
+  // `buffers_only`: the buffers alone (BatchNorm's running statistics before an evaluation)
+  void broadcast_module(torch::nn::Module& m, bool buffers_only = false);
 
   // --- launched now, the caller waits (AsyncOp::wait throws DistError) -------------------------
   // Inactive (a group of one): nothing is launched, the ops below are their one-rank results.

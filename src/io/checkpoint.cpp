@@ -196,7 +196,12 @@ void verify_files(const fs::path& dir, const fs::path& manifest_path, nlohmann::
     if (name.find('/') != std::string::npos || name == "." || name == ".." || name == kManifestName)
       fail(manifest_path, "invalid file name '" + name + "'");
     const fs::path file = dir / name;
-    if (!fs::is_regular_file(file, ec)) fail(file, "missing (listed in manifest.json)");
+    if (!fs::is_regular_file(file, ec)) {
+      struct stat st{};
+      if (::stat(file.c_str(), &st) == 0)  // there, but a device, FIFO or folder (or a link to one)
+        fail(file, file_kind(st.st_mode) + ", not the regular file manifest.json lists");
+      fail(file, "missing (listed in manifest.json)");
+    }
     const std::string expected = entry.value("sha256", "");
     const auto expected_size = entry.value("bytes", int64_t{-1});
     const auto actual_size = static_cast<int64_t>(fs::file_size(file, ec));

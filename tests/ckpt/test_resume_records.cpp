@@ -363,3 +363,31 @@ TEST_CASE("resume records: stopped between two log steps and resumed at the same
   REQUIRE(same.exit_code == 0);
   CHECK(trainer::test::train_losses(dir / "same" / "ref" / "metrics.jsonl").at(8) == ref.at(8));
 }
+
+TEST_CASE("resume records: a BatchNorm model at 2 ranks stopped and resumed evaluates as the uninterrupted run",
+          "[e2e][dist]") {
+  // each rank's running statistics follow its own slices; the checkpoint keeps rank 0's. Every rank
+  // now takes dp rank 0's buffers before an evaluation (as DDP's broadcast_buffers): before, rank 1
+  // scored its share with its own statistics uninterrupted and with rank 0's after a resume
+  auto dir = trainer::test::scratch_dir("resume_records_bn_dist");
+  for (const std::string n : {"ref", "s"})
+    write_file(dir / (n + ".yaml"),
+               "run: {name: " + n + ", out_dir: runs, seed: 1, deterministic: true}\n"
+               "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 4}\n"
+               "data: {format: synthetic, workers: 1, synthetic: {num_samples: 256, val_samples: 64, image_size: 16}}\n"
+               "train: {batch_size: 32, max_steps: 6, log_every: 1, eval_every: 3, threads: 1}\n"
+               "optim: {name: sgd, lr: 0.05, momentum: 0.9}\nlog: {progress: off}\ncheckpoint: {every_steps: 0}\n");
+  auto launch = [&](const std::string& n, const std::string& env = "") {
+    return run_trainer("launch -n 2 -- run " + (dir / (n + ".yaml")).string(), env);
+  };
+  REQUIRE(launch("ref").exit_code == 0);
+  auto stopped = launch("s", "TRAINER_INJECT_SIGNAL=2");
+  INFO(stopped.output);
+  REQUIRE(stopped.exit_code == 75);
+  auto again = launch("s");
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  const auto want = loss_records(dir / "runs" / "ref" / "metrics.jsonl");
+  CHECK(want.size() == 8);  // 6 train, 2 eval records
+  CHECK(loss_records(dir / "runs" / "s" / "metrics.jsonl") == want);
+}

@@ -133,4 +133,26 @@ TEST_CASE("a run directory whose config.yaml was deleted is judged by its newest
   CHECK(longer.exit_code == 0);
   CHECK(longer.output.find("resum") != std::string::npos);
   CHECK(fs::exists(dir / "runs/sweep/config.yaml"));
+
+  // the checkpoint's config holds what the start resolved (train.precision auto -> fp32, batch_size
+  // auto -> a micro-batch): the same config, auto, is not a change (it was refused: "fp32" -> "auto")
+  const std::string autos = " --set train.precision=auto --set train.batch_size=auto --set train.global_batch_size=16 "
+                            "--set run.name=autos --set checkpoint.every_steps=1";
+  auto a = run_trainer("run " + cfg + autos + " --set train.max_steps=2");
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(fs::remove(dir / "runs/autos/config.yaml"));
+  auto a2 = run_trainer("run " + cfg + autos + " --set train.max_steps=3");
+  INFO(a2.output);
+  CHECK(a2.exit_code == 0);
+  CHECK(a2.output.find("resum") != std::string::npos);
+
+  // a checkpoint.dir shared with another run: that run's checkpoint is not this run's config; the
+  // start refuses the folder, naming both runs (exit 1)
+  const std::string shared = " --set checkpoint.dir=" + (dir / "shared").string() + " --set train.max_steps=2";
+  REQUIRE(run_trainer("run " + cfg + shared + " --set run.name=first").exit_code == 0);
+  auto second = run_trainer("run " + cfg + shared + " --set run.name=second --set train.precision=auto");
+  INFO(second.output);
+  CHECK(second.exit_code == 1);
+  CHECK(second.output.find("holds the checkpoints of another run") != std::string::npos);
 }

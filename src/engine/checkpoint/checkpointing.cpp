@@ -207,8 +207,8 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     pos.total_steps = s.value("total_steps", int64_t{-1});
     pos.global_batch = s.value("global_batch_size", int64_t{-1});
     pos.interval = interval_from(s, from);
-    if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0)
-      throw io::CheckpointError((from / "state.json").string() + ": negative step or loader position");
+    if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0 || pos.world_size < 0)
+      throw io::CheckpointError((from / "state.json").string() + ": negative step, loader position or world size");
     if (auto folder_step = io::parse_step_dir_name(from.filename().string()); folder_step && *folder_step != pos.step)
       throw io::CheckpointError((from / "state.json").string() + ": says step " + std::to_string(pos.step) +
                                 ", but the folder is " + from.filename().string());

@@ -77,7 +77,12 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
     return {0, total_steps};
   }
   const auto& pos = resumed->pos;
-  p.loader.restore(pos.loader);
+  try {
+    p.loader.restore(pos.loader);
+  } catch (const data::DataError& e) {  // a position past this split: the checkpoint's, or another split
+    throw std::runtime_error((resumed->from / "state.json").string() + ": " + e.what() +
+                             " (the checkpoint was saved over other data, or its state was edited)");
+  }
   p.records.resumed(*resumed);
   if (pos.world_size <= 0 || pos.world_size == data_world) {
     // an epochs-sized run whose length was recounted before (an earlier attempt at another world size,

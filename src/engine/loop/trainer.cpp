@@ -211,6 +211,7 @@ class Trainer final : public WorldParts {
   // true when early stopping asks the run to end
   bool evaluate(int64_t step) {
     dist_->kill_point("eval", step);  // TRAINER_INJECT_KILL (tests): a rank lost during evaluation
+    if (evaluation_->can_evaluate()) parallel_->sync_buffers(*model_);  // every rank scores with rank 0's
     return evaluation_->evaluate(step, records_->epochs_done(*train_loader_), *model_, ema_.get(), *records_);
   }
   // What the records of `step` read, as the run stands (a regroup rebuilds these parts).

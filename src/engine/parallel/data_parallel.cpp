@@ -126,6 +126,7 @@ class Replicated final : public DataParallel {
     if (sync_) sync_->finish();
   }
   void commit(int64_t step) override { world_.commit_step(step); }
+  void sync_buffers(torch::nn::Module& model) override { dp_.broadcast_module(model, /*buffers_only=*/true); }
   // tp peers see different gradients: the world agrees (with T = 1 the dp group is the world: nothing)
   void agree_flag(torch::Tensor& flag) override {
     if (dp_.size() != world_.world_size()) world_.all_reduce_sum_async(flag, "found inf")->wait();

@@ -42,6 +42,7 @@ class ShardedParallel final : public DataParallel {
   }
   std::vector<torch::Tensor> step_param_sources(const std::vector<torch::Tensor>&) const override;
   bool shards_gradients() const override { return true; }
+  void sync_buffers(torch::nn::Module& model) override { dp_.broadcast_module(model, /*buffers_only=*/true); }
   torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& step_params, double max_norm) override;
   void agree_flag(torch::Tensor& flag) override;
   void after_step() override { sync_->gather_params(); }
