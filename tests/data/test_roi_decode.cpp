@@ -71,6 +71,16 @@ double mean_abs_diff(const std::vector<uint8_t>& a, const std::vector<uint8_t>& 
   return s / static_cast<double>(a.size());
 }
 
+// The mean and the largest of per-image differences.
+std::pair<double, double> mean_and_worst(const std::vector<double>& diffs) {
+  double mean = 0, worst = 0;
+  for (double d : diffs) {
+    mean += d / static_cast<double>(diffs.size());
+    worst = std::max(worst, d);
+  }
+  return {mean, worst};
+}
+
 }  // namespace
 
 TEST_CASE("RandomResizedCrop's boxes for a seed are unchanged (golden list)", "[unit]") {
@@ -114,11 +124,7 @@ TEST_CASE("region decoding: the box drawn from the header, pixels within toleran
       if (r.scale == 1) CHECK(got == want);  // no DCT scaling: the very same pixels
     }
   for (const auto& [s, diffs] : diff_by_scale) {
-    double mean = 0, worst = 0;
-    for (double d : diffs) {
-      mean += d / static_cast<double>(diffs.size());
-      worst = std::max(worst, d);
-    }
+    const auto [mean, worst] = mean_and_worst(diffs);
     INFO("scale 1/" << s << ": " << diffs.size() << " crops, mean abs diff " << mean << ", worst " << worst);
     // the documented tolerance (docs/PERFORMANCE.md; measured on this content at 1/2, 1/4, 1/8:
     // mean 0.87, 1.18, 1.93 grey levels, worst crop 1.40, 1.87, 2.63): at most 2 grey levels on
@@ -214,11 +220,7 @@ TEST_CASE("validation decoding at a DCT scale: pixels within tolerance of a full
       }
     }
   for (const auto& [s, diffs] : diff_by_scale) {
-    double mean = 0, worst = 0;
-    for (double d : diffs) {
-      mean += d / static_cast<double>(diffs.size());
-      worst = std::max(worst, d);
-    }
+    const auto [mean, worst] = mean_and_worst(diffs);
     INFO("scale 1/" << s << ": " << diffs.size() << " images, mean abs diff " << mean << ", worst " << worst);
     // the documented tolerance: at most 2 grey levels on average at every scale, 3.5 for any one image
     // (measured at 1/2, 1/4, 1/8: mean 1.08, 1.41, 1.05, worst 1.56, 1.99, 3.00)
