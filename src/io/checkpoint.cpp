@@ -199,7 +199,7 @@ void verify_files(const fs::path& dir, const fs::path& manifest_path, nlohmann::
     if (!fs::is_regular_file(file, ec)) {
       struct stat st{};
       if (::stat(file.c_str(), &st) == 0)  // there, but a device, FIFO or folder (or a link to one)
-        fail(file, file_kind(st.st_mode) + ", not the regular file manifest.json lists");
+        fail(file, "is " + file_kind(st.st_mode) + ", not the regular file manifest.json lists");
       fail(file, "missing (listed in manifest.json)");
     }
     const std::string expected = entry.value("sha256", "");

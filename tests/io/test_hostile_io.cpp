@@ -127,11 +127,19 @@ TEST_CASE("hostile: a checkpoint manifest that is a FIFO, /dev/zero or huge fail
   fs::resize_file(manifest, 17u << 20);  // sparse: 17 MiB
   CHECK(error_within(10, [&] { io::verify_checkpoint(step); }) ==
         manifest.string() + ": is 17.0 MiB, more than the 16.0 MiB a checkpoint manifest may have");
-  // a listed file replaced by a FIFO is not read (it would block the checksum)
+  // a listed file replaced by a FIFO, or a link to /dev/zero, is not read (it would block the
+  // checksum, or never end) and is named for what it is; a file that is not there is missing
   fs::remove(manifest);
   saved_checkpoint(root);  // step-1 again, intact
   fs::remove(step / "model.safetensors");
   REQUIRE(make_fifo(step / "model.safetensors"));
+  CHECK(error_within(10, [&] { io::verify_checkpoint(step); }) ==
+        (step / "model.safetensors").string() + ": is a FIFO (named pipe), not the regular file manifest.json lists");
+  fs::remove(step / "model.safetensors");
+  fs::create_symlink("/dev/zero", step / "model.safetensors");
+  CHECK(error_within(10, [&] { io::verify_checkpoint(step); }) ==
+        (step / "model.safetensors").string() + ": is a character device, not the regular file manifest.json lists");
+  fs::remove(step / "model.safetensors");
   CHECK(error_within(10, [&] { io::verify_checkpoint(step); }) ==
         (step / "model.safetensors").string() + ": missing (listed in manifest.json)");
 }
