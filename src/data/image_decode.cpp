@@ -296,19 +296,19 @@ DecodedImage decode_any(const std::string& path, int64_t channels, int64_t min_s
   // a header is in the first bytes but for large metadata (EXIF, ICC) before it: `trainer check`
   // reads every header of a folder, and ImageNet's files are 110 KB on average
   constexpr uint64_t kHeaderBytes = 64 << 10;
-  if (header_only) {
-    bool whole = false;
-    std::vector<uint8_t> head = read_all(path, kHeaderBytes, &whole);
-    if (!whole) try {
-        switch (sniff(head)) {
-          case ImageType::Jpeg: return decode_jpeg(path, head, channels, min_side, out, inter, true);
-          case ImageType::Png: return decode_png(path, head, channels, out, inter, true);
-          default: break;  // the whole file's error below
-        }
-      } catch (const DataError&) {  // the header is not within the prefix (or is bad): read it all
+  bool whole = !header_only;
+  std::vector<uint8_t> bytes = read_all(path, header_only ? kHeaderBytes : UINT64_MAX, &whole);
+  if (!whole) {
+    try {
+      switch (sniff(bytes)) {
+        case ImageType::Jpeg: return decode_jpeg(path, bytes, channels, min_side, out, inter, true);
+        case ImageType::Png: return decode_png(path, bytes, channels, out, inter, true);
+        default: break;  // the whole file's error below
       }
+    } catch (const DataError&) {  // the header is not within the prefix (or is bad): read it all
+    }
+    bytes = read_all(path);
   }
-  std::vector<uint8_t> bytes = read_all(path);
   switch (sniff(bytes)) {
     case ImageType::Jpeg: return decode_jpeg(path, bytes, channels, min_side, out, inter, header_only);
     case ImageType::Png: return decode_png(path, bytes, channels, out, inter, header_only);

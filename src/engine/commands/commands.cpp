@@ -19,8 +19,8 @@
 #include "device/device.hpp"
 #include "dist/device_mesh.hpp"
 #include "dist/dist_check.hpp"
-#include "engine/commands/check_data.hpp"
 #include "dist/launch_env.hpp"
+#include "engine/commands/check_data.hpp"
 #include "engine/commands/command_common.hpp"
 #include "engine/startup/pipeline_memory.hpp"
 #include "engine/parallel/data_parallel.hpp"
@@ -209,6 +209,14 @@ MemoryBudget check_budget(const config::RunConfig& c, double memory_gb, const to
                        : memory_budget(c.train.memory_budget_gb, "train.memory_budget_gb", device, env.local_world_size);
 }
 
+// train.batch_size auto with nothing (`smallest`) fitting the run's own budget: the run would stop at
+// its start, so check stops too.
+[[noreturn]] void refuse_no_fit(const std::string& smallest, const MemoryBudget& budget) {
+  throw std::runtime_error("train.batch_size auto: not even " + smallest + " fits " + bytes_text(budget.bytes) + " (" +
+                           budget.source + "): a run of this config stops at its start; set "
+                           "model.activation_checkpointing, use bf16, or give more memory");
+}
+
 // What train.batch_size auto would pick in `budget` for the configured column. Nothing fitting the
 // run's own budget (`runs_budget`: not --memory-gb's) is an error: the run would stop at its start.
 void print_auto_pick(const config::RunConfig& c, int64_t world_size, const torch::Device& device,
@@ -216,10 +224,7 @@ void print_auto_pick(const config::RunConfig& c, int64_t world_size, const torch
   const int64_t per_rank = c.train.global_batch_size / std::max<int64_t>(world_size, 1);
   const int64_t pick = largest_fitting(col.plan.fixed, col.probe, budget.bytes, micro_batch_candidates(per_rank));
   if (pick == 0) {
-    if (runs_budget)
-      throw std::runtime_error("train.batch_size auto: not even micro-batch 1 fits " + bytes_text(budget.bytes) + " (" +
-                               budget.source + "): a run of this config stops at its start; set "
-                               "model.activation_checkpointing, use bf16, or give more memory");
+    if (runs_budget) refuse_no_fit("micro-batch 1", budget);
     std::cout << "train.batch_size auto: not even micro-batch 1 fits this budget\n";
     return;
   }
@@ -438,10 +443,7 @@ int cmd_check(const CheckArgs& args) {
         auto shown = c;
         shown.train.batch_size = pick > 0 ? pick : per_rank;
         print_pipeline_memory(at, shown, std::cout);
-        if (pick == 0 && args.memory_gb <= 0)  // the run's own budget: the run would stop at its start
-          throw std::runtime_error("train.batch_size auto: not even the smallest micro-batch fits " +
-                                   bytes_text(mb.bytes) + " (" + mb.source + "): a run of this config stops at its "
-                                   "start; set model.activation_checkpointing, use bf16, or give more memory");
+        if (pick == 0 && args.memory_gb <= 0) refuse_no_fit("the smallest micro-batch", mb);
         if (pick == 0)
           std::cout << "train.batch_size auto: not even the smallest micro-batch fits " << bytes_text(mb.bytes) << " ("
                     << mb.source << ")\n";

@@ -70,10 +70,12 @@ RunGuard check_run_directory(const config::RunConfig& cfg, const fs::path& root,
   RunGuard g;
   if (!holds_a_run(cfg, root)) return g;
   std::string changed, saved_file = (root / "config.yaml").string();
+  bool from_checkpoint = false;  // config.yaml is gone: its newest checkpoint's config
   try {
     const auto s = saved_config(cfg, root);
     if (s.file.empty()) return g;
     saved_file = s.file;
+    from_checkpoint = s.resolved;
     const auto saved = config::load_config_text(s.text, s.file);
     auto changes = config::training_changes(saved.cfg, cfg);
     changed = config::changes_text(s.resolved ? without_resolved_autos(std::move(changes)) : changes);
@@ -90,7 +92,7 @@ RunGuard check_run_directory(const config::RunConfig& cfg, const fs::path& root,
   }
   g.refusal = root.string() + " holds a run trained with another config (" + saved_file + "): " + changed +
               ". Nothing was started and " +
-              (saved_file == (root / "config.yaml").string() ? "its config.yaml is kept" : "nothing there was changed") +
+              (from_checkpoint ? "nothing there was changed" : "its config.yaml is kept") +
               ". Give the new config its own run directory "
               "(--set run.name=NAME or --out-dir DIR), start this one over (--resume never --force), or continue "
               "it with the new values (--resume " + checkpoint_dir(cfg, root).string() + ")";

@@ -128,12 +128,12 @@ class DataParallel {
   // rank at the same point); release is not. written: the weights were overwritten, keep them.
   // (const: the checkpoint code holds the strategy const; gathering changes no state it reports)
   virtual void hold_full_params() const {}
+  virtual void release_full_params(bool /*written*/) const {}
   // Before an evaluation, a collective of the dp group (every rank at the same point): dp rank 0's
   // buffers to every replica (BatchNorm's running statistics follow each rank's own slices), as
   // DDP's broadcast_buffers gives them, so that every rank's share of the evaluation, and a resumed
   // run's (whose checkpoint keeps rank 0's), score with the same statistics.
   virtual void sync_buffers(torch::nn::Module& /*model*/) {}
-  virtual void release_full_params(bool /*written*/) const {}
   // Bytes this rank holds for parameters, gradients and optimizer state, measured from the tensors
   // (the record's mem_*_bytes); call after the step's backward, when the gradients exist.
   struct HeldBytes {
