@@ -5,7 +5,8 @@
 // save, an evaluation, while a replacement receives rank 0's state), the job ends in one of two
 // ways only: exit 0 with every step logged once and a final checkpoint that verifies, or a non-zero
 // exit naming what happened with its newest checkpoint verified. Never a survivor ended by a signal,
-// never a checkpoint that verified before the kill lost or damaged after it. dist.sharding other
+// never a checkpoint that verified before the kill lost or damaged after it, never a periodic
+// checkpoint or evaluation left out. dist.sharding other
 // than none is refused with in_process at config load (exit 2, before anything starts).
 #include <catch2/catch.hpp>
 
@@ -192,6 +193,16 @@ void check_cell(const fs::path& dir, const Cell& c, const Outcome& o) {
   REQUIRE(!folders.empty());
   CHECK(folders.front().step == kSteps);
   CHECK(verifies(folders.front().path));
+  // whatever a kill interrupted, each periodic checkpoint and evaluation is made, once (a peer lost
+  // inside a step's save or evaluation: the survivors make it)
+  for (int s = 10; s <= kSteps; s += 10) {
+    INFO("step-" << s);
+    CHECK(verifies(run / "checkpoints" / io::step_dir_name(s)));
+  }
+  std::vector<int64_t> evals, every_20;
+  for (const auto& r : records(run, "eval")) evals.push_back(r.at("step").get<int64_t>());
+  for (int s = 20; s <= kSteps; s += 20) every_20.push_back(s);
+  CHECK(evals == every_20);
   if (!c.worlds.empty()) {
     const auto got = world_changes(train);
     // each kill the test sent takes the world down and (with a replacement left) back up: a kill

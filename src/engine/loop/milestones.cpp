@@ -10,11 +10,13 @@ bool Milestones::after_step(int64_t step, bool last, CheckpointManager& ckpt) {
   if (last) return false;
   // the evaluation before the save: the step's checkpoint then holds its outcome (best, early
   // stopping's count), and a run resumed from it does not evaluate the step again
+  // made again after a peer was lost in them (dist.recovery in_process): what completed is not redone
   const bool due = eval_due(step);
-  if (due && evaluate_(step)) return true;  // early stopping: the end saves this step
-  bool saved = false;
-  if (cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0)
+  if (due && evaluated_step_() < step && evaluate_(step)) return true;  // early stopping: the end saves this step
+  bool saved = saved_step_ == step;
+  if (!saved && cfg_.checkpoint.every_steps > 0 && step % cfg_.checkpoint.every_steps == 0)
     saved = ckpt.save(step, SaveKind::Periodic);
+  if (saved) saved_step_ = step;
   if (due) ckpt.keep_best(step, saved);
   return false;
 }

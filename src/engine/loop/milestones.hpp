@@ -28,7 +28,8 @@ class Milestones {
       : cfg_(cfg), evaluate_(std::move(evaluate)), evaluated_step_(std::move(evaluated_step)) {}
 
   // After `step`: its periodic checkpoint and evaluation, none when it is the run's `last` (the end
-  // makes those). Returns true when early stopping ends the run here.
+  // makes those). Returns true when early stopping ends the run here. Called again for the same step
+  // (the survivors of a peer lost in them), it makes only what did not complete.
   bool after_step(int64_t step, bool last, CheckpointManager& ckpt);
   // A run resumed at `step` (not its last): the evaluation due at `step` that its checkpoint was
   // saved before (a stop signal's), and the best checkpoint it may set. True when early stopping
@@ -45,6 +46,7 @@ class Milestones {
   std::function<bool(int64_t)> evaluate_;
   std::function<int64_t()> evaluated_step_;
   bool final_saved_ = false;     // the final checkpoint is saved
+  int64_t saved_step_ = -1;      // the step of the last periodic checkpoint saved
 };
 
 }  // namespace trainer::engine

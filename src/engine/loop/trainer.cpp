@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "config/exit_codes.hpp"
 #include "config/load.hpp"
@@ -313,6 +314,8 @@ class Trainer final : public WorldParts {
       // handler stops this rank too, exit 65, instead of regrouping without it
       if (!dist_->peer_note().empty()) throw;
       if (recovery_->recover(e.what(), loop_.step)) take_over_writing();
+      // a step committed before the loss still owes its save and evaluation: the survivors make them
+      milestones_owed_ = milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step);
       return std::nullopt;
     }
   }
@@ -348,6 +351,11 @@ class Trainer final : public WorldParts {
         if (stop_reason == "early_stopping" || step_is_final(loop_.step)) {
           if (const auto rc = recovering([&] { return finish(loop_.step, stop_reason); })) return *rc;
           continue;  // a peer failed during the end: the survivors end the run
+        }
+        if (std::exchange(milestones_owed_, false)) {
+          if (recovering([this] { return milestones_after(loop_.step); }).value_or(Next::Go) == Next::EarlyStop)
+            stop_reason = "early_stopping";
+          continue;
         }
         recovery_->reset_progress();
         const Next next = recovering([this] { return step_and_after(); }).value_or(Next::Go);
@@ -471,6 +479,7 @@ class Trainer final : public WorldParts {
   std::unique_ptr<RunRecorder> records_;     // the clock, the attempt and the records, rank 0 writing
   std::string agreed_change_;  // the data change the ranks agreed on at the last boundary ("" none)
   int64_t milestones_done_ = -1;  // the last step whose save and evaluation (milestones_after) completed
+  bool milestones_owed_ = false;  // a peer was lost after loop_.step committed, before its milestones
   struct {
     int64_t step = 0;
     IntervalTimes times;  // of the interval since the last record
