@@ -52,6 +52,8 @@ CLI::Validator number_above(double floor, bool inclusive, const char* name) {
       name);
 }
 const CLI::Validator kPositive = number_above(0, false, "POSITIVE");
+// CLI11's Range lets nan through (every comparison with it is false)
+const CLI::Validator kValFraction = number_above(0, true, "FRACTION") & CLI::Range(0.0, 0.9);
 const CLI::Validator kNonNegative = number_above(0, true, "NONNEGATIVE");
 
 bool is_command(const CLI::App& app, const std::string& name) {
@@ -188,7 +190,7 @@ int main(int argc, char** argv) {
   prepare->add_option("--out", pt_out, "Output folder for train_*.bin / val_*.bin")->required();
   prepare->add_option("--shard-tokens", pt_shard_tokens, "Tokens per shard")->capture_default_str()->check(kPositive);
   prepare->add_option("--val-fraction", pt_val_fraction, "Tail fraction written as val shards")
-      ->capture_default_str()->check(CLI::Range(0.0, 0.9));
+      ->capture_default_str()->check(kValFraction);
   prepare->add_flag("--force", pt_force, "Replace the shard files --out already holds (else refused)");
 
   std::string export_ckpt, export_out, export_dtype = "fp32";

@@ -194,7 +194,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.out.back().accepts_auto = true;
   k.out.back().auto_value = -1;
   k.i("prefetch", d.prefetch, 1, 1024, "Finished batches waiting ahead of the step, besides the one each worker is building (at most data.workers + data.prefetch batches in memory).");
-  k.c("on_bad_sample", d.on_bad_sample, {"error", "skip"}, "A sample that fails to decode (and image_folder files of an image type trainer does not decode: .bmp, .ppm, .pgm, .tif, .tiff, .webp): stop, or skip and count it.");
+  k.c("on_bad_sample", d.on_bad_sample, {"error", "skip"}, "A sample that fails to decode (and image_folder files of an image type trainer does not decode: .bmp, .ppm, .pgm, .tif, .tiff, .webp): stop, or skip and count it (a batch left with no sample takes the first good one after it in the epoch's order).");
   k.e("on_change", d.on_change,
       "A data file truncated, deleted, replaced or modified while the run uses it (checked at each epoch boundary "
       "and when a read fails; several ranks agree at the step-boundary vote): error saves a checkpoint and exits "

@@ -4,7 +4,12 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,6 +41,11 @@ class LimitedDataset : public Dataset {
     return inner_->finish_tensor(raw, channels_last);
   }
   void check_unchanged() const override { inner_->check_unchanged(); }
+  Audit audit(const AuditOptions& o) const override {
+    AuditOptions mine = o;
+    mine.limit = o.limit < 0 ? size() : std::min(o.limit, size());
+    return inner_->audit(mine);
+  }
 
  private:
   std::shared_ptr<Dataset> inner_;
@@ -123,6 +133,44 @@ void check_against_model(const DatasetPair& pair, const config::DataConfig& data
 }
 
 }  // namespace
+
+Dataset::Audit Dataset::audit_each(int64_t n, const AuditOptions& o,
+                                   const std::function<std::function<std::string(int64_t)>()>& reader) {
+  if (o.limit >= 0) n = std::min(n, o.limit);
+  const int threads = static_cast<int>(std::clamp<int64_t>(o.threads, 1, std::max<int64_t>(n, 1)));
+  std::atomic<int64_t> next{0}, done{0};
+  std::vector<std::vector<std::pair<int64_t, std::string>>> bad(threads);  // each thread's, merged in order
+  std::mutex m;
+  std::condition_variable cv;
+  int running = threads;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      const auto read = reader();
+      constexpr int64_t kChunk = 32;  // claimed at once: the counter is touched once per chunk
+      for (int64_t i0; (i0 = next.fetch_add(kChunk)) < n;) {
+        for (int64_t i = i0; i < std::min(n, i0 + kChunk); ++i)
+          if (auto why = read(i); !why.empty()) bad[t].emplace_back(i, std::move(why));
+        done.fetch_add(std::min(n, i0 + kChunk) - i0);
+      }
+      std::lock_guard<std::mutex> lock(m);
+      --running;
+      cv.notify_all();
+    });
+  {
+    std::unique_lock<std::mutex> lock(m);
+    while (!cv.wait_for(lock, std::chrono::seconds(5), [&] { return running == 0; }))
+      if (o.progress) o.progress(done.load(), n);
+  }
+  for (auto& th : pool) th.join();
+  std::vector<std::pair<int64_t, std::string>> all;
+  for (auto& b : bad) all.insert(all.end(), std::make_move_iterator(b.begin()), std::make_move_iterator(b.end()));
+  std::sort(all.begin(), all.end());
+  Audit a;
+  a.read = n;
+  for (auto& [i, why] : all) a.bad.push_back(std::move(why));
+  return a;
+}
 
 torch::Tensor Dataset::finish_tensor(const torch::Tensor&, bool) const {
   throw std::logic_error(describe() + ": this dataset finishes its batches on the host only");

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -79,13 +80,24 @@ class Dataset {
   // (tokens, CIFAR, IDX, synthetic) have nothing left to check: {0, {}}.
   struct Audit {
     int64_t read = 0;
-    std::vector<std::string> bad;
+    std::vector<std::string> bad;  // in sample order
   };
-  virtual Audit audit(bool decode) const { (void)decode; return {}; }
+  struct AuditOptions {
+    bool decode = false;
+    int threads = 1;      // files read at once (a header read waits on the disk more than on a core)
+    int64_t limit = -1;   // the first `limit` samples only (data.limit_samples); -1 all
+    // called every few seconds while it reads (not for a read of a few seconds); may be empty
+    std::function<void(int64_t done, int64_t total)> progress;
+  };
+  virtual Audit audit(const AuditOptions& o) const { (void)o; return {}; }
   // Samples skipped so far because they were bad (on_bad_sample=skip).
   int64_t skipped() const { return skipped_.load(); }
 
  protected:
+  // Audit's loop for readers with something to read: `reader()` gives each thread its own reader of a
+  // sample ("" good, else "file: why"); `n` samples, o.threads at once, o.progress as it goes.
+  static Audit audit_each(int64_t n, const AuditOptions& o,
+                          const std::function<std::function<std::string(int64_t)>()>& reader);
   mutable std::atomic<int64_t> skipped_{0};
 };
 

@@ -133,23 +133,23 @@ class ImageFolderDataset : public ImageDataset {
 
   // Every header (or, with `decode`, every image whole) as the first epoch would read it, without
   // the epoch: `trainer check` names the files a run would refuse or skip before it starts.
-  Audit audit(bool decode) const override {
-    Audit a;
-    std::vector<uint8_t> pixels, tmp;
-    for (const auto& file : index_.files) {
-      try {
-        const DecodedImage img = decode ? decode_image(file, channels_, 0, pixels, tmp) : probe_image(file);
-        if (opts_.size == 0 && (img.height != height_ || img.width != width_))
-          a.bad.push_back(fmt::format("{}: image is {}x{}, the others {}x{} (set data.image_size to resize)", file,
-                                      img.height, img.width, height_, width_));
-      } catch (const DataError& e) {
-        a.bad.emplace_back(e.what());
-      } catch (const std::bad_alloc&) {
-        a.bad.push_back(file + ": out of memory while decoding");
-      }
-      ++a.read;
-    }
-    return a;
+  Audit audit(const AuditOptions& o) const override {
+    return audit_each(size(), o, [this, decode = o.decode] {
+      return [this, decode, pixels = std::vector<uint8_t>(), tmp = std::vector<uint8_t>()](int64_t i) mutable {
+        const std::string& file = index_.files[i];
+        try {
+          const DecodedImage img = decode ? decode_image(file, channels_, 0, pixels, tmp) : probe_image(file);
+          if (opts_.size == 0 && (img.height != height_ || img.width != width_))
+            return fmt::format("{}: image is {}x{}, the others {}x{} (set data.image_size to resize)", file,
+                               img.height, img.width, height_, width_);
+        } catch (const DataError& e) {
+          return std::string(e.what());
+        } catch (const std::bad_alloc&) {
+          return file + ": out of memory while decoding";
+        }
+        return std::string();
+      };
+    });
   }
 
  protected:

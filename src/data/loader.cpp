@@ -54,9 +54,20 @@ Batch DataLoader::build(const BatchPlan& plan) const {
       ++rows;
   }
   if (rows < n) {  // skipped bad samples (data.on_bad_sample: skip) make the batch shorter
+    // every one bad: the first good sample after them in the epoch's order stands in (a pure function
+    // of the plan: every rank and worker builds the same batch), so no step is without data
+    constexpr int64_t kLookFurther = 4096;
+    const int64_t total = sampler_.size();
+    for (int64_t k = 0; rows == 0 && k < std::min(kLookFurther, total); ++k) {
+      const StageTimer timer(Stage::Sample);
+      rows = dataset_->fill(sampler_.index_at(plan.epoch, (plan.end + k) % total), plan.epoch, opts_.train, raw_ptr,
+                            t_ptr) ? 1 : 0;
+    }
     if (rows == 0)
-      throw DataError(fmt::format("{}: every sample of a batch was bad and skipped (epoch {}, positions {}..{})",
-                                  dataset_->describe(), plan.epoch, plan.begin, plan.end - 1));
+      throw DataError(fmt::format("{}: every sample of a batch was bad and skipped (epoch {}, positions {}..{}), and "
+                                  "the {} after it too: the data is bad, not a few files",
+                                  dataset_->describe(), plan.epoch, plan.begin, plan.end - 1,
+                                  std::min(kLookFurther, total)));
     raw = raw.narrow(0, 0, rows);
     target = target.narrow(0, 0, rows);
   }

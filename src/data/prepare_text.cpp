@@ -62,7 +62,7 @@ void write_llmc_shard(const std::string& path, const uint16_t* tokens, int64_t c
 
 int cmd_prepare_text(const std::string& input, const std::string& out_dir, int64_t shard_tokens, double val_fraction,
                      bool force) {
-  if (shard_tokens < 1 || shard_tokens > INT32_MAX || val_fraction < 0.0 || val_fraction >= 1.0) {
+  if (shard_tokens < 1 || shard_tokens > INT32_MAX || !(val_fraction >= 0.0 && val_fraction < 1.0)) {  // nan too
     std::cerr << "prepare-text: --shard-tokens must be in [1, 2^31) and --val-fraction in [0, 1)\n";
     return kExitUsage;
   }

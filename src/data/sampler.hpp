@@ -49,6 +49,7 @@ class Sampler {
   int64_t global_batch() const { return batch_ * world_; }
   // Samples an epoch visits: train, whole optimizer steps of the permutation; eval, all of them.
   int64_t epoch_samples() const { return usable_; }
+  int64_t size() const { return size_; }  // the dataset's samples: positions [0, size) are all valid
 
  private:
   std::shared_ptr<const std::vector<int64_t>> permutation(int64_t epoch) const;

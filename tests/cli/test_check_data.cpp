@@ -106,3 +106,48 @@ TEST_CASE("check reads every image header and names the files a run would refuse
   CHECK(good.exit_code == 0);
   CHECK(good.output.find("train data: 7 image headers read, all good") != std::string::npos);
 }
+
+// The headers are read several at once: the bad ones are still named in the folder's order, the
+// first five and then a count; data.limit_samples reads only the samples the run uses.
+TEST_CASE("check names bad files in folder order whatever thread read them, and only the samples data.limit_samples keeps",
+          "[e2e]") {
+  auto dir = test::scratch_dir("check_data_order");
+  const auto root = dir / "images";
+  test::write_image_folder(root, {"a", "b"}, 40, 8, 8, /*png=*/false);
+  for (int k = 0; k < 7; ++k) write_bytes(root / "b" / ("zz_" + std::to_string(k) + ".jpg"), "");  // last in b
+  write_bytes(root / "a" / "aa_empty.jpg", "");                                                   // first in a
+  test::write_file(dir / "exp.yaml",
+                   "model: {arch: convnet, in_channels: 3, num_classes: 2}\n"
+                   "data: {format: image_folder, path: " + root.string() + ", image_size: 8, "
+                   "normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}}\n"
+                   "train: {batch_size: 2, max_steps: 1}\n");
+  const std::string cfg = (dir / "exp.yaml").string();
+
+  auto r = run_trainer("check " + cfg);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("error: train data: 8 of 88 image headers read are bad:") != std::string::npos);
+  std::string named;
+  for (const char* f : {"a/aa_empty.jpg", "b/zz_0.jpg", "b/zz_1.jpg", "b/zz_2.jpg", "b/zz_3.jpg"})
+    named += "\n  " + (root / f).string() + ": an empty file (0 bytes), not an image";
+  CHECK(r.output.find(named + "\n  ... and 3 more") != std::string::npos);
+
+  // the first 41 samples: class a's, its empty file among them (b's are not read)
+  auto first = run_trainer("check " + cfg + " --set data.limit_samples=41");
+  INFO(first.output);
+  CHECK(first.exit_code == 1);
+  CHECK(first.output.find("error: train data: 1 of 41 image headers read are bad:") != std::string::npos);
+  fs::remove(root / "a" / "aa_empty.jpg");
+  auto good = run_trainer("check " + cfg + " --set data.limit_samples=80");
+  INFO(good.output);
+  CHECK(good.exit_code == 0);
+  CHECK(good.output.find("train data: 80 image headers read, all good") != std::string::npos);
+  // with skip, a split whose every file is bad is still an error: a run would have nothing to read
+  for (const auto& e : fs::recursive_directory_iterator(root))
+    if (e.is_regular_file()) write_bytes(e.path(), "");
+  auto none = run_trainer("check " + cfg + " --set data.on_bad_sample=skip");
+  INFO(none.output);
+  CHECK(none.exit_code == 1);
+  CHECK(none.output.find("error: train data: 87 of 87 image headers read are bad:") != std::string::npos);
+  CHECK(none.output.find("(every one: with data.on_bad_sample: skip a run has nothing left to read)") != std::string::npos);
+}

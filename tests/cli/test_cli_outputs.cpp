@@ -101,6 +101,16 @@ TEST_CASE("outputs: prepare-text refuses a folder with shards of another corpus 
   for (const auto& e : fs::directory_iterator(dir / "shards")) left.insert(e.path().filename().string());
   CHECK(left == std::set<std::string>{"train_000000.bin", "val_000000.bin"});
   CHECK(fs::file_size(dir / "shards" / "train_000000.bin") == 1024 + 2 * 2850);  // the small corpus's 95 %
+  // a fraction that is not a number is refused before anything is removed (it removed the shards, wrote
+  // none and exited 0)
+  for (const char* v : {"nan", "-nan", "NaN", "inf"}) {
+    auto bad = run_trainer("prepare-text " + (dir / "big.txt").string() + " --out " + out + " --force --val-fraction " + v);
+    INFO(bad.output);
+    CHECK(bad.exit_code == 2);
+    CHECK(bad.output.find("--val-fraction: ") != std::string::npos);
+    CHECK(bad.output.find(std::string("expected a finite number, got '") + v + "'") != std::string::npos);
+    CHECK(fs::exists(dir / "shards" / "train_000000.bin"));
+  }
 }
 
 TEST_CASE("outputs: counts without a bound and non-finite numbers are refused at the command line", "[e2e]") {

@@ -148,6 +148,58 @@ TEST_CASE("bad input: an undecodable image fails in the worker naming it, or is 
   CHECK(skipping->skipped() == 1);
 }
 
+// A batch whose every sample is bad (skip) takes the first good sample after it in the epoch's order:
+// it threw, and a run whose final evaluation met one exited 1 without its final checkpoint.
+TEST_CASE("bad input: a batch of bad samples only takes the next good one, the same in every worker layout", "[unit]") {
+  auto root = scratch_dir("bad_batch");
+  write_image_folder(root, {"a", "b"}, 4, 8, 8, true);
+  for (const char* f : {"a/img_0.png", "a/img_1.png", "b/img_3.png"}) write_file(root / f, "");
+  auto d = cfg("image_folder", root);
+  d.on_bad_sample = "skip";
+  d.image_size = 8;  // (not read from the first image, which is bad)
+  auto ds = create_datasets(d, resnet(3, 2), 0).train;
+  auto pass = [&](bool train, int workers) {
+    data::LoaderOptions o;
+    o.batch_size = 2;
+    o.train = train;
+    o.workers = workers;
+    data::DataLoader l(ds, o);
+    std::vector<data::Batch> out;
+    for (int i = 0; i < 4; ++i) {
+      auto b = l.next();
+      if (!b) break;
+      out.push_back(*b);
+    }
+    return out;
+  };
+  const auto eval = pass(false, 0);
+  REQUIRE(eval.size() == 4);
+  CHECK(eval[0].target.size(0) == 1);  // positions 0 and 1 bad: position 2 (a/img_2) stands in
+  CHECK(torch::equal(eval[0].input[0], eval[1].input[0]));
+  CHECK(eval[1].target.size(0) == 2);
+  CHECK(eval[3].target.size(0) == 1);  // b/img_3 bad: the batch is shorter
+  const auto two_workers = pass(false, 2);
+  for (size_t i = 0; i < eval.size(); ++i) CHECK(torch::equal(eval[i].input, two_workers[i].input));
+  // a shuffled epoch goes through too, every batch with a row, the same with 0 and 2 workers
+  const auto train0 = pass(true, 0), train2 = pass(true, 2);
+  REQUIRE(train0.size() == 4);
+  REQUIRE(train2.size() == 4);
+  for (size_t i = 0; i < train0.size(); ++i) {
+    CHECK(train0[i].target.size(0) >= 1);
+    CHECK(torch::equal(train0[i].input, train2[i].input));
+  }
+  // every sample bad: an error that says so
+  for (const char* f : {"a/img_2.png", "a/img_3.png", "b/img_0.png", "b/img_1.png", "b/img_2.png"}) write_file(root / f, "");
+  auto bad = create_datasets(d, resnet(3, 2), 0).train;
+  data::LoaderOptions o;
+  o.batch_size = 2;
+  o.train = false;
+  data::DataLoader l(bad, o);
+  const std::string err = error_of([&] { l.next(); });
+  CHECK(err.find(": every sample of a batch was bad and skipped (epoch 0, positions 0..1), and the 8 after it too: the "
+                 "data is bad, not a few files") != std::string::npos);
+}
+
 TEST_CASE("bad input: image types torchvision reads and trainer does not are refused, or left out with skip", "[unit]") {
   auto root = scratch_dir("bad_other_types");
   write_image_folder(root, {"a", "b"}, 2, 8, 8, false);

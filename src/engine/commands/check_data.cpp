@@ -3,13 +3,30 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iostream>
+#include <thread>
 
 namespace trainer::engine {
 
+int audit_threads() {
+  // a header read mostly waits on the disk (a network filesystem's round trip): more reads in flight
+  // than cores; a decode is a core's work
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::clamp(2 * cores, 4, 32);
+}
+
 void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad, bool decode, std::ostream& out) {
-  const data::Dataset::Audit a = ds.audit(decode);
-  if (a.read == 0) return;
   const std::string what = decode ? "images decoded" : "image headers read";
+  data::Dataset::AuditOptions o;
+  o.decode = decode;
+  o.threads = decode ? std::max(1u, std::thread::hardware_concurrency()) : audit_threads();
+  o.progress = [&](int64_t done, int64_t total) {  // a large folder: what it is doing, on stderr
+    std::cerr << fmt::format("check: {} data: {} of {} {} ({:.0f} %)\n", split, done, total, what,
+                             100.0 * static_cast<double>(done) / static_cast<double>(std::max<int64_t>(total, 1)))
+              << std::flush;
+  };
+  const data::Dataset::Audit a = ds.audit(o);
+  if (a.read == 0) return;
   if (a.bad.empty()) {
     out << fmt::format("{} data: {} {}, all good\n", split, a.read, what);
     return;
@@ -19,6 +36,8 @@ void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad
   for (size_t i = 0; i < std::min(kNamed, a.bad.size()); ++i) named += "\n  " + a.bad[i];
   if (a.bad.size() > kNamed) named += fmt::format("\n  ... and {} more", a.bad.size() - kNamed);
   const std::string head = fmt::format("{} data: {} of {} {} are bad:", split, a.bad.size(), a.read, what);
+  if (skip_bad && a.bad.size() == static_cast<size_t>(a.read))
+    throw data::DataError(head + named + "\n(every one: with data.on_bad_sample: skip a run has nothing left to read)");
   if (!skip_bad)
     throw data::DataError(head + named + "\n(a run would stop at the first; set data.on_bad_sample: skip to leave "
                                          "them out)");

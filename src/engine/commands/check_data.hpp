@@ -12,6 +12,8 @@ namespace trainer::engine {
 // Reads `ds` (the split named `split`) through Dataset::audit and prints what it read. Bad samples
 // are an error naming the first few (data.on_bad_sample: error, `skip_bad` false) or a warning with
 // their count (skip: the run will leave them out); a split with nothing left to read prints nothing.
+// Headers are read 2 x cores at once (4 to 32), whole images one per core; a read of more than a few
+// seconds says how far it got on stderr every 5 s.
 void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad, bool decode, std::ostream& out);
 
 }  // namespace trainer::engine

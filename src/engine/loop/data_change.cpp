@@ -88,9 +88,10 @@ std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, co
   return r;
 }
 
-std::string look_at_files(const data::Dataset& train) {
+std::string look_at_files(const data::Dataset& train, const data::Dataset* val) {
   try {
     train.check_unchanged();
+    if (val) val->check_unchanged();
     return "";
   } catch (const data::DataChanged& e) {
     return e.what();

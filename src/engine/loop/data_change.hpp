@@ -36,8 +36,10 @@ std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, co
                                                 const data::Dataset& old_train, const data::LoaderState& pos,
                                                 int64_t step, dist::DistContext& dist);
 
-// This rank's files as they are now: "" unchanged, else the DataChanged text naming the file.
-std::string look_at_files(const data::Dataset& train);
+// This rank's files as they are now, the training files, then the validation files (which the
+// evaluation reads through the same mappings; `val` may be null): "" unchanged, else the
+// DataChanged text naming the first changed file.
+std::string look_at_files(const data::Dataset& train, const data::Dataset* val);
 
 // A multi-rank run, a change found inside step `step` + 1 on this rank: the note for the peers, the
 // error in this rank's log; kExitDataChanged.

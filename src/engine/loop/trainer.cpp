@@ -255,18 +255,10 @@ class Trainer final : public WorldParts {
     inject_crash(step);        // TRAINER_INJECT_CRASH (tests): a segfault at this boundary
     const auto b = recovery_->agree_stop(step, log_step, step_is_final(step),
                                          train_loader_->check_due(recovery_->grad_accum()),
-                                         [this] { return look_at_data_files(); });
+                                         [this] { return look_at_files(*train_set_, val_set_.get()); });
     agreed_change_ = b.data_change;
     if (!agreed_change_.empty()) return Next::DataChanged;
     return b.stop ? Next::Signal : Next::Go;
-  }
-
-  // The training files, then the validation files (which the evaluation reads through the same
-  // mappings): the first change found, "" none.
-  std::string look_at_data_files() const {
-    std::string change = look_at_files(*train_set_);
-    if (change.empty() && val_set_) change = look_at_files(*val_set_);
-    return change;
   }
 
   // One step (loop_.step advances) and what follows it: the non-finite policy, the record, the stop
@@ -320,6 +312,13 @@ class Trainer final : public WorldParts {
     }
   }
 
+  // `f` until it completes: a rank lost in it (dist.recovery in_process), the survivors make it again
+  template <class F>
+  auto until_recovered(F&& f) {
+    for (;;)
+      if (auto r = recovering(f)) return *r;
+  }
+
   int train_loop() {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     // no attempt record when there is nothing to do: the run's records still end with its summary
@@ -328,12 +327,14 @@ class Trainer final : public WorldParts {
     loop_.step = start_step_;
     // (a replacement joined the others mid-run: they are past this check)
     if (!recovery_->joined()) {
-      const Next first = boundary_vote(start_step_, /*log_step=*/true);
+      recovery_->begin_step(train_loader_->state());  // a rank lost in the start's vote: the loader stays
+      const Next first = until_recovered([this] { return boundary_vote(start_step_, /*log_step=*/true); });
       if (first == Next::Signal) return ckpt_->stop_for_signal(start_step_, start_step_);
       if (first == Next::DataChanged)
         if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
       // a stop signal's checkpoint at an evaluation step was saved before the evaluation: made now
-      if (start_step_ > 0 && !step_is_final(start_step_) && milestones_.at_resume(start_step_, *ckpt_)) {
+      if (start_step_ > 0 && !step_is_final(start_step_) &&
+          until_recovered([this] { return milestones_.at_resume(start_step_, *ckpt_); })) {
         evaluation_->log_early_stop(start_step_);
         stop_reason = "early_stopping";
       }
