@@ -87,6 +87,17 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
     err("dist.pipeline.microbatches", std::to_string(p.microbatches) + " does not divide train.batch_size " +
                                           std::to_string(c.train.batch_size) +
                                           " (each microbatch is an equal share of the batch)");
+  // auto picks a micro-batch that divides a rank's samples per step: one of M equal shares needs M | S
+  const int64_t dp = std::max<int64_t>(data_parallel_size(c, opts.world_size), 1);
+  if (p.microbatches > 0 && c.train.batch_size == 0 && c.train.global_batch_size > 0 &&
+      c.train.global_batch_size % dp == 0 && (c.train.global_batch_size / dp) % p.microbatches != 0)
+    err("dist.pipeline.microbatches",
+        std::to_string(p.microbatches) + " does not divide the " + std::to_string(c.train.global_batch_size / dp) +
+            " samples a data-parallel rank takes per step (train.global_batch_size " +
+            std::to_string(c.train.global_batch_size) + " over " + std::to_string(dp) +
+            " rank(s)): train.batch_size auto picks a micro-batch that divides them, and each microbatch is an "
+            "equal share of it; choose microbatches dividing " + std::to_string(c.train.global_batch_size / dp) +
+            ", or auto");
   if (c.dist.recovery == Recovery::InProcess)
     err("dist.recovery", "in_process with " + ps + " is not supported (a regroup does not rebuild the mesh's "
                          "groups); use restart");

@@ -89,6 +89,24 @@ TEST_CASE("pipeline: schedule and virtual stages, microbatches, batch size auto,
   REQUIRE(e.size() == 1);
   CHECK(e[0] == "exp.yaml:16:5: dist.pipeline.microbatches: 3 does not divide train.batch_size 8 (each microbatch is "
                 "an equal share of the batch)");
+  // batch size auto: the microbatches must divide a dp rank's samples per step (it failed at start, exit 1,
+  // as "not even the smallest micro-batch fits", and `check --memory` crashed)
+  auto auto_batch = [](const std::string& mb, int64_t global, int64_t world) {
+    std::string yaml = pp_with_dist("  pipeline_parallel: 2\n  pipeline:\n    microbatches: " + mb + "\n");
+    yaml.replace(yaml.find("batch_size: 8"), 13, "batch_size: auto\n  global_batch_size: " + std::to_string(global));
+    return pp_errors_of(yaml, world);
+  };
+  e = auto_batch("3", 32, 2);
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:17:5: dist.pipeline.microbatches: 3 does not divide the 32 samples a data-parallel rank takes "
+                "per step (train.global_batch_size 32 over 1 rank(s)): train.batch_size auto picks a micro-batch that "
+                "divides them, and each microbatch is an equal share of it; choose microbatches dividing 32, or auto");
+  e = auto_batch("4", 12, 4);  // pp 2 x dp 2: 6 samples a rank
+  REQUIRE(e.size() == 1);
+  CHECK_THAT(e[0], Catch::Matchers::Contains("4 does not divide the 6 samples a data-parallel rank takes per step "
+                                             "(train.global_batch_size 12 over 2 rank(s))"));
+  CHECK(auto_batch("4", 32, 2).empty());
+  CHECK(auto_batch("3", 12, 4).empty());
   e = pp_errors_of(pp_with_dist("  pipeline_parallel: 2\n  recovery: in_process\n"));
   REQUIRE(e.size() == 1);
   CHECK_THAT(e[0], Catch::Matchers::Contains("dist.recovery: in_process with dist.pipeline_parallel 2 is not supported"));
