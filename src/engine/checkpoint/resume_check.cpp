@@ -5,18 +5,27 @@
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 namespace trainer::engine {
 
-ResumeCheck::ResumeCheck(std::map<int64_t, double> logged, int64_t start_step, int64_t log_every, double tolerance)
-    : logged_(std::move(logged)), start_step_(start_step), log_every_(log_every), tolerance_(tolerance) {
-  logged_.erase(logged_.begin(), logged_.upper_bound(start_step_));
+ResumeCheck::ResumeCheck(std::map<int64_t, double> logged, int64_t start_step, bool whole_intervals, double tolerance)
+    : logged_(std::move(logged)), previous_here_(start_step), tolerance_(tolerance) {
+  int64_t before = 0;
+  for (const auto& [step, loss] : logged_) {
+    previous_[step] = before;
+    if (step <= start_step && whole_intervals) previous_here_ = step;
+    before = step;
+  }
+  if (whole_intervals && logged_.upper_bound(start_step) == logged_.begin()) previous_here_ = 0;
+  logged_.erase(logged_.begin(), logged_.upper_bound(start_step));
 }
 
 void ResumeCheck::compare(int64_t step, double loss) {
   if (logged_.empty()) return;
+  const int64_t from = std::exchange(previous_here_, step);
   auto it = logged_.find(step);
-  if (it != logged_.end() && step - log_every_ >= start_step_) {
+  if (it != logged_.end() && previous_.at(step) == from) {  // the same steps' mean in both runs
     const double diff = std::abs(loss - it->second) / std::max(std::abs(it->second), 1e-12);
     max_diff_ = std::max(max_diff_, diff);
     ++compared_;

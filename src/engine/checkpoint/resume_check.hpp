@@ -13,9 +13,12 @@ namespace trainer::engine {
 class ResumeCheck {
  public:
   ResumeCheck() = default;  // nothing to compare (a fresh run, or the check is off)
-  // `logged`: the interrupted run's train losses by step; only those after `start_step` count, and
-  // of those the records `log_every` steps or more after it (1: every one).
-  ResumeCheck(std::map<int64_t, double> logged, int64_t start_step, int64_t log_every, double tolerance);
+  // `logged`: the interrupted run's train losses by step; those after `start_step` are compared when
+  // the resumed run's record covers the same steps (its previous record is theirs: a resumed run may
+  // log at another train.log_every). `whole_intervals`: the checkpoint put back the interval it cut,
+  // so the first record covers the steps since the interrupted run's last record before the start;
+  // else only those after the start.
+  ResumeCheck(std::map<int64_t, double> logged, int64_t start_step, bool whole_intervals, double tolerance);
 
   int64_t pending() const { return static_cast<int64_t>(logged_.size()); }  // logged steps still ahead
 
@@ -25,7 +28,8 @@ class ResumeCheck {
 
  private:
   std::map<int64_t, double> logged_;
-  int64_t start_step_ = 0, log_every_ = 1;
+  std::map<int64_t, int64_t> previous_;  // a logged step -> the interrupted run's record before it (0: none)
+  int64_t previous_here_ = 0;            // this run's previous record (or where its first one's steps begin)
   double tolerance_ = 0, max_diff_ = 0;
   int64_t compared_ = 0;
 };

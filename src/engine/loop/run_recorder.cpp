@@ -64,8 +64,7 @@ void RunRecorder::recompute_logged(int64_t start_step, bool whole_intervals) {
   // the check holds the recomputed steps to the logged ones: they are logged once, by the first attempt
   log_->skip_records_until(history_.last_train_step, history_.last_eval_step);
   if (cfg_.checkpoint.verify_tolerance <= 0) return;
-  resume_check_ = ResumeCheck(history_.train_losses, start_step, whole_intervals ? 1 : cfg_.train.log_every,
-                              cfg_.checkpoint.verify_tolerance);
+  resume_check_ = ResumeCheck(history_.train_losses, start_step, whole_intervals, cfg_.checkpoint.verify_tolerance);
   if (resume_check_.pending() > 0)
     spdlog::info("resume check: the interrupted run logged {} step(s) after step {}; their losses will be compared",
                  resume_check_.pending(), start_step);
