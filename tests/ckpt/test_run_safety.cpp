@@ -247,6 +247,27 @@ TEST_CASE("metrics.jsonl on a full disk: one warning, the lost records counted, 
   CHECK(fs::exists(dir / "ckpt/step-200/manifest.json"));
 }
 
+// Records lost, then a stop signal: exit 75 (the checkpoint is saved: requeue), and the attempt that
+// ends the run exits 1, its checkpoint having kept the count (it exited 0: the records were gone).
+TEST_CASE("metrics.jsonl on a full disk, then a stop signal: the resumed run that ends exits 1", "[e2e]") {
+  auto dir = scratch_dir("metrics_full_signal");
+  TmpfsMount small(dir / "small", "256k");
+  REQUIRE(small.mounted());
+  write_file(dir / "small/filler", std::string(216 * 1024, 'x'));
+  write_file(dir / "c.yaml", tiny_config("c", 200, "checkpoint: {dir: " + (dir / "ckpt").string() + "}\n"));
+  const std::string cmd = "run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "small/runs").string();
+  auto stopped = run_trainer(cmd, "TRAINER_INJECT_SIGNAL=150");
+  INFO(stopped.output);
+  REQUIRE(stopped.exit_code == 75);
+  CHECK(has(stopped.output, " record(s) could not be written and are missing from the file"));
+  fs::remove(dir / "small/filler");  // room again: this attempt loses nothing
+  auto resumed = run_trainer(cmd);
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 1);
+  CHECK(has(resumed.output, " by earlier attempts, stopped by a signal): exiting with code 1"));
+  CHECK(fs::exists(dir / "ckpt/step-200/manifest.json"));
+}
+
 TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints/ is locked, a checkpoint.dir holding "
           "another run's checkpoints is refused, a changed checkpoint.dir does not start over in silence",
           "[e2e]") {

@@ -151,6 +151,7 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   s["global_batch_size"] = cfg.train.global_batch_size;
   s["world_size"] = pos.world_size;
   s["time_s"] = pos.time_s;
+  if (pos.records_lost > 0) s["records_lost"] = pos.records_lost;  // the attempt that ends the run exits 1
   if (pos.interval) s["log_interval"] = interval_json(*pos.interval);
   if (pos.samples >= 0) s["samples"] = pos.samples;
   if (pos.total_steps >= 0) s["total_steps"] = pos.total_steps;
@@ -203,12 +204,15 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     pos.loader.samples_consumed = s.at("loader").at("samples_consumed").get<int64_t>();
     pos.world_size = s.value("world_size", int64_t{0});
     pos.time_s = s.value("time_s", 0.0);
+    pos.records_lost = s.value("records_lost", int64_t{0});
     pos.samples = s.value("samples", int64_t{-1});
     pos.total_steps = s.value("total_steps", int64_t{-1});
     pos.global_batch = s.value("global_batch_size", int64_t{-1});
     pos.interval = interval_from(s, from);
-    if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0 || pos.world_size < 0)
-      throw io::CheckpointError((from / "state.json").string() + ": negative step, loader position or world size");
+    if (pos.step < 0 || pos.loader.epoch < 0 || pos.loader.samples_consumed < 0 || pos.world_size < 0 ||
+        pos.records_lost < 0)
+      throw io::CheckpointError((from / "state.json").string() +
+                                ": negative step, loader position, world size or lost record count");
     if (auto folder_step = io::parse_step_dir_name(from.filename().string()); folder_step && *folder_step != pos.step)
       throw io::CheckpointError((from / "state.json").string() + ": says step " + std::to_string(pos.step) +
                                 ", but the folder is " + from.filename().string());

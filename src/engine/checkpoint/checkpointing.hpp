@@ -46,6 +46,7 @@ struct RunPosition {
   data::LoaderState loader;   // global position of the training loader after `step`
   int64_t world_size = 1;     // ranks of the run that saved it (0: not recorded, an older checkpoint)
   double time_s = 0;          // the run's training clock at `step`, over all attempts (0: not recorded)
+  int64_t records_lost = 0;   // metrics records that failed to write up to `step`, over all attempts
   std::optional<LossInterval> interval;  // absent: not recorded (an older checkpoint)
   // Filled by restore (capture takes them from the run): what an older checkpoint lacks stays at -1.
   int64_t samples = -1;       // samples trained up to `step`, summed over the world sizes that ran them

@@ -37,6 +37,7 @@ void RunRecorder::read_history() {
 void RunRecorder::resumed(const Resumed& r) {
   const auto& pos = r.pos;
   clock_offset_s_ = pos.time_s;
+  lost_before_ = pos.records_lost;
   // the last attempt saved this checkpoint, so it ran at least to its clock (it may have logged no
   // record after its start: a log interval longer than its life)
   if (history_.last_reached_s >= 0 && pos.time_s > history_.last_reached_s) {
@@ -166,12 +167,15 @@ void RunRecorder::summary(int64_t step, const std::string& stop_reason, const Re
   log_done_line(s);
 }
 
+int64_t RunRecorder::records_lost() const { return lost_before_ + log_->write_failures(); }
+
 bool RunRecorder::report_lost_records() const {
-  const auto lost = log_->write_failures();
+  const auto lost = records_lost();
   if (lost == 0) return false;
   spdlog::error("the run ended and its final checkpoint is saved, but {} record(s) could not be written to {} (the "
-                "summary among them when it is the last): exiting with code 1",
-                lost, dir_.metrics_file().string());
+                "summary among them when it is the last{}): exiting with code 1",
+                lost, dir_.metrics_file().string(),
+                lost_before_ > 0 ? fmt::format("; {} by earlier attempts, stopped by a signal", lost_before_) : "");
   return true;
 }
 

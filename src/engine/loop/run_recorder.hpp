@@ -106,6 +106,8 @@ class RunRecorder {
   // After the summary: true (and an error line saying what it means) when records were lost to failed
   // writes (a full disk): the run then exits 1, its weights saved but its records not whole.
   bool report_lost_records() const;
+  // Records lost so far, this attempt's and (kept in the checkpoint it resumed) the earlier ones'.
+  int64_t records_lost() const;
 
  private:
   // the steps earlier attempts logged after `start_step` are recomputed: logged once, their losses
@@ -122,6 +124,7 @@ class RunRecorder {
   obs::AttemptRecord attempt_;   // this attempt: number, start step, resumed from
   size_t worlds_written_ = 0;    // the recovery's world changes written so far (obs::WorldRecord)
   double clock_offset_s_ = 0;    // the training clock at the checkpoint resumed from
+  int64_t lost_before_ = 0;      // records earlier attempts lost (the checkpoint resumed from says)
   Clock::time_point start_ = Clock::now();
   // `recorded_loss`: this rank's loss of a record redone (redo_train), instead of the step runner's
   void record(int64_t step, const torch::Tensor& grad_norm, const RecordSources& s, std::optional<double> recorded_loss);

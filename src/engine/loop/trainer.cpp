@@ -230,7 +230,7 @@ class Trainer final : public WorldParts {
   }
 
   RunPosition position(int64_t step) const override {
-    RunPosition p{step, train_loader_->state(), data_world(), records_->clock_s()};
+    RunPosition p{step, train_loader_->state(), data_world(), records_->clock_s(), records_->records_lost()};
     p.samples = recovery_->samples_at(step);  // over every world size that ran them
     p.total_steps = total_steps_;
     return p;
