@@ -1,8 +1,12 @@
 #include "config/file_write.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <array>
+#include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <system_error>
@@ -12,6 +16,21 @@
 namespace trainer {
 namespace fs = std::filesystem;
 namespace {
+
+[[noreturn]] void fail(const fs::path& p, const std::string& what, int err) {
+  throw std::runtime_error(p.string() + ": " + what + ": " + std::strerror(err));
+}
+
+void fsync_path(const fs::path& p, int flags) {
+  int fd = ::open(p.c_str(), flags);
+  if (fd < 0) fail(p, "cannot open for fsync", errno);
+  if (::fsync(fd) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail(p, "fsync failed", e);
+  }
+  ::close(fd);
+}
 
 // The run directory's files that hold what a run saved, by their name in the run directory.
 constexpr std::array<const char*, 6> kRunFiles = {"metrics.jsonl", "config.yaml",      "config.sha256",
@@ -41,7 +60,8 @@ std::string run_file_reason(const fs::path& abs) {
 
 }  // namespace
 
-void check_output_file(const char* flag, const fs::path& path, const std::vector<fs::path>& inputs) {
+void check_output_file(const char* flag, const fs::path& path, const std::vector<fs::path>& inputs,
+                       const std::vector<fs::path>& data_folders) {
   auto refuse = [&](const std::string& why) {
     throw std::invalid_argument(std::string(flag) + " " + path.string() + ": " + why);
   };
@@ -60,6 +80,46 @@ void check_output_file(const char* flag, const fs::path& path, const std::vector
   if (ec) return;  // the writer names what is wrong with the path
   if (const auto why = run_file_reason(abs); !why.empty())
     refuse(why + " (what the run saved is not overwritten); write the output elsewhere");
+  for (const auto& in : data_folders) {  // predict --input folders, the data eval reads
+    struct stat st {};
+    if (in.empty() || ::stat(in.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    std::error_code e2;
+    const fs::path folder = fs::weakly_canonical(fs::absolute(in, e2), e2);
+    const auto rel = abs.lexically_relative(folder);
+    if (!e2 && !rel.empty() && *rel.begin() != "..")
+      refuse("is inside this command's input folder " + in.string() + " (it would replace or add to what is read "
+             "there); write the output elsewhere");
+  }
+}
+
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(tmp, "cannot create", errno);
+  size_t done = 0;
+  while (done < text.size()) {
+    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int e = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(tmp, "write failed", e);
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    fail(tmp, "fsync/close failed", e);
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int e = errno;
+    ::unlink(tmp.c_str());
+    fail(path, "rename failed", e);
+  }
+  fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), O_RDONLY | O_DIRECTORY);
 }
 
 }  // namespace trainer

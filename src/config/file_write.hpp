@@ -10,18 +10,27 @@
 #pragma once
 
 #include <filesystem>
+#include <string>
 #include <vector>
 
 namespace trainer {
 
 // Throws std::invalid_argument("FLAG PATH: why") when `path` exists and is not a regular file (a
 // folder, a device, a FIFO, a socket), when it is the same file (device and inode) as one of `inputs`
-// (those that do not exist are ignored), or when it is one of a run directory's own files: under
+// (those that do not exist are ignored), or inside one of `data_folders` (the folders of data the
+// command reads: predict's --input folders, eval's data), or when it is one of a run directory's own
+// files: under
 // its checkpoints/ or logs/ folder, or its metrics.jsonl, config.yaml, config.sha256, autotune.json,
 // init_report.json or .lock, or in a checkpoint.dir folder (a run directory: a folder holding .lock and
 // config.yaml; a checkpoint.dir elsewhere holds .lock alone). A path that does not
 // exist yet passes (its folders may be made by the writer).
 void check_output_file(const char* flag, const std::filesystem::path& path,
-                       const std::vector<std::filesystem::path>& inputs = {});
+                       const std::vector<std::filesystem::path>& inputs = {},
+                       const std::vector<std::filesystem::path>& data_folders = {});
+
+// Writes `text` to `path` atomically: a temporary file in the same folder (PATH.tmp.PID), fsync,
+// rename, fsync the folder. A failure throws std::runtime_error naming the file and errno's text, and
+// leaves `path` as it was.
+void write_file_atomic(const std::filesystem::path& path, const std::string& text);
 
 }  // namespace trainer

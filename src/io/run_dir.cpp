@@ -24,49 +24,9 @@ void make_dirs(const fs::path& p) {
   if (!fs::is_directory(p)) throw std::runtime_error(p.string() + ": exists and is not a folder");
 }
 
-void fsync_path(const fs::path& p, int flags) {
-  int fd = ::open(p.c_str(), flags);
-  if (fd < 0) fail(p, "cannot open for fsync", errno);
-  if (::fsync(fd) != 0) {
-    int e = errno;
-    ::close(fd);
-    fail(p, "fsync failed", e);
-  }
-  ::close(fd);
-}
 }  // namespace
 
 fs::path run_dir_path(const config::RunConfig& cfg) { return fs::path(cfg.run.out_dir) / cfg.run.name; }
-
-void write_file_atomic(const fs::path& path, const std::string& text) {
-  fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(tmp, "cannot create", errno);
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int e = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail(tmp, "write failed", e);
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail(tmp, "fsync/close failed", e);
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    fail(path, "rename failed", e);
-  }
-  fsync_path(path.parent_path().empty() ? fs::path(".") : path.parent_path(), O_RDONLY | O_DIRECTORY);
-}
 
 RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer) {
   RunDir d{run_dir_path(cfg)};

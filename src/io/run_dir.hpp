@@ -6,6 +6,7 @@
 #include <string>
 
 #include "config/config.hpp"
+#include "config/file_write.hpp"
 #include "io/run_lock.hpp"
 
 namespace trainer::io {
@@ -39,7 +40,6 @@ RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer);
 // them, its own log lock is kept. Throws RunDirBusy when another process holds one.
 void take_writer_locks(const config::RunConfig& cfg, RunDir& dir);
 
-// Writes `text` to `path` atomically: a temporary file in the same folder, fsync, rename, fsync folder.
-void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+using ::trainer::write_file_atomic;  // config/file_write.hpp (the commands below io write with it too)
 
 }  // namespace trainer::io

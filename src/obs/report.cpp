@@ -341,11 +341,10 @@ int read_run(const fs::path& dir, RunRecords& run) {
 namespace {
 
 int write_page(const fs::path& target, const std::string& html, const std::string& what) {
-  std::ofstream o(target, std::ios::binary | std::ios::trunc);
-  o << html;
-  o.close();
-  if (!o) {
-    std::cerr << "error: cannot write " << target.string() << "\n";
+  try {  // atomically: a failed write (a full disk) leaves an earlier page as it was
+    write_file_atomic(target, html);
+  } catch (const std::exception& e) {
+    std::cerr << "error: cannot write " << target.string() << ": " << e.what() << "\n";
     return kExitFailure;
   }
   std::cout << "report written to " << target.string() << " (" << what << ")\n";

@@ -16,9 +16,10 @@ using trainer::check_output_file;
 
 namespace {
 
-std::string refusal(const fs::path& out, const std::vector<fs::path>& inputs = {}) {
+std::string refusal(const fs::path& out, const std::vector<fs::path>& inputs = {},
+                    const std::vector<fs::path>& data_folders = {}) {
   try {
-    check_output_file("--out", out, inputs);
+    check_output_file("--out", out, inputs, data_folders);
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
@@ -78,4 +79,36 @@ TEST_CASE("output file: a run directory's saved files and checkpoints are refuse
   fs::create_directories(dir / "plain");
   trainer::test::write_file(dir / "plain" / "config.yaml", "x");
   CHECK(refusal(dir / "plain" / "config.yaml") == "");
+}
+
+// An input that is a folder (predict --input DIR, the data eval reads): nothing is written inside it.
+// predict --output DIR/cat/1.jpg emptied an image it was about to read; eval's record replaced a
+// validation image.
+TEST_CASE("output file: a path inside an input folder is refused, one beside it passes", "[unit]") {
+  auto dir = fs::weakly_canonical(trainer::test::scratch_dir("output_file_in_folder"));
+  fs::create_directories(dir / "val" / "cat");
+  trainer::test::write_file(dir / "val" / "cat" / "1.jpg", "x");
+  const std::string why = " (it would replace or add to what is read there); write the output elsewhere";
+  CHECK(refusal(dir / "val" / "cat" / "1.jpg", {}, {dir / "val"}) ==
+        "--out " + (dir / "val" / "cat" / "1.jpg").string() + ": is inside this command's input folder " +
+            (dir / "val").string() + why);
+  CHECK(refusal(dir / "val" / "new.json", {}, {dir / "val"}) != "");          // not there yet: still inside
+  CHECK(refusal(dir / "val" / ".." / "val" / "x.json", {}, {dir / "val"}) != "");
+  CHECK(refusal(dir / "val.json", {}, {dir / "val"}) == "");                   // beside it
+  CHECK(refusal(dir / "val" / "cat" / "2.json", {dir / "val"}) == "");  // a plain input folder (a run folder) allows it
+  CHECK(refusal(dir / "out.json", {}, {dir / "val", "", dir / "missing"}) == "");  // empty and missing inputs ignored
+}
+
+// The atomic write the output commands use: a failure leaves the earlier file whole.
+TEST_CASE("output file: write_file_atomic replaces the file whole, and a failed write leaves it as it was", "[unit]") {
+  auto dir = trainer::test::scratch_dir("output_file_atomic");
+  trainer::write_file_atomic(dir / "a.json", "first\n");
+  CHECK(trainer::test::read_file(dir / "a.json") == "first\n");
+  trainer::write_file_atomic(dir / "a.json", "second\n");
+  CHECK(trainer::test::read_file(dir / "a.json") == "second\n");
+  CHECK_THROWS_WITH(trainer::write_file_atomic(dir / "nofolder" / "a.json", "x"),
+                    Catch::Contains((dir / "nofolder").string()) && Catch::Contains("cannot create"));
+  int left = 0;
+  for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().find(".tmp.") != std::string::npos;
+  CHECK(left == 0);
 }

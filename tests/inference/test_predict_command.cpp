@@ -188,6 +188,20 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
   auto prompt = run_trainer("predict " + base + " --prompt hello");
   CHECK(prompt.exit_code == 2);
   CHECK(prompt.output.find("--prompt / --prompt-file are for language models") != std::string::npos);
+
+  // an output inside the folder it reads (it emptied the image, then failed on it) or inside the data
+  // eval reads (the record replaced a validation image): refused, exit 2, the image whole
+  const auto image = dir / "val" / "cat" / "1.png";
+  const std::string bytes = trainer::test::read_file(image);
+  auto into = run_trainer("predict " + base + " --input " + (dir / "val").string() + " --output " + image.string());
+  CHECK(into.exit_code == 2);
+  CHECK(into.output.find("--output " + image.string() + ": is inside this command's input folder " +
+                         (dir / "val").string()) != std::string::npos);
+  auto eval_into = run_trainer("eval " + base + " --output " + image.string(), "cd " + dir.string() + " &&");
+  INFO(eval_into.output);
+  CHECK(eval_into.exit_code == 2);
+  CHECK(eval_into.output.find("is inside this command's input folder") != std::string::npos);
+  CHECK(trainer::test::read_file(image) == bytes);
 }
 
 TEST_CASE("sample_token: temperature 0 is the argmax, top-k 1 too, a seed gives the same draws", "[unit]") {

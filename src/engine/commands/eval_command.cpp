@@ -56,6 +56,8 @@ int eval_run(const EvalArgs& args) {
   if (!args.output.empty()) check_output_file("--output", args.output, {args.config, args.checkpoint});
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(args, env);
+  // not into the data it reads (a validation image replaced by the record)
+  if (!args.output.empty()) check_output_file("--output", args.output, {}, {loaded.cfg.data.path, loaded.cfg.data.val_path});
   obs::init_console_logging(loaded.cfg.log.level);
   const InferenceModel m = load_inference_model(loaded.cfg, env, args.checkpoint);
   const auto& c = m.cfg;
@@ -81,10 +83,11 @@ int eval_run(const EvalArgs& args) {
   if (args.output.empty()) {
     std::cout << record << "\n" << std::flush;
   } else {
-    std::ofstream out(args.output, std::ios::trunc);
-    out << record << "\n";
-    out.close();
-    if (!out) throw std::runtime_error("--output " + args.output + ": cannot write the record");
+    try {  // atomically: a failed write leaves an earlier record as it was
+      write_file_atomic(args.output, record + "\n");
+    } catch (const std::exception& e) {
+      throw std::runtime_error("--output " + args.output + ": cannot write the record: " + e.what());
+    }
   }
   return kExitOk;
 }
