@@ -295,22 +295,26 @@ class RankGroup {
         owners.push_back(&s);
       }
     ::poll(fds.data(), fds.size(), 200);
-    if (fds[0].revents & POLLIN) {
-      unsigned char sigs[64];
-      ssize_t n;
-      while ((n = ::read(g_signal_pipe[0], sigs, sizeof(sigs))) > 0)
-        for (ssize_t i = 0; i < n; ++i)
-          if (sigs[i] != SIGCHLD) {
-            signal_all(sigs[i]);
-            stopped_ = true;  // the user stops the job: no restart
-          }
-    }
+    if (fds[0].revents & POLLIN) take_signals();
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) owners[i]->pump();
   }
 
-  // The ranks that ended since the last look, each through the policy.
+  // The stop signals received (the self-pipe is non-blocking): forwarded to every rank.
+  void take_signals() {
+    unsigned char sigs[64];
+    ssize_t n;
+    while ((n = ::read(g_signal_pipe[0], sigs, sizeof(sigs))) > 0)
+      for (ssize_t i = 0; i < n; ++i)
+        if (sigs[i] != SIGCHLD) {
+          signal_all(sigs[i]);
+          stopped_ = true;  // the user stops the job: no restart
+        }
+  }
+
+  // The ranks that ended since the last look, each through the policy (a stop signal first).
   void reap() {
+    take_signals();
     int status;
     pid_t pid;
     while ((pid = ::waitpid(-1, &status, WNOHANG)) > 0)
@@ -331,7 +335,10 @@ class RankGroup {
       lost_in_process(r, rank, code);
       return;
     }
-    // 75 = saved a checkpoint after a (forwarded) signal: the other ranks got it too, let them finish
+    // 75 = saved a checkpoint after a (forwarded) signal: the other ranks got it too, let them finish;
+    // a replacement still waiting to join the stopping group stops too (it waited dist.timeout_s)
+    for (size_t i = 0; i < children_.size() && code == kExitSavedAfterSignal; ++i)
+      if (children_[i].running && joins_[i] > 0) ::kill(children_[i].pid, SIGTERM);
     if (code != 0 && result_ == 0) {
       result_ = code;
       if (code != kExitSavedAfterSignal && !terminating_) {
@@ -351,8 +358,8 @@ class RankGroup {
     write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(code) +
                      "; dist.recovery in_process: the other ranks go on without it\n");
     if (lost_code_ == 0) lost_code_ = code;
-    // --max-restarts under in_process: a replacement joins the running group
-    if (replacements_ < o_.max_restarts) {
+    // --max-restarts under in_process: a replacement joins the running group (not a stopping one)
+    if (replacements_ < o_.max_restarts && !stopped_) {
       ++replacements_;
       write_all(2, "launch: starting a replacement for rank " + std::to_string(rank) + " (" +
                        std::to_string(replacements_) + " of " + std::to_string(o_.max_restarts) +

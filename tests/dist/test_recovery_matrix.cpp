@@ -333,3 +333,32 @@ TEST_CASE("in-process recovery matrix: any rank killed in a gradient bucket or r
                 << std::chrono::duration<double>(std::chrono::steady_clock::now() - cell_t0).count() << " s");
   }
 }
+
+// A rank lost as the job is stopped (SIGTERM to the launcher, then a rank killed): no replacement
+// starts for a job that saves and exits. One started, waited dist.timeout_s for a group that had
+// exited 75, and held the launcher (and a scheduler's requeue) that long.
+TEST_CASE("in-process recovery matrix: a rank lost right after a stop signal gets no replacement", "[dist][e2e]") {
+  auto dir = test::scratch_dir("recovery_stop_then_loss");
+  const auto cfg = recmat::matrix_config(dir);
+  const auto out = dir / "out", run = out / "tiny", log = dir / "job.log", rc = dir / "job.rc";
+  test::start_trainer("launch -n 3 --max-restarts 1 -- run " + cfg + " --out-dir " + out.string(), log, rc);
+  pid_t rank0 = 0, victim = 0;
+  REQUIRE(test::wait_for([&] {
+    rank0 = test::lock_holder(recmat::lock_of(run, 0));
+    victim = test::lock_holder(recmat::lock_of(run, 2));
+    return recmat::last_step(run) >= 3 && rank0 > 0 && victim > 0;
+  }));
+  const auto stat = test::read_file("/proc/" + std::to_string(rank0) + "/stat");
+  const pid_t launcher = static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4)));
+  REQUIRE(::kill(launcher, SIGTERM) == 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  const int code = test::wait_rc(rc, 600);
+  const auto output = test::read_file(log);
+  INFO(output);
+  CHECK(code == 75);
+  CHECK(output.find("launch: starting a replacement") == std::string::npos);
+  CHECK(output.find("did not admit this replacement") == std::string::npos);
+  const auto folders = io::step_folders_newest_first(run / "checkpoints");
+  REQUIRE(!folders.empty());
+  CHECK(recmat::verifies(folders.front().path));
+}
