@@ -367,8 +367,13 @@ void CheckpointManager::keep_best(int64_t step, bool saved_at_step) {
   if (!cfg_.checkpoint.save_best || objs_.tracker.best_step() != step) return;
   // the periodic save of this very step failed: one failure, not a second one counted against
   // checkpoint.max_failures by saving it again at once
-  if (!saved_at_step && last_failed_step_ == step) return;
-  if (!saved_at_step && !save(step, SaveKind::Periodic)) return;
+  if (!saved_at_step && (last_failed_step_ == step || !save(step, SaveKind::Periodic))) {
+    if (store_)  // said once, by the writer: a silent failure left `best` at an older, worse step
+      spdlog::warn("the best {} so far ({:.4f}) is step {}'s, but its checkpoint could not be saved: `best` still "
+                   "points at the previous best checkpoint, not at this evaluation",
+                   objs_.tracker.metric(), objs_.tracker.best().value_or(0), step);
+    return;
+  }
   if (!store_) return;
   try {
     store_->mark_best(step);
