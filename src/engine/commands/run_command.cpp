@@ -70,13 +70,6 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   if (s.resume.mode == ResumeMode::Path && !fs::is_directory(s.resume.path))
     throw Refused("--resume " + args.resume + ": is a file, not a checkpoint folder (a step-N folder, latest, or a "
                   "checkpoints folder or run directory)");
-  if (std::error_code ec; fs::weakly_canonical(ckpts, ec) == fs::weakly_canonical(io::run_dir_path(cfg), ec))
-    throw config::ConfigError(std::vector<config::Diagnostic>{
-        {s.loaded.where("checkpoint.dir"), "checkpoint.dir",
-         ckpts.string() + ": is the run directory itself; name a folder of its own (\"\": <run dir>/checkpoints)"}});
-  if (std::error_code ec; fs::exists(ckpts, ec) && !fs::is_directory(ckpts, ec))
-    throw config::ConfigError(std::vector<config::Diagnostic>{
-        {s.loaded.where("checkpoint.dir"), "checkpoint.dir", ckpts.string() + ": is a file, not a folder for checkpoints"}});
   // model.init is read by a fresh start only: a run that resumes has its weights in the checkpoint
   const bool fresh = s.resume.mode == ResumeMode::Never || (s.resume.mode == ResumeMode::Auto && held.empty());
   check_named_files(s.loaded, /*data=*/true, /*init=*/fresh);
@@ -123,6 +116,22 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
   if (init)
     need(c.model.init.from.empty() ? "model.init_from" : "model.init.from", config::init_file(c.model), "no such file",
          Kind::File);
+  // the folders the run writes (check says what the run would: it passed a file as either)
+  const fs::path run_dir = io::run_dir_path(c), ckpts = checkpoint_dir(c, run_dir);
+  std::error_code ec;
+  for (fs::path p = run_dir; !p.empty() && p != p.root_path(); p = p.parent_path())  // the first that exists
+    if (fs::exists(p, ec)) {
+      if (!fs::is_directory(p, ec))
+        errors.push_back({loaded.where("run.out_dir"), "run.out_dir",
+                          config::printable(p.string()) + ": is a file, not a folder (the run directory is " +
+                              config::printable(run_dir.string()) + ")"});
+      break;
+    }
+  if (fs::weakly_canonical(ckpts, ec) == fs::weakly_canonical(run_dir, ec))
+    errors.push_back({loaded.where("checkpoint.dir"), "checkpoint.dir",
+                      ckpts.string() + ": is the run directory itself; name a folder of its own (\"\": <run dir>/checkpoints)"});
+  else if (fs::exists(ckpts, ec) && !fs::is_directory(ckpts, ec))
+    errors.push_back({loaded.where("checkpoint.dir"), "checkpoint.dir", ckpts.string() + ": is a file, not a folder for checkpoints"});
   if (!errors.empty()) throw config::ConfigError(std::move(errors));
 }
 
