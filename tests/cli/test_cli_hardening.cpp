@@ -50,6 +50,21 @@ TEST_CASE("optim.lr .nan is a config error at its line, not a LibTorch stack tra
   CHECK_FALSE(fs::exists(dir / "out"));
 }
 
+// A model too large to allocate: LibTorch's message, not its 25-frame C++ backtrace.
+TEST_CASE("a model that cannot be allocated is one error line, not a LibTorch stack trace", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("cli_huge_model");
+  trainer::test::write_file(dir / "g.yaml", "model: {arch: gpt, vocab_size: 256, block_size: 8, n_layer: 1, n_head: 1, "
+                                            "n_embd: 1000000}\ndata: {format: synthetic}\n"
+                                            "train: {batch_size: 2, max_steps: 1}\n");
+  for (const char* cmd : {"check ", "run "}) {
+    auto r = run_trainer(cmd + (dir / "g.yaml").string() + " --out-dir " + (dir / "out").string());
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK(r.output.find("DefaultCPUAllocator: can't allocate memory: you tried to allocate") != std::string::npos);
+    CHECK(r.output.find("frame #") == std::string::npos);
+  }
+}
+
 TEST_CASE("a config byte that is not UTF-8 stops the run before anything is created", "[e2e]") {
   auto dir = trainer::test::scratch_dir("cli_utf8");
   auto cfg = hardening_config(dir).string();

@@ -29,5 +29,8 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
 // Runs a model-using command (eval, predict) and maps what it throws to an exit code: config and
 // launcher errors and bad arguments (std::invalid_argument) exit 2, anything else 1, each printed.
 int run_command(const std::function<int()>& body);
+// What an error says for a person: a LibTorch error without its C++ backtrace (an allocation that
+// cannot be made printed 25 frames), anything else its what().
+std::string error_text(const std::exception& e);
 
 }  // namespace trainer::engine

@@ -52,6 +52,11 @@ void print_config_error(const config::ConfigError& e) {
   std::cerr << errors << "; nothing was started\n";
 }
 
+std::string error_text(const std::exception& e) {
+  if (const auto* c = dynamic_cast<const c10::Error*>(&e)) return c->what_without_backtrace();
+  return e.what();
+}
+
 int run_command(const std::function<int()>& body) {
   try {
     return body();
@@ -65,7 +70,7 @@ int run_command(const std::function<int()>& body) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << error_text(e) << "\n";
     return kExitFailure;
   }
 }
@@ -472,7 +477,7 @@ int cmd_check(const CheckArgs& args) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << error_text(e) << "\n";
     return kExitFailure;
   }
 }

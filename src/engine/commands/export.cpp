@@ -16,6 +16,7 @@
 #include "config/load.hpp"
 #include "config/schema.hpp"
 #include "dist/launch_env.hpp"
+#include "engine/commands/command_common.hpp"
 #include "engine/commands/inference.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
@@ -164,7 +165,7 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
     std::cerr << "error: the checkpoint's config is not valid for this trainer\n";
     return kExitFailure;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << error_text(e) << "\n";
     return kExitFailure;
   }
 }

@@ -152,8 +152,8 @@ int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env) {
 int cmd_run(const RunArgs& args) {
   bool logging = false;  // once the run's log is open, errors go there too (every rank keeps its own)
   auto report = [&](const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    if (logging) log_to_rank_file(e.what());
+    std::cerr << "error: " << error_text(e) << "\n";
+    if (logging) log_to_rank_file(error_text(e));
   };
   try {
     auto env = dist::detect_launch_env();
