@@ -131,6 +131,8 @@ class Composer {
       return fail(where, kBaseKey, "expected a file name (relative to " + name + "'s folder)");
     const std::string& v = entry.Scalar();
     if (auto bad = first_invalid_utf8(v)) return fail(where, kBaseKey, "'" + printable(v) + "' is not valid UTF-8");
+    if (v.find('\0') != std::string::npos)  // the system reads a path up to its first NUL: another file
+      return fail(where, kBaseKey, "'" + printable(v) + "' holds a NUL character, which no path can hold");
     const fs::path p = fs::path(v).is_absolute() ? fs::path(v) : dir / v;
     // messages name a base as the user would reach it from where the first file was named
     const std::string shown =

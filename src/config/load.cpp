@@ -317,6 +317,9 @@ class Loader {
         std::string v = n.Scalar();
         // strings end up in JSON (checkpoint metadata, metrics), which holds only UTF-8
         if (auto at = first_invalid_utf8(v)) return error(where, f.key, not_utf8(v, *at));
+        // a path ends at its first NUL for the system: "a.yaml\0x" opened a.yaml, a folder "x\0/y" named x
+        if (f.type == FieldType::Path && v.find('\0') != std::string::npos)
+          return error(where, f.key, "'" + printable(v) + "' holds a NUL character, which no path can hold");
         if (f.type == FieldType::Path && !dump_ && !v.empty() && v.find("://") == std::string::npos &&
             fs::path(v).is_relative())
           v = (base_dir_ / v).lexically_normal().string();

@@ -128,7 +128,8 @@ void check_against_model(const DatasetPair& pair, const config::DataConfig& data
                                 t.num_classes(), model.vocab_size));
   }
   if (pair.val && pair.val->sample_shape() != t.sample_shape())
-    throw DataError(fmt::format("{}: validation samples have shape {} but training samples {}", data.val_path,
+    throw DataError(fmt::format("{}: validation samples have shape {} but training samples {}",
+                                data.val_path.empty() ? pair.val->describe() : data.val_path,  // the format's own files
                                 fmt::join(pair.val->sample_shape(), "x"), fmt::join(t.sample_shape(), "x")));
 }
 

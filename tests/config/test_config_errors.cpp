@@ -62,6 +62,17 @@ TEST_CASE("a wrong type names the expected type and the value", "[unit]") {
   REQUIRE(e == std::vector<std::string>{"exp.yaml:3:14: train.log_every: expected an integer, got 'auto'"});
 }
 
+// A path holding a NUL ("\0" in a double-quoted YAML string): the system would read it up to the NUL,
+// another path ("a.yaml\0evil" loaded a.yaml; a run.out_dir was taken for another key's folder).
+TEST_CASE("a path with a NUL character is refused at its key, base: too", "[unit]") {
+  auto e = errors_of(kValidHead + "run:\n  out_dir: \"runs\\0/x\"\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:6:12: run.out_dir: 'runs\\x00/x' holds a NUL character, which no path can hold");
+  e = errors_of("base: \"other.yaml\\0evil\"\n" + kValidHead);
+  REQUIRE(e.size() == 1);
+  CHECK_THAT(e[0], Catch::Matchers::Contains("base: 'other.yaml\\x00evil' holds a NUL character"));
+}
+
 TEST_CASE("train.batch_size auto needs global_batch_size, divisible by the ranks, and no grad_accum", "[unit]") {
   auto e = errors_of("train:\n  max_steps: 10\n  batch_size: auto\ndata:\n  format: synthetic\n");
   REQUIRE(e == std::vector<std::string>{"exp.yaml:3:3: train.batch_size: auto picks the micro-batch that fits and "
