@@ -2,6 +2,8 @@
 // that finds checkpoints but none it can use, pruning that never deletes what it could not verify.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include <csignal>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -198,6 +200,37 @@ TEST_CASE("resume auto: a newest checkpoint that lacks a part or is not its fold
   REQUIRE(r.exit_code == 0);
   CHECK(has(r.output, (ck / "step-12").string() + ": no optimizer.safetensors in this checkpoint"));
   CHECK(has(r.output, (ck / "step-8/state.json").string() + ": says step 7, but the folder is step-8"));
+  CHECK(has(r.output, "resumed from " + (ck / "step-4").string() + " at step 4"));
+}
+
+// Values no run saves, in a re-signed state.json: each refused naming the file, an older checkpoint
+// resumed instead (an evaluated step past the checkpoint's skipped the final evaluation, exit 0; a
+// negative loss scale and a negative clock were taken as they were).
+TEST_CASE("resume auto: state.json values no run saves are refused, and an older checkpoint is resumed", "[e2e]") {
+  auto dir = scratch_dir("resume_hostile_state");
+  write_file(dir / "c.yaml", tiny_config("c", 12, "checkpoint: {every_steps: 2, keep_last: 10}\n"));
+  const std::string cfg = (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const fs::path ck = dir / "runs/c/checkpoints";
+  const std::vector<std::pair<int, std::function<void(nlohmann::json&)>>> edits = {
+      {12, [](nlohmann::json& s) { s["best"]["evaluated_step"] = 1000000000000LL; }},
+      {10, [](nlohmann::json& s) { s["loss_scaler"]["scale"] = -1.0; }},
+      {8, [](nlohmann::json& s) { s["time_s"] = -1e300; }},
+      {6, [](nlohmann::json& s) { s["best"]["step"] = 7; }}};
+  for (const auto& [step, edit] : edits) {
+    const auto folder = ck / ("step-" + std::to_string(step));
+    auto st = read_json(folder / "state.json");
+    edit(st);
+    write_file(folder / "state.json", st.dump(1));
+    resign_manifest(folder);
+  }
+  auto r = run_trainer("run " + cfg + " --set train.max_steps=14");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(has(r.output, (ck / "step-12/state.json").string() + ": best.step and best.evaluated_step must be at most"));
+  CHECK(has(r.output, (ck / "step-10/state.json").string() + ": loss_scaler.scale must be a positive finite number"));
+  CHECK(has(r.output, (ck / "step-8/state.json").string() + ": time_s must be a finite number >= 0"));
+  CHECK(has(r.output, (ck / "step-6/state.json").string() + ": best.step and best.evaluated_step must be at most"));
   CHECK(has(r.output, "resumed from " + (ck / "step-4").string() + " at step 4"));
 }
 

@@ -226,6 +226,16 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     const auto evals_without = b.at("evals_without_improvement").get<int64_t>();
     // absent in checkpoints written before it existed: taken as evaluated (nothing is done again)
     const auto evaluated = b.value("evaluated_step", pos.step);
+    // values a run cannot have saved (an edited state.json, re-signed): refused, not taken in silence
+    // (an evaluated step past the checkpoint's skipped the final evaluation; a negative scale trained)
+    const std::string state = (from / "state.json").string();
+    if (!(sc.scale > 0) || !std::isfinite(sc.scale) || sc.growth_tracker < 0)
+      throw io::CheckpointError(state + ": loss_scaler.scale must be a positive finite number and growth_tracker >= 0");
+    if (best_step > pos.step || evaluated > pos.step || evals_without < 0 || (best && !std::isfinite(*best)))
+      throw io::CheckpointError(state + ": best.step and best.evaluated_step must be at most the checkpoint's step " +
+                                std::to_string(pos.step) + ", evals_without_improvement >= 0, the value finite");
+    if (!std::isfinite(pos.time_s) || pos.time_s < 0)
+      throw io::CheckpointError(state + ": time_s must be a finite number >= 0");
 
     io::SafetensorsFile weights;
     weights.path = (from / "model.safetensors").string();
