@@ -362,3 +362,24 @@ TEST_CASE("in-process recovery matrix: a rank lost right after a stop signal get
   REQUIRE(!folders.empty());
   CHECK(recmat::verifies(folders.front().path));
 }
+
+// A rank lost inside a stop signal's checkpoint: the survivors save it and exit 75. They exited 1,
+// the save unmade when the writer was lost (rank 0 here, at its save's kill point; another rank lost
+// there was checked by hand, with a kill -9 once the save's temporary folder appeared).
+TEST_CASE("in-process recovery matrix: a rank lost in a stop signal's save: the survivors save it and exit 75",
+          "[dist][e2e]") {
+  auto dir = test::scratch_dir("recovery_stop_save");
+  const auto cfg = recmat::matrix_config(dir);
+  for (int victim : {0}) {
+    const auto out = dir / ("v" + std::to_string(victim)), run = out / "tiny";
+    const auto log = dir / ("v" + std::to_string(victim) + ".log"), rc = dir / ("v" + std::to_string(victim) + ".rc");
+    test::start_trainer("launch -n 3 -- run " + cfg + " --out-dir " + out.string(), log, rc,
+                        "TRAINER_INJECT_SIGNAL=25 TRAINER_INJECT_KILL=" + std::to_string(victim) + ":save:25");
+    const int code = test::wait_rc(rc, 600);
+    const auto output = test::read_file(log);
+    INFO("victim " << victim << "\n" << output);
+    CHECK(code == 75);
+    CHECK(output.find("TRAINER_INJECT_KILL: rank " + std::to_string(victim) + " SIGKILLs itself") != std::string::npos);
+    CHECK(recmat::verifies(run / "checkpoints" / io::step_dir_name(25)));
+  }
+}

@@ -312,7 +312,7 @@ class Trainer final : public WorldParts {
     }
   }
 
-  // `f` until it completes: a rank lost in it (dist.recovery in_process), the survivors make it again
+  // `f` until it completes: a rank lost in it (in_process), the survivors make it again (a vote, a save)
   template <class F>
   auto until_recovered(F&& f) {
     for (;;)
@@ -329,7 +329,7 @@ class Trainer final : public WorldParts {
     if (!recovery_->joined()) {
       recovery_->begin_step(train_loader_->state());  // a rank lost in the start's vote: the loader stays
       const Next first = until_recovered([this] { return boundary_vote(start_step_, /*log_step=*/true); });
-      if (first == Next::Signal) return ckpt_->stop_for_signal(start_step_, start_step_);
+      if (first == Next::Signal) return until_recovered([this] { return ckpt_->stop_for_signal(start_step_, start_step_); });
       if (first == Next::DataChanged)
         if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
       // a stop signal's checkpoint at an evaluation step was saved before the evaluation: made now
@@ -360,7 +360,7 @@ class Trainer final : public WorldParts {
         }
         recovery_->reset_progress();
         const Next next = recovering([this] { return step_and_after(); }).value_or(Next::Go);
-        if (next == Next::Signal) return ckpt_->stop_for_signal(loop_.step, start_step_);
+        if (next == Next::Signal) return until_recovered([this] { return ckpt_->stop_for_signal(loop_.step, start_step_); });
         if (next == Next::EarlyStop) stop_reason = "early_stopping";
         if (next == Next::DataChanged) {  // agreed at the boundary: a checkpoint and exit 65, or the data reopened
           if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
