@@ -5,6 +5,7 @@
 #include "config/name_pattern.hpp"
 
 #include <cmath>
+#include <map>
 #include <sstream>
 
 namespace trainer::config {
@@ -41,9 +42,11 @@ class CollectionReader {
     if (!n.IsNull()) {
       if (!n.IsMap()) return error(where_, "expected a mapping of prefixes such as {\"module.\": \"\"}, got " + shown(n));
       bool ok = true;
+      std::map<std::string, int> seen;  // a prefix given twice: which rename applies would be silent
       for (auto it = n.begin(); it != n.end(); ++it) {
         std::string from, to;
         ok = entry(it->first, false, from) && ok;
+        ok = fresh(seen, from, it->first) && ok;
         if (!it->second.IsNull()) ok = entry(it->second, false, to) && ok;  // "module.:" maps to ""
         if (ok && from.empty()) {
           error(at(it->first), "an empty prefix matches every name; give the prefix to replace");
@@ -110,9 +113,12 @@ class CollectionReader {
       return false;
     }
     bool ok = true, has_match = false;
+    std::map<std::string, int> seen;  // the later value won in silence: `match` given twice lost a group
     for (auto it = e.begin(); it != e.end(); ++it) {
       const std::string name = it->first.IsScalar() ? it->first.Scalar() : "";
-      if (name == "match") {
+      if (!fresh(seen, name, it->first)) {
+        ok = false;
+      } else if (name == "match") {
         has_match = true;
         ok = entry(it->second, true, g.match) && ok;
       } else if (name == "lr" || name == "weight_decay") {
@@ -124,6 +130,16 @@ class CollectionReader {
     }
     if (!has_match) error(at(e), "a group needs `match:` (a regex of parameter names)");
     return ok && has_match;
+  }
+
+  // false (and an error at the key) when `name` was seen before in this mapping
+  bool fresh(std::map<std::string, int>& seen, const std::string& name, const YAML::Node& key) {
+    const Location where = at(key);
+    if (auto [pos, first] = seen.emplace(name, where.line); !first) {
+      error(where, "duplicate key '" + printable(name) + "' (first set at line " + std::to_string(pos->second) + ")");
+      return false;
+    }
+    return true;
   }
 
   bool number(const YAML::Node& key, const YAML::Node& value, std::optional<double>& out) {

@@ -111,6 +111,15 @@ TEST_CASE("a choice outside the list suggests the closest choice", "[unit]") {
 TEST_CASE("a duplicate key points at the second occurrence and the first line", "[unit]") {
   auto e = errors_of(kValidHead + "optim:\n  lr: 0.1\n  lr: 0.2\n");
   REQUIRE(e == std::vector<std::string>{"exp.yaml:7:3: optim.lr: duplicate key (first set at line 6)"});
+  // inside a list item and a mapping of a list key too: the later value won in silence (a group's
+  // second `match` lost the group's first pattern)
+  e = errors_of(kValidHead + "optim:\n  groups:\n    - {match: '^fc', lr: 0.5, lr: 0.001, match: '^conv1'}\n");
+  REQUIRE(e.size() == 2);
+  CHECK(e[0] == "exp.yaml:7:31: optim.groups: duplicate key 'lr' (first set at line 7)");
+  CHECK(e[1] == "exp.yaml:7:42: optim.groups: duplicate key 'match' (first set at line 7)");
+  e = errors_of(kValidHead + "model:\n  init:\n    rename:\n      a.: b.\n      a.: c.\n");
+  REQUIRE(e.size() == 1);
+  CHECK(e[0] == "exp.yaml:9:7: model.init.rename: duplicate key 'a.' (first set at line 8)");
 }
 
 TEST_CASE("max_steps and epochs together are a contradiction", "[unit]") {
