@@ -430,6 +430,7 @@ LoadedConfig load_impl(const std::string& text, const std::string& name, const s
   fs::path cwd = fs::current_path(ec);
   for (const auto& o : overrides) loader.apply_override(o, cwd);
   settle_run_length(out);
+  note_unused_options(out);
   return out;
 }
 

@@ -80,6 +80,11 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts);
 // The training recipes' checks (label smoothing, EMA, mixup/cutmix, RandomResizedCrop, colour jitter,
 // bits per byte of token data), called by validate(): each problem goes to err(key, message).
 void validate_recipes(const LoadedConfig& loaded, const std::function<void(const std::string&, const std::string&)>& err);
+// Keys of an option the config does not use (SGD's momentum under adamw, a data path for generated
+// data), set where the choice that leaves them out was made or later (a base's SGD momentum under a
+// config that picks adamw is the base's choice): each a warning in loaded.warnings, not an error (a
+// sweep over optim.name=sgd,adamw sets momentum for its sgd points).
+void note_unused_options(LoadedConfig& loaded);
 
 // Bytes of text behind one token, for bits per byte: 1 for data.format text (byte-level), else
 // data.bytes_per_token (0 = unknown: evaluations report no bpb).

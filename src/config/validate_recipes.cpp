@@ -1,5 +1,6 @@
 // Cross-field checks of the training recipes: what a recipe needs of the model and the data, and
 // keys that would otherwise be ignored without a word (a probability of a mix that is off).
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -121,6 +122,29 @@ void validate_recipes(const LoadedConfig& loaded, const RecipeErr& err) {
   check_image_recipes(loaded, token_arch, err);
   check_bits_per_byte(loaded, token_arch, err);
   check_ema(loaded, err);
+}
+
+void note_unused_options(LoadedConfig& loaded) {
+  const RunConfig& c = loaded.cfg;
+  auto unused = [&](const char* choice, std::initializer_list<const char*> keys, const std::string& why) {
+    const int from = loaded.is_set(choice) ? loaded.where(choice).source : -1;
+    for (const char* key : keys)
+      if (loaded.is_set(key) && loaded.where(key).source >= from)
+        loaded.warnings.push_back(Diagnostic{loaded.where(key), key, "has no effect " + why + ": ignored"});
+  };
+  if (c.optim.name == OptimizerKind::Adamw)
+    unused("optim.name", {"optim.momentum", "optim.nesterov"}, "with optim.name adamw (they are sgd's)");
+  else
+    unused("optim.name", {"optim.betas", "optim.eps"}, "with optim.name sgd (they are adamw's)");
+  const DataFormat f = c.data.format;
+  const std::string with = "with data.format " + name_of(f);
+  if (f == DataFormat::Synthetic)
+    unused("data.format", {"data.path", "data.val_path", "data.val_fraction"}, with + " (its data is generated)");
+  else
+    unused("data.format", {"data.synthetic.num_samples", "data.synthetic.val_samples", "data.synthetic.image_size"},
+           with + " (data.synthetic is the synthetic format's)");
+  if (f != DataFormat::Synthetic && f != DataFormat::Text && f != DataFormat::Tokens)
+    unused("data.format", {"data.val_fraction"}, with + " (text and tokens split a tail off; set data.val_path)");
 }
 
 }  // namespace trainer::config

@@ -188,7 +188,8 @@ TEST_CASE("hostile YAML: 100,000 nested flow or block collections in a base are 
 }
 
 TEST_CASE("relative paths in a base resolve against the base's folder", "[unit]") {
-  auto dir = compose_files("compose_paths", {{"shared/fmnist.yaml", kComposeHead + "  path: images\nrun:\n  out_dir: ../runs\n"},
+  auto dir = compose_files("compose_paths", {{"shared/fmnist.yaml", "train:\n  max_steps: 10\ndata:\n  format: image_folder\n"
+                                                                    "  path: images\nrun:\n  out_dir: ../runs\n"},
                                              {"exp.yaml", "base: shared/fmnist.yaml\n"}});
   auto l = load_and_validate((dir / "exp.yaml").string(), {}, {});
   CHECK(l.cfg.data.path == (dir / "shared/images").string());

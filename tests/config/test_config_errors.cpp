@@ -122,6 +122,43 @@ TEST_CASE("a duplicate key points at the second occurrence and the first line", 
   CHECK(e[0] == "exp.yaml:9:7: model.init.rename: duplicate key 'a.' (first set at line 8)");
 }
 
+// Keys of an option the config does not use were ignored in silence: a warning at their line (not an
+// error: a sweep over optim.name=sgd,adamw sets momentum for its sgd points).
+TEST_CASE("keys of an optimizer or a data format not in use have no effect: a warning at their line", "[unit]") {
+  auto warnings_of = [](const std::string& yaml) {
+    auto dir = trainer::test::scratch_dir("config_unused");
+    trainer::test::write_file(dir / "exp.yaml", yaml);
+    std::vector<std::string> out;
+    for (const auto& w : load_and_validate((dir / "exp.yaml").string(), {}, {}).warnings) {
+      const auto s = w.str();
+      out.push_back(s.substr(s.find("exp.yaml")));
+    }
+    return out;
+  };
+  auto w = warnings_of(kValidHead + "optim:\n  name: adamw\n  momentum: 0.5\n  nesterov: true\n");
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "exp.yaml:7:3: optim.momentum: has no effect with optim.name adamw (they are sgd's): ignored");
+  CHECK(w[1] == "exp.yaml:8:3: optim.nesterov: has no effect with optim.name adamw (they are sgd's): ignored");
+  w = warnings_of(kValidHead + "optim:\n  betas: [0.8, 0.9]\n");
+  REQUIRE(w == std::vector<std::string>{"exp.yaml:6:3: optim.betas: has no effect with optim.name sgd (they are "
+                                        "adamw's): ignored"});
+  w = warnings_of("train:\n  max_steps: 10\ndata:\n  format: synthetic\n  path: /data/x\n  val_fraction: 0.2\n");
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "exp.yaml:5:3: data.path: has no effect with data.format synthetic (its data is generated): ignored");
+  w = warnings_of("train:\n  max_steps: 10\ndata:\n  format: image_folder\n  path: /x\n  val_fraction: 0.5\n"
+                  "  synthetic: {num_samples: 10}\n");
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "exp.yaml:7:15: data.synthetic.num_samples: has no effect with data.format image_folder "
+                "(data.synthetic is the synthetic format's): ignored");
+  CHECK(w[1] == "exp.yaml:6:3: data.val_fraction: has no effect with data.format image_folder (text and tokens split "
+                "a tail off; set data.val_path): ignored");
+  // a base's SGD momentum under a config that picks adamw: the base's choice, not this config's mistake
+  auto dir = trainer::test::scratch_dir("config_unused_base");
+  trainer::test::write_file(dir / "b.yaml", kValidHead + "optim:\n  name: sgd\n  momentum: 0.5\n");
+  trainer::test::write_file(dir / "exp.yaml", "base: b.yaml\noptim:\n  name: adamw\n");
+  CHECK(load_and_validate((dir / "exp.yaml").string(), {}, {}).warnings.empty());
+}
+
 TEST_CASE("max_steps and epochs together are a contradiction", "[unit]") {
   auto e = errors_of("data:\n  format: synthetic\ntrain:\n  max_steps: 10\n  epochs: 2\n");
   REQUIRE(e == std::vector<std::string>{"exp.yaml:5:3: train.epochs: set either train.max_steps or train.epochs, not both"});
