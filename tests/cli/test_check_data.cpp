@@ -151,3 +151,20 @@ TEST_CASE("check names bad files in folder order whatever thread read them, and 
   CHECK(none.output.find("error: train data: 87 of 87 image headers read are bad:") != std::string::npos);
   CHECK(none.output.find("(every one: with data.on_bad_sample: skip a run has nothing left to read)") != std::string::npos);
 }
+
+// Under the default normalisation (mean_std, the statistics computed from the first images) the
+// statistics pass stopped at the first bad file and check named that one alone.
+TEST_CASE("check names every bad file when the normalisation statistics would stop at the first", "[e2e]") {
+  auto dir = test::scratch_dir("check_data_stats");
+  const auto root = dir / "images";
+  test::write_image_folder(root, {"a", "b"}, 6, 8, 8, /*png=*/false);
+  for (const char* f : {"a/img_1.jpg", "a/img_3.jpg", "b/img_2.jpg"}) write_bytes(root / f, "");
+  test::write_file(dir / "exp.yaml", "model: {arch: convnet, in_channels: 3, num_classes: 2}\n"
+                                     "data: {format: image_folder, path: " + root.string() + ", image_size: 8}\n"
+                                     "train: {batch_size: 2, max_steps: 1}\n");
+  auto r = run_trainer("check " + (dir / "exp.yaml").string());
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK(r.output.find("error: train data: 3 of 12 image headers read are bad:") != std::string::npos);
+  CHECK(r.output.find(root.string() + "/b/img_2.jpg: an empty file (0 bytes), not an image") != std::string::npos);
+}

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 namespace trainer::engine {
@@ -42,6 +43,22 @@ void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad
     throw data::DataError(head + named + "\n(a run would stop at the first; set data.on_bad_sample: skip to leave "
                                          "them out)");
   out << "warning: " << head << named << "\n(data.on_bad_sample: skip: a run leaves them out)\n";
+}
+
+data::DatasetPair open_for_check(const config::RunConfig& c, bool decode) {
+  try {
+    return data::create_datasets(c.data, c.model, c.run.seed);
+  } catch (const data::DataError&) {
+    if (c.data.normalize.mode != config::NormalizeMode::MeanStd) throw;
+    auto plain = c.data;
+    plain.normalize.mode = config::NormalizeMode::None;
+    const auto ds = data::create_datasets(plain, c.model, c.run.seed);
+    std::ostringstream unused;
+    const bool skip_bad = c.data.on_bad_sample == "skip";
+    check_data(*ds.train, "train", skip_bad, decode, unused);  // throws naming every bad file
+    if (ds.val) check_data(*ds.val, "val", skip_bad, decode, unused);
+    throw;  // the files read: the statistics' own error
+  }
 }
 
 }  // namespace trainer::engine

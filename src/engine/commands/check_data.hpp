@@ -16,4 +16,9 @@ namespace trainer::engine {
 // seconds says how far it got on stderr every 5 s.
 void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad, bool decode, std::ostream& out);
 
+// The datasets `check` reads, opened as a run opens them. When the normalisation statistics (mean_std
+// without mean and std given) stop at the first bad image, the files are read without them first, so
+// that the error names every bad file (the first five, then the count), not the first.
+data::DatasetPair open_for_check(const config::RunConfig& c, bool decode);
+
 }  // namespace trainer::engine

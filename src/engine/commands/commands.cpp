@@ -387,7 +387,7 @@ int cmd_check(const CheckArgs& args) {
     std::vector<int64_t> shape = sample_shape_from_config(c);
     int64_t train_size = -1;
     if (!args.no_data) {
-      auto ds = data::create_datasets(c.data, c.model, c.run.seed);
+      auto ds = open_for_check(c, args.decode_all);
       std::cout << "train data: " << ds.train->describe() << "\n";
       std::cout << "val data:   " << (ds.val ? ds.val->describe() : std::string("none")) << "\n";
       const bool skip_bad = c.data.on_bad_sample == "skip";
