@@ -76,6 +76,12 @@ TokenSegment open_shard(const std::string& path) {
     throw DataError(fmt::format("{}: wrong magic number {} (llm.c uint32-token shard); expected {} (llm.c uint16) or "
                                 "a headerless uint16 file",
                                 path, magic, kLlmcMagic));
+  // an llm.c header whose magic alone is wrong (version 1, the token count the size gives): a damaged
+  // shard, not nanoGPT's headerless array (its 1024 header bytes were read as 512 tokens)
+  if (size >= kLlmcHeaderBytes && read_le32(d + 4) == 1 && 2 * static_cast<int64_t>(read_le32(d + 8)) == size - kLlmcHeaderBytes)
+    throw DataError(fmt::format("{}: an llm.c shard header (version 1, {} tokens) with the magic number {}, not {}: "
+                                "a damaged shard (write it again), not a headerless uint16 file",
+                                path, read_le32(d + 8), magic, kLlmcMagic));
   if (size % 2 != 0)
     throw DataError(fmt::format("{}: {} bytes is odd: not a headerless uint16 token file (and no llm.c magic {})",
                                 path, size, kLlmcMagic));

@@ -80,6 +80,14 @@ TEST_CASE("bad input: wrong magic numbers", "[unit]") {
         (dir / "llama.bin").string() +
             ": wrong magic number 20240801 (llm.c uint32-token shard); expected 20240520 (llm.c uint16) or a "
             "headerless uint16 file");
+  // llm.c's header with only its magic damaged: refused (its 1024 header bytes trained as 512 tokens)
+  magic = 12345;
+  std::memcpy(header.data(), &magic, 4);
+  write_file(dir / "damaged.bin", header + std::string(8, '\0'));
+  CHECK(error_of(cfg("tokens", dir / "damaged.bin"), gpt(2, 50304)) ==
+        (dir / "damaged.bin").string() +
+            ": an llm.c shard header (version 1, 4 tokens) with the magic number 12345, not 20240520: a damaged "
+            "shard (write it again), not a headerless uint16 file");
   write_file(dir / "img" / "a" / "x.png", "this is not a PNG file");
   CHECK(error_of([&] { load_all(create_datasets(cfg("image_folder", dir / "img"), resnet(3, 1), 0).train); }).find(
             (dir / "img" / "a" / "x.png").string() + ": not a JPEG or PNG file") == 0);
