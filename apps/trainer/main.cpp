@@ -128,8 +128,9 @@ int main(int argc, char** argv) {
   CLI::App app{"trainer: deep-learning training runner (LibTorch). YAML experiment in, trained model out.", "trainer"};
   app.set_version_flag("--version", std::string("trainer ") + TRAINER_VERSION);
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, 74 a checkpoint that had to be saved was not, "
-             "75 stopped by a signal after saving a checkpoint (requeue me).");
+  app.footer("Exit codes: 0 ok, 1 runtime failure, 2 usage/config error, 65 a data file changed under the run (a "
+             "checkpoint saved: run again), 74 a checkpoint that had to be saved was not, 75 stopped by a signal after "
+             "saving a checkpoint (requeue me), 130 a second SIGINT (no checkpoint of the stop).");
 
   trainer::engine::RunArgs run_args;
   auto* run = app.add_subcommand("run", "Train: trainer run CONFIG [--set KEY=VALUE]...");

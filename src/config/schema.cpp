@@ -296,7 +296,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "EMA of the weights: shadow = decay x shadow + (1 - decay) x weights after every `every` optimizer steps "
       "(train.ema.warmup: a smaller decay first); float buffers (BatchNorm statistics) averaged, integer ones copied (0 = off). Checkpointed (ema.safetensors).");
   k.i("every", t.ema.every, 1, 1e9, "Optimizer steps between EMA updates.");
-  k.b("eval", t.ema.eval, "Also evaluate the EMA weights at every evaluation (eval records with \"weights\": \"ema\").");
+  k.b("eval", t.ema.eval, "Also evaluate the EMA weights at every evaluation (the eval record gains ema_loss, ema_accuracy, ema_top5).");
   k.b("warmup", t.ema.warmup,
       "Warm the decay up: update n (counted in EMA updates) uses min(decay, 1 - (1 + n)^(-2/3)), as timm's ModelEmaV3 "
       "with use_warmup, so a short run's shadow is not held back by the initial weights (0.999 without it keeps "

@@ -145,6 +145,16 @@ void note_unused_options(LoadedConfig& loaded) {
            with + " (data.synthetic is the synthetic format's)");
   if (f != DataFormat::Synthetic && f != DataFormat::Text && f != DataFormat::Tokens)
     unused("data.format", {"data.val_fraction"}, with + " (text and tokens split a tail off; set data.val_path)");
+  // a profile window past the run's end records nothing (and no profile/ folder), in silence
+  const auto& p = c.profile;
+  const int64_t steps = c.train.max_steps;
+  if (p.steps > 0 && steps > 0 && p.start_step + p.steps > steps)
+    loaded.warnings.push_back(Diagnostic{
+        loaded.where("profile.steps"), "profile.steps",
+        p.start_step >= steps ? "the window starts after step " + std::to_string(p.start_step) + ", but the run has " +
+                                    std::to_string(steps) + " steps: nothing is recorded (lower profile.start_step)"
+                              : "records steps " + std::to_string(p.start_step + 1) + ".." + std::to_string(steps) +
+                                    " only: the run ends at step " + std::to_string(steps)});
 }
 
 }  // namespace trainer::config

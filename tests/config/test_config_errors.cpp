@@ -152,6 +152,12 @@ TEST_CASE("keys of an optimizer or a data format not in use have no effect: a wa
                 "(data.synthetic is the synthetic format's): ignored");
   CHECK(w[1] == "exp.yaml:6:3: data.val_fraction: has no effect with data.format image_folder (text and tokens split "
                 "a tail off; set data.val_path): ignored");
+  // a profile window past the run's end recorded nothing, in silence
+  w = warnings_of(kValidHead + "profile:\n  steps: 5\n  start_step: 7\n");
+  REQUIRE(w == std::vector<std::string>{"exp.yaml:6:3: profile.steps: records steps 8..10 only: the run ends at step 10"});
+  w = warnings_of("train:\n  max_steps: 8\ndata:\n  format: synthetic\nprofile:\n  steps: 5\n");
+  REQUIRE(w == std::vector<std::string>{"exp.yaml:6:3: profile.steps: the window starts after step 10, but the run "
+                                        "has 8 steps: nothing is recorded (lower profile.start_step)"});
   // a base's SGD momentum under a config that picks adamw: the base's choice, not this config's mistake
   auto dir = trainer::test::scratch_dir("config_unused_base");
   trainer::test::write_file(dir / "b.yaml", kValidHead + "optim:\n  name: sgd\n  momentum: 0.5\n");

@@ -293,13 +293,18 @@ SweepRequest read_request(const SweepArgs& a) {
     throw std::invalid_argument("nothing to sweep: give at least one --set KEY=a,b,... (or a distribution with "
                                 "--random N)");
   r.plan = a.random > 0 ? random_points(r.spec, a.random, a.seed) : grid_points(r.spec);
+  if (a.random > static_cast<int64_t>(r.plan.size()))  // the whole grid: fewer points than asked, said
+    std::cerr << "sweep: --random " << a.random << " asks for more points than the grid's " << r.plan.size()
+              << ": running every grid point once\n";
   r.fixed = r.spec.fixed;
   auto base_sets = r.fixed;
   if (!a.out_dir.empty()) base_sets.push_back("run.out_dir=" + fs::absolute(a.out_dir).string());
   const auto base = config::load_and_validate(a.config, base_sets, validate_options(a));
   const std::string name = a.name.empty() ? base.cfg.run.name + "-sweep" : a.name;
-  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
-    throw std::invalid_argument("--name " + config::printable(name) + ": one folder name, without '/'");
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+      std::any_of(name.begin(), name.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7F; }))
+    throw std::invalid_argument("--name " + config::printable(name) + ": one folder name (not . or .., no '/' and no "
+                                "control characters)");
   r.dir = fs::absolute(fs::path(base.cfg.run.out_dir) / name).lexically_normal();
   // points at once share the cores: each gets its part unless the config says how many threads
   if (a.jobs > 1 && base.cfg.train.threads == 0) {
