@@ -117,7 +117,10 @@ void print_dist_check(const LaunchEnv& env, const config::DistConfig& cfg, const
   std::string store = cfg.store.empty() ? "tcp://" + env.master_addr + ":" + std::to_string(env.master_port) : cfg.store;
   out << "distributed: " << env.world_size << " rank" << (env.world_size == 1 ? "" : "s") << " (" << env.launcher
       << "), backend " << ctx->backend_name();
-  if (ctx->active()) out << ", store " << store << (env.agent_store ? " (torchrun's agent)" : "");
+  // the store's host: torchrun's agent, or `trainer launch` itself (it hosts one the same way)
+  if (ctx->active())
+    out << ", store " << store
+        << (env.agent_store ? (env.launcher == "trainer launch" ? " (hosted by trainer launch)" : " (torchrun's agent)") : "");
   out << "\n";
   size_t host_w = 4, dev_w = 6;
   for (const auto& r : rows) {

@@ -21,7 +21,7 @@
 namespace trainer::engine {
 namespace {
 
-nlohmann::json eval_json(const EvalResult& r, const InferenceModel& m, double seconds) {
+nlohmann::json eval_json(const EvalResult& r, const InferenceModel& m, double seconds, bool tokens) {
   nlohmann::json j = {{"kind", "eval"}, {"step", m.step}, {"checkpoint", m.weights}, {"loss", r.loss},
                       {"count", r.count}};
   if (r.accuracy) j["accuracy"] = *r.accuracy;
@@ -32,7 +32,8 @@ nlohmann::json eval_json(const EvalResult& r, const InferenceModel& m, double se
   if (r.tta_accuracy) j["tta_accuracy"] = *r.tta_accuracy;
   if (r.tta_top5) j["tta_top5"] = *r.tta_top5;
   j["eval_s"] = seconds;
-  j["samples_per_s"] = seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0;
+  // `count` is tokens for a language model: the rate is too, and named so
+  j[tokens ? "tokens_per_s" : "samples_per_s"] = seconds > 0 ? static_cast<double>(r.count) / seconds : 0.0;
   return j;
 }
 
@@ -79,7 +80,7 @@ int eval_run(const EvalArgs& args) {
   if (env.rank != 0) return kExitOk;
   std::cout << eval_line(r, m, seconds, tokens) << "\n";
   // the checkpoint's path need not be UTF-8, JSON must be: stray bytes become U+FFFD
-  const std::string record = eval_json(r, m, seconds).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const std::string record = eval_json(r, m, seconds, tokens).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (args.output.empty()) {
     std::cout << record << "\n" << std::flush;
   } else {
