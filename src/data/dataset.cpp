@@ -150,8 +150,15 @@ Dataset::Audit Dataset::audit_each(int64_t n, const AuditOptions& o,
       const auto read = reader();
       constexpr int64_t kChunk = 32;  // claimed at once: the counter is touched once per chunk
       for (int64_t i0; (i0 = next.fetch_add(kChunk)) < n;) {
-        for (int64_t i = i0; i < std::min(n, i0 + kChunk); ++i)
-          if (auto why = read(i); !why.empty()) bad[t].emplace_back(i, std::move(why));
+        for (int64_t i = i0; i < std::min(n, i0 + kChunk); ++i) {
+          std::string why;
+          try {
+            why = read(i);
+          } catch (const std::exception& e) {  // not one a reader names itself: still this sample's, not a crash
+            why = e.what();
+          }
+          if (!why.empty()) bad[t].emplace_back(i, std::move(why));
+        }
         done.fetch_add(std::min(n, i0 + kChunk) - i0);
       }
       std::lock_guard<std::mutex> lock(m);

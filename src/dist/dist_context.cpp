@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <thread>
 
@@ -361,17 +363,28 @@ void DistContext::leave_note(const std::string& text) {
 
 std::string DistContext::peer_note() {
   if (!active() || !impl_ || !impl_->store) return "";
-  try {
-    for (int64_t r = 0; r < world_size_; ++r) {
-      if (r == rank_) continue;
-      const auto key = note_key(impl_->key_ns, r);
-      if (!impl_->store->check({key})) continue;
-      const auto v = impl_->store->get(key);
-      return "rank " + std::to_string(r) + ": " + std::string(v.begin(), v.end());
-    }
-  } catch (const std::exception&) {
-  }
-  return "";
+  // on a thread of its own, given up after a few seconds: a store host that is alive but does not
+  // answer (rank 0 stopped, hung on a file system) blocked this read forever, after the collective
+  // had timed out (a TCPStore check has no time-out). The thread holds the store, so one left blocked
+  // touches nothing freed while the process ends.
+  auto read = std::make_shared<std::packaged_task<std::string()>>(
+      [store = impl_->store, ns = impl_->key_ns, world = world_size_, me = rank_]() -> std::string {
+        try {
+          for (int64_t r = 0; r < world; ++r) {
+            if (r == me) continue;
+            const auto key = note_key(ns, r);
+            if (!store->check({key})) continue;
+            const auto v = store->get(key);
+            return "rank " + std::to_string(r) + ": " + std::string(v.begin(), v.end());
+          }
+        } catch (const std::exception&) {
+        }
+        return "";
+      });
+  auto note = read->get_future();
+  std::thread([read] { (*read)(); }).detach();
+  if (note.wait_for(std::chrono::seconds(5)) != std::future_status::ready) return "";
+  return note.get();
 }
 
 }  // namespace trainer::dist

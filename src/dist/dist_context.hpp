@@ -142,7 +142,7 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // file changed under a step it cannot finish), leaves why in the store first: a peer whose
   // collective then fails reads it (peer_note) and says why instead of "a peer was lost". Keyed by
   // rank; nothing when inactive. peer_note: the first note another rank left, "" when none or when
-  // the store cannot be read (rank 0 hosted it and is gone).
+  // the store cannot be read within 5 s (rank 0 hosted it and is gone, or hangs).
   void leave_note(const std::string& text);
   std::string peer_note();
 

@@ -54,6 +54,17 @@ std::string jpeg_claiming_huge(const fs::path& scratch) {
   return j;
 }
 
+// A convnet on the image folder `root` (data.image_size `size`: 0 keeps the first image's); mean and
+// std given, so the statistics pass (which decodes the first images) does not run first.
+std::string folder_config(const fs::path& dir, const fs::path& root, int size) {
+  test::write_file(dir / "exp.yaml",
+                   "model: {arch: convnet, in_channels: 3, num_classes: 2}\n"
+                   "data: {format: image_folder, path: " + root.string() + ", image_size: " + std::to_string(size) +
+                       ", normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}}\n"
+                   "train: {batch_size: 2, max_steps: 1}\n");
+  return (dir / "exp.yaml").string();
+}
+
 }  // namespace
 
 TEST_CASE("check reads every image header and names the files a run would refuse or skip", "[e2e]") {
@@ -69,13 +80,7 @@ TEST_CASE("check reads every image header and names the files a run would refuse
   const auto sos = cut.find("\xFF\xDA");  // cut in the middle of the image data: the header is whole
   REQUIRE(sos != std::string::npos);
   write_bytes(root / "b/truncated.jpg", cut.substr(0, sos + (cut.size() - sos) / 2));
-  // mean and std given: the statistics pass (which decodes the first images) does not run first
-  test::write_file(dir / "exp.yaml",
-                   "model: {arch: convnet, in_channels: 3, num_classes: 2}\n"
-                   "data: {format: image_folder, path: " + root.string() + ", image_size: 0, "
-                   "normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}}\n"
-                   "train: {batch_size: 2, max_steps: 1}\n");
-  const std::string cfg = (dir / "exp.yaml").string();
+  const std::string cfg = folder_config(dir, root, 0);
 
   auto r = run_trainer("check " + cfg);
   INFO(r.output);
@@ -116,12 +121,7 @@ TEST_CASE("check names bad files in folder order whatever thread read them, and 
   test::write_image_folder(root, {"a", "b"}, 40, 8, 8, /*png=*/false);
   for (int k = 0; k < 7; ++k) write_bytes(root / "b" / ("zz_" + std::to_string(k) + ".jpg"), "");  // last in b
   write_bytes(root / "a" / "aa_empty.jpg", "");                                                   // first in a
-  test::write_file(dir / "exp.yaml",
-                   "model: {arch: convnet, in_channels: 3, num_classes: 2}\n"
-                   "data: {format: image_folder, path: " + root.string() + ", image_size: 8, "
-                   "normalize: {mean: [0.5, 0.5, 0.5], std: [0.25, 0.25, 0.25]}}\n"
-                   "train: {batch_size: 2, max_steps: 1}\n");
-  const std::string cfg = (dir / "exp.yaml").string();
+  const std::string cfg = folder_config(dir, root, 8);
 
   auto r = run_trainer("check " + cfg);
   INFO(r.output);

@@ -3,8 +3,11 @@
 // where the launcher is not installed.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <cstdlib>
 
+#include "ckpt/hardening_util.hpp"
 #include "dist/launcher.hpp"
 #include "spawn.hpp"
 #include "train_runs.hpp"
@@ -93,4 +96,36 @@ TEST_CASE("mpirun -np 2 with MASTER_ADDR/MASTER_PORT trains like trainer launch 
                                       std::to_string(dist::free_local_port()),
                                   "run " + cfg + " --set train.batch_size=8", dir / "mpirun");
   check_matches(run, ref);
+}
+
+// Rank 0 hangs (stopped, not dead) while it hosts the TCP store, as under mpirun or srun: rank 1's
+// collective times out after dist.timeout_s and it ends with exit 1. It then read the store for a
+// note rank 0 might have left, a read with no time-out, and waited forever.
+TEST_CASE("a hung rank 0 hosting the store: rank 1 fails after dist.timeout_s instead of waiting forever",
+          "[dist][e2e]") {
+  auto dir = test::scratch_dir("hung_store_host");
+  std::string yaml = test::kTinyGptYaml;
+  yaml.replace(yaml.find("max_steps: 20"), 13, "max_steps: 100000");
+  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 5");
+  test::write_file(dir / "g.yaml", yaml);
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(dist::free_local_port()) +
+                          " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 OMP_NUM_THREADS=1";
+  const std::string run_args = "run " + (dir / "g.yaml").string() + " --out-dir " + (dir / "out").string();
+  for (int r : {0, 1})
+    test::start_trainer(run_args, dir / ("r" + std::to_string(r) + ".log"), dir / ("r" + std::to_string(r) + ".rc"),
+                        env + " RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r));
+  const auto run = dir / "out" / "tiny";
+  pid_t rank0 = 0;
+  REQUIRE(test::wait_for([&] {
+    rank0 = test::lock_holder(run / ".lock");
+    return rank0 > 0 && test::read_file(run / "metrics.jsonl").find("\"step\":3,") != std::string::npos;
+  }));
+  REQUIRE(::kill(rank0, SIGSTOP) == 0);
+  const int code = test::wait_rc(dir / "r1.rc", 120);
+  ::kill(rank0, SIGKILL);
+  test::wait_rc(dir / "r0.rc", 60);
+  const auto output = test::read_file(dir / "r1.log");
+  INFO(output);
+  CHECK(code == 1);
+  CHECK(output.find("error: ") != std::string::npos);
 }
