@@ -197,6 +197,11 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
   CHECK(into.exit_code == 2);
   CHECK(into.output.find("--output " + image.string() + ": is inside this command's input folder " +
                          (dir / "val").string()) != std::string::npos);
+  // a name predict does not read as an image is fine there (results beside the photos)
+  auto beside = run_trainer("predict " + base + " --input " + (dir / "val").string() + " --output " +
+                            (dir / "val" / "preds.jsonl").string());
+  CHECK(beside.exit_code == 0);
+  CHECK(json_lines(trainer::test::read_file(dir / "val" / "preds.jsonl")).size() == 6);  // its 3 x 2 images
   auto eval_into = run_trainer("eval " + base + " --output " + image.string(), "cd " + dir.string() + " &&");
   INFO(eval_into.output);
   CHECK(eval_into.exit_code == 2);

@@ -8,6 +8,7 @@
 #include <thread>
 
 namespace trainer::engine {
+namespace {
 
 int audit_threads() {
   // a header read mostly waits on the disk (a network filesystem's round trip): more reads in flight
@@ -15,6 +16,8 @@ int audit_threads() {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return std::clamp(2 * cores, 4, 32);
 }
+
+}  // namespace
 
 void check_data(const data::Dataset& ds, const std::string& split, bool skip_bad, bool decode, std::ostream& out) {
   const std::string what = decode ? "images decoded" : "image headers read";

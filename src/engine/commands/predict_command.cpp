@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -223,7 +224,14 @@ int predict_run(const PredictArgs& a) {
   if (!a.output.empty()) {  // before anything is read: a FIFO would block its open, an input be emptied
     std::vector<std::filesystem::path> inputs{a.config, a.checkpoint, a.prompt_file, a.labels};
     inputs.insert(inputs.end(), a.inputs.begin(), a.inputs.end());
-    check_output_file("--output", a.output, inputs, {a.inputs.begin(), a.inputs.end()});
+    // inside an --input folder only a name predict reads as an image is refused (it empties an image
+    // it is about to read, or adds one); preds.jsonl beside the photos is not read
+    std::string ext = std::filesystem::path(a.output).extension().string();
+    for (auto& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    const bool image_name = ext == ".jpg" || ext == ".jpeg" || ext == ".png";
+    check_output_file("--output", a.output, inputs,
+                      image_name ? std::vector<std::filesystem::path>(a.inputs.begin(), a.inputs.end())
+                                 : std::vector<std::filesystem::path>{});
   }
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(a, env);
