@@ -1,13 +1,10 @@
 #include "engine/commands/predict_command.hpp"
 
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -246,24 +243,17 @@ int predict_run(const PredictArgs& a) {
   at::set_num_threads(static_cast<int>(a.threads > 0 ? a.threads
                                                      : device::default_threads(m.cfg.train.threads,
                                                                                env.local_world_size)));
-  // --output: written beside it and renamed over it at the end, so a failure leaves an earlier file whole
-  const std::string tmp = a.output.empty() ? "" : a.output + ".tmp." + std::to_string(::getpid());
-  struct DropTemp {
-    const std::string& path;
-    ~DropTemp() { if (!path.empty()) ::unlink(path.c_str()); }  // renamed: nothing left to drop
-  } drop{tmp};
+  // --output is streamed (a long generation can be followed, and what a stop leaves is written), so
+  // not written atomically as report's and eval's are
   std::ofstream file;
   if (!a.output.empty()) {
-    file.open(tmp, std::ios::trunc);
-    if (!file) throw std::runtime_error("--output " + a.output + ": cannot open " + tmp + " for writing");
+    file.open(a.output, std::ios::trunc);
+    if (!file) throw std::runtime_error("--output " + a.output + ": cannot open for writing");
   }
   std::ostream& out = a.output.empty() ? std::cout : file;
   if (m.model->input_kind() == models::InputKind::Image) predict_images(a, m, out);
   else predict_text(a, m, out);
-  if (file.is_open()) file.close();
   if (!out) throw std::runtime_error("writing the results failed" + (a.output.empty() ? "" : ": " + a.output));
-  if (!a.output.empty() && ::rename(tmp.c_str(), a.output.c_str()) != 0)
-    throw std::runtime_error("--output " + a.output + ": cannot rename " + tmp + " into place: " + std::strerror(errno));
   // stopped: what was predicted so far is written; the exit says it is not all
   if (const int sig = stop_signal()) return 128 + sig;
   return kExitOk;
