@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <fstream>
@@ -14,6 +13,7 @@
 #include "config/file_read.hpp"
 #include "config/file_write.hpp"
 #include "data/dataset.hpp"
+#include "data/image_decode.hpp"
 #include "data/image_inputs.hpp"
 #include "device/device.hpp"
 #include "dist/launch_env.hpp"
@@ -223,12 +223,10 @@ int predict_run(const PredictArgs& a) {
     inputs.insert(inputs.end(), a.inputs.begin(), a.inputs.end());
     // inside an --input folder only a name predict reads as an image is refused (it empties an image
     // it is about to read, or adds one); preds.jsonl beside the photos is not read
-    std::string ext = std::filesystem::path(a.output).extension().string();
-    for (auto& ch : ext) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    const bool image_name = ext == ".jpg" || ext == ".jpeg" || ext == ".png";
     check_output_file("--output", a.output, inputs,
-                      image_name ? std::vector<std::filesystem::path>(a.inputs.begin(), a.inputs.end())
-                                 : std::vector<std::filesystem::path>{});
+                      data::is_decodable_image_name(a.output)
+                          ? std::vector<std::filesystem::path>(a.inputs.begin(), a.inputs.end())
+                          : std::vector<std::filesystem::path>{});
   }
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(a, env);
