@@ -90,6 +90,20 @@ void sign_in(c10d::Store& store, const LaunchEnv& env, const config::DistConfig&
   store.set(key, std::vector<uint8_t>(who.begin(), who.end()));
 }
 
+// One client connection, made on a thread of its own: TCPStore's constructor pings the host and waits for
+// the answer with no time-out, so a host that accepts and never answers (a stopped launcher, another
+// program on the port) held the rank past dist.timeout_s and through SIGTERM (found from outside,
+// 2026-12-07). The thread owns all it touches, so one left blocked touches nothing freed while the
+// process ends.
+std::future<c10::intrusive_ptr<c10d::TCPStore>> connect_in_background(const std::string& host,
+                                                                      const c10d::TCPStoreOptions& opts) {
+  auto connect = std::make_shared<std::packaged_task<c10::intrusive_ptr<c10d::TCPStore>()>>(
+      [host, opts] { return c10::make_intrusive<c10d::TCPStore>(host, opts); });
+  auto connected = connect->get_future();
+  std::thread([connect] { (*connect)(); }).detach();
+  return connected;
+}
+
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::DistConfig& cfg, Millis timeout) {
   if (is_file_store(cfg)) {
     std::string path = cfg.store.substr(kFileScheme.size());
@@ -135,17 +149,29 @@ c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::D
   // a client connects in slices of 0.5 s: the store's own retries would wait the whole timeout through a
   // stop signal (a rank whose store host never came)
   const auto start = std::chrono::steady_clock::now();
+  auto past_timeout = [&] { return std::chrono::steady_clock::now() - start >= timeout; };
   StopGrace grace;
   for (;;) {
     auto attempt = o;
     attempt.timeout = std::min(timeout, Millis(500));
+    auto connecting = connect_in_background(env.master_addr, attempt);
+    while (connecting.wait_for(Millis(100)) != std::future_status::ready) {
+      grace.check("the store at " + where);
+      if (!past_timeout()) continue;
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%g", static_cast<double>(timeout.count()) / 1000.0);
+      throw DistError("rank " + std::to_string(env.rank) + ": rendezvous at " + where +
+                      ": the host accepted the connection but did not answer within dist.timeout_s (" + secs +
+                      " s); is rank 0 (or the launcher hosting the store) stopped, or another program listening on "
+                      "that port?");
+    }
     try {
-      auto store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, attempt);
+      auto store = connecting.get();
       store->setTimeout(timeout);
       return store;
     } catch (const std::exception& e) {
       grace.check("the store at " + where);
-      if (std::chrono::steady_clock::now() - start >= timeout) throw failed(e);
+      if (past_timeout()) throw failed(e);
     }
   }
 }

@@ -3,7 +3,10 @@
 // checkpoint's manifest after a test edited it (so that only the edit, not a checksum, is wrong).
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -96,6 +99,32 @@ inline pid_t lock_holder(const std::filesystem::path& lock) {
   if (s.rfind("pid ", 0) != 0) return 0;
   return static_cast<pid_t>(std::stol(s.substr(4)));
 }
+
+// A TCP port on 127.0.0.1 that takes connections (the kernel completes them into the backlog) and never
+// answers: a stopped store host, or another program on the master port.
+class SilentListener {
+ public:
+  SilentListener() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd_ >= 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(a);
+    REQUIRE(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0);
+    REQUIRE(::listen(fd_, 64) == 0);
+    REQUIRE(::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+    port_ = ntohs(a.sin_port);
+  }
+  ~SilentListener() { ::close(fd_); }
+  SilentListener(const SilentListener&) = delete;
+  SilentListener& operator=(const SilentListener&) = delete;
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
 
 // Recomputes the checksums of every file a manifest lists and its own checksum, as a save would:
 // the checkpoint verifies again after a test changed a file on purpose.

@@ -197,16 +197,19 @@ TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes 
   // a rank that died at start-up was SIGKILLed by the launcher's grace period (found 2026-12-06).
   // Three ways to wait: in a file store for rank 0's keys; hosting the TCP store for a rank 1 that never
   // comes (its server waited for its clients in the store's constructor); connecting to a store host that
-  // never comes (the client's retries ran past the timeout).
+  // never comes (the client's retries ran past the timeout); connecting to a host that accepts and never
+  // answers (the store's constructor waited for its ping's answer with no time-out, 2026-12-07).
   auto dir = scratch_dir("startup_signal_rendezvous");
   write_file(dir / "c.yaml", tiny_config("c", 10, ""));
+  const SilentListener silent;
   struct Alone {
+    std::string name;
     int rank;
     std::string store, port;
   };
-  for (const auto& [rank, store, port] : {Alone{1, "file://" + (dir / "store").string(), "29999"}, Alone{0, "", "29997"},
-                                          Alone{1, "", "29996"}}) {
-    const std::string name = "r" + std::to_string(rank) + (store.empty() ? "tcp" : "file");
+  for (const auto& [name, rank, store, port] :
+       {Alone{"r1file", 1, "file://" + (dir / "store").string(), "29999"}, Alone{"r0tcp", 0, "", "29997"},
+        Alone{"r1tcp", 1, "", "29996"}, Alone{"r1silent", 1, "", std::to_string(silent.port())}}) {
     INFO(name);
     const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " RANK=" + std::to_string(rank) +
                             " WORLD_SIZE=2 LOCAL_RANK=" + std::to_string(rank) + " LOCAL_WORLD_SIZE=2";
@@ -221,6 +224,22 @@ TEST_CASE("stop signals: a rank waiting at start-up for a peer that never comes 
     CHECK(rc == 75);
     CHECK(contains_text(read_file(dir / (name + ".log")), "SIGTERM received"));
   }
+}
+
+TEST_CASE("a store host that accepts and never answers: the rank fails after dist.timeout_s, naming it", "[e2e][dist]") {
+  auto dir = scratch_dir("silent_store_host");
+  write_file(dir / "c.yaml", tiny_config("c", 10, ""));
+  const SilentListener silent;
+  start_trainer("run " + (dir / "c.yaml").string() + " --out-dir " + (dir / "runs").string() + " --set dist.timeout_s=5",
+                dir / "r1.log", dir / "r1.rc",
+                "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(silent.port()) +
+                    " RANK=1 WORLD_SIZE=2 LOCAL_RANK=1 LOCAL_WORLD_SIZE=2");
+  const int rc = wait_rc(dir / "r1.rc", 300);  // (it waited forever)
+  INFO(read_file(dir / "r1.log"));
+  CHECK(rc == 1);
+  CHECK(contains_text(read_file(dir / "r1.log"), "error: rank 1: rendezvous at 127.0.0.1:" + std::to_string(silent.port()) +
+                                                      ": the host accepted the connection but did not answer within "
+                                                      "dist.timeout_s (5 s)"));
 }
 
 TEST_CASE("attempts: the wall time counts an attempt that died before its first record up to the checkpoint it saved",
