@@ -104,6 +104,38 @@ std::future<c10::intrusive_ptr<c10d::TCPStore>> connect_in_background(const std:
   return connected;
 }
 
+// The variable a launcher gives the world size in.
+std::string world_size_variable(const std::string& launcher) {
+  if (launcher == "slurm") return "SLURM_NTASKS";
+  if (launcher == "openmpi") return "OMPI_COMM_WORLD_SIZE";
+  if (launcher == "mpich") return "PMI_SIZE";
+  return "WORLD_SIZE";
+}
+
+// Ranks started by hand (or by launchers on several hosts) with different world sizes met in the process
+// group's rendezvous and waited out dist.timeout_s there (rank 0 of a 2-rank view waited 5x as long,
+// in Gloo's pairs), each saying only that a rank did not come. The first rank at the store records
+// its world size; one with another says so and calls the meeting off in `meeting` (the process group's
+// store: its waits read kMeetingOffKey).
+void agree_on_world_size(c10d::Store& store, const LaunchEnv& env, const std::string& ns, c10d::Store& meeting,
+                         bool hosts_store) {
+  const std::string mine = std::to_string(env.world_size);
+  const auto first = store.compareSet(ns + "world_size", {}, std::vector<uint8_t>(mine.begin(), mine.end()));
+  const std::string theirs(first.begin(), first.end());
+  if (theirs == mine) return;
+  const std::string var = world_size_variable(env.launcher);
+  const std::string why = "the ranks of this job were started with different world sizes: rank " +
+                          std::to_string(env.rank) + " with " + var + "=" + mine + ", a rank before it with " + var +
+                          "=" + theirs + "; start every rank with the same " + var +
+                          " (or is another job using the same rendezvous address?)";
+  meeting.set(kMeetingOffKey, std::vector<uint8_t>(why.begin(), why.end()));
+  // the store ends with its host: give the rank that came first a moment to read why
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (hosts_store && meeting.add(kMeetingOffReadKey, 0) == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(Millis(20));
+  throw DistError("rank " + std::to_string(env.rank) + ": " + why);
+}
+
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::DistConfig& cfg, Millis timeout) {
   if (is_file_store(cfg)) {
     std::string path = cfg.store.substr(kFileScheme.size());
@@ -236,6 +268,8 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   // (the waits of its rendezvous end on a stop signal: stop_aware_store.hpp)
   auto pg_store = c10::make_intrusive<StopAwareStore>(
       c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store));
+  agree_on_world_size(*store, env, key_namespace(env, cfg), *pg_store,
+                      env.rank == 0 && !env.agent_store && !is_file_store(cfg));
   try {
     ctx->impl_->backend = nccl
                               ? make_nccl_backend(pg_store, static_cast<int>(env.rank),

@@ -78,6 +78,14 @@ void StopAwareStore::wait_for(const std::vector<std::string>& keys, std::chrono:
   auto pause = std::chrono::milliseconds(5);
   for (;;) {
     if (inner_->check(keys)) return;
+    if (inner_->check({kMeetingOffKey})) {
+      const auto why = inner_->get(kMeetingOffKey);
+      try {
+        inner_->add(kMeetingOffReadKey, 1);
+      } catch (const std::exception&) {  // its host has gone: the text is all that matters
+      }
+      throw DistError(std::string(why.begin(), why.end()));
+    }
     grace.check(key_list(keys));
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
     if (timeout.count() > 0 && waited >= timeout)

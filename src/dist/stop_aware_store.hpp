@@ -42,6 +42,13 @@ class StopGrace {
   std::optional<std::chrono::steady_clock::time_point> seen_;
 };
 
+// The key (in a StopAwareStore's own store) whose value, once set, calls the meeting off: a rank that
+// finds the job cannot meet (its ranks disagree on the world size) sets it, and every wait here then
+// throws DistError with that value as its text instead of waiting out dist.timeout_s, having first added
+// 1 to kMeetingOffReadKey (a store host that called it off waits for one reader before it ends).
+inline const std::string kMeetingOffKey = "meeting_off";
+inline const std::string kMeetingOffReadKey = "meeting_off_read";
+
 class StopAwareStore final : public c10d::Store {
  public:
   explicit StopAwareStore(c10::intrusive_ptr<c10d::Store> inner);

@@ -129,3 +129,30 @@ TEST_CASE("a hung rank 0 hosting the store: rank 1 fails after dist.timeout_s in
   CHECK(code == 1);
   CHECK(output.find("error: ") != std::string::npos);
 }
+
+// Ranks started by hand with different world sizes waited out dist.timeout_s in the rendezvous, each
+// saying a rank did not come (rank 0 of the 2-rank view 5x as long). Both fail at once now, naming the
+// variable and both values.
+TEST_CASE("ranks started with different world sizes fail at once, naming the variable", "[dist][e2e]") {
+  auto dir = test::scratch_dir("world_size_mismatch");
+  std::string yaml = test::kTinyGptYaml;
+  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 600");
+  test::write_file(dir / "g.yaml", yaml);
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(dist::free_local_port()) +
+                          " OMP_NUM_THREADS=1 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0";
+  const std::string run_args = "run " + (dir / "g.yaml").string() + " --out-dir " + (dir / "out").string();
+  for (int r : {0, 1})
+    test::start_trainer(run_args, dir / ("r" + std::to_string(r) + ".log"), dir / ("r" + std::to_string(r) + ".rc"),
+                        env + " RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(2 + r));
+  const std::string why = "the ranks of this job were started with different world sizes: rank ";
+  for (int r : {0, 1}) {
+    const int code = test::wait_rc(dir / ("r" + std::to_string(r) + ".rc"), 300);  // (600 s before)
+    const auto output = test::read_file(dir / ("r" + std::to_string(r) + ".log"));
+    INFO("rank " << r << ":\n" << output);
+    CHECK(code == 1);
+    CHECK(output.find(why) != std::string::npos);
+    // whichever came second names itself; the first is told by the meeting
+    CHECK((output.find("with WORLD_SIZE=3, a rank before it with WORLD_SIZE=2") != std::string::npos ||
+           output.find("with WORLD_SIZE=2, a rank before it with WORLD_SIZE=3") != std::string::npos));
+  }
+}
