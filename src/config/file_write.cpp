@@ -1,6 +1,7 @@
 #include "config/file_write.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,9 +93,31 @@ void check_output_file(const char* flag, const fs::path& path, const std::vector
   }
 }
 
-void write_file_atomic(const fs::path& path, const std::string& text) {
+fs::path temporary_for(const fs::path& path) {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  for (char& c : host)
+    if (c == '/') c = '_';
+  const std::string prefix = path.filename().string() + ".tmp." + host + ".";
+  const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    if (::kill(static_cast<pid_t>(std::stol(pid)), 0) != 0 && errno == ESRCH) {
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+    }
+  }
   fs::path tmp = path;
-  tmp += ".tmp." + std::to_string(::getpid());
+  tmp += ".tmp." + std::string(host) + "." + std::to_string(::getpid());
+  return tmp;
+}
+
+void write_file_atomic(const fs::path& path, const std::string& text) {
+  const fs::path tmp = temporary_for(path);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(tmp, "cannot create", errno);
   size_t done = 0;

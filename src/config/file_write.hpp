@@ -28,9 +28,15 @@ void check_output_file(const char* flag, const std::filesystem::path& path,
                        const std::vector<std::filesystem::path>& inputs = {},
                        const std::vector<std::filesystem::path>& data_folders = {});
 
-// Writes `text` to `path` atomically: a temporary file in the same folder (PATH.tmp.PID), fsync,
+// Writes `text` to `path` atomically: a temporary file in the same folder (temporary_for), fsync,
 // rename, fsync the folder. A failure throws std::runtime_error naming the file and errno's text, and
 // leaves `path` as it was.
 void write_file_atomic(const std::filesystem::path& path, const std::string& text);
+
+// The temporary file an atomic write of `path` goes through: PATH.tmp.HOST.PID, in the same folder.
+// Before naming it, removes the temporaries of `path` that writers on this host left when they were
+// killed (SIGKILL, a power cut: an export of a large model left gigabytes), i.e. those whose process
+// no longer exists. Another host's (a shared file system) are left alone.
+std::filesystem::path temporary_for(const std::filesystem::path& path);
 
 }  // namespace trainer

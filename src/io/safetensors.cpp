@@ -16,6 +16,7 @@
 #include <spdlog/spdlog.h>
 
 #include "config/file_read.hpp"
+#include "config/file_write.hpp"
 #include "io/weight_copy.hpp"
 
 namespace trainer::io {
@@ -268,7 +269,7 @@ void save_safetensors(const std::string& path, const std::vector<std::pair<std::
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = trainer::temporary_for(target).string();
   {
     Fd f;
     f.fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

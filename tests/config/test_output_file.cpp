@@ -112,3 +112,23 @@ TEST_CASE("output file: write_file_atomic replaces the file whole, and a failed 
   for (const auto& e : fs::directory_iterator(dir)) left += e.path().filename().string().find(".tmp.") != std::string::npos;
   CHECK(left == 0);
 }
+
+// A writer killed with SIGKILL (an export of a large model) left its temporary beside the output for
+// good. The next write of the same file removes this host's temporaries whose process is gone, and
+// nothing else.
+TEST_CASE("output file: an atomic write removes the temporaries dead writers of the same file left", "[unit]") {
+  auto dir = trainer::test::scratch_dir("output_file_stale_tmp");
+  const fs::path out = dir / "model.safetensors";
+  const std::string mine = trainer::temporary_for(out).filename().string();  // PATH.tmp.HOST.PID
+  const std::string host_part = mine.substr(0, mine.rfind('.') + 1);         // model.safetensors.tmp.HOST.
+  // a pid no process has: past the kernel's limit
+  const std::string dead = host_part + "4194305", alive = host_part + "1";
+  const std::string other_host = "model.safetensors.tmp.another-host.4194305", other_file = "m.json.tmp.x.4194305";
+  for (const auto& n : {dead, alive, other_host, other_file}) trainer::test::write_file(dir / n, "half");
+  trainer::write_file_atomic(out, "whole\n");
+  CHECK(trainer::test::read_file(out) == "whole\n");
+  CHECK_FALSE(fs::exists(dir / dead));
+  CHECK(fs::exists(dir / alive));       // pid 1 lives
+  CHECK(fs::exists(dir / other_host));  // another host's writer may be alive
+  CHECK(fs::exists(dir / other_file));  // another file's
+}
