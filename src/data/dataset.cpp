@@ -41,6 +41,7 @@ class LimitedDataset : public Dataset {
     return inner_->finish_tensor(raw, channels_last);
   }
   void check_unchanged() const override { inner_->check_unchanged(); }
+  const NormalizeValues* normalization() const override { return inner_->normalization(); }
   Audit audit(const AuditOptions& o) const override {
     AuditOptions mine = o;
     mine.limit = o.limit < 0 ? size() : std::min(o.limit, size());
@@ -209,6 +210,11 @@ torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin) {
   auto out = torch::empty(t.sizes(), opts);
   std::memcpy(out.data_ptr(), t.contiguous().data_ptr(), t.nbytes());
   return out;
+}
+
+std::optional<NormalizeValues> normalization_of(const Dataset& d) {
+  const NormalizeValues* v = d.normalization();
+  return v ? std::optional<NormalizeValues>(*v) : std::nullopt;
 }
 
 DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed,

@@ -8,11 +8,16 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "config/config.hpp"
+
+namespace trainer::data {
+struct NormalizeValues;  // data/transforms.hpp
+}  // namespace trainer::data
 
 namespace trainer::data {
 
@@ -74,6 +79,8 @@ class Dataset {
   // Throws DataChanged when a file the dataset holds changed since it was opened (the loader asks
   // at each epoch boundary). Datasets that hold no file (synthetic) never throw.
   virtual void check_unchanged() const {}
+  // Images: how the bytes become the model's input (the training split's statistics); nullptr otherwise.
+  virtual const NormalizeValues* normalization() const { return nullptr; }
   // What `trainer check` reads of every sample before a run does: the samples read and the bad ones,
   // each "file: why" (image_folder: every header: readable, within the size limit, and one size when
   // data.image_size is 0; `decode` decodes each image whole too). Formats read whole when opened
@@ -100,6 +107,9 @@ class Dataset {
                           const std::function<std::function<std::string(int64_t)>()>& reader);
   mutable std::atomic<int64_t> skipped_{0};
 };
+
+// `d`'s normalization(), copied; nullopt for data that is not images.
+std::optional<NormalizeValues> normalization_of(const Dataset& d);
 
 struct DatasetPair {
   std::shared_ptr<Dataset> train;

@@ -66,6 +66,7 @@ class ImageDataset : public Dataset {
   // Samples used for the statistics when data.normalize leaves them to be computed (0 = all).
   int64_t stats_samples() const { return stats_samples_; }
   const Normalizer& normalizer() const { return normalizer_; }
+  const NormalizeValues* normalization() const override { return &normalizer_.values(); }
   // The class names when the reader knows them (image_folder: the class folders); else empty.
   virtual std::vector<std::string> class_names() const { return {}; }
 

@@ -136,7 +136,8 @@ ChannelStats StatsAccumulator::result() const {
 }
 
 Normalizer::Normalizer(const std::string& mode, int64_t channels, const std::vector<double>& a,
-                       const std::vector<double>& b) {
+                       const std::vector<double>& b)
+    : values_{mode, a, b} {
   for (int64_t c = 0; c < channels; ++c) {
     float row[256];
     for (int v = 0; v < 256; ++v) {

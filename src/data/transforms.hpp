@@ -92,6 +92,13 @@ class StatsAccumulator {
 //   none:     x / 255
 //   mean_std: (x / 255 - mean) / std
 //   minmax:   (x / 255 - min) / (max - min), min and max of the training split, per channel
+// What a Normalizer was made from: its mode ("none", "mean_std", "minmax") and per-channel values
+// (mean and std, or min and max), as a checkpoint records them for eval, predict and export.
+struct NormalizeValues {
+  std::string mode = "none";
+  std::vector<double> a, b;
+};
+
 class Normalizer {
  public:
   Normalizer() = default;
@@ -101,8 +108,10 @@ class Normalizer {
   // apply()'s values as a (channels, 256) table: row c, column v is what byte v of channel c becomes
   std::vector<float> table(int64_t channels) const;
   std::string describe() const { return text_; }
+  const NormalizeValues& values() const { return values_; }
 
  private:
+  NormalizeValues values_;
   std::vector<ByteTable> lookup_;  // per channel: what each byte becomes (empty: x / 255)
   std::string text_ = "none";
 };

@@ -64,6 +64,8 @@ std::filesystem::path staged_shard_path(const std::filesystem::path& dir, int64_
 // State-document keys shared with export (engine/commands/export.cpp): the resolved config as YAML text.
 inline constexpr const char* kStateConfigYaml = "config_yaml";
 inline constexpr const char* kStateConfigHash = "config_hash";
+// image data: how the bytes became the model's input (engine/checkpoint/checkpointing.hpp)
+inline constexpr const char* kStateDataNormalize = "data_normalize";
 
 struct CheckpointPolicy {
   int64_t keep_last = 3;   // newest complete checkpoints kept

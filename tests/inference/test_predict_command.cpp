@@ -112,6 +112,64 @@ TEST_CASE("predict on an image folder: class names, top-k, and the argmax eval s
   for (const auto& t : one[0].at("top")) CHECK(t.at("class") == labels[t.at("index").get<size_t>()]);
 }
 
+// The normalisation statistics (data.normalize mean_std without mean and std: computed from the training
+// split) were computed again by eval and predict from the training data as it was then: images added
+// after the run changed every input the model saw, in silence. The checkpoint records the run's, and
+// eval, predict and export use them.
+TEST_CASE("eval, predict and export use the normalisation the run recorded, not the training data's now", "[e2e]") {
+  auto dir = scratch_dir("recorded_normalize");
+  write_class_images(dir / "train", 24, 1);
+  write_class_images(dir / "val", 8, 2);
+  train_config(dir, predict_image_config());
+  const auto run = dir / "runs" / "pr";
+  const auto logged = records(run / "metrics.jsonl", "eval").back();
+  const auto step_dir = run / "checkpoints" / ("step-" + std::to_string(logged.at("step").get<int64_t>()));
+  const auto state = nlohmann::json::parse(read_file(step_dir / "state.json"));
+  INFO(state.dump());
+  REQUIRE(state.contains("data_normalize"));
+  const auto& rec = state.at("data_normalize");
+  CHECK(rec.at("mode") == "mean_std");
+  REQUIRE(rec.at("mean").size() == 3);
+  REQUIRE(rec.at("std").size() == 3);
+  for (size_t c = 0; c < 3; ++c) CHECK((rec.at("mean")[c] > 0.0 && rec.at("std")[c] > 0.0));
+  const std::string cfg = (dir / "exp.yaml").string();
+  auto ex = run_trainer("export " + step_dir.string() + " --out " + (dir / "m.safetensors").string());
+  REQUIRE(ex.exit_code == 0);
+  auto before = predict_stdout(cfg + " --checkpoint " + run.string() + " --input " + (dir / "val").string());
+  REQUIRE(before.exit_code == 0);
+
+  // bright images added to the training folder: statistics computed now would differ by far
+  fs::create_directories(dir / "train" / "bird");
+  std::vector<uint8_t> white(12 * 12 * 3, 250);
+  for (int i = 0; i < 40; ++i)
+    trainer::data::write_png((dir / "train" / "bird" / ("w" + std::to_string(i) + ".png")).string(), white.data(), 12,
+                             12, 3);
+  for (const auto& weights : {step_dir, dir / "m.safetensors"}) {
+    INFO(weights);
+    auto r = run_trainer("eval " + cfg + " --checkpoint " + weights.string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("data normalisation: the training run's, recorded with the weights") != std::string::npos);
+    const auto got = json_lines(r.output).back();
+    CHECK(got.at("loss").get<double>() == logged.at("loss").get<double>());
+    CHECK(got.at("accuracy").get<double>() == logged.at("accuracy").get<double>());
+  }
+  auto after = predict_stdout(cfg + " --checkpoint " + run.string() + " --input " + (dir / "val").string());
+  REQUIRE(after.exit_code == 0);
+  CHECK(after.output == before.output);  // every probability the same
+
+  // a record that does not hold together is refused, naming the file
+  auto edited = state;
+  edited["data_normalize"] = {{"mode", "mean_std"}, {"mean", {0.5, 0.5}}, {"std", {0.2}}};
+  write_file(step_dir / "state.json", edited.dump());
+  resign_manifest(step_dir);
+  auto bad = run_trainer("eval " + cfg + " --checkpoint " + step_dir.string());
+  INFO(bad.output);
+  CHECK(bad.exit_code == 1);
+  CHECK(bad.output.find((step_dir / "state.json").string() + ": data_normalize 'mean' and 'std' differ in length") !=
+        std::string::npos);
+}
+
 TEST_CASE("predict refuses inputs that are missing or not images, and wrong labels, naming them", "[e2e]") {
   auto dir = scratch_dir("predict_errors");
   write_class_images(dir / "train", 6, 1);

@@ -21,6 +21,49 @@ std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::fi
   return cfg.checkpoint.dir.empty() ? run_dir / "checkpoints" : std::filesystem::path(cfg.checkpoint.dir);
 }
 
+namespace {
+// mean_std's values are called mean and std, minmax's min and max
+std::pair<const char*, const char*> normalize_names(const std::string& mode) {
+  return mode == "minmax" ? std::pair("min", "max") : std::pair("mean", "std");
+}
+}  // namespace
+
+nlohmann::json normalize_json(const data::NormalizeValues& v) {
+  nlohmann::json j = {{"mode", v.mode}};
+  if (v.mode == "none") return j;
+  const auto [a, b] = normalize_names(v.mode);
+  j[a] = v.a;
+  j[b] = v.b;
+  return j;
+}
+
+data::NormalizeValues normalize_from_json(const nlohmann::json& j, const std::string& where) {
+  auto bad = [&](const std::string& why) {
+    return io::CheckpointError(where + ": " + io::kStateDataNormalize + " " + why + " (it records how the training "
+                               "images were normalised)");
+  };
+  if (!j.is_object() || !j.contains("mode") || !j["mode"].is_string()) throw bad("has no mode");
+  data::NormalizeValues v;
+  v.mode = j["mode"].get<std::string>();
+  if (v.mode == "none") return v;
+  if (v.mode != "mean_std" && v.mode != "minmax") throw bad("has the unknown mode '" + v.mode + "'");
+  const auto [a, b] = normalize_names(v.mode);
+  auto list = [&](const char* key) {
+    std::vector<double> out;
+    if (!j.contains(key) || !j[key].is_array() || j[key].empty() || j[key].size() > 64)
+      throw bad(std::string("has no list of 1 to 64 values '") + key + "'");
+    for (const auto& x : j[key]) {
+      if (!x.is_number() || !std::isfinite(x.get<double>())) throw bad(std::string("'") + key + "' holds a non-number");
+      out.push_back(x.get<double>());
+    }
+    return out;
+  };
+  v.a = list(a);
+  v.b = list(b);
+  if (v.a.size() != v.b.size()) throw bad(std::string("'") + a + "' and '" + b + "' differ in length");
+  return v;
+}
+
 std::optional<TpParts> tp_parts(const RunObjects& objs) {
   const auto& cp = checkpoint_part(objs);
   if (!tp_sharded(objs.model) && cp.pipeline_size() <= 1) return std::nullopt;
@@ -155,6 +198,7 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   if (pos.interval) s["log_interval"] = interval_json(*pos.interval);
   if (pos.samples >= 0) s["samples"] = pos.samples;
   if (pos.total_steps >= 0) s["total_steps"] = pos.total_steps;
+  if (objs.normalize) s[io::kStateDataNormalize] = normalize_json(*objs.normalize);
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;

@@ -18,6 +18,7 @@
 
 #include "config/config.hpp"
 #include "data/loader.hpp"
+#include "data/transforms.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
 #include "engine/eval/early_stopping.hpp"
@@ -62,6 +63,8 @@ struct RunObjects {
   const torch::Device& device;
   const DataParallel* parallel = nullptr;  // sharded: the optimizer state is this rank's shard
   Ema* ema = nullptr;  // train.ema, when on
+  // image data: how its bytes became the model's input, recorded for eval, predict and export
+  std::optional<data::NormalizeValues> normalize;
 };
 
 // How `objs`' optimizer state is checkpointed: its strategy's part, the replicated layout without one.
@@ -97,6 +100,14 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
 // before anything is loaded, so a checkpoint that lacks one leaves `objs` untouched.
 RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::filesystem::path& from,
                                const config::RunConfig& cfg, const RunObjects& objs);
+
+// The record of how image bytes became the model's input (state.json's io::kStateDataNormalize, and an
+// export's metadata of the same name): {"mode": "mean_std", "mean": [...], "std": [...]}, {"mode":
+// "minmax", "min": [...], "max": [...]} (per channel, of x / 255) or {"mode": "none"} (x / 255).
+nlohmann::json normalize_json(const data::NormalizeValues& v);
+// Its reading: io::CheckpointError naming `where` for one that does not hold together (another mode,
+// lists of different or no lengths, a value that is not finite).
+data::NormalizeValues normalize_from_json(const nlohmann::json& j, const std::string& where);
 
 // The checkpoint folder of a run: checkpoint.dir, or <run dir>/checkpoints.
 std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::filesystem::path& run_dir);

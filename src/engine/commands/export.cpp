@@ -17,6 +17,7 @@
 #include "config/schema.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/commands/command_common.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/inference.hpp"
 #include "io/checkpoint.hpp"
 #include "io/safetensors.hpp"
@@ -130,6 +131,9 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
       {"config_hash", state.value(io::kStateConfigHash, std::string())},
       {"trainer_version", TRAINER_VERSION},
   };
+  if (state.contains(io::kStateDataNormalize))  // how a PyTorch user feeds the model images (docs/CHECKPOINTS.md)
+    metadata[io::kStateDataNormalize] =
+        normalize_json(normalize_from_json(state[io::kStateDataNormalize], state_path.string())).dump();
   const fs::path out_path(out);
   if (out_path.has_parent_path()) fs::create_directories(out_path.parent_path());
   io::save_safetensors(out, tensors, metadata);

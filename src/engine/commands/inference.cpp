@@ -10,6 +10,7 @@
 #include "config/file_read.hpp"
 #include "config/load.hpp"
 #include "device/device.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
 #include "engine/startup/precision_auto.hpp"
 #include "engine/startup/startup_planner.hpp"
 #include "io/checkpoint.hpp"
@@ -28,6 +29,7 @@ struct InferWeights {
   std::optional<config::Attention> attention;  // model.attention as that run resolved it, when recorded
   int64_t batch_size = 0;       // train.batch_size as that run resolved it (0 when not recorded)
   std::optional<config::Precision> precision;  // train.precision as that run resolved it, when recorded
+  std::optional<data::NormalizeValues> normalize;  // image data: how the run's bytes became its inputs
   int64_t step = -1;
 };
 
@@ -56,6 +58,8 @@ InferWeights infer_from_checkpoint(const fs::path& step_dir) {
         RegularFile::open<io::CheckpointError>(state_path.string(), 1u << 30, "a checkpoint state document")
             .read_all<io::CheckpointError>());
     w.step = state.at("step").get<int64_t>();
+    if (state.contains(io::kStateDataNormalize))
+      w.normalize = normalize_from_json(state[io::kStateDataNormalize], state_path.string());
     const auto trained =
         config::load_config_text(state.at(io::kStateConfigYaml).get<std::string>(), state_path.string()).cfg;
     w.arch = trained.model.arch;
@@ -96,6 +100,9 @@ InferWeights infer_from_export(const fs::path& file) {
       // a value this trainer does not know: the config's own choice stands
     }
   }
+  if (auto n = meta.find(io::kStateDataNormalize); n != meta.end())
+    w.normalize = normalize_from_json(nlohmann::json::parse(n->second, nullptr, /*allow_exceptions=*/false),
+                                      file.string() + " (metadata)");
   if (auto s = meta.find("step"); s != meta.end()) {
     try {
       w.step = std::stoll(s->second);
@@ -152,6 +159,39 @@ std::filesystem::path run_checkpoint_folder(const std::filesystem::path& run) {
   return where.front();
 }
 
+namespace {
+
+// The training split's statistics as the run that made the weights computed them, where the config
+// leaves them to be computed (data.normalize mean_std without mean or std, or minmax): the data as it
+// is now (files added, re-encoded, another machine's copy) would give other inputs than the model
+// was trained on, in silence. minmax is given as the mean_std it equals, (x - min) / (max - min).
+void use_recorded_normalize(config::RunConfig& cfg, const data::NormalizeValues& rec, const std::string& weights) {
+  auto& n = cfg.data.normalize;
+  const std::string mode = config::name_of(n.mode);
+  const bool computed = n.mode == config::NormalizeMode::Minmax ||
+                        (n.mode == config::NormalizeMode::MeanStd && (n.mean.empty() || n.std.empty()));
+  if (rec.mode != mode) {
+    spdlog::warn("{} was trained with data.normalize.mode {}; the config's {} is used", weights, rec.mode, mode);
+    return;
+  }
+  if (!computed) return;
+  if (static_cast<int64_t>(rec.a.size()) != cfg.model.in_channels)
+    throw io::CheckpointError(weights + ": its " + io::kStateDataNormalize + " has " + std::to_string(rec.a.size()) +
+                              " channel(s); model.in_channels is " + std::to_string(cfg.model.in_channels));
+  if (n.mode == config::NormalizeMode::Minmax) {
+    n.mode = config::NormalizeMode::MeanStd;
+    n.mean = rec.a;
+    n.std.clear();
+    for (size_t c = 0; c < rec.a.size(); ++c) n.std.push_back(rec.b[c] - rec.a[c]);
+  } else {
+    if (n.mean.empty()) n.mean = rec.a;
+    if (n.std.empty()) n.std = rec.b;
+  }
+  spdlog::info("data normalisation: the training run's, recorded with the weights ({})", normalize_json(rec).dump());
+}
+
+}  // namespace
+
 InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::LaunchEnv& env, const std::string& path) {
   InferenceModel m;
   InferWeights w = infer_open(path, m.weights);
@@ -163,6 +203,7 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   m.cfg = cfg;
   if (m.cfg.model.attention == config::Attention::Auto && w.attention) m.cfg.model.attention = *w.attention;
   if (m.cfg.train.batch_size == 0 && w.batch_size > 0) m.cfg.train.batch_size = w.batch_size;
+  if (w.normalize) use_recorded_normalize(m.cfg, *w.normalize, m.weights);
   if (m.cfg.train.precision == config::Precision::Auto) {
     if (w.precision) {
       m.cfg.train.precision = *w.precision;

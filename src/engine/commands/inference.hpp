@@ -30,7 +30,8 @@ class WeightsNotFound : public std::invalid_argument {
 struct InferenceModel {
   // The config as given, with the choices the checkpoint's run made at its start where the config
   // leaves them to be made (model.attention auto, train.batch_size auto): evaluating with other
-  // choices would not reproduce the run's figures.
+  // choices would not reproduce the run's figures. Likewise the image normalisation's statistics when
+  // the weights record them (data.normalize left to be computed: the training run's, not the data's now).
   config::RunConfig cfg;
   torch::Device device{torch::kCPU};
   Precision precision = Precision::Fp32;

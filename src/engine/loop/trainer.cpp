@@ -226,7 +226,8 @@ class Trainer final : public WorldParts {
 
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
   RunObjects objects() override {
-    return RunObjects{*model_, *optimizer_, *scaler_, evaluation_->tracker(), device_, parallel_.get(), ema_.get()};
+    return RunObjects{*model_,          *optimizer_, *scaler_, evaluation_->tracker(), device_,
+                      parallel_.get(), ema_.get(), data::normalization_of(*train_set_)};
   }
 
   RunPosition position(int64_t step) const override {
@@ -492,8 +493,7 @@ class Trainer final : public WorldParts {
 
 int run_training(const config::RunConfig& cfg, const dist::LaunchEnv& env, io::RunDir& dir,
                  const ResumeOptions& resume) {
-  Trainer t(cfg, env, dir, resume);
-  return t.run();
+  return Trainer(cfg, env, dir, resume).run();
 }
 
 }  // namespace trainer::engine
