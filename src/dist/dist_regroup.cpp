@@ -70,32 +70,35 @@ void DistContext::read_kill_injection() {
   const char* v = std::getenv("TRAINER_INJECT_KILL");
   if (!v || !*v) return;
   // RANK:collective:SEQ | RANK:vote:STEP | RANK:unvoted:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
-  // RANK:grow:N; only the
-  // process whose launch rank is RANK acts on it (a replacement of RANK does not: TRAINER_JOIN)
-  std::stringstream ss(v);
-  std::string who, kind, n;
-  std::getline(ss, who, ':');
-  std::getline(ss, kind, ':');
-  std::getline(ss, n);
-  int64_t rank = -1, at = -1;
-  try {
-    rank = std::stoll(who);
-    at = std::stoll(n);
-  } catch (const std::exception&) {
-  }
-  const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow";
-  if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && kind != "unvoted" && !moment))
-    throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
-                    "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:unvoted:STEP, RANK:save:STEP, RANK:eval:STEP, "
-                    "RANK:share:N or RANK:grow:N");
-  if (rank != rank_ || join_incarnation_ > 0) return;
-  if (moment) {
-    impl_->kill.moment = kind;
-    impl_->kill.at = at;
-  } else if (kind == "unvoted") {
-    impl_->kill.unvoted_step = at;
-  } else {
-    (kind == "vote" ? impl_->kill.vote_step : impl_->kill.seq) = at;
+  // RANK:grow:N, several separated by commas (one per rank); only the process whose launch rank is RANK
+  // acts on its entry (a replacement of RANK does not: TRAINER_JOIN)
+  std::stringstream entries(v);
+  for (std::string entry; std::getline(entries, entry, ',');) {
+    std::stringstream ss(entry);
+    std::string who, kind, n;
+    std::getline(ss, who, ':');
+    std::getline(ss, kind, ':');
+    std::getline(ss, n);
+    int64_t rank = -1, at = -1;
+    try {
+      rank = std::stoll(who);
+      at = std::stoll(n);
+    } catch (const std::exception&) {
+    }
+    const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow";
+    if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && kind != "unvoted" && !moment))
+      throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
+                      "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:unvoted:STEP, RANK:save:STEP, "
+                      "RANK:eval:STEP, RANK:share:N or RANK:grow:N, several separated by commas");
+    if (rank != rank_ || join_incarnation_ > 0) continue;
+    if (moment) {
+      impl_->kill.moment = kind;
+      impl_->kill.at = at;
+    } else if (kind == "unvoted") {
+      impl_->kill.unvoted_step = at;
+    } else {
+      (kind == "vote" ? impl_->kill.vote_step : impl_->kill.seq) = at;
+    }
   }
 }
 

@@ -6,7 +6,8 @@
 namespace trainer::engine {
 
 SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cfg, const std::string& hash,
-                            const RunObjects& objs, const RunPosition& here, int64_t grad_accum, bool restore) {
+                            const RunObjects& objs, const RunPosition& here, int64_t grad_accum,
+                            int64_t target_global, bool restore) {
   std::vector<torch::Tensor> sent;  // rank 0: the tensors in the header's order
   nlohmann::json header;
   if (dist.rank() == 0) {
@@ -14,6 +15,7 @@ SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cf
     header["state"] = content.state;
     header["config_hash"] = hash;
     header["grad_accum"] = grad_accum;
+    header["target_global"] = target_global;
     header["from_joiner"] = restore;  // never: the group's rank 0 is a member with the run's state
     for (const auto& [group, tensors] : content.groups)
       for (const auto& [name, t] : tensors) {
@@ -47,6 +49,7 @@ SharedState share_run_state(dist::DistContext& dist, const config::RunConfig& cf
   }
   SharedState out;
   out.grad_accum = header.at("grad_accum").get<int64_t>();
+  out.target_global = header.value("target_global", int64_t{0});
   out.pos = restore ? restore_checkpoint(received, "rank 0 of the group", cfg, objs) : here;
   return out;
 }

@@ -79,20 +79,23 @@ RegroupPlan regroup_survivors(dist::DistContext& dist, const config::TrainConfig
                g.lost.empty() ? "no member lost" : "lost member(s) " + ids_text(g.lost), dist.member_id(), ::getpid(), g.rank, g.world, g.generation, committed_steps + 1,
                t.batch_size, plan.grad_accum, g.world, t.batch_size * plan.grad_accum * g.world,
                kept ? " (global batch kept)"
-                                      : fmt::format(" (was {}: it does not divide by {} x {})", global, t.batch_size, g.world));
+                    : fmt::format(" (not {}: it does not divide by {} x {})", global, t.batch_size, g.world));
   return plan;
 }
 
 void log_grown(const dist::DistContext::Regrouped& g, int64_t member, int64_t committed_steps,
-               const config::TrainConfig& t, bool joined) {
+               const config::TrainConfig& t, int64_t global_batch, bool joined) {
   const std::string how = joined ? fmt::format("member {} (pid {}) joined the running group, with rank 0's state "
                                                "(not from a checkpoint),", member, ::getpid())
                                  : fmt::format("the group grew from {} to {} ranks; member {} (pid {}) continues", g.old_world,
                                                g.world, member, ::getpid());
+  const int64_t samples = t.batch_size * t.grad_accum * g.world;
   spdlog::warn("in-process recovery: {} as rank {} of {} (generation {}) after {} committed steps, {} x {} accumulation "
-               "x {} ranks = {} samples per step",
-               how, g.rank, g.world, g.generation, committed_steps, t.batch_size, t.grad_accum, g.world,
-               t.batch_size * t.grad_accum * g.world);
+               "x {} ranks = {} samples per step{}",
+               how, g.rank, g.world, g.generation, committed_steps, t.batch_size, t.grad_accum, g.world, samples,
+               samples == global_batch ? " (global batch kept)"
+                                       : fmt::format(" (not {}: it does not divide by {} x {})", global_batch,
+                                                     t.batch_size, g.world));
 }
 
 void log_not_joined() {

@@ -42,13 +42,14 @@ struct RegroupPlan {
 // Regroups the survivors (every rank's log says who was lost and what it continues as) and works out
 // the accumulation at the new world size. Throws std::runtime_error when the run cannot go on in
 // process (this rank was left out, the survivors disagree, a second failure during the regroup).
-// `global_batch`: samples per step before the failure.
+// `global_batch`: the samples per step every world size aims at (train.global_batch_size, else the
+// start's), not the current world's.
 RegroupPlan regroup_survivors(dist::DistContext& dist, const config::TrainConfig& t, int64_t global_batch,
                               int64_t committed_steps, const std::string& why);
 
 // The lines a grown group logs: each member its new rank; `joined`: this process is the replacement.
 void log_grown(const dist::DistContext::Regrouped& g, int64_t member, int64_t committed_steps,
-               const config::TrainConfig& t, bool joined);
+               const config::TrainConfig& t, int64_t global_batch, bool joined);
 
 // A replacement that did not join: the run ended (finished or stopped) first.
 void log_not_joined();

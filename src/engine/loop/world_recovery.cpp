@@ -30,6 +30,7 @@ WorldRecovery::WorldRecovery(dist::DistContext& dist, const dist::LaunchEnv& env
       env_(env),
       train_(cfg.train),
       samples_(cfg.train.batch_size * cfg.train.grad_accum * config::data_parallel_size(cfg, dist.world_size())),
+      target_global_(cfg.train.global_batch_size > 0 ? cfg.train.global_batch_size : samples_.per_step()),
       last_step_world_(dist.world_size()) {}
 
 void WorldRecovery::begin_step(const data::LoaderState& loader) {
@@ -67,16 +68,17 @@ WorldRecovery::Boundary WorldRecovery::agree_stop(int64_t step, bool log_step, b
 void WorldRecovery::grow(int64_t step) {
   grow_due_ = false;
   const auto g = dist_.grow();
-  const int64_t accum = accumulation_for(samples_.per_step(), train_.batch_size, g.world, train_.grad_accum);
-  const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), parts_.position(step), accum, false);
+  const int64_t accum = accumulation_for(target_global_, train_.batch_size, g.world, train_.grad_accum);
+  const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), parts_.position(step), accum,
+                                      target_global_, false);
   change_world(step, shared.grad_accum, parts_.loader_state());
-  log_grown(g, dist_.member_id(), step, train_, /*joined=*/false);
+  log_grown(g, dist_.member_id(), step, train_, target_global_, /*joined=*/false);
   changes_.push_back({step, g.world, g.old_world, "replacement(s) joined"});
 }
 
 bool WorldRecovery::recover(const std::string& why, int64_t step) {
   const StepProgress p = progress_;
-  auto plan = regroup_survivors(dist_, train_, samples_.per_step(), step, why);
+  auto plan = regroup_survivors(dist_, train_, target_global_, step, why);
   const auto next = after_failure(p, parts_.loader_state(), loader_at_step_start_, record_pending_);
   change_world(step, plan.grad_accum, next.loader);
   // agreed over the new group: the record's loss all-reduce may have completed on some ranks (the
@@ -102,10 +104,11 @@ std::optional<WorldRecovery::Joined> WorldRecovery::join() {
     log_not_joined();
     return std::nullopt;
   }
-  const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), {}, 0, /*restore=*/true);
+  const auto shared = share_run_state(dist_, cfg_, config_hash_, parts_.objects(), {}, 0, 0, /*restore=*/true);
+  if (shared.target_global > 0) target_global_ = shared.target_global;  // the group's aim, not this process's start
   samples_.start_at(shared.pos.step);
   change_world(shared.pos.step, shared.grad_accum, shared.pos.loader);
-  log_grown(*joined, dist_.member_id(), shared.pos.step, train_, /*joined=*/true);
+  log_grown(*joined, dist_.member_id(), shared.pos.step, train_, target_global_, /*joined=*/true);
   joined_ = true;
   return Joined{shared.pos.step, shared.pos.time_s};
 }

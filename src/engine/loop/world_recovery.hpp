@@ -172,6 +172,10 @@ class WorldRecovery {
   dist::LaunchEnv env_;        // rank and world_size of the current group
   config::TrainConfig train_;  // batch_size, grad_accum at the current world size
   SampleCount samples_;
+  // the samples per step every world size aims at: train.global_batch_size, else the start's. Not the
+  // current world's: one that did not divide it (3 ranks of 8 for 32: 48) made the next, 4 ranks,
+  // keep that accumulation and train at 64 to the end.
+  int64_t target_global_;
   std::optional<RegroupPlan> regroup_;      // the last in-process regroup, until its first step is done
   data::LoaderState loader_at_step_start_;  // where an abandoned step's micro-batches began
   torch::Tensor last_norm_;                 // the last step's gradient norm (a record redone after a regroup)
