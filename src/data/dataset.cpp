@@ -42,6 +42,7 @@ class LimitedDataset : public Dataset {
   }
   void check_unchanged() const override { inner_->check_unchanged(); }
   const NormalizeValues* normalization() const override { return inner_->normalization(); }
+  std::vector<std::string> class_names() const override { return inner_->class_names(); }
   Audit audit(const AuditOptions& o) const override {
     AuditOptions mine = o;
     mine.limit = o.limit < 0 ? size() : std::min(o.limit, size());
@@ -212,9 +213,9 @@ torch::Tensor maybe_pinned(const torch::Tensor& t, bool pin) {
   return out;
 }
 
-std::optional<NormalizeValues> normalization_of(const Dataset& d) {
+DataRecord record_of(const Dataset& d) {
   const NormalizeValues* v = d.normalization();
-  return v ? std::optional<NormalizeValues>(*v) : std::nullopt;
+  return {v ? std::optional<NormalizeValues>(*v) : std::nullopt, d.class_names()};
 }
 
 DatasetPair create_datasets(const config::DataConfig& data, const config::ModelConfig& model, int64_t seed,

@@ -14,10 +14,7 @@
 #include <vector>
 
 #include "config/config.hpp"
-
-namespace trainer::data {
-struct NormalizeValues;  // data/transforms.hpp
-}  // namespace trainer::data
+#include "data/transforms.hpp"
 
 namespace trainer::data {
 
@@ -81,6 +78,8 @@ class Dataset {
   virtual void check_unchanged() const {}
   // Images: how the bytes become the model's input (the training split's statistics); nullptr otherwise.
   virtual const NormalizeValues* normalization() const { return nullptr; }
+  // The class names when the reader knows them (image_folder: the class folders, sorted); else empty.
+  virtual std::vector<std::string> class_names() const { return {}; }
   // What `trainer check` reads of every sample before a run does: the samples read and the bad ones,
   // each "file: why" (image_folder: every header: readable, within the size limit, and one size when
   // data.image_size is 0; `decode` decodes each image whole too). Formats read whole when opened
@@ -108,8 +107,13 @@ class Dataset {
   mutable std::atomic<int64_t> skipped_{0};
 };
 
-// `d`'s normalization(), copied; nullopt for data that is not images.
-std::optional<NormalizeValues> normalization_of(const Dataset& d);
+// What a checkpoint records of the training data, for eval, predict, export and resume: image data's
+// normalisation (nullopt for other data) and class names (empty when the reader knows none).
+struct DataRecord {
+  std::optional<NormalizeValues> normalize;
+  std::vector<std::string> classes;
+};
+DataRecord record_of(const Dataset& d);
 
 struct DatasetPair {
   std::shared_ptr<Dataset> train;

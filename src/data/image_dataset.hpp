@@ -67,8 +67,6 @@ class ImageDataset : public Dataset {
   int64_t stats_samples() const { return stats_samples_; }
   const Normalizer& normalizer() const { return normalizer_; }
   const NormalizeValues* normalization() const override { return &normalizer_.values(); }
-  // The class names when the reader knows them (image_folder: the class folders); else empty.
-  virtual std::vector<std::string> class_names() const { return {}; }
 
  protected:
   // Pointer to sample `index`'s (C, H, W) pixels at the output size, using `scratch` as needed, and

@@ -66,6 +66,7 @@ inline constexpr const char* kStateConfigYaml = "config_yaml";
 inline constexpr const char* kStateConfigHash = "config_hash";
 // image data: how the bytes became the model's input (engine/checkpoint/checkpointing.hpp)
 inline constexpr const char* kStateDataNormalize = "data_normalize";
+inline constexpr const char* kStateDataClasses = "data_classes";  // image_folder: the class names
 
 struct CheckpointPolicy {
   int64_t keep_last = 3;   // newest complete checkpoints kept

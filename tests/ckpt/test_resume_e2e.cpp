@@ -53,6 +53,47 @@ TEST_CASE("a run resumed from a mid-run checkpoint continues bitwise like the un
   }
 }
 
+// A channels-last model (the quickstart's default) with SGD's momentum: the restored momentum was
+// contiguous, the optimizer's own a clone of the channels-last gradient; mixed layouts take ATen's
+// strided loops, which round otherwise, and the resumed run drifted from its second step on (the
+// resume check then failed a good run; found from outside, 2026-12-07).
+TEST_CASE("a channels-last ResNet with nesterov momentum resumes bitwise", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_channels_last");
+  auto config = [](const std::string& name) {
+    return "run: {name: " + name + ", out_dir: runs, seed: 5, deterministic: true}\n"
+           "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 3, num_classes: 4, channels_last: true}\n"
+           "data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 32, image_size: 16}}\n"
+           "train: {batch_size: 16, max_steps: 8, log_every: 1, threads: 1, eval_every: 0}\n"
+           "optim: {name: sgd, lr: 0.1, momentum: 0.9, nesterov: true, weight_decay: 0.0005}\n"
+           "log: {progress: off}\ncheckpoint: {every_steps: 4, keep_last: 10}\n";
+  };
+  trainer::test::write_file(dir / "a.yaml", config("a"));
+  trainer::test::write_file(dir / "b.yaml", config("b"));
+  auto a = run_trainer("run " + (dir / "a.yaml").string(), "cd " + dir.string() + " &&");
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  fs::create_directories(dir / "runs" / "b" / "checkpoints");
+  fs::copy(dir / "runs" / "a" / "checkpoints" / "step-4", dir / "runs" / "b" / "checkpoints" / "step-4",
+           fs::copy_options::recursive);
+  auto b = run_trainer("run " + (dir / "b.yaml").string(), "cd " + dir.string() + " &&");
+  INFO(b.output);
+  REQUIRE(b.exit_code == 0);
+  auto la = train_losses(dir / "runs" / "a" / "metrics.jsonl");
+  auto lb = train_losses(dir / "runs" / "b" / "metrics.jsonl");
+  REQUIRE(lb.size() == 4);  // steps 5..8
+  for (int64_t s = 5; s <= 8; ++s) {
+    INFO("step " << s);
+    CHECK(lb.at(s) == la.at(s));
+  }
+  auto wa = trainer::io::load_safetensors((dir / "runs/a/checkpoints/step-8/model.safetensors").string());
+  auto wb = trainer::io::load_safetensors((dir / "runs/b/checkpoints/step-8/model.safetensors").string());
+  REQUIRE(wa.tensors.size() == wb.tensors.size());
+  for (size_t i = 0; i < wa.tensors.size(); ++i) {
+    INFO(wa.tensors[i].first);
+    CHECK(torch::equal(wa.tensors[i].second, wb.tensors[i].second));
+  }
+}
+
 TEST_CASE("run --resume with a missing path is refused with exit 2", "[e2e]") {
   auto dir = trainer::test::scratch_dir("resume_missing");
   trainer::test::write_file(dir / "c.yaml", tiny_config("c", 2));

@@ -59,6 +59,7 @@ struct SavedRun {
 
 TEST_CASE("milestones: checkpoint.every_steps and train.eval_every after a step, the end's made once", "[unit]") {
   SavedRun run(milestones_config());
+  engine::IntervalTimes times;
   REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());  // opens the store
   std::vector<int64_t> evaluated;
   Milestones m(
@@ -68,11 +69,11 @@ TEST_CASE("milestones: checkpoint.every_steps and train.eval_every after a step,
         return false;
       },
       [&] { return evaluated.empty() ? int64_t{-1} : evaluated.back(); });
-  for (int64_t step = 1; step <= 8; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt));
+  for (int64_t step = 1; step <= 8; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt, times));
   CHECK(evaluated == std::vector<int64_t>{3, 6});
   CHECK(run.saved_steps() == std::vector<int64_t>{4, 8});
   // the run's last step: the end saves and evaluates it, not the periodic schedule
-  CHECK_FALSE(m.after_step(9, /*last=*/true, run.ckpt));
+  CHECK_FALSE(m.after_step(9, /*last=*/true, run.ckpt, times));
   CHECK(run.saved_steps() == std::vector<int64_t>{4, 8});
   m.at_end(9, run.ckpt);
   CHECK(evaluated == std::vector<int64_t>{3, 6, 9});
@@ -85,6 +86,7 @@ TEST_CASE("milestones: checkpoint.every_steps and train.eval_every after a step,
 
 TEST_CASE("milestones: early stopping ends the run at its evaluation, and the end does not evaluate again", "[unit]") {
   SavedRun run(milestones_config());
+  engine::IntervalTimes times;
   REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());
   std::vector<int64_t> evaluated;
   Milestones m(
@@ -94,8 +96,8 @@ TEST_CASE("milestones: early stopping ends the run at its evaluation, and the en
         return step == 6;
       },
       [&] { return evaluated.empty() ? int64_t{-1} : evaluated.back(); });
-  for (int64_t step = 1; step <= 5; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt));
-  CHECK(m.after_step(6, /*last=*/false, run.ckpt));
+  for (int64_t step = 1; step <= 5; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt, times));
+  CHECK(m.after_step(6, /*last=*/false, run.ckpt, times));
   m.at_end(6, run.ckpt);
   CHECK(evaluated == std::vector<int64_t>{3, 6});
   CHECK(run.saved_steps() == std::vector<int64_t>{4, 6});
@@ -116,6 +118,7 @@ TEST_CASE("milestones: a step that evaluates and saves is saved after its evalua
   auto cfg = milestones_config();
   cfg.train.eval_every = 4;  // step 4 and 8 evaluate and save
   SavedRun run(cfg);
+  engine::IntervalTimes times;
   REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());
   std::vector<int64_t> evaluated;
   auto evaluate = [&](int64_t step) {
@@ -124,7 +127,7 @@ TEST_CASE("milestones: a step that evaluates and saves is saved after its evalua
   };
   auto evaluated_step = [&] { return run.tracker.evaluated_step(); };
   Milestones m(run.cfg, evaluate, evaluated_step);
-  for (int64_t step = 1; step <= 4; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt));
+  for (int64_t step = 1; step <= 4; ++step) CHECK_FALSE(m.after_step(step, /*last=*/false, run.ckpt, times));
   // the checkpoint of step 4 holds step 4's evaluation: a run resumed from it does not evaluate it again
   CHECK(saved_evaluated_step(run.root, 4) == 4);
   CHECK(evaluated == std::vector<int64_t>{4});
@@ -142,4 +145,36 @@ TEST_CASE("milestones: a step that evaluates and saves is saved after its evalua
   // it was the best so far: step 8 is saved again, now with its evaluation, and kept as best
   CHECK(saved_evaluated_step(run.root, 8) == 8);
   CHECK(io::CheckpointStore(run.root / "checkpoints", {}).best_step() == std::optional<int64_t>{8});
+}
+
+// An evaluation or a save after a step is not the training interval's time: the next record's rates
+// are of its steps. An evaluation made the record after it read 8x too slow (found from outside,
+// 2026-12-07).
+TEST_CASE("milestones: the time of an evaluation and a save is taken out of the training interval", "[unit]") {
+  SavedRun run(milestones_config());
+  REQUIRE_FALSE(run.ckpt.resume(engine::ResumeOptions{engine::ResumeMode::Never}).has_value());
+  engine::Clock::duration eval_time{};
+  Milestones m(
+      run.cfg,
+      [&](int64_t) {
+        const auto t0 = engine::Clock::now();
+        volatile double x = 0;  // work that takes measurable time
+        while (engine::Clock::now() - t0 < std::chrono::milliseconds(30)) x = x + 1;
+        eval_time = engine::Clock::now() - t0;
+        return false;
+      },
+      [] { return int64_t{-1}; });
+  engine::IntervalTimes times;
+  const auto start = times.start;
+  CHECK_FALSE(m.after_step(1, /*last=*/false, run.ckpt, times));  // nothing due: moved by its own few microseconds
+  const auto unmoved = times.start;
+  CHECK(unmoved - start < std::chrono::milliseconds(30));
+  CHECK_FALSE(m.after_step(3, /*last=*/false, run.ckpt, times));  // an evaluation
+  CHECK(times.start - unmoved >= eval_time);
+  const auto before_save = times.start;
+  const auto t0 = engine::Clock::now();
+  CHECK_FALSE(m.after_step(4, /*last=*/false, run.ckpt, times));  // a save
+  CHECK(times.start - before_save > engine::Clock::duration::zero());
+  CHECK(times.start - before_save <= engine::Clock::now() - t0);
+  CHECK(run.saved_steps() == std::vector<int64_t>{4});
 }

@@ -170,6 +170,41 @@ TEST_CASE("eval, predict and export use the normalisation the run recorded, not 
         std::string::npos);
 }
 
+// Class folders renamed after training (bird -> zebra: the sorted order, so every label, changes):
+// eval scored 0 %, predict named other classes and a resume trained on with shifted labels, all exit
+// 0. The weights record their class names; eval, predict and resume refuse data whose names differ.
+TEST_CASE("eval, predict and resume refuse class folders other than those the weights were trained with", "[e2e]") {
+  auto dir = scratch_dir("recorded_classes");
+  write_class_images(dir / "train", 6, 1);
+  write_class_images(dir / "val", 2, 2);
+  trainer::test::write_file(dir / "exp.yaml", predict_image_config() + "checkpoint: {every_steps: 2}\n");
+  const std::string cfg = (dir / "exp.yaml").string();
+  REQUIRE(run_trainer("run " + cfg + " --set train.max_steps=2 --set train.batch_size=6", "cd " + dir.string() + " &&")
+              .exit_code == 0);
+  const auto step_dir = dir / "runs" / "pr" / "checkpoints" / "step-2";
+  CHECK(nlohmann::json::parse(read_file(step_dir / "state.json")).at("data_classes") ==
+        nlohmann::json({"bird", "cat", "dog"}));
+  REQUIRE(run_trainer("export " + step_dir.string() + " --out " + (dir / "m.safetensors").string()).exit_code == 0);
+  for (const char* split : {"train", "val"}) fs::rename(dir / split / "bird", dir / split / "zebra");
+  const std::string why = " were trained with the class folders [bird, cat, dog]; the training data has [cat, dog, "
+                          "zebra] now (first difference: label 0, 'bird' then, 'cat' now)";
+  for (const auto& weights : {step_dir, dir / "m.safetensors"}) {
+    auto ev = run_trainer("eval " + cfg + " --checkpoint " + weights.string(), "cd " + dir.string() + " &&");
+    INFO(ev.output);
+    CHECK(ev.exit_code == 1);
+    CHECK(ev.output.find("the weights of " + weights.string() + why) != std::string::npos);
+    auto pr = run_trainer("predict " + cfg + " --checkpoint " + weights.string() + " --input " + (dir / "val").string(),
+                          "cd " + dir.string() + " &&");
+    INFO(pr.output);
+    CHECK(pr.exit_code == 1);
+    CHECK(pr.output.find(why) != std::string::npos);
+  }
+  auto resumed = run_trainer("run " + cfg + " --set train.max_steps=4 --set train.batch_size=6", "cd " + dir.string() + " &&");
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 1);
+  CHECK(resumed.output.find(why) != std::string::npos);
+}
+
 TEST_CASE("predict refuses inputs that are missing or not images, and wrong labels, naming them", "[e2e]") {
   auto dir = scratch_dir("predict_errors");
   write_class_images(dir / "train", 6, 1);
@@ -260,6 +295,15 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
                             (dir / "val" / "preds.jsonl").string());
   CHECK(beside.exit_code == 0);
   CHECK(json_lines(trainer::test::read_file(dir / "val" / "preds.jsonl")).size() == 6);  // its 3 x 2 images
+  // the config's training folder, which predict opens too (class names, statistics): refused alike
+  const auto train_image = dir / "train" / "dog" / "0.png";
+  const std::string train_bytes = trainer::test::read_file(train_image);
+  auto into_train = run_trainer("predict " + base + " --input " + (dir / "val").string() + " --output " +
+                                train_image.string(), "cd " + dir.string() + " &&");
+  INFO(into_train.output);
+  CHECK(into_train.exit_code == 2);
+  CHECK(into_train.output.find("is inside this command's input folder") != std::string::npos);
+  CHECK(trainer::test::read_file(train_image) == train_bytes);
   auto eval_into = run_trainer("eval " + base + " --output " + image.string(), "cd " + dir.string() + " &&");
   INFO(eval_into.output);
   CHECK(eval_into.exit_code == 2);

@@ -64,6 +64,35 @@ data::NormalizeValues normalize_from_json(const nlohmann::json& j, const std::st
   return v;
 }
 
+std::vector<std::string> classes_from_json(const nlohmann::json& j, const std::string& where) {
+  std::vector<std::string> out;
+  if (j.is_array())
+    for (const auto& c : j) {
+      if (!c.is_string()) break;
+      out.push_back(c.get<std::string>());
+    }
+  if (!j.is_array() || out.size() != j.size() || out.empty())
+    throw io::CheckpointError(where + ": " + io::kStateDataClasses + " is not a list of class names");
+  return out;
+}
+
+void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& now,
+                        const std::string& what) {
+  if (recorded.empty() || now.empty() || recorded == now) return;
+  auto list = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (size_t i = 0; i < v.size() && i < 8; ++i) s += (i ? ", " : "") + v[i];
+    return "[" + s + (v.size() > 8 ? ", ... " + std::to_string(v.size()) + " in all" : "") + "]";
+  };
+  size_t i = 0;
+  while (i < recorded.size() && i < now.size() && recorded[i] == now[i]) ++i;
+  throw std::runtime_error(
+      what + " were trained with the class folders " + list(recorded) + "; the training data has " + list(now) +
+      " now (first difference: label " + std::to_string(i) + ", " +
+      (i < recorded.size() ? "'" + recorded[i] + "'" : "none") + " then, " + (i < now.size() ? "'" + now[i] + "'" : "none") +
+      " now): every label would name another class. Restore the folders' names, or train anew");
+}
+
 std::optional<TpParts> tp_parts(const RunObjects& objs) {
   const auto& cp = checkpoint_part(objs);
   if (!tp_sharded(objs.model) && cp.pipeline_size() <= 1) return std::nullopt;
@@ -198,7 +227,8 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   if (pos.interval) s["log_interval"] = interval_json(*pos.interval);
   if (pos.samples >= 0) s["samples"] = pos.samples;
   if (pos.total_steps >= 0) s["total_steps"] = pos.total_steps;
-  if (objs.normalize) s[io::kStateDataNormalize] = normalize_json(*objs.normalize);
+  if (objs.data.normalize) s[io::kStateDataNormalize] = normalize_json(*objs.data.normalize);
+  if (!objs.data.classes.empty()) s[io::kStateDataClasses] = objs.data.classes;
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -240,6 +270,9 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
   try {
     // everything read first: a checkpoint that lacks a part fails before anything is loaded
     for (const char* g : {"model", "rng"}) (void)group(g);
+    if (s.contains(io::kStateDataClasses))  // a renamed class folder: every label would shift
+      check_same_classes(classes_from_json(s[io::kStateDataClasses], (from / "state.json").string()), objs.data.classes,
+                         "the weights of " + from.string());
     // assembled from the shards if sharded; tensor parallel: this rank's slices of the global tensors
     const auto optimizer = take_local(objs.model, full_optimizer_state(content, from));
     RunPosition pos;

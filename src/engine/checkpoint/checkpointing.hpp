@@ -63,8 +63,9 @@ struct RunObjects {
   const torch::Device& device;
   const DataParallel* parallel = nullptr;  // sharded: the optimizer state is this rank's shard
   Ema* ema = nullptr;  // train.ema, when on
-  // image data: how its bytes became the model's input, recorded for eval, predict and export
-  std::optional<data::NormalizeValues> normalize;
+  // image data: how its bytes became the model's input, and its class names, recorded for eval,
+  // predict, export and resume
+  data::DataRecord data;
 };
 
 // How `objs`' optimizer state is checkpointed: its strategy's part, the replicated layout without one.
@@ -108,6 +109,15 @@ nlohmann::json normalize_json(const data::NormalizeValues& v);
 // Its reading: io::CheckpointError naming `where` for one that does not hold together (another mode,
 // lists of different or no lengths, a value that is not finite).
 data::NormalizeValues normalize_from_json(const nlohmann::json& j, const std::string& where);
+
+// The class names a checkpoint records (state.json's io::kStateDataClasses, an export's metadata of the
+// same name: a JSON list of strings); CheckpointError naming `where` for anything else.
+std::vector<std::string> classes_from_json(const nlohmann::json& j, const std::string& where);
+// Throws std::runtime_error when `now` (the data's class names as read now) and `recorded` (those the
+// weights were trained with) both exist and differ: the labels would mean other classes, in silence
+// (a class folder renamed, added or removed). `what` says whose the weights are.
+void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& now,
+                        const std::string& what);
 
 // The checkpoint folder of a run: checkpoint.dir, or <run dir>/checkpoints.
 std::filesystem::path checkpoint_dir(const config::RunConfig& cfg, const std::filesystem::path& run_dir);

@@ -67,6 +67,7 @@ int eval_run(const EvalArgs& args) {
                                 "with --set train.batch_size=N");
   auto dist = dist::DistContext::create(env, c.dist, m.device, config::config_hash(c));
   auto datasets = data::create_datasets(c.data, c.model, c.run.seed);
+  check_same_classes(m.classes, datasets.train->class_names(), "the weights of " + m.weights);
   if (!datasets.val)
     throw std::invalid_argument("the config's data has no validation split to evaluate (data.val_path, or "
                                 "data.val_fraction for text)");

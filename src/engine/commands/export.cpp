@@ -131,6 +131,9 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
       {"config_hash", state.value(io::kStateConfigHash, std::string())},
       {"trainer_version", TRAINER_VERSION},
   };
+  if (state.contains(io::kStateDataClasses))  // what each output means
+    metadata[io::kStateDataClasses] =
+        nlohmann::json(classes_from_json(state[io::kStateDataClasses], state_path.string())).dump();
   if (state.contains(io::kStateDataNormalize))  // how a PyTorch user feeds the model images (docs/CHECKPOINTS.md)
     metadata[io::kStateDataNormalize] =
         normalize_json(normalize_from_json(state[io::kStateDataNormalize], state_path.string())).dump();

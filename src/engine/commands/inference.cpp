@@ -30,6 +30,7 @@ struct InferWeights {
   int64_t batch_size = 0;       // train.batch_size as that run resolved it (0 when not recorded)
   std::optional<config::Precision> precision;  // train.precision as that run resolved it, when recorded
   std::optional<data::NormalizeValues> normalize;  // image data: how the run's bytes became its inputs
+  std::vector<std::string> classes;                 // image_folder: the class names it was trained with
   int64_t step = -1;
 };
 
@@ -60,6 +61,8 @@ InferWeights infer_from_checkpoint(const fs::path& step_dir) {
     w.step = state.at("step").get<int64_t>();
     if (state.contains(io::kStateDataNormalize))
       w.normalize = normalize_from_json(state[io::kStateDataNormalize], state_path.string());
+    if (state.contains(io::kStateDataClasses))
+      w.classes = classes_from_json(state[io::kStateDataClasses], state_path.string());
     const auto trained =
         config::load_config_text(state.at(io::kStateConfigYaml).get<std::string>(), state_path.string()).cfg;
     w.arch = trained.model.arch;
@@ -103,6 +106,9 @@ InferWeights infer_from_export(const fs::path& file) {
   if (auto n = meta.find(io::kStateDataNormalize); n != meta.end())
     w.normalize = normalize_from_json(nlohmann::json::parse(n->second, nullptr, /*allow_exceptions=*/false),
                                       file.string() + " (metadata)");
+  if (auto c = meta.find(io::kStateDataClasses); c != meta.end())
+    w.classes = classes_from_json(nlohmann::json::parse(c->second, nullptr, /*allow_exceptions=*/false),
+                                  file.string() + " (metadata)");
   if (auto s = meta.find("step"); s != meta.end()) {
     try {
       w.step = std::stoll(s->second);
@@ -196,6 +202,7 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   InferenceModel m;
   InferWeights w = infer_open(path, m.weights);
   m.step = w.step;
+  m.classes = w.classes;
   // the same family, as the registry knows them (no family is named here: any two that differ)
   if (config::find_arch(w.arch) != config::find_arch(cfg.model.arch))
     throw io::CheckpointError(m.weights + ": holds a model.arch " + w.arch + " model; the config's model.arch is " +

@@ -38,6 +38,8 @@ struct InferenceModel {
   models::ModelPtr model;  // the loaded weights, on `device`, in eval mode
   std::string weights;     // what was loaded: a step folder or an exported file
   int64_t step = -1;       // the training step of the weights (-1: not recorded)
+  std::vector<std::string> classes;  // image_folder: the class names the weights were trained with
+                                     // (empty: not recorded); eval and predict compare the data's
 };
 
 // `path`: a checkpoint step folder (or its `latest` / `best` link), a checkpoints folder or a run

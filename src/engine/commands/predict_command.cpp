@@ -91,6 +91,7 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
   if (a.inputs.empty()) throw std::invalid_argument("--input: give image files or folders");
   const auto files = data::expand_image_inputs(a.inputs);
   const auto spec = data::image_input_spec(c.data, c.model, c.run.seed);
+  check_same_classes(m.classes, spec.classes, "the weights of " + m.weights);
   const int64_t classes = c.model.num_classes;
   const auto names = predict_class_names(a, spec, classes);
   if (a.top_k == 0) throw std::invalid_argument("--top-k: an image model lists at least 1 class");
@@ -230,6 +231,10 @@ int predict_run(const PredictArgs& a) {
   }
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(a, env);
+  // nor, by the same rule, into the config's data, which predict opens too (class names, statistics):
+  // a training image was replaced by the lines, exit 0 (found from outside, 2026-12-07)
+  if (!a.output.empty() && data::is_decodable_image_name(a.output))
+    check_output_file("--output", a.output, {}, {loaded.cfg.data.path, loaded.cfg.data.val_path});
   obs::init_console_logging(loaded.cfg.log.level);
   if (env.rank != 0) {  // launched by mistake: one answer, not one per rank
     spdlog::info("trainer predict runs on rank 0 only; rank {} has nothing to do", env.rank);

@@ -6,8 +6,13 @@ bool Milestones::eval_due(int64_t step) const {
   return cfg_.train.eval_every > 0 && step > 0 && step % cfg_.train.eval_every == 0;
 }
 
-bool Milestones::after_step(int64_t step, bool last, CheckpointManager& ckpt) {
+bool Milestones::after_step(int64_t step, bool last, CheckpointManager& ckpt, IntervalTimes& times) {
   if (last) return false;
+  struct NotTheInterval {  // (also when an evaluation or a save throws: a rank lost in it)
+    IntervalTimes& times;
+    Clock::time_point t0 = Clock::now();
+    ~NotTheInterval() { times.start += Clock::now() - t0; }
+  } not_the_interval{times};
   // the evaluation before the save: the step's checkpoint then holds its outcome (best, early
   // stopping's count), and a run resumed from it does not evaluate the step again
   // made again after a peer was lost in them (dist.recovery in_process): what completed is not redone

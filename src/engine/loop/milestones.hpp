@@ -15,6 +15,7 @@
 
 #include "config/config.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
+#include "engine/step/step_runner.hpp"
 
 namespace trainer::engine {
 
@@ -29,8 +30,10 @@ class Milestones {
 
   // After `step`: its periodic checkpoint and evaluation, none when it is the run's `last` (the end
   // makes those). Returns true when early stopping ends the run here. Called again for the same step
-  // (the survivors of a peer lost in them), it makes only what did not complete.
-  bool after_step(int64_t step, bool last, CheckpointManager& ckpt);
+  // (the survivors of a peer lost in them), it makes only what did not complete. Their time is not the
+  // training interval's (`times`): the next record's rates are of its steps (docs/METRICS.md), where
+  // an evaluation had made a record after it read 8x too slow.
+  bool after_step(int64_t step, bool last, CheckpointManager& ckpt, IntervalTimes& times);
   // A run resumed at `step` (not its last): the evaluation due at `step` that its checkpoint was
   // saved before (a stop signal's), and the best checkpoint it may set. True when early stopping
   // ends the run here. Every rank calls it (the evaluation is collective).

@@ -227,7 +227,7 @@ class Trainer final : public WorldParts {
   // --- checkpoints (engine/checkpoint_manager.hpp) ------------------------------------------------
   RunObjects objects() override {
     return RunObjects{*model_,          *optimizer_, *scaler_, evaluation_->tracker(), device_,
-                      parallel_.get(), ema_.get(), data::normalization_of(*train_set_)};
+                      parallel_.get(), ema_.get(), data::record_of(*train_set_)};
   }
 
   RunPosition position(int64_t step) const override {
@@ -287,7 +287,7 @@ class Trainer final : public WorldParts {
   // The periodic save and evaluation due after `step`, then an agreed growth; also after a data reload
   // agreed at that step's boundary (the reload does not skip them).
   Next milestones_after(int64_t step) {
-    const bool early = milestones_.after_step(step, step_is_final(step), *ckpt_);  // periodic save, evaluation
+    const bool early = milestones_.after_step(step, step_is_final(step), *ckpt_, loop_.times);  // save, evaluation
     if (early) evaluation_->log_early_stop(step);
     if (recovery_->grow_due() && !early) recovery_->grow(step);  // last: a joiner's first collective is the next step's
     milestones_done_ = step;

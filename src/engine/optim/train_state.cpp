@@ -59,7 +59,10 @@ void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module&
       problems.push_back(key + ": shape " + c10::str(it->second.sizes()) + ", parameter has " + c10::str(like.sizes()));
       return {};
     }
-    return it->second.to(like.device(), like.scalar_type()).clone();
+    // in the parameter's layout, as the optimizer makes its state (a clone of the gradient): a
+    // channels-last parameter's contiguous state took ATen's strided loops, which round otherwise than
+    // the vectorised ones, and a resumed run drifted from step 2 on (found from outside, 2026-12-07)
+    return torch::empty_like(like).copy_(it->second);
   };
   opt.state().clear();
   for (auto& group : opt.param_groups()) {
