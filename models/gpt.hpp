@@ -124,6 +124,7 @@ class Gpt : public Model, public io::TiedState {
   torch::Tensor embed(const torch::Tensor& idx);       // (B, T) -> (B, T, C), (B, T/tp, C) with sequence parallel
   torch::Tensor lm_logits(const torch::Tensor& x);     // -> (B, T, V), or (B, T, V_padded/tp) at T > 1
   int64_t global_parameters() const;                   // of the T = 1 model (FLOPs), tied ones once
+  int64_t global_num_parameters() const override { return global_parameters(); }  // the vocabulary's padding not
   config::ModelConfig cfg_;
   tensor_parallel::Communicator* tp_ = &tensor_parallel::solo();
   tensor_parallel::ParallelOptions popts_;

@@ -65,6 +65,9 @@ class Model : public torch::nn::Module {
   // tokens (T). For GPT use 6N + 12 * n_layer * T * n_embd per token, times T.
   virtual double train_flops_per_sample(const std::vector<int64_t>& sample_shape) const = 0;
   int64_t num_parameters() const;  // unique parameters (tied weights counted once)
+  // The whole model's, as one process holds it: a tensor-parallel rank's slices (shard_specs) counted
+  // at their global shape. What the log and the summary report (a tp rank reported its slice).
+  virtual int64_t global_num_parameters() const;
   virtual std::vector<ModelUnit> units() const = 0;
   // Pipeline parallel (dist.pipeline_parallel, docs/PIPELINE.md): the forward of units [first, last]
   // alone, no unit gate. `x` is the model's input when first == 0, else what unit first - 1 returned;

@@ -1,3 +1,4 @@
+#include <map>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -23,6 +24,26 @@ int64_t Model::num_parameters() const {
   int64_t n = 0;
   for (const auto& p : parameters(true))
     if (seen.insert(p.unsafeGetTensorImpl()).second) n += p.numel();
+  return n;
+}
+
+int64_t Model::global_num_parameters() const {
+  std::map<std::string, std::vector<int64_t>> global;
+  for (const auto& [name, spec] : shard_specs())
+    if (!spec.replicated()) global[name] = spec.global_shape;
+  if (global.empty()) return num_parameters();
+  std::set<const void*> seen;
+  int64_t n = 0;
+  for (const auto& p : named_parameters(true)) {
+    if (!seen.insert(p.value().unsafeGetTensorImpl()).second) continue;
+    auto it = global.find(p.key());
+    int64_t count = p.value().numel();
+    if (it != global.end()) {
+      count = 1;
+      for (auto d : it->second) count *= d;
+    }
+    n += count;
+  }
   return n;
 }
 

@@ -59,6 +59,12 @@ TEST_CASE("tp 2 (and with sequence parallel) logs the losses of one process for 
   // data parallel 1: no DDP bucket buffers beside the gradients (a dp group of one averages nothing)
   const auto rec = test::records(dir / "tp" / "tiny" / "metrics.jsonl", "train").front();
   CHECK(rec.at("grad_bytes") == rec.at("param_bytes"));
+  // the model's parameters, not rank 0's slices (it reported those)
+  const auto params = [&](const char* run) {
+    return test::records(dir / run / "tiny" / "metrics.jsonl", "summary").at(0).at("num_parameters").get<int64_t>();
+  };
+  CHECK(params("tp") == params("single"));
+  CHECK(params("sp") == params("single"));
 }
 
 TEST_CASE("ViT at tp 2 logs the losses of one process for 10 AdamW steps with grad_clip, and resumes in one process",
@@ -73,6 +79,8 @@ TEST_CASE("ViT at tp 2 logs the losses of one process for 10 AdamW steps with gr
   tp_require_trained(tp, kTpSteps, 2);
   CHECK(tp.output.find("tensor parallel 2 (data parallel 1)") != std::string::npos);
   CHECK(std::abs(single.losses.back() - single.losses.front()) > 1e-3);  // it trains: the head leaves zero
+  CHECK(test::records(dir / "tp" / "tiny" / "metrics.jsonl", "summary").at(0).at("num_parameters") ==
+        test::records(dir / "single" / "tiny" / "metrics.jsonl", "summary").at(0).at("num_parameters"));
   tp_check_same_losses(single, tp);
   double worst = 0;
   for (size_t i = 0; i < kTpSteps; ++i) worst = std::max(worst, std::abs(single.losses[i] - tp.losses[i]) / std::abs(single.losses[i]));

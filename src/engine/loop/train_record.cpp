@@ -125,7 +125,7 @@ void throw_nonfinite_loss(double mean, double local, int64_t step, const dist::L
 }
 
 void log_run_start(const RunStart& r) {
-  spdlog::info("model {}: {} parameters; data: {}", r.model.arch(), r.model.num_parameters(), r.train.describe());
+  spdlog::info("model {}: {} parameters; data: {}", r.model.arch(), r.model.global_num_parameters(), r.train.describe());
   if (r.val) spdlog::info("validation: {}", r.val->describe());
   if (r.dist.active())  // every rank's own log says where its collectives go
     spdlog::info("distributed: rank {} of {} ({}, pid {}), {} over {}", r.env.rank, r.env.world_size, r.env.launcher,

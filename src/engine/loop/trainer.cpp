@@ -425,7 +425,7 @@ class Trainer final : public WorldParts {
     }
     dist_->barrier();
     dist_->mark_finished();
-    records_->summary(step, stop_reason, record_sources(step), evaluation_->tracker(), model_->num_parameters());
+    records_->summary(step, stop_reason, record_sources(step), evaluation_->tracker(), model_->global_num_parameters());
     // the weights are saved, but what a sweep or a report reads of the run is not whole: not exit 0
     return records_->report_lost_records() ? kExitFailure : kExitOk;
   }
