@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "../ckpt/ckpt_runs.hpp"
+#include "engine/commands/inference.hpp"
 #include "inference_runs.hpp"
 #include "test_util.hpp"
 
@@ -177,4 +178,19 @@ TEST_CASE("eval refuses a missing, corrupt or mismatched checkpoint with a messa
   auto junk = run_trainer("eval " + cfg + " --checkpoint " + (dir / "junk.safetensors").string());
   CHECK(junk.exit_code == 1);
   CHECK(junk.output.find((dir / "junk.safetensors").string()) != std::string::npos);
+}
+
+// A run directory's own checkpoints/ comes before the folders its attempts recorded: a copy of a run
+// directory (its metrics.jsonl naming the original's folder) was evaluated on the original's newest
+// checkpoint, in silence (found from outside, 2026-12-07). The recorded folder serves a run whose
+// checkpoints/ holds none.
+TEST_CASE("run_checkpoint_folder: the run's own checkpoints before the folder its attempts recorded", "[unit]") {
+  auto dir = scratch_dir("run_checkpoint_folder");
+  const auto run = dir / "copy", elsewhere = dir / "original_checkpoints";
+  fs::create_directories(elsewhere / "step-15");
+  fs::create_directories(run / "checkpoints");
+  write_file(run / "metrics.jsonl", "{\"kind\":\"attempt\",\"attempt\":1,\"checkpoint_dir\":\"" + elsewhere.string() + "\"}\n");
+  CHECK(trainer::engine::run_checkpoint_folder(run) == elsewhere);  // its own holds none
+  fs::create_directories(run / "checkpoints" / "step-10");
+  CHECK(trainer::engine::run_checkpoint_folder(run) == run / "checkpoints");
 }

@@ -147,8 +147,8 @@ InferWeights infer_open(const std::string& path, std::string& shown) {
 }  // namespace
 
 // A run directory's checkpoint folder: its config.yaml's checkpoint.dir when set (resume looks there
-// too), else the newest folder its attempts saved in (their records in metrics.jsonl), else its
-// checkpoints/: the first of them that holds a step-<N> folder.
+// too), else its checkpoints/, else the newest folder its attempts saved in (their records in
+// metrics.jsonl): the first of them that holds a step-<N> folder.
 std::filesystem::path run_checkpoint_folder(const std::filesystem::path& run) {
   namespace fs = std::filesystem;
   std::vector<fs::path> where;
@@ -157,9 +157,11 @@ std::filesystem::path run_checkpoint_folder(const std::filesystem::path& run) {
     if (!dir.empty()) where.emplace_back(dir);
   } catch (const config::ConfigError&) {  // a config.yaml this version does not read
   }
+  // its own checkpoints/ before the folders its attempts recorded: a copied run directory's records
+  // name the original's folder, whose checkpoints were taken in silence (found from outside, 2026-12-07)
+  where.push_back(run / "checkpoints");
   const auto attempts = obs::read_history(run / "metrics.jsonl").checkpoint_dirs;
   for (auto it = attempts.rbegin(); it != attempts.rend(); ++it) where.emplace_back(*it);
-  where.push_back(run / "checkpoints");
   for (const auto& dir : where)
     if (!io::step_folders_newest_first(dir).empty()) return dir;
   return where.front();

@@ -17,8 +17,8 @@
 namespace trainer::engine {
 
 // A run directory's checkpoint folder: its config.yaml's checkpoint.dir when set (resume looks there
-// too), else the newest folder its attempts saved in (their records in metrics.jsonl), else its
-// checkpoints/: the first of them that holds a step-<N> folder.
+// too), else its checkpoints/, else the newest folder its attempts saved in (their records in
+// metrics.jsonl): the first of them that holds a step-<N> folder.
 std::filesystem::path run_checkpoint_folder(const std::filesystem::path& run);
 
 // The path given is not there at all: a usage error (exit 2), unlike a checkpoint that is there but
