@@ -301,8 +301,11 @@ int main(int argc, char** argv) {
                 << (got == "launch" ? ", which a rank cannot run (one launcher per node)\n" : ", which is not a trainer command\n");
       return trainer::kExitUsage;
     }
+    // 127.0.0.1 is the default of one node only: node 1 of several dialled it and timed out
+    if (launch->count("--master-addr") == 0 && launch_opts.nnodes > 1) launch_opts.master_addr.clear();
     if (launch_args.front() == "run" || launch_args.front() == "check")
-      launch_opts.preflight = [&launch_args](const trainer::dist::LaunchEnv& env) {
+      launch_opts.preflight = [&launch_args, join = launch_opts.join](trainer::dist::LaunchEnv env) {
+        if (join) env.join_incarnation = 1;  // its ranks are replacements: the config must allow that
         return check_launched(launch_args, env);
       };
     return trainer::dist::cmd_launch(launch_opts, launch_args);

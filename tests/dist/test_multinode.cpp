@@ -158,6 +158,18 @@ TEST_CASE("trainer launch rejects a multi-node launch it cannot run", "[e2e]") {
   auto a = test::run_trainer("launch -n 2 --nnodes 2 --master-addr '' -- run " + cfg);
   CHECK(a.exit_code == 2);
   CHECK(a.output.find("needs --master-addr") != std::string::npos);
+  // none at all: 127.0.0.1 is one node's default (node 1 dialled it and timed out after 21 s)
+  auto none = test::run_trainer("launch -n 1 --nnodes 2 --node-rank 1 -- run " + cfg);
+  INFO(none.output);
+  CHECK(none.exit_code == 2);
+  CHECK(none.output.find("launch: --nnodes 2 needs --master-addr") != std::string::npos);
+  // --join to a job that cannot admit it: said by the launcher, exit 2, no rank started
+  auto join = test::run_trainer("launch -n 1 --nnodes 2 --node-rank 1 --master-addr 127.0.0.1 --join -- run " + cfg);
+  INFO(join.output);
+  CHECK(join.exit_code == 2);
+  CHECK(join.output.find("launch --join: the config has dist.recovery restart; a node joins a running job only under "
+                         "dist.recovery: in_process") != std::string::npos);
+  CHECK(join.output.find("[rank") == std::string::npos);
 }
 
 TEST_CASE("trainer launch --max-restarts starts a group with a killed rank again and the run resumes", "[dist][e2e]") {

@@ -56,6 +56,12 @@ std::string a_checkpoint(const fs::path& ckpts) {
 RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   RunStart s{load_checked(args, env, /*builds_mesh=*/true), parse_resume(args.resume), {}};
   const auto& cfg = s.loaded.cfg;
+  // `trainer launch --join`: its ranks join a running job, which only dist.recovery in_process admits
+  // (the rank itself refused it, exit 1, naming TRAINER_JOIN)
+  if (env.join_incarnation > 0 && cfg.dist.recovery != config::Recovery::InProcess)
+    throw Refused("launch --join: the config has dist.recovery " + config::name_of(cfg.dist.recovery) +
+                  "; a node joins a running job only under dist.recovery: in_process (under restart, start the "
+                  "whole job again: it resumes from its newest checkpoint)");
   const fs::path ckpts = checkpoint_dir(cfg, io::run_dir_path(cfg));
   const std::string held = a_checkpoint(ckpts);
   if (args.force && s.resume.mode != ResumeMode::Never)  // it did nothing, in silence
