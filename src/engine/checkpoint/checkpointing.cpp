@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "config/config_diff.hpp"
 #include "config/load.hpp"
 #include "engine/optim/tp_state.hpp"
 #include "io/tensor_parts.hpp"
@@ -327,10 +328,20 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     objs.scaler.load_state(sc);
     objs.tracker.restore(best, best_step, evals_without, evaluated);
     const std::string hash = s.value(io::kStateConfigHash, "");
-    if (hash != config::config_hash(cfg))
-      spdlog::warn("resuming from {} written with a different config (hash {} vs {}): the run continues with the "
-                   "current config",
-                   from.string(), hash.substr(0, 12), config::config_hash(cfg).substr(0, 12));
+    if (hash != config::config_hash(cfg)) {
+      // named by the keys that change training: a world size's own accumulation, or a log interval, is
+      // no other config (every elastic resize warned)
+      std::string changes = "hash " + hash.substr(0, 12) + " vs " + config::config_hash(cfg).substr(0, 12);
+      try {
+        const auto saved = config::load_config_text(s.at(io::kStateConfigYaml).get<std::string>(),
+                                                    (from / "state.json").string()).cfg;
+        changes = config::changes_text(config::training_changes(saved, cfg));
+      } catch (const std::exception&) {  // a config this version does not read: the hashes say it
+      }
+      if (!changes.empty())
+        spdlog::warn("resuming from {} written with a different config ({}): the run continues with the current config",
+                     from.string(), changes);
+    }
     return pos;
   } catch (const nlohmann::json::exception& e) {
     throw io::CheckpointError((from / "state.json").string() + ": missing or malformed field: " + e.what());
