@@ -114,26 +114,38 @@ std::string world_size_variable(const std::string& launcher) {
 
 // Ranks started by hand (or by launchers on several hosts) with different world sizes met in the process
 // group's rendezvous and waited out dist.timeout_s there (rank 0 of a 2-rank view waited 5x as long,
-// in Gloo's pairs), each saying only that a rank did not come. The first rank at the store records
-// its world size; one with another says so and calls the meeting off in `meeting` (the process group's
-// store: its waits read kMeetingOffKey).
-void agree_on_world_size(c10d::Store& store, const LaunchEnv& env, const std::string& ns, c10d::Store& meeting,
+// in Gloo's pairs), each saying only that a rank did not come; so did a rank started twice (two nodes
+// given the same --node-rank). The first rank at the store records its world size, and each rank its
+// number; a rank that finds another size, or its number taken, says so and calls the meeting off in
+// `meeting` (the process group's store: its waits read kMeetingOffKey).
+void agree_on_membership(c10d::Store& store, const LaunchEnv& env, const std::string& ns, c10d::Store& meeting,
                          bool hosts_store) {
+  auto bytes = [](const std::string& t) { return std::vector<uint8_t>(t.begin(), t.end()); };
+  auto call_off = [&](const std::string& why) {
+    meeting.set(kMeetingOffKey, bytes(why));
+    // the store ends with its host: give the rank that came first a moment to read why
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (hosts_store && meeting.add(kMeetingOffReadKey, 0) == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(Millis(20));
+    throw DistError("rank " + std::to_string(env.rank) + ": " + why);
+  };
   const std::string mine = std::to_string(env.world_size);
-  const auto first = store.compareSet(ns + "world_size", {}, std::vector<uint8_t>(mine.begin(), mine.end()));
+  const auto first = store.compareSet(ns + "world_size", {}, bytes(mine));
   const std::string theirs(first.begin(), first.end());
-  if (theirs == mine) return;
   const std::string var = world_size_variable(env.launcher);
-  const std::string why = "the ranks of this job were started with different world sizes: rank " +
-                          std::to_string(env.rank) + " with " + var + "=" + mine + ", a rank before it with " + var +
-                          "=" + theirs + "; start every rank with the same " + var +
-                          " (or is another job using the same rendezvous address?)";
-  meeting.set(kMeetingOffKey, std::vector<uint8_t>(why.begin(), why.end()));
-  // the store ends with its host: give the rank that came first a moment to read why
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (hosts_store && meeting.add(kMeetingOffReadKey, 0) == 0 && std::chrono::steady_clock::now() < until)
-    std::this_thread::sleep_for(Millis(20));
-  throw DistError("rank " + std::to_string(env.rank) + ": " + why);
+  if (theirs != mine)
+    call_off("the ranks of this job were started with different world sizes: rank " + std::to_string(env.rank) +
+             " with " + var + "=" + mine + ", a rank before it with " + var + "=" + theirs +
+             "; start every rank with the same " + var + " (or is another job using the same rendezvous address?)");
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  const std::string me = "host " + std::string(host) + ", pid " + std::to_string(::getpid());
+  const auto holder = store.compareSet(ns + "rank/" + std::to_string(env.rank), {}, bytes(me));
+  if (std::string(holder.begin(), holder.end()) != me)
+    call_off("rank " + std::to_string(env.rank) + " was started twice: by " +
+             std::string(holder.begin(), holder.end()) + " and by " + me +
+             "; give every node its own --node-rank (every process its own rank), or is another job using the same "
+             "rendezvous address?");
 }
 
 c10::intrusive_ptr<c10d::Store> make_store(const LaunchEnv& env, const config::DistConfig& cfg, Millis timeout) {
@@ -268,7 +280,7 @@ std::unique_ptr<DistContext> DistContext::create(const LaunchEnv& env, const con
   // (the waits of its rendezvous end on a stop signal: stop_aware_store.hpp)
   auto pg_store = c10::make_intrusive<StopAwareStore>(
       c10::make_intrusive<c10d::PrefixStore>(key_namespace(env, cfg) + "pg0/", store));
-  agree_on_world_size(*store, env, key_namespace(env, cfg), *pg_store,
+  agree_on_membership(*store, env, key_namespace(env, cfg), *pg_store,
                       env.rank == 0 && !env.agent_store && !is_file_store(cfg));
   try {
     ctx->impl_->backend = nccl

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <regex>
 
 #include "ckpt/hardening_util.hpp"
 #include "dist/launcher.hpp"
@@ -155,4 +156,28 @@ TEST_CASE("ranks started with different world sizes fail at once, naming the var
     CHECK((output.find("with WORLD_SIZE=3, a rank before it with WORLD_SIZE=2") != std::string::npos ||
            output.find("with WORLD_SIZE=2, a rank before it with WORLD_SIZE=3") != std::string::npos));
   }
+}
+
+// A rank started twice (two nodes given the same --node-rank) waited out dist.timeout_s with the others,
+// each saying a rank did not come. The second at the store says so at once, and calls the meeting off.
+TEST_CASE("a rank started twice fails at once, naming both processes", "[dist][e2e]") {
+  auto dir = test::scratch_dir("rank_twice");
+  std::string yaml = test::kTinyGptYaml;
+  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 600");
+  test::write_file(dir / "g.yaml", yaml);
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(dist::free_local_port()) +
+                          " OMP_NUM_THREADS=1 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 WORLD_SIZE=3";
+  const std::vector<int> ranks{0, 1, 1};
+  for (size_t i = 0; i < ranks.size(); ++i)
+    test::start_trainer("run " + (dir / "g.yaml").string() + " --out-dir " + (dir / ("out" + std::to_string(i))).string(),
+                        dir / ("p" + std::to_string(i) + ".log"), dir / ("p" + std::to_string(i) + ".rc"),
+                        env + " RANK=" + std::to_string(ranks[i]));
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int code = test::wait_rc(dir / ("p" + std::to_string(i) + ".rc"), 300);  // (600 s before)
+    INFO("process " << i << ":\n" << test::read_file(dir / ("p" + std::to_string(i) + ".log")));
+    CHECK(code == 1);
+  }
+  // rank 0 hosts the store: it is told why, whichever rank 1 came second
+  CHECK(std::regex_search(test::read_file(dir / "p0.log"),
+                          std::regex(R"(rank 1 was started twice: by host [^,]+, pid \d+ and by host [^,]+, pid \d+)")));
 }
