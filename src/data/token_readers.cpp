@@ -116,24 +116,36 @@ TokenSegment open_bytes(const std::string& path) {
   return s;
 }
 
+// A file, or the files a glob matches (sorted), one after the other: CONFIG.md's "file, folder or glob"
+// for data.path. The check at start accepted a glob and the run then said "no such file".
+std::vector<TokenSegment> open_text_files(const std::string& path) {
+  if (!path.empty() && fs::exists(path)) return {open_bytes(path)};
+  const auto files = path.empty() ? std::vector<std::string>{} : expand_glob(path);
+  if (files.empty()) throw DataError(fmt::format("{}: no such file, or no files match (data.format text)", path));
+  std::vector<TokenSegment> segs;
+  for (const auto& f : files) segs.push_back(open_bytes(f));
+  return segs;
+}
+
 }  // namespace
 
 DatasetPair open_text(const config::DataConfig& data, int64_t block_size) {
   constexpr int64_t kByteVocab = 256;
-  TokenSegment all = open_bytes(data.path);
+  const std::vector<TokenSegment> segs = open_text_files(data.path);
   DatasetPair pair;
   if (!data.val_path.empty()) {
-    pair.train = std::make_shared<TokenDataset>("text", std::vector<TokenSegment>{all}, block_size, kByteVocab);
-    pair.val = std::make_shared<TokenDataset>("text", std::vector<TokenSegment>{open_bytes(data.val_path)}, block_size,
-                                              kByteVocab);
+    pair.train = std::make_shared<TokenDataset>("text", segs, block_size, kByteVocab);
+    pair.val = std::make_shared<TokenDataset>("text", open_text_files(data.val_path), block_size, kByteVocab);
     return pair;
   }
-  auto [head, tail] = split_tail({all}, data.val_fraction);
+  int64_t total = 0;
+  for (const auto& s : segs) total += s.count;
+  auto [head, tail] = split_tail(segs, data.val_fraction);
   pair.train = std::make_shared<TokenDataset>("text", head, block_size, kByteVocab, data.path);
   if (!tail.empty())
     pair.val = std::make_shared<TokenDataset>(
         "text", tail, block_size, kByteVocab,
-        fmt::format("{} (its validation tail, data.val_fraction {:g} of {} bytes)", data.path, data.val_fraction, all.count));
+        fmt::format("{} (its validation tail, data.val_fraction {:g} of {} bytes)", data.path, data.val_fraction, total));
   return pair;
 }
 

@@ -368,3 +368,25 @@ TEST_CASE("bad input: data that does not fit the model", "[unit]") {
         (dir / "tok.bin").string() +
             ": token 999 at byte offset 26 (token 13 of the file) is outside the vocabulary [0, 512) (model.vocab_size)");
 }
+
+// data.path "file, folder or glob" (CONFIG.md): a text glob passed the check at start, then the run
+// said "no such file". The matches are read in order, one after the other.
+TEST_CASE("text: a glob reads its files in order; one that matches nothing names the pattern", "[data]") {
+  auto dir = scratch_dir("text_glob");
+  fs::create_directories(dir / "txt");
+  for (int i = 1; i <= 3; ++i) write_file(dir / "txt" / ("part" + std::to_string(i) + ".txt"), std::string(100 * i, 'a' + i));
+  auto one = cfg("text", dir / "txt" / "part2.txt");
+  auto glob_one = cfg("text", dir / "txt" / "part2.*");
+  one.val_fraction = glob_one.val_fraction = 0;  // the whole file
+  CHECK(create_datasets(glob_one, gpt(8), 0).train->size() == create_datasets(one, gpt(8), 0).train->size());
+  auto all = cfg("text", dir / "txt" / "part*.txt");
+  all.val_path = (dir / "txt" / "part2.txt").string();
+  const auto pair = create_datasets(all, gpt(8), 0);
+  int64_t windows = 0;  // each file's windows: none crosses from one file into the next
+  for (int i = 1; i <= 3; ++i)
+    windows += create_datasets(cfg("text", dir / "txt" / ("part" + std::to_string(i) + ".txt")), gpt(8), 0).train->size();
+  CHECK(pair.train->size() >= windows);
+  CHECK(pair.val->size() == create_datasets(one, gpt(8), 0).train->size());
+  CHECK(error_of(cfg("text", dir / "txt" / "*.md"), gpt(8)).find("*.md: no such file, or no files match (data.format text)") !=
+        std::string::npos);
+}
