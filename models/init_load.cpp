@@ -97,7 +97,7 @@ bool init_skipped(const std::string& name, const std::vector<config::NamePattern
 struct InitPlan {
   InitReport report;
   std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // (model tensor, file tensor)
-  std::vector<std::string> mis_shaped, conflicting, unfaithful;
+  std::vector<std::string> mis_shaped, conflicting, unfaithful, nonfinite;
 };
 
 InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, const StateFile& file) {
@@ -138,6 +138,13 @@ InitPlan plan_init(const InitTargets& targets, const config::InitConfig& init, c
       covered.insert(owner);
       continue;
     }
+    // NaN or infinity: the run failed at its fifth step advising a lower learning rate, naming nothing
+    if (t.is_floating_point())
+      if (const int64_t bad = t.numel() - torch::isfinite(t).sum().item<int64_t>(); bad > 0) {
+        plan.nonfinite.push_back(name + " (" + std::to_string(bad) + " of " + std::to_string(t.numel()) + ")");
+        covered.insert(owner);
+        continue;
+      }
     if (const auto c = io::weight_conversion(t, want); !c.empty()) r.converted.push_back(name + " (" + c + ")");
     source[owner] = &t;
     r.loaded.push_back(name);
@@ -163,6 +170,7 @@ InitReport load_init_weights(torch::nn::Module& m, const config::InitConfig& ini
   add("mis-shaped", plan.mis_shaped, " (model.init.reinit_mismatched: true keeps the model's initialisation there)");
   add("tied tensors that differ", plan.conflicting, "");
   add("dtypes that cannot be loaded faithfully", plan.unfaithful, "");
+  add("NaN or infinite values", plan.nonfinite, " (weights of a run that diverged, or a damaged file)");
   if (init.strict) {
     add("missing", r.missing, " (model.init.strict: false accepts them)");
     add("unexpected", r.unexpected, " (model.init.skip or model.init.rename, or strict: false)");

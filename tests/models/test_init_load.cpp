@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 
 #include "model_test_util.hpp"
 #include "models/init_load.hpp"
@@ -136,4 +137,25 @@ TEST_CASE("model.init: a file that is neither safetensors nor torch.save is an e
   std::ofstream(text, std::ios::binary) << "just some text, not weights at all";
   CHECK_THROWS_WITH(models::load_init_weights(*model, {}, text),
                     Catch::StartsWith(text + ": ") && Catch::EndsWith("(read as safetensors: it is no torch.save zip archive)"));
+}
+
+// NaN or infinite weights were loaded without a word; the run failed at its fifth step advising a lower
+// learning rate. Refused, naming each tensor and how many of its values.
+TEST_CASE("model.init refuses NaN or infinite weights, naming the tensors", "[unit]") {
+  auto dir = test::scratch_dir("models_init_nonfinite");
+  const auto cfg = test::resnet_cfg(8, 4);
+  auto state = io::named_state(*test::make_model(cfg));
+  for (auto& [name, t] : state) {
+    if (name == "conv1.weight") t = t.clone().fill_(std::numeric_limits<float>::quiet_NaN());
+    if (name == "fc.bias") (t = t.clone())[1] = std::numeric_limits<float>::infinity();
+  }
+  const auto path = (dir / "nan.safetensors").string();
+  io::save_safetensors(path, state);
+  auto model = test::make_model(cfg);
+  config::InitConfig init;
+  const int64_t conv = model->named_parameters()["conv1.weight"].numel();
+  CHECK_THROWS_WITH(models::load_init_weights(*model, init, path),
+                    Catch::Contains(path + ": does not match the model; NaN or infinite values (2): ") &&
+                        Catch::Contains("conv1.weight (" + std::to_string(conv) + " of " + std::to_string(conv) + ")") &&
+                        Catch::Contains("fc.bias (1 of 4)"));
 }
