@@ -443,3 +443,19 @@ TEST_CASE("a token GPT continues a prompt of ids and prints ids", "[e2e]") {
   CHECK(images.exit_code == 2);
   CHECK(images.output.find("--input is for image models") != std::string::npos);
 }
+
+// A run directory inside the image folder it trains on became a class of its own to the next run and
+// broke the data for every later command. Refused before anything is created, exit 2.
+TEST_CASE("run refuses a run directory inside its image folder", "[e2e]") {
+  auto dir = scratch_dir("out_dir_in_data");
+  write_class_images(dir / "train", 2, 1);
+  write_class_images(dir / "val", 1, 2);
+  trainer::test::write_file(dir / "exp.yaml", predict_image_config());
+  auto r = run_trainer("run " + (dir / "exp.yaml").string() + " --set run.out_dir=" + (dir / "train" / "runs").string(),
+                       "cd " + dir.string() + " &&");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("run.out_dir: the run directory " + (dir / "train" / "runs" / "pr").string() +
+                      " would be inside the data folder " + (dir / "train").string()) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "train" / "runs"));
+}

@@ -213,6 +213,11 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
   if (m.cfg.model.attention == config::Attention::Auto && w.attention) m.cfg.model.attention = *w.attention;
   if (m.cfg.train.batch_size == 0 && w.batch_size > 0) m.cfg.train.batch_size = w.batch_size;
   if (w.normalize) use_recorded_normalize(m.cfg, *w.normalize, m.weights);
+  if (w.precision && m.cfg.train.precision != config::Precision::Auto && *w.precision != m.cfg.train.precision)
+    spdlog::warn("{} was trained in train.precision {}; the config's {} is used (its figures differ from the run's; "
+                 "--set train.precision={} reproduces them)",
+                 m.weights, config::name_of(*w.precision), config::name_of(m.cfg.train.precision),
+                 config::name_of(*w.precision));
   if (m.cfg.train.precision == config::Precision::Auto) {
     if (w.precision) {
       m.cfg.train.precision = *w.precision;
