@@ -137,3 +137,27 @@ TEST_CASE("weight corpus: every hostile file is refused naming file, tensor and 
   }
   CHECK(compared >= 15);
 }
+
+// A tensor that did not fit the file keeps its random initialisation; frozen as well, it never trains
+// (the README's recipe on grey images froze a random conv1, said at info level only): a warning.
+TEST_CASE("model.init: a re-initialised tensor that train.freeze freezes is warned about", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("init_reinit_frozen");
+  auto config = [&](int channels, const std::string& init = "") {
+    return "run: {name: c" + std::to_string(channels) + ", out_dir: " + (dir / "runs").string() + ", seed: 1}\n"
+           "model: {arch: resnet, depth: 8, width: 0.25, in_channels: " + std::to_string(channels) + ", num_classes: 4" +
+           init + "}\n"
+           "data: {format: synthetic, workers: 0, synthetic: {num_samples: 32, val_samples: 8, image_size: 16}}\n"
+           "train: {batch_size: 8, max_steps: 1, threads: 1, eval_every: 0}\nlog: {progress: off}\n";
+  };
+  trainer::test::write_file(dir / "a.yaml", config(3));
+  REQUIRE(trainer::test::run_trainer("run " + (dir / "a.yaml").string()).exit_code == 0);
+  REQUIRE(trainer::test::run_trainer("export " + (dir / "runs/c3").string() + " --out " + (dir / "a.safetensors").string())
+              .exit_code == 0);
+  trainer::test::write_file(dir / "b.yaml",
+                            config(1, ", init: {from: " + (dir / "a.safetensors").string() + ", reinit_mismatched: true}"));
+  auto r = trainer::test::run_trainer("run " + (dir / "b.yaml").string() + " --set \"train.freeze=['^conv1\\.']\"");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("model.init: conv1.weight did not fit " + (dir / "a.safetensors").string() +
+                      " and keeps its random initialisation, and train.freeze freezes it") != std::string::npos);
+}

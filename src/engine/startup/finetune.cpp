@@ -97,6 +97,16 @@ void load_initial_weights(models::Model& model, const config::ModelConfig& cfg, 
   const auto report = engine::tp_sharded(model) ? load_init_sliced(model, cfg, path)
                                                 : models::load_init_weights(model, cfg.init, path);
   log_init_report(report, cfg.init.strict);
+  // a tensor that did not fit keeps its random initialisation: frozen too, it never trains (the README's
+  // fine-tuning recipe on grey images froze a random conv1; said at info level only)
+  const auto params = model.named_parameters(/*recurse=*/true);
+  for (const auto& what : report.reinitialised) {
+    const std::string name = what.substr(0, what.find(':'));
+    if (const auto* p = params.find(name); p && !p->requires_grad())
+      spdlog::warn("model.init: {} did not fit {} and keeps its random initialisation, and train.freeze freezes it: it "
+                   "will never train (leave it out of train.freeze)",
+                   name, path);
+  }
   if (!cfg.init.skip.empty() && report.skipped.empty())
     spdlog::warn("model.init.skip: no name of {} matches any of its regexes", path);
   if (primary) io::write_file_atomic(run_dir / kInitReportFile, init_report_json(report).dump(2) + "\n");
