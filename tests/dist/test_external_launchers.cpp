@@ -131,27 +131,39 @@ TEST_CASE("a hung rank 0 hosting the store: rank 1 fails after dist.timeout_s in
   CHECK(output.find("error: ") != std::string::npos);
 }
 
-// Ranks started by hand with different world sizes waited out dist.timeout_s in the rendezvous, each
-// saying a rank did not come (rank 0 of the 2-rank view 5x as long). Both fail at once now, naming the
-// variable and both values.
-TEST_CASE("ranks started with different world sizes fail at once, naming the variable", "[dist][e2e]") {
-  auto dir = test::scratch_dir("world_size_mismatch");
+// Processes started by hand as ranks of one job (tiny GPT, dist.timeout_s 600: a test that waited it
+// out would fail), process i with `RANK=ranks[i] WORLD_SIZE=worlds[i]`, each in its own run directory;
+// waits for every one and returns their outputs, checking that each exited 1.
+std::vector<std::string> hand_started_ranks(const std::string& name, const std::vector<int>& ranks,
+                                            const std::vector<int>& worlds) {
+  auto dir = test::scratch_dir(name);
   std::string yaml = test::kTinyGptYaml;
   yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 600");
   test::write_file(dir / "g.yaml", yaml);
   const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(dist::free_local_port()) +
                           " OMP_NUM_THREADS=1 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0";
-  const std::string run_args = "run " + (dir / "g.yaml").string() + " --out-dir " + (dir / "out").string();
-  for (int r : {0, 1})
-    test::start_trainer(run_args, dir / ("r" + std::to_string(r) + ".log"), dir / ("r" + std::to_string(r) + ".rc"),
-                        env + " RANK=" + std::to_string(r) + " WORLD_SIZE=" + std::to_string(2 + r));
-  const std::string why = "the ranks of this job were started with different world sizes: rank ";
-  for (int r : {0, 1}) {
-    const int code = test::wait_rc(dir / ("r" + std::to_string(r) + ".rc"), 300);  // (600 s before)
-    const auto output = test::read_file(dir / ("r" + std::to_string(r) + ".log"));
-    INFO("rank " << r << ":\n" << output);
+  for (size_t i = 0; i < ranks.size(); ++i)
+    test::start_trainer("run " + (dir / "g.yaml").string() + " --out-dir " + (dir / ("out" + std::to_string(i))).string(),
+                        dir / ("p" + std::to_string(i) + ".log"), dir / ("p" + std::to_string(i) + ".rc"),
+                        env + " RANK=" + std::to_string(ranks[i]) + " WORLD_SIZE=" + std::to_string(worlds[i]));
+  std::vector<std::string> outputs;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int code = test::wait_rc(dir / ("p" + std::to_string(i) + ".rc"), 300);  // (600 s before)
+    outputs.push_back(test::read_file(dir / ("p" + std::to_string(i) + ".log")));
+    INFO("process " << i << ":\n" << outputs.back());
     CHECK(code == 1);
-    CHECK(output.find(why) != std::string::npos);
+  }
+  return outputs;
+}
+
+// Ranks started by hand with different world sizes waited out dist.timeout_s in the rendezvous, each
+// saying a rank did not come (rank 0 of the 2-rank view 5x as long). Both fail at once now, naming the
+// variable and both values.
+TEST_CASE("ranks started with different world sizes fail at once, naming the variable", "[dist][e2e]") {
+  const auto outputs = hand_started_ranks("world_size_mismatch", {0, 1}, {2, 3});
+  for (const auto& output : outputs) {
+    INFO(output);
+    CHECK(output.find("the ranks of this job were started with different world sizes: rank ") != std::string::npos);
     // whichever came second names itself; the first is told by the meeting
     CHECK((output.find("with WORLD_SIZE=3, a rank before it with WORLD_SIZE=2") != std::string::npos ||
            output.find("with WORLD_SIZE=2, a rank before it with WORLD_SIZE=3") != std::string::npos));
@@ -161,23 +173,8 @@ TEST_CASE("ranks started with different world sizes fail at once, naming the var
 // A rank started twice (two nodes given the same --node-rank) waited out dist.timeout_s with the others,
 // each saying a rank did not come. The second at the store says so at once, and calls the meeting off.
 TEST_CASE("a rank started twice fails at once, naming both processes", "[dist][e2e]") {
-  auto dir = test::scratch_dir("rank_twice");
-  std::string yaml = test::kTinyGptYaml;
-  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 600");
-  test::write_file(dir / "g.yaml", yaml);
-  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(dist::free_local_port()) +
-                          " OMP_NUM_THREADS=1 LOCAL_WORLD_SIZE=1 LOCAL_RANK=0 WORLD_SIZE=3";
-  const std::vector<int> ranks{0, 1, 1};
-  for (size_t i = 0; i < ranks.size(); ++i)
-    test::start_trainer("run " + (dir / "g.yaml").string() + " --out-dir " + (dir / ("out" + std::to_string(i))).string(),
-                        dir / ("p" + std::to_string(i) + ".log"), dir / ("p" + std::to_string(i) + ".rc"),
-                        env + " RANK=" + std::to_string(ranks[i]));
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    const int code = test::wait_rc(dir / ("p" + std::to_string(i) + ".rc"), 300);  // (600 s before)
-    INFO("process " << i << ":\n" << test::read_file(dir / ("p" + std::to_string(i) + ".log")));
-    CHECK(code == 1);
-  }
+  const auto outputs = hand_started_ranks("rank_twice", {0, 1, 1}, {3, 3, 3});
   // rank 0 hosts the store: it is told why, whichever rank 1 came second
-  CHECK(std::regex_search(test::read_file(dir / "p0.log"),
+  CHECK(std::regex_search(outputs.at(0),
                           std::regex(R"(rank 1 was started twice: by host [^,]+, pid \d+ and by host [^,]+, pid \d+)")));
 }
