@@ -371,7 +371,7 @@ TEST_CASE("bad input: data that does not fit the model", "[unit]") {
 
 // data.path "file, folder or glob" (CONFIG.md): a text glob passed the check at start, then the run
 // said "no such file". The matches are read in order, one after the other.
-TEST_CASE("text: a glob reads its files in order; one that matches nothing names the pattern", "[data]") {
+TEST_CASE("text: a glob reads its files in order, and one that matches nothing names the pattern", "[data]") {
   auto dir = scratch_dir("text_glob");
   fs::create_directories(dir / "txt");
   for (int i = 1; i <= 3; ++i) write_file(dir / "txt" / ("part" + std::to_string(i) + ".txt"), std::string(100 * i, 'a' + i));
