@@ -58,7 +58,7 @@ TEST_CASE("bad input: missing files and folders", "[unit]") {
   CHECK(error_of(cfg("image_folder", dir / "imgs"), resnet(3, 2)) ==
         (dir / "imgs").string() + ": no such folder (data.format image_folder)");
   CHECK(error_of(cfg("text", dir / "t.txt"), gpt(8, 256)) ==
-        (dir / "t.txt").string() + ": no such file (data.format text)");
+        (dir / "t.txt").string() + ": no such file, or no files match (data.format text)");
   CHECK(error_of(cfg("tokens", dir / "*.bin"), gpt(8, 256)) ==
         (dir / "*.bin").string() + ": no such file, or no files match (data.format tokens)");
 }
