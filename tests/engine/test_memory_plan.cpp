@@ -167,7 +167,7 @@ TEST_CASE("trainer check --memory prints the table, batch_size auto picks what c
   auto resumed = test::run_trainer("run " + cfg + set + " --set train.max_steps=6 --out-dir " + (dir / "small").string());
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
-  CHECK(resumed.output.find("resuming") != std::string::npos);
+  CHECK(resumed.output.find("resumed from ") != std::string::npos);
   CHECK(resumed.output.find("train.batch_size auto: micro-batch 4 x 4 accumulation x 1 rank(s) = global batch 16 "
                             "(kept from") != std::string::npos);
 
