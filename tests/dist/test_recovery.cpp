@@ -19,30 +19,14 @@
 #include "io/safetensors.hpp"
 #include "netns.hpp"
 #include "skip.hpp"
+#include "recovery_runs.hpp"
 #include "train_runs.hpp"
 
 namespace fs = std::filesystem;
 using namespace trainer;
+using namespace trainer::test::recovery;
 
 namespace {
-
-constexpr int kRecoverySteps = 60;
-
-// The tiny GPT at 2 samples per micro-batch and 24 per step: 3 micro-batches at 4 ranks, 4 at 3,
-// 6 at 2. Small buckets, so that a kill can land between two gradient buckets of one backward.
-std::string recovery_config(const fs::path& dir, double timeout_s = 20) {
-  std::string yaml = test::kTinyGptYaml;
-  auto swap = [&](const std::string& a, const std::string& b) { yaml.replace(yaml.find(a), a.size(), b); };
-  swap("batch_size: 8", "batch_size: 2\n  global_batch_size: 24");
-  swap("max_steps: 20", "max_steps: " + std::to_string(kRecoverySteps));
-  swap("timeout_s: 60", "timeout_s: " + std::to_string(timeout_s) + "\n  recovery: in_process\n  bucket_mb: 0.02");
-  test::write_file(dir / "recovery.yaml", yaml);
-  return (dir / "recovery.yaml").string();
-}
-
-std::vector<nlohmann::json> records(const fs::path& run_dir, const std::string& kind) {
-  return test::records(run_dir / "metrics.jsonl", kind);
-}
 
 double max_relative_weight_diff(const fs::path& a, const fs::path& b) {
   auto fa = io::load_safetensors(a.string()), fb = io::load_safetensors(b.string());
@@ -88,7 +72,7 @@ void check_trial(const fs::path& dir, const test::CommandResult& r, Trial& t) {
   REQUIRE(t.committed < kRecoverySteps);
 
   // every step logged once, with the world size that ran it; one attempt
-  const auto train = records(run, "train");
+  const auto train = run_records(run, "train");
   REQUIRE(train.size() == static_cast<size_t>(kRecoverySteps));
   for (int s = 1; s <= kRecoverySteps; ++s) {
     INFO("step " << s);
@@ -96,10 +80,10 @@ void check_trial(const fs::path& dir, const test::CommandResult& r, Trial& t) {
     CHECK(train[s - 1].at("world_size") == (s <= t.committed ? 4 : 3));
     CHECK(train[s - 1].at("samples") == 24 * s);  // the global batch is kept
   }
-  CHECK(records(run, "attempt").size() == 1);
-  CHECK(records(run, "summary").at(0).at("attempts") == 1);
+  CHECK(run_records(run, "attempt").size() == 1);
+  CHECK(run_records(run, "summary").at(0).at("attempts") == 1);
   // the change has a record of its own (the report marks it): after the committed steps, 4 -> 3
-  const auto world = records(run, "world");
+  const auto world = run_records(run, "world");
   REQUIRE(world.size() == 1);
   CHECK(world[0].at("step") == t.committed);
   CHECK(world[0].at("previous_world_size") == 4);
@@ -128,38 +112,6 @@ void check_trial(const fs::path& dir, const test::CommandResult& r, Trial& t) {
   REQUIRE(std::regex_search(log0, f, std::regex(R"(done at world size 3, [0-9.]+ s after the failure was seen \(unix time ([0-9.]+)\))")));
   t.recovery_s = std::stod(f[1]) - std::stod(k[1]);
   CHECK(t.recovery_s > 0);
-}
-
-// The namespace-host tests' config: no end of its own (the test stops it with SIGTERM once it has
-// seen what it waits for, so the run's length follows the host's speed), a record every 10 steps,
-// dist.timeout_s 10 (a loaded host's slowest collective is far below that).
-std::string long_config(const fs::path& dir) {
-  std::string yaml = test::read_file(recovery_config(dir, /*timeout_s=*/10));
-  yaml.replace(yaml.find("max_steps: 60"), 13, "max_steps: 1000000");
-  yaml.replace(yaml.find("log_every: 1"), 12, "log_every: 10");
-  test::write_file(dir / "long.yaml", yaml);
-  return (dir / "long.yaml").string();
-}
-
-// The train records at world size `w` after the first record at another size (all when none).
-size_t records_at_world_after_change(const std::vector<nlohmann::json>& train, int64_t w) {
-  size_t n = 0;
-  bool changed = false;
-  for (const auto& r : train) {
-    if (r.at("world_size") != w) changed = true, n = 0;
-    else if (changed) ++n;
-  }
-  return n;
-}
-
-// Stops the job as a scheduler would: SIGTERM to host 0's launcher (the parent of rank 0, whose pid
-// the run's lock names); it forwards the signal and every rank of the group saves at one step, exit 75.
-void stop_job(const fs::path& run) {
-  const pid_t rank0 = test::lock_holder(run / ".lock");
-  REQUIRE(rank0 > 0);
-  const auto stat = test::read_file("/proc/" + std::to_string(rank0) + "/stat");
-  const pid_t launcher = static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4)));
-  REQUIRE(::kill(launcher, SIGTERM) == 0);
 }
 
 // The train records every 10 steps, once each, in order; a last one at the stop's step may follow.
@@ -269,14 +221,14 @@ TEST_CASE("in-process recovery: a link taken down behaves like a death after dis
   const auto run = dir / "out/tiny";
   constexpr int64_t kDownAfter = 100;  // steps at 4 ranks before the link goes down
   REQUIRE(test::wait_for([&] {
-    auto train = records(run, "train");
+    auto train = run_records(run, "train");
     return !train.empty() && train.back().at("step").get<int64_t>() >= kDownAfter;
   }));
   const double down_at =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   REQUIRE(net->set_link(1, false));
   // 5 records (50 steps) at 2 ranks after the regroup, then a graceful stop
-  const bool went_on = test::wait_for([&] { return records_at_world_after_change(records(run, "train"), 2) >= 5; });
+  const bool went_on = test::wait_for([&] { return records_at_world_after_change(run_records(run, "train"), 2) >= 5; });
   if (went_on) stop_job(run);
   const int rc = test::wait_rc(dir / "host0.rc");
   net->kill_host(1);  // its ranks are stuck or gone; its launcher may still wait on them
@@ -287,14 +239,14 @@ TEST_CASE("in-process recovery: a link taken down behaves like a death after dis
   CHECK(log.find("lost member(s) 2, 3; member 0") != std::string::npos);
   CHECK(log.find("continues as rank 0 of 2 (generation 1)") != std::string::npos);
   CHECK(log.find("2 x 6 accumulation x 2 ranks = 24 samples per step (global batch kept)") != std::string::npos);
-  const auto train = every_tenth(records(run, "train"));
+  const auto train = every_tenth(run_records(run, "train"));
   int64_t last4 = 0;
   for (const auto& r : train) {
     if (r.at("world_size") == 4) last4 = r.at("step");
     else CHECK(r.at("world_size") == 2);
   }
   CHECK(last4 >= kDownAfter);
-  CHECK(records(run, "attempt").size() == 1);  // one attempt: no restart (a stopped run has no summary)
+  CHECK(run_records(run, "attempt").size() == 1);  // one attempt: no restart (a stopped run has no summary)
   std::smatch f;
   REQUIRE(std::regex_search(log, f, std::regex(R"(done at world size 2, ([0-9.]+) s after the failure was seen \(unix time ([0-9.]+)\))")));
   const double recovery_s = std::stod(f[2]) - down_at;
@@ -353,15 +305,15 @@ TEST_CASE("in-process recovery: a replacement joins the running group and the wo
                             std::regex("member " + std::to_string(victim) + R"( \(pid \d+\) joined the running group, )"
                                        R"(with rank 0's state \(not from a checkpoint\), as rank )" +
                                        std::to_string(victim) + " of 4")));
-    const auto train = records(out / "tiny", "train");
+    const auto train = run_records(out / "tiny", "train");
     REQUIRE(train.size() == static_cast<size_t>(kRecoverySteps));
     for (int s = 1; s <= kRecoverySteps; ++s) {
       INFO("step " << s);
       CHECK(train[s - 1].at("step") == s);
       CHECK(train[s - 1].at("world_size") == (s <= shrunk || s > grown ? 4 : 3));
     }
-    CHECK(records(out / "tiny", "summary").at(0).at("attempts") == 1);
-    const auto world = records(out / "tiny", "world");
+    CHECK(run_records(out / "tiny", "summary").at(0).at("attempts") == 1);
+    const auto world = run_records(out / "tiny", "world");
     REQUIRE(world.size() == 2);
     CHECK(world[0].at("step") == shrunk);
     CHECK(world[0].at("world_size") == 3);
@@ -402,7 +354,7 @@ TEST_CASE("in-process recovery: a host lost and started again with --join grows 
   start(1, "1", "");
   const auto run = dir / "out/tiny";
   REQUIRE(test::wait_for([&] {
-    auto train = records(run, "train");
+    auto train = run_records(run, "train");
     return !train.empty() && train.back().at("step").get<int64_t>() >= 100;
   }));
   net->kill_host(1);
@@ -414,7 +366,7 @@ TEST_CASE("in-process recovery: a host lost and started again with --join grows 
   const bool grew = test::wait_for([&] {
     const auto log = test::read_file(run / "logs/rank0.log");
     return log.find("the group grew from") != std::string::npos &&
-           records_at_world_after_change(records(run, "train"), 4) >= 5;
+           records_at_world_after_change(run_records(run, "train"), 4) >= 5;
   });
   if (grew) stop_job(run);
   const int rc0 = test::wait_rc(dir / "host0.rc"), rc1 = test::wait_rc(dir / "host1b.rc");
@@ -431,61 +383,18 @@ TEST_CASE("in-process recovery: a host lost and started again with --join grows 
                                           R"(0 of 4 \(generation \d+\) after \d+ committed steps, 2 x 3 accumulation)")));
   CHECK(log.find("no member lost") == std::string::npos);
   std::vector<int64_t> worlds;  // the world sizes in step order, each change once
-  for (const auto& r : every_tenth(records(run, "train"))) {
+  for (const auto& r : every_tenth(run_records(run, "train"))) {
     const int64_t w = r.at("world_size");
     if (worlds.empty() || worlds.back() != w) worlds.push_back(w);
   }
   INFO("world sizes in step order: " << nlohmann::json(worlds).dump());
   CHECK((worlds == std::vector<int64_t>{4, 2, 4} || worlds == std::vector<int64_t>{4, 2, 3, 4}));
-  CHECK(records(run, "attempt").size() == 1);  // one attempt: no restart (a stopped run has no summary)
-  CHECK(records(run, "train").back().at("world_size") == 4);  // the stop's step too
+  CHECK(run_records(run, "attempt").size() == 1);  // one attempt: no restart (a stopped run has no summary)
+  CHECK(run_records(run, "train").back().at("world_size") == 4);  // the stop's step too
 }
 
 // A replacement that comes too late: the group finishes before it could join. The replacement ends
 // at once (exit 0) instead of waiting dist.timeout_s, and so does the launcher.
-// Every world size aims at train.global_batch_size. It aimed at the current world's samples per step:
-// after a size that did not divide the global batch (3 ranks of 2 for 8: 6 a step) the next (2
-// ranks) kept that and trained at 4 a step to the end, and a grown group at twice the global batch
-// (found from outside, 2026-12-07). 4 ranks, then 3 (6 a step), then 2 (8 again: 2 accumulations).
-TEST_CASE("in-process recovery: every world size aims at train.global_batch_size, not the last world's", "[dist][e2e]") {
-  auto dir = test::scratch_dir("recovery_target_batch");
-  std::string yaml = test::read_file(long_config(dir));
-  yaml.replace(yaml.find("global_batch_size: 24"), 21, "global_batch_size: 8");
-  yaml.replace(yaml.find("log_every: 10"), 13, "log_every: 1");
-  test::write_file(dir / "target.yaml", yaml);
-  const auto run = dir / "out" / "tiny";
-  test::start_trainer("launch -n 4 -- run " + (dir / "target.yaml").string() + " --out-dir " + (dir / "out").string(),
-                      dir / "job.log", dir / "job.rc", "TRAINER_INJECT_KILL=3:vote:10");
-  // launch rank 2 once the group runs at 3: killed by the test (an injected kill acts in the first group only)
-  pid_t rank2 = 0;
-  REQUIRE(test::wait_for([&] {
-    const auto log = test::read_file(run / "logs/rank2.log");
-    std::smatch m;
-    if (!std::regex_search(log, m, std::regex(R"(member 2 \(pid (\d+)\) continues as rank \d of 3)"))) return false;
-    rank2 = static_cast<pid_t>(std::stol(m[1]));
-    return records_at_world_after_change(records(run, "train"), 3) >= 2;
-  }));
-  REQUIRE(::kill(rank2, SIGKILL) == 0);
-  // then 5 steps at 2 ranks, and the stop
-  REQUIRE(test::wait_for([&] { return records_at_world_after_change(records(run, "train"), 2) >= 5; }));
-  stop_job(run);
-  const int rc = test::wait_rc(dir / "job.rc");
-  INFO(test::read_file(dir / "job.log"));
-  CHECK(rc == 75);
-  std::map<int64_t, int> worlds;  // world size -> steps
-  int64_t samples = 0;
-  for (const auto& rec : records(run, "train")) {
-    INFO(rec.dump());
-    const int64_t w = rec.at("world_size");
-    ++worlds[w];
-    samples += w == 3 ? 6 : 8;  // 2 x 1 x 3 (8 does not divide by 6), else 8 (2 x 1 x 4, 2 x 2 x 2)
-    CHECK(rec.at("samples") == samples);
-  }
-  CHECK(worlds.size() == 3);
-  CHECK(test::read_file(run / "logs/rank0.log")
-            .find("2 x 2 accumulation x 2 ranks = 8 samples per step (global batch kept)") != std::string::npos);
-}
-
 TEST_CASE("in-process recovery: a replacement started as the run ends exits at once", "[dist][e2e]") {
   auto dir = test::scratch_dir("recovery_late");
   const auto cfg = recovery_config(dir, /*timeout_s=*/120);
@@ -499,7 +408,7 @@ TEST_CASE("in-process recovery: a replacement started as the run ends exits at o
   CHECK(test::read_file(dir / "out/tiny/logs/rank2.log")
             .find("the run ended (finished or stopped) before this replacement could join it") != std::string::npos);
   CHECK(s < 60);  // not dist.timeout_s (120 s) of waiting
-  CHECK(records(dir / "out/tiny", "train").size() == static_cast<size_t>(kRecoverySteps));
+  CHECK(run_records(dir / "out/tiny", "train").size() == static_cast<size_t>(kRecoverySteps));
 }
 
 // A rank that dies between its gradient sync and its commit vote fails no collective of its peers:
@@ -516,7 +425,7 @@ TEST_CASE("in-process recovery: a rank killed before its commit vote is seen by 
   CHECK(log0.find("member 2's process ended before it voted on step 20 (its launcher's mark)") != std::string::npos);
   CHECK(log0.find("did not finish within dist.timeout_s") == std::string::npos);
   CHECK(log0.find("lost member(s) 2;") != std::string::npos);
-  const auto train = records(dir / "out/tiny", "train");
+  const auto train = run_records(dir / "out/tiny", "train");
   REQUIRE(train.size() == static_cast<size_t>(kRecoverySteps));
   for (int s = 1; s <= kRecoverySteps; ++s) {
     INFO("step " << s);
