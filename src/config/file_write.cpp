@@ -81,16 +81,21 @@ void check_output_file(const char* flag, const fs::path& path, const std::vector
   if (ec) return;  // the writer names what is wrong with the path
   if (const auto why = run_file_reason(abs); !why.empty())
     refuse(why + " (what the run saved is not overwritten); write the output elsewhere");
-  for (const auto& in : data_folders) {  // predict --input folders, the data eval reads
-    struct stat st {};
-    if (in.empty() || ::stat(in.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
-    std::error_code e2;
-    const fs::path folder = fs::weakly_canonical(fs::absolute(in, e2), e2);
-    const auto rel = abs.lexically_relative(folder);
-    if (!e2 && !rel.empty() && *rel.begin() != "..")
+  for (const auto& in : data_folders)  // predict --input folders, the data eval reads
+    if (is_inside_folder(abs, in))
       refuse("is inside this command's input folder " + in.string() + " (it would replace or add to what is read "
              "there); write the output elsewhere");
-  }
+}
+
+bool is_inside_folder(const fs::path& path, const fs::path& folder) {
+  struct stat st {};
+  if (folder.empty() || ::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return false;
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  if (ec) return false;
+  const fs::path f = fs::weakly_canonical(fs::absolute(folder, ec), ec);
+  const auto rel = p.lexically_relative(f);
+  return !ec && !rel.empty() && *rel.begin() != "..";
 }
 
 fs::path temporary_for(const fs::path& path) {

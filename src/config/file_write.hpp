@@ -28,6 +28,10 @@ void check_output_file(const char* flag, const std::filesystem::path& path,
                        const std::vector<std::filesystem::path>& inputs = {},
                        const std::vector<std::filesystem::path>& data_folders = {});
 
+// Whether `path` (which need not exist) lies inside `folder`, an existing folder, both resolved
+// (symbolic links, "..") as the file system sees them.
+bool is_inside_folder(const std::filesystem::path& path, const std::filesystem::path& folder);
+
 // Writes `text` to `path` atomically: a temporary file in the same folder (temporary_for), fsync,
 // rename, fsync the folder. A failure throws std::runtime_error naming the file and errno's text, and
 // leaves `path` as it was.

@@ -70,6 +70,13 @@ std::string key_namespace(const LaunchEnv& env, const config::DistConfig& cfg) {
   return ns + "attempt_" + std::to_string(env.restart_count) + "/";
 }
 
+// "host H, pid P": this process, as a store entry names it to the others.
+std::string this_process() {
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return "host " + std::string(host) + ", pid " + std::to_string(::getpid());
+}
+
 // Each rank signs in to a file store under its rank. Finding its own entry already there means the
 // file holds a job that did not finish with the same identity: its rendezvous keys (Gloo addresses
 // of dead processes) would be read as this job's, so stop here and say which file to delete.
@@ -83,10 +90,7 @@ void sign_in(c10d::Store& store, const LaunchEnv& env, const config::DistConfig&
                     "started the same way (" + (env.job_id.empty() ? "no job id from the launcher" : env.job_id) +
                     "); delete " + path + " (no job may be using it) and start again");
   }
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  const std::string who = "host " + std::string(host) + ", pid " + std::to_string(::getpid()) + ", unix time " +
-                          std::to_string(std::time(nullptr));
+  const std::string who = this_process() + ", unix time " + std::to_string(std::time(nullptr));
   store.set(key, std::vector<uint8_t>(who.begin(), who.end()));
 }
 
@@ -102,14 +106,6 @@ std::future<c10::intrusive_ptr<c10d::TCPStore>> connect_in_background(const std:
   auto connected = connect->get_future();
   std::thread([connect] { (*connect)(); }).detach();
   return connected;
-}
-
-// The variable a launcher gives the world size in.
-std::string world_size_variable(const std::string& launcher) {
-  if (launcher == "slurm") return "SLURM_NTASKS";
-  if (launcher == "openmpi") return "OMPI_COMM_WORLD_SIZE";
-  if (launcher == "mpich") return "PMI_SIZE";
-  return "WORLD_SIZE";
 }
 
 // Ranks started by hand (or by launchers on several hosts) with different world sizes met in the process
@@ -132,14 +128,12 @@ void agree_on_membership(c10d::Store& store, const LaunchEnv& env, const std::st
   const std::string mine = std::to_string(env.world_size);
   const auto first = store.compareSet(ns + "world_size", {}, bytes(mine));
   const std::string theirs(first.begin(), first.end());
-  const std::string var = world_size_variable(env.launcher);
+  const std::string& var = env.world_size_var;
   if (theirs != mine)
     call_off("the ranks of this job were started with different world sizes: rank " + std::to_string(env.rank) +
              " with " + var + "=" + mine + ", a rank before it with " + var + "=" + theirs +
              "; start every rank with the same " + var + " (or is another job using the same rendezvous address?)");
-  char host[256] = {};
-  ::gethostname(host, sizeof(host) - 1);
-  const std::string me = "host " + std::string(host) + ", pid " + std::to_string(::getpid());
+  const std::string me = this_process();
   const auto holder = store.compareSet(ns + "rank/" + std::to_string(env.rank), {}, bytes(me));
   if (std::string(holder.begin(), holder.end()) != me)
     call_off("rank " + std::to_string(env.rank) + " was started twice: by " +

@@ -30,7 +30,8 @@ struct Reader {
   int64_t integer_or(const char* name, int64_t fallback) const { return has(name) ? integer(name) : fallback; }
 };
 
-void check(const LaunchEnv& e, const Reader& r, const char* rank_var, const char* world_var) {
+void check(LaunchEnv& e, const Reader& r, const char* rank_var, const char* world_var) {
+  e.world_size_var = world_var;
   if (e.world_size < 1) throw LaunchEnvError(r.launcher + " launch: " + world_var + " must be >= 1");
   if (e.rank >= e.world_size)
     throw LaunchEnvError(r.launcher + " launch: " + rank_var + "=" + std::to_string(e.rank) + " is not below " +

@@ -13,6 +13,7 @@ struct LaunchEnv {
   std::string launcher = "none";  // none | torchrun | openmpi | mpich | slurm
   int64_t rank = 0;
   int64_t world_size = 1;
+  std::string world_size_var = "WORLD_SIZE";  // the variable world_size was read from (messages)
   int64_t local_rank = 0;
   int64_t local_world_size = 1;
   std::string master_addr;  // "" when the launcher gives none (single process, or mpirun + FileStore)

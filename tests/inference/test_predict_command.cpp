@@ -44,6 +44,15 @@ std::string predict_image_config() {
          "optim: {name: sgd, lr: 0.05, momentum: 0.9}\nlog: {progress: off}\n";
 }
 
+// The run both image tests take: 24 training and 8 validation images a class, trained by
+// predict_image_config(); its run directory.
+fs::path train_image_classifier(const fs::path& dir) {
+  write_class_images(dir / "train", 24, 1);
+  write_class_images(dir / "val", 8, 2);
+  train_config(dir, predict_image_config());
+  return dir / "runs" / "pr";
+}
+
 // stdout only: the JSON lines are not mixed with the log
 CommandResult predict_stdout(const std::string& args) { return run_trainer("predict " + args + " 2>/dev/null"); }
 
@@ -59,10 +68,7 @@ std::string text_config(const std::string& corpus) {
 
 TEST_CASE("predict on an image folder: class names, top-k, and the argmax eval scored", "[e2e]") {
   auto dir = scratch_dir("predict_images");
-  write_class_images(dir / "train", 24, 1);
-  write_class_images(dir / "val", 8, 2);
-  train_config(dir, predict_image_config());
-  const auto run = dir / "runs" / "pr";
+  const auto run = train_image_classifier(dir);
   const double accuracy = records(run / "metrics.jsonl", "eval").back().at("accuracy").get<double>();
   const std::string base = (dir / "exp.yaml").string() + " --checkpoint " + run.string() + " --input ";
 
@@ -118,10 +124,7 @@ TEST_CASE("predict on an image folder: class names, top-k, and the argmax eval s
 // eval, predict and export use them.
 TEST_CASE("eval, predict and export use the normalisation the run recorded, not the training data's now", "[e2e]") {
   auto dir = scratch_dir("recorded_normalize");
-  write_class_images(dir / "train", 24, 1);
-  write_class_images(dir / "val", 8, 2);
-  train_config(dir, predict_image_config());
-  const auto run = dir / "runs" / "pr";
+  const auto run = train_image_classifier(dir);
   const auto logged = records(run / "metrics.jsonl", "eval").back();
   const auto step_dir = run / "checkpoints" / ("step-" + std::to_string(logged.at("step").get<int64_t>()));
   const auto state = nlohmann::json::parse(read_file(step_dir / "state.json"));

@@ -12,6 +12,7 @@
 
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
+#include "config/file_write.hpp"
 #include "data/file_util.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/checkpointing.hpp"
@@ -65,14 +66,10 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   // a run directory inside the image folder it trains on became a class of its own, and broke the data
   // for every later command (found from outside, 2026-12-07)
   if (cfg.data.format == config::DataFormat::ImageFolder)
-    for (const auto& data : {cfg.data.path, cfg.data.val_path}) {
-      std::error_code ec;
-      const auto folder = fs::weakly_canonical(fs::absolute(data, ec), ec);
-      const auto rel = fs::weakly_canonical(fs::absolute(io::run_dir_path(cfg), ec), ec).lexically_relative(folder);
-      if (!data.empty() && fs::is_directory(folder, ec) && !rel.empty() && *rel.begin() != "..")
+    for (const auto& data : {cfg.data.path, cfg.data.val_path})
+      if (is_inside_folder(io::run_dir_path(cfg), data))
         throw Refused("run.out_dir: the run directory " + io::run_dir_path(cfg).string() + " would be inside the "
                       "data folder " + data + " (a class folder of its own to the next run); put run.out_dir elsewhere");
-    }
   const fs::path ckpts = checkpoint_dir(cfg, io::run_dir_path(cfg));
   const std::string held = a_checkpoint(ckpts);
   if (args.force && s.resume.mode != ResumeMode::Never)  // it did nothing, in silence
