@@ -96,7 +96,8 @@ void add_check_options(CLI::App* check, trainer::engine::CheckArgs& a) {
 // anything is created (engine/commands/run_command.hpp), once, in the launcher, with the environment
 // its ranks will see: nullopt when they pass, else the exit code, the errors said once and no rank
 // started.
-std::optional<int> check_launched(const std::vector<std::string>& args, const trainer::dist::LaunchEnv& env) {
+std::optional<int> check_launched(const std::vector<std::string>& args, const trainer::dist::LaunchEnv& env,
+                                  double* timeout_s) {
   CLI::App app{"", "trainer"};
   trainer::engine::RunArgs run_args;
   trainer::engine::CheckArgs check_args;
@@ -110,7 +111,8 @@ std::optional<int> check_launched(const std::vector<std::string>& args, const tr
     const int rc = app.exit(e);
     return rc == 0 ? trainer::kExitOk : trainer::kExitUsage;  // --help: said once, no rank started
   }
-  const int rc = *run ? trainer::engine::check_run_start(run_args, env) : trainer::engine::check_check_start(check_args, env);
+  const int rc = *run ? trainer::engine::check_run_start(run_args, env, timeout_s)
+                       : trainer::engine::check_check_start(check_args, env, timeout_s);
   if (rc != trainer::kExitOk) return rc;
   return std::nullopt;
 }
@@ -304,9 +306,9 @@ int main(int argc, char** argv) {
     // 127.0.0.1 is the default of one node only: node 1 of several dialled it and timed out
     if (launch->count("--master-addr") == 0 && launch_opts.nnodes > 1) launch_opts.master_addr.clear();
     if (launch_args.front() == "run" || launch_args.front() == "check")
-      launch_opts.preflight = [&launch_args, join = launch_opts.join](trainer::dist::LaunchEnv env) {
+      launch_opts.preflight = [&launch_args, join = launch_opts.join](trainer::dist::LaunchEnv env, double* timeout_s) {
         if (join) env.join_incarnation = 1;  // its ranks are replacements: the config must allow that
-        return check_launched(launch_args, env);
+        return check_launched(launch_args, env, timeout_s);
       };
     return trainer::dist::cmd_launch(launch_opts, launch_args);
   }

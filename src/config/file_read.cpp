@@ -21,6 +21,26 @@ std::string file_kind(unsigned mode) {
   return "not a regular file";
 }
 
+FolderCheck check_folder(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) return {};
+    if (S_ISREG(st.st_mode)) return {FolderCheck::File, ""};
+    return {FolderCheck::Other, file_kind(st.st_mode)};
+  }
+  const int err = errno;
+  if (err == ELOOP) return {FolderCheck::LinkLoop, std::strerror(err)};
+  struct stat lst {};
+  if (err == ENOENT && ::lstat(path.c_str(), &lst) == 0 && S_ISLNK(lst.st_mode)) {
+    std::string target(4096, '\0');
+    const auto n = ::readlink(path.c_str(), target.data(), target.size());
+    target.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return {FolderCheck::DanglingLink, target};
+  }
+  if (err == ENOENT || err == ENOTDIR) return {FolderCheck::Missing, ""};
+  return {FolderCheck::Unreadable, std::strerror(err)};
+}
+
 std::string human_bytes(uint64_t n) {
   const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   if (n < 1024) return std::to_string(n) + " bytes";

@@ -70,6 +70,13 @@ class RegularFile {
 // "a FIFO (named pipe)", "a folder", "a character device", ... for the st_mode of a non-regular file.
 std::string file_kind(unsigned mode);
 
+// What a path that should be a folder is, links followed: Folder, or why not (for messages).
+struct FolderCheck {
+  enum Kind { Folder, Missing, DanglingLink, LinkLoop, File, Other, Unreadable } kind = Folder;
+  std::string detail;  // DanglingLink: the link's target; Other: file_kind(); Unreadable: strerror
+};
+FolderCheck check_folder(const std::string& path);
+
 // "12.0 MiB": for limit messages.
 std::string human_bytes(uint64_t n);
 

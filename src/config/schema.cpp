@@ -181,7 +181,9 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   k.e("format", d.format, "Dataset reader.");
   k.p("path", d.path, "Training data: file, folder or glob (relative to the config file's folder).");
   k.p("val_path", d.val_path, "Validation data (\"\" = the format's test files or a split of path).");
-  k.f("val_fraction", d.val_fraction, 0, 0.9, "text: fraction of the file (its tail) used for validation.");
+  k.f("val_fraction", d.val_fraction, 0, 0.9,
+      "text and tokens: fraction of the data (its tail) used for validation; tokens without data.val_path or "
+      "val_*.bin shards only.");
   k.i("image_size", d.image_size, 0, 8192, "Resize images to this side in pixels (0 = keep).");
   k.i("val_resize", d.val_resize, 0, 8192,
       "Validation and predict: the shorter side is resized to this, then the centred data.image_size square is "

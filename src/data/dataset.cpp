@@ -54,6 +54,26 @@ class LimitedDataset : public Dataset {
   int64_t limit_;
 };
 
+// An image folder is sorted by class: its first N images may be a few classes' (found from outside: a
+// one-class model trained in silence). Said, with the classes that get no sample.
+void warn_classes_left_out(const Dataset& train, int64_t limit) {
+  const auto labels = train.first_labels(limit);
+  const auto names = train.class_names();
+  if (labels.empty() || names.empty()) return;
+  std::vector<bool> seen(names.size(), false);
+  for (const auto l : labels)
+    if (l >= 0 && l < static_cast<int64_t>(seen.size())) seen[l] = true;
+  std::vector<std::string> missing;
+  for (size_t c = 0; c < names.size(); ++c)
+    if (!seen[c]) missing.push_back(names[c]);
+  if (missing.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < missing.size() && i < 5; ++i) list += (i ? ", " : "") + missing[i];
+  if (missing.size() > 5) list += ", ...";
+  spdlog::warn("data.limit_samples {} keeps the first {} images of {}, which is sorted by class: {} of its {} classes "
+               "get no training sample ({}). Make a smaller folder with some images of every class instead",
+               limit, limit, train.describe(), missing.size(), names.size(), list);
+}
 
 // Per-channel values from the config: one per channel, or one for all.
 std::vector<double> per_channel(const std::vector<double>& v, int64_t channels, const char* key) {
@@ -246,8 +266,10 @@ DatasetPair create_datasets(const config::DataConfig& data, const config::ModelC
   setup_normalizer(data.normalize, pair);
   if (auto* img = dynamic_cast<ImageDataset*>(pair.train.get()))
     spdlog::debug("data normalisation: {}", img->normalizer().describe());
-  if (data.limit_samples > 0 && data.limit_samples < pair.train->size())
+  if (data.limit_samples > 0 && data.limit_samples < pair.train->size()) {
+    warn_classes_left_out(*pair.train, data.limit_samples);
     pair.train = std::make_shared<LimitedDataset>(pair.train, data.limit_samples);
+  }
   return pair;
 }
 

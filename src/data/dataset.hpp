@@ -80,6 +80,9 @@ class Dataset {
   virtual const NormalizeValues* normalization() const { return nullptr; }
   // The class names when the reader knows them (image_folder: the class folders, sorted); else empty.
   virtual std::vector<std::string> class_names() const { return {}; }
+  // The labels of the first `n` samples, when the reader knows them without reading (image_folder);
+  // else empty. (data.limit_samples of a folder sorted by class keeps the first classes only.)
+  virtual std::vector<int64_t> first_labels(int64_t n) const { (void)n; return {}; }
   // What `trainer check` reads of every sample before a run does: the samples read and the bad ones,
   // each "file: why" (image_folder: every header: readable, within the size limit, and one size when
   // data.image_size is 0; `decode` decodes each image whole too). Formats read whole when opened

@@ -5,8 +5,11 @@
 // loader's worker threads, resized (shorter side) and centre-cropped to data.image_size. With
 // data.image_size = 0 every image must have the size of the first one.
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <map>
 #include <filesystem>
 
@@ -66,12 +69,28 @@ void check_unreadable(const std::string& root, const std::string& cls, const Fol
   spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
 }
 
-std::vector<std::string> class_names(const std::string& root) {
-  if (root.empty() || !fs::exists(root)) throw DataError(fmt::format("{}: no such folder (data.format image_folder)", root));
-  if (!fs::is_directory(root)) throw DataError(root + ": not a folder (image_folder wants one sub-folder per class)");
+// The class folders: `root`'s sub-folders (links followed). An entry beside them that cannot be told
+// apart (a loop of links, no permission) is a bad sample: refused, or left out with a warning (skip);
+// a link to nothing is no folder, as for torchvision.
+std::vector<std::string> class_names(const std::string& root, bool skip_bad) {
+  std::error_code ec;
+  if (root.empty() || !fs::exists(root, ec)) throw DataError(fmt::format("{}: no such folder (data.format image_folder)", root));
+  if (!fs::is_directory(root, ec)) throw DataError(root + ": not a folder (image_folder wants one sub-folder per class)");
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(root))
-    if (e.is_directory()) names.push_back(e.path().filename().string());
+  fs::directory_iterator it(root, ec);
+  for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
+    struct stat st {};
+    if (::stat(it->path().c_str(), &st) == 0) {
+      if (S_ISDIR(st.st_mode)) names.push_back(it->path().filename().string());
+      continue;
+    }
+    if (errno == ENOENT) continue;
+    const std::string what = fmt::format("{}: '{}' beside the class folders cannot be read ({})", root,
+                                         it->path().filename().string(), std::strerror(errno));
+    if (!skip_bad) throw DataError(what + ". Remove or repair it, or set data.on_bad_sample: skip to leave it out");
+    spdlog::warn("{}: left out (data.on_bad_sample: skip)", what);
+  }
+  if (ec) throw DataError(fmt::format("{}: cannot list the folder: {}", root, ec.message()));
   std::sort(names.begin(), names.end());
   if (names.empty()) throw DataError(root + ": the dataset is empty (no class sub-folders)");
   return names;
@@ -125,6 +144,9 @@ class ImageFolderDataset : public ImageDataset {
   }
 
   int64_t size() const override { return static_cast<int64_t>(index_.files.size()); }
+  std::vector<int64_t> first_labels(int64_t n) const override {
+    return {index_.labels.begin(), index_.labels.begin() + std::min<int64_t>(n, size())};
+  }
   std::string describe() const override {
     return fmt::format("image_folder {}: {} images {}x{}x{}, {} classes", root_, size(), channels_, height_, width_,
                        classes_);
@@ -253,11 +275,11 @@ std::shared_ptr<ImageFolderDataset> open_folder(const std::string& root, const s
 }  // namespace
 
 DatasetPair open_image_folder(const config::DataConfig& data, const ImageOptions& opts, int64_t channels) {
-  std::vector<std::string> classes = class_names(data.path);
+  std::vector<std::string> classes = class_names(data.path, opts.skip_bad);
   DatasetPair pair;
   pair.train = open_folder(data.path, classes, opts, channels);
   if (!data.val_path.empty()) {
-    std::vector<std::string> val_classes = class_names(data.val_path);
+    std::vector<std::string> val_classes = class_names(data.val_path, opts.skip_bad);
     if (val_classes != classes) {
       std::vector<std::string> only_train, only_val;
       std::set_difference(classes.begin(), classes.end(), val_classes.begin(), val_classes.end(),

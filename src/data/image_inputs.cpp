@@ -15,16 +15,20 @@ namespace trainer::data {
 namespace {
 namespace fs = std::filesystem;
 
-std::vector<std::string> inputs_folder_images(const fs::path& folder) {
+std::vector<std::string> inputs_folder_images(const fs::path& folder, bool skip_bad) {
   std::vector<std::string> files, others;
   const FolderListing listing = list_folder_files(folder.string());
   for (const auto& path : listing.files) {
     if (is_decodable_image_name(path)) files.push_back(path);
     else if (is_other_image_name(path)) others.push_back(path);
   }
-  // an image named but not readable is an input the user asked about: said, as a file that is no image is
-  for (const auto& [path, why] : listing.unreadable)
-    if (is_decodable_image_name(path)) throw DataError(fmt::format("{}: {}", path, why));
+  // an image named but not readable is an input the user asked about: said, as a file that is no image
+  // is (data.on_bad_sample: skip leaves it out, as it leaves out a file that does not decode)
+  for (const auto& [path, why] : listing.unreadable) {
+    if (!is_decodable_image_name(path)) continue;
+    if (!skip_bad) throw DataError(fmt::format("{}: {}", path, why));
+    spdlog::warn("{}: {}: left out (data.on_bad_sample: skip)", path, why);
+  }
   for (const auto& [path, why] : listing.unlisted)
     throw DataError(fmt::format("{}: cannot list the folder: {}", path, why));
   if (!others.empty())  // named, not dropped silently: trainer decodes JPEG and PNG only
@@ -56,14 +60,14 @@ ImageInputSpec image_input_spec(const config::DataConfig& data, const config::Mo
   return spec;
 }
 
-std::vector<std::string> expand_image_inputs(const std::vector<std::string>& paths) {
+std::vector<std::string> expand_image_inputs(const std::vector<std::string>& paths, bool skip_bad) {
   std::vector<std::string> files;
   for (const auto& p : paths) {
     std::error_code ec;
     const auto st = fs::status(p, ec);
     if (ec || !fs::exists(st)) throw DataError(fmt::format("{}: no such file or folder", p));
     if (fs::is_directory(st)) {
-      auto more = inputs_folder_images(p);
+      auto more = inputs_folder_images(p, skip_bad);
       files.insert(files.end(), more.begin(), more.end());
     } else {
       files.push_back(p);  // named on purpose: decoding tells whether it is an image

@@ -27,8 +27,9 @@ ImageInputSpec image_input_spec(const config::DataConfig& data, const config::Mo
 
 // Files and folders -> image files: a file as given (whatever its name; decoding decides), a folder's
 // *.jpg / *.jpeg / *.png at any depth, sorted. DataError for a path that does not exist or a folder
-// without images.
-std::vector<std::string> expand_image_inputs(const std::vector<std::string>& paths);
+// without images; an image name in a folder that cannot be read (a dangling link) too, unless
+// `skip_bad` (data.on_bad_sample: skip): then a warning names it.
+std::vector<std::string> expand_image_inputs(const std::vector<std::string>& paths, bool skip_bad);
 
 // The model input of `files`: (B, C, H, W) float. An image of another size is resized (shorter side)
 // and centre-cropped as data.image_size does; a file that is not a readable JPEG or PNG, or that

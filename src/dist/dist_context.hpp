@@ -146,6 +146,12 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   void leave_note(const std::string& text);
   std::string peer_note();
 
+  // Whether every rank holds the same `mine` for `key`, through the store, not a collective (no
+  // sequence number is taken): each rank leaves its own; rank 0 compares every other rank's with its
+  // own, the others compare rank 0's (each waits up to the store's time-out). The first rank found
+  // to differ and its text, or nullopt (also when inactive).
+  std::optional<std::pair<int64_t, std::string>> differing_rank(const std::string& key, const std::string& mine);
+
   // TRAINER_INJECT_KILL at an engine moment (tests and drills of dist.recovery in_process):
   // RANK:save:STEP (the checkpoint of STEP written but its manifest, i.e. mid-save), RANK:eval:STEP
   // (as the evaluation after STEP starts), RANK:share:N (rank 0 sending its state to a replacement,

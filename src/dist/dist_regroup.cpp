@@ -21,6 +21,16 @@ using SteadyClock = std::chrono::steady_clock;
 std::string text_of(const std::vector<uint8_t>& v) { return std::string(v.begin(), v.end()); }
 std::vector<uint8_t> bytes_of(const std::string& s) { return std::vector<uint8_t>(s.begin(), s.end()); }
 
+// A store operation of the recovery that failed: the store lives in node 0's launcher (or torchrun's
+// agent), so that process is gone or cut off and no regroup can be agreed. Said so, with what was
+// being done, instead of c10d's bare "Broken pipe" (found from outside: node 0's launcher killed).
+DistError store_lost(int64_t rank, const std::string& doing, const std::exception& e) {
+  return DistError("rank " + std::to_string(rank) + ": " + doing + ": the rendezvous store cannot be reached (" +
+                   error_text(e) + "). It lives in node 0's launcher (or torchrun's agent), which is gone or cut off: "
+                   "dist.recovery in_process cannot go on without it; start the job again (it resumes from its last "
+                   "checkpoint)");
+}
+
 bool is_subset(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
   for (int64_t x : a)
     if (std::find(b.begin(), b.end(), x) == b.end()) return false;
@@ -144,7 +154,7 @@ void DistContext::start_recovery(const LaunchEnv& env, const std::string& prefix
   impl_->store->set(prefix + "mode", bytes_of("in_process"));
 }
 
-void DistContext::commit_step(int64_t step) {
+void DistContext::commit_step(int64_t step) try {
   if (!active() || !recovery()) return;
   auto& rec = impl_->rec;
   auto& store = *impl_->store;
@@ -175,9 +185,13 @@ void DistContext::commit_step(int64_t step) {
   if (!voted)
     throw DistError("rank " + std::to_string(rank_) + ": step " + std::to_string(step + 1) +
                     " abandoned before its optimizer step: a peer failed (" + rec.abort_reason(store) + ")");
+} catch (const DistError&) {
+  throw;
+} catch (const std::exception& e) {
+  throw store_lost(rank_, "the commit vote of step " + std::to_string(step + 1), e);
 }
 
-DistContext::Regrouped DistContext::regroup(int64_t committed_steps, const std::string& why) {
+DistContext::Regrouped DistContext::regroup(int64_t committed_steps, const std::string& why) try {
   auto& rec = impl_->rec;
   auto& store = *impl_->store;
   Regrouped out;
@@ -244,6 +258,10 @@ DistContext::Regrouped DistContext::regroup(int64_t committed_steps, const std::
   out.world = world_size_;
   out.generation = rec.generation;
   return out;
+} catch (const DistError&) {
+  throw;
+} catch (const std::exception& e) {
+  throw store_lost(rank_, "regrouping after a failure (" + why + ")", e);
 }
 
 namespace {

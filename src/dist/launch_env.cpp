@@ -151,11 +151,22 @@ LaunchEnv detect_launch_env(const GetEnv& getenv_fn) {
     e.local_world_size = std::max(e.local_world_size, e.local_rank + 1);
     if (e.world_size > 1) {
       e.master_addr = r.has("MASTER_ADDR") ? r.str("MASTER_ADDR") : expand_hostlist(r.str("SLURM_JOB_NODELIST")).at(0);
-      // a port derived from the job id, so concurrent jobs on shared nodes do not collide
-      e.master_port = r.has("MASTER_PORT") ? parse_port(r, "MASTER_PORT")
-                                           : static_cast<int>(20000 + r.integer("SLURM_JOB_ID") % 20000);
+      // a port derived from the job id, so concurrent jobs on shared nodes do not collide, and from the
+      // step, so do several srun steps of one job (found from outside: the second step's rank 0 could not
+      // listen, or both steps' ranks met each other); step 0 keeps 20000 + job id mod 20000
+      const int64_t step = r.has("SLURM_STEP_ID") ? r.integer("SLURM_STEP_ID") : r.integer_or("SLURM_STEPID", 0);
+      e.master_port = r.has("MASTER_PORT")
+                          ? parse_port(r, "MASTER_PORT")
+                          : static_cast<int>(20000 + (r.integer("SLURM_JOB_ID") + step * 10007) % 20000);
     }
     check(e, r, "SLURM_PROCID", "SLURM_NTASKS");
+    // the batch script of a job of several tasks has the job's SLURM_NTASKS and SLURM_PROCID=0, but it
+    // is no task: `trainer run` there waited dist.timeout_s as rank 0 of N for ranks that never came
+    if (e.world_size > 1 && !r.has("SLURM_STEP_ID") && !r.has("SLURM_STEPID"))
+      throw LaunchEnvError("slurm launch: SLURM_NTASKS=" + std::to_string(e.world_size) +
+                           ", but this process is not one of the job's tasks (no SLURM_STEP_ID: the batch script "
+                           "itself?). Start the ranks with `srun trainer run ...`, or with `trainer launch -n N -- "
+                           "run ...` from the script");
   } else if (r.has("OMPI_COMM_WORLD_RANK") || r.has("OMPI_COMM_WORLD_SIZE")) {
     r.launcher = e.launcher = "openmpi";
     e.rank = r.integer("OMPI_COMM_WORLD_RANK");

@@ -16,11 +16,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 #include "config/exit_codes.hpp"
 #include "device/device.hpp"
 #include "dist/launch_env.hpp"
+#include "dist/net_iface.hpp"
 #include "dist/store_host.hpp"
 
 extern char** environ;
@@ -147,49 +149,6 @@ int free_local_port() {
 
 namespace {
 
-// The launcher's view of the rendezvous store: node 0 hosts it (StoreHost::listen), another node
-// connects to it only when a rank of its own ended and it must know whether the job recovers in
-// process. Without a store (one rank, a dist.store file) nothing is in process.
-class RankStore {
- public:
-  RankStore(const LaunchOptions& o, int port) : o_(o), port_(port) {
-    if (o.nnodes * o.nprocs > 1 && o.node_rank == 0)
-      host_ = StoreHost::listen(port, o.nnodes == 1 && is_loopback(o.master_addr));
-  }
-  bool in_process(int attempt) {
-    if (!reach()) return false;
-    try {
-      return host_->get(recovery_prefix(attempt) + "mode").value_or("") == "in_process";
-    } catch (const std::exception&) {
-      return false;
-    }
-  }
-  // `incarnation`: which process of the rank ended (0: the first, n: its n-th replacement), so that a
-  // replacement that died before the group admitted it is not admitted (dist_regroup.cpp)
-  void mark_dead(int attempt, int rank, int incarnation) {
-    try {
-      if (!reach()) return;
-      host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank) + "@" + std::to_string(incarnation), "exited");
-      host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank), "exited");
-    } catch (const std::exception&) {
-      // the survivors then count it lost after dist.timeout_s
-    }
-  }
-
- private:
-  bool reach() {
-    if (!host_ && !tried_ && o_.nnodes * o_.nprocs > 1) {
-      tried_ = true;
-      host_ = StoreHost::connect(o_.master_addr, port_, 5.0);
-    }
-    return host_ != nullptr;
-  }
-  const LaunchOptions& o_;
-  int port_;
-  bool tried_ = false;
-  std::unique_ptr<StoreHost> host_;
-};
-
 // The child side of a spawn, between fork and exec: never returns.
 [[noreturn]] void become_rank(std::vector<char*>& argv, std::vector<char*>& envp, int out_fd, int err_fd,
                               pid_t launcher, bool block_until_handled) {
@@ -222,13 +181,23 @@ class RankStore {
 class RankGroup {
  public:
   RankGroup(const LaunchOptions& o, const std::vector<std::string>& child_args, int port, int attempt,
-            RankStore& store, int& replacements)
+            RankStore& store, int& replacements, double node0_lost_s)
       : o_(o), port_(port), attempt_(attempt), store_(store), replacements_(replacements),
         block_until_handled_(child_args.front() == "run"), launcher_(::getpid()),
         children_(static_cast<size_t>(o.nprocs)), joins_(children_.size(), o.join ? 1 : 0) {
+    node0_lost_s_ = node0_lost_s;
     argv_.push_back(o.exe);
     for (const auto& a : child_args) argv_.push_back(a);
-    for (int r = 0; r < o.nprocs; ++r) spawn(r, o.join ? 1 : 0);
+    // a stop signal while many ranks start (a mistyped -n): those started get it, no more start (it
+    // went on forking for as long as -n asked, found from outside)
+    int started = 0;
+    for (; started < o.nprocs && !stopped_; ++started) {
+      spawn(started, o.join ? 1 : 0);
+      take_signals();
+    }
+    if (started < o.nprocs)
+      write_all(2, "launch: a stop signal while starting the ranks: " + std::to_string(started) + " of " +
+                       std::to_string(o.nprocs) + " started, no more are\n");
   }
 
   // Until every rank ended and its output is read: the first failing rank's exit code, else 0.
@@ -236,6 +205,7 @@ class RankGroup {
     while (any_running() || any_open()) {
       pump_output_and_signals();
       reap();
+      watch_node0();
       if (terminating_ && !killed_ && Clock::now() >= kill_at_ && any_running()) {
         write_all(2, "launch: ranks still running after the grace period; sending SIGKILL\n");
         signal_all(SIGKILL);
@@ -298,6 +268,31 @@ class RankGroup {
     if (fds[0].revents & POLLIN) take_signals();
     for (size_t i = 1; i < fds.size(); ++i)
       if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) owners[i]->pump();
+  }
+
+  // Not node 0: node 0's launcher hosts the job's store and outlives its ranks. When it has not answered
+  // for node0_lost_s (the ranks' dist.timeout_s and 30 s) while ranks of this node still run, the job
+  // ended or lost node 0 without them: a rank that hangs (stopped, its peers regrouped without it)
+  // held this node until its allocation ended (found from outside). They are ended, exit 1.
+  void watch_node0() {
+    if (o_.node_rank == 0 || node0_lost_s_ <= 0 || terminating_ || !any_running() || Clock::now() < next_probe_) return;
+    next_probe_ = Clock::now() + std::chrono::seconds(2);
+    const auto why = tcp_unreachable(o_.master_addr, port_, std::chrono::milliseconds(200));
+    if (why.empty()) {
+      node0_silent_since_.reset();
+      return;
+    }
+    if (!node0_silent_since_) node0_silent_since_ = Clock::now();
+    const double silent = std::chrono::duration<double>(Clock::now() - *node0_silent_since_).count();
+    if (silent < node0_lost_s_) return;
+    write_all(2, "launch: node 0's launcher, which hosts the job's store at " + o_.master_addr + ":" +
+                     std::to_string(port_) + ", has not answered for " + std::to_string(static_cast<int>(silent)) +
+                     " s (" + why + ") while ranks of this node still run: the job ended or lost node 0 without them "
+                     "(a rank stopped or hung?); terminating them\n");
+    if (result_ == 0) result_ = kExitFailure;
+    terminating_ = true;
+    kill_at_ = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
+    signal_all(SIGTERM);
   }
 
   // The stop signals received (the self-pipe is non-blocking): forwarded to every rank.
@@ -409,6 +404,9 @@ class RankGroup {
   int result_ = 0, succeeded_ = 0, lost_code_ = 0;  // lost_code_: the first code of a rank lost in process
   bool stopped_ = false, terminating_ = false, killed_ = false;
   Clock::time_point kill_at_;
+  double node0_lost_s_ = 0;  // 0: not watched (node 0, or the ranks' config not read)
+  Clock::time_point next_probe_;
+  std::optional<Clock::time_point> node0_silent_since_;
 };
 
 }  // namespace
@@ -429,6 +427,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
   // every node must name the same port: a free one is only for a job on one node
   const int port = o.master_port > 0 ? o.master_port : o.nnodes > 1 ? kDefaultMasterPort : free_local_port();
+  double rank_timeout_s = 0;  // the ranks' dist.timeout_s, when the preflight read their config
   if (o.preflight) {
     const auto vars = child_environment(o, 0, port, 0);
     const auto rank_env = detect_launch_env([&vars](const char* name) -> const char* {
@@ -437,7 +436,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
         if (v.size() > n && v[n] == '=' && v.compare(0, n, name) == 0) return v.c_str() + n + 1;
       return nullptr;
     });
-    if (const auto code = o.preflight(rank_env)) return *code;
+    if (const auto code = o.preflight(rank_env, &rank_timeout_s)) return *code;
   }
   // more ranks than cores runs (each gets one intra-op thread), but slowly: said, not refused, as
   // checking a layout on a laptop is a use
@@ -445,7 +444,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     write_all(2, "launch: note: " + std::to_string(o.nprocs) + " ranks on " + std::to_string(cores) +
                      " usable core(s) share them (one intra-op thread each): fine to check a layout, slow to "
                      "train\n");
-  RankStore store(o, port);  // before the first rank starts: they connect to it
+  RankStore store(o.master_addr, port, o.nnodes, o.node_rank, o.nprocs);  // before the first rank starts: they connect to it
 
   if (::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) != 0)
     throw std::runtime_error("launch: pipe2(): " + std::string(std::strerror(errno)));
@@ -468,7 +467,7 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   int result = 0;
   int replacements = 0;  // under dist.recovery in_process, --max-restarts counts replacement ranks
   for (int attempt = 0;; ++attempt) {
-    RankGroup group(o, child_args, port, attempt, store, replacements);
+    RankGroup group(o, child_args, port, attempt, store, replacements, rank_timeout_s > 0 ? rank_timeout_s + 30 : 0);
     result = group.wait();
     if (result == 0 || result == kExitSavedAfterSignal || result == kExitUsage || group.stopped() ||
         attempt + replacements >= o.max_restarts)

@@ -25,8 +25,10 @@ struct LaunchOptions {
   double grace_s = 10.0;              // SIGTERM -> SIGKILL delay when a rank failed
   // Called once before any rank starts, with the environment the first of this node's ranks will
   // see: the rank command's own checks (a config error said once, not by every rank). nullopt: start
-  // the ranks; a code: launch exits with it and starts nothing.
-  std::function<std::optional<int>(const LaunchEnv&)> preflight;
+  // the ranks; a code: launch exits with it and starts nothing. It may set the ranks' dist.timeout_s:
+  // a node other than node 0 then ends its ranks once node 0's store has not answered for that long
+  // and 30 s more (a hung rank the others regrouped without, or a job that ended, held the node forever).
+  std::function<std::optional<int>(const LaunchEnv&, double* timeout_s)> preflight;
 };
 
 // Spawns `nprocs` ranks of `exe child_args...` with torchrun's variables (RANK, LOCAL_RANK,

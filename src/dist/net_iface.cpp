@@ -2,13 +2,16 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <poll.h>
 #include <net/if.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
+#include <string>
 
 #include "dist/dist_context.hpp"
 
@@ -19,12 +22,6 @@ std::string ipv4_text(const sockaddr* sa) {
   char buf[INET_ADDRSTRLEN] = {0};
   ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(sa)->sin_addr, buf, sizeof(buf));
   return buf;
-}
-
-std::string known_interfaces() {
-  std::string s;
-  for (const auto& [name, addr] : ipv4_interfaces()) s += (s.empty() ? "" : ", ") + name + " " + addr;
-  return s.empty() ? "none with an IPv4 address" : s;
 }
 
 // The interface that owns `address`, "" if none does.
@@ -74,6 +71,12 @@ std::vector<std::pair<std::string, std::string>> ipv4_interfaces() {
   return out;
 }
 
+std::string known_interfaces() {
+  std::string s;
+  for (const auto& [name, addr] : ipv4_interfaces()) s += (s.empty() ? "" : ", ") + name + " " + addr;
+  return s.empty() ? "none with an IPv4 address" : s;
+}
+
 NetChoice choose_interface(const LaunchEnv& env, const std::string& configured, const GetEnv& getenv_fn) {
   if (!configured.empty()) return named_interface(configured, "dist.interface");
   if (const char* v = getenv_fn("GLOO_SOCKET_IFNAME"); v && *v) {
@@ -87,6 +90,30 @@ NetChoice choose_interface(const LaunchEnv& env, const std::string& configured, 
     if (!a.empty()) return {interface_of(a), a, "routes to MASTER_ADDR " + env.master_addr};
   }
   return {"", "", "the address this host's name resolves to (c10d's default)"};
+}
+
+std::string tcp_unreachable(const std::string& host, int port, std::chrono::milliseconds wait) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  if (const int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0 || !res)
+    return "the name " + host + " does not resolve (" + ::gai_strerror(rc) + ")";
+  std::string why = "no answer";
+  for (addrinfo* a = res; a && !why.empty(); a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int err = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t len = sizeof(err);
+      if (::poll(&p, 1, static_cast<int>(wait.count())) != 1) err = ETIMEDOUT;
+      else if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    }
+    ::close(fd);
+    why = err == 0 ? "" : err == ETIMEDOUT ? "no answer" : std::strerror(err);
+  }
+  ::freeaddrinfo(res);
+  return why;
 }
 
 std::string describe(const NetChoice& n) {

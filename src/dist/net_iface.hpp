@@ -4,6 +4,7 @@
 // reach, a hang until the timeout), so the choice is explicit, logged, and printed by trainer check.
 #pragma once
 
+#include <chrono>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +21,14 @@ struct NetChoice {
 
 // Every IPv4 address of an up interface of this host (network namespace), in the kernel's order.
 std::vector<std::pair<std::string, std::string>> ipv4_interfaces();  // (interface, address)
+std::string known_interfaces();  // "lo 127.0.0.1, eth0 10.0.0.2": for messages
+
+// "" when something at host:port accepts a TCP connection within `wait` (nothing is sent: a c10d
+// store's server drops an unvalidated connection in silence), else why not ("Connection refused",
+// "no answer", "the name X does not resolve (...)"). Clients probe before they construct a c10d
+// TCPStore: each failed construction printed c10d's error with a stack trace, every half second,
+// for as long as node 0 was not up yet (found from outside: hundreds of lines per node).
+std::string tcp_unreachable(const std::string& host, int port, std::chrono::milliseconds wait);
 
 // In order: `configured` (dist.interface), else GLOO_SOCKET_IFNAME (its first entry, as c10d
 // reads it), else loopback when every rank runs on this node, else the interface whose address

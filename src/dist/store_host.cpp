@@ -9,8 +9,12 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
+
+#include "dist/launch_env.hpp"
+#include "dist/net_iface.hpp"
 
 namespace trainer::dist {
 
@@ -62,6 +66,9 @@ std::unique_ptr<StoreHost> StoreHost::listen(int port, bool loopback_only) {
 }
 
 std::unique_ptr<StoreHost> StoreHost::connect(const std::string& addr, int port, double timeout_s) {
+  // probed first: a store that is gone gave c10d's retries, with a stack trace each, for timeout_s
+  if (!tcp_unreachable(addr, port, std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000))).empty())
+    return nullptr;
   std::unique_ptr<StoreHost> h(new StoreHost());
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(port);
@@ -84,6 +91,38 @@ std::optional<std::string> StoreHost::get(const std::string& key) {
 
 void StoreHost::set(const std::string& key, const std::string& value) {
   impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
+}
+
+RankStore::RankStore(const std::string& addr, int port, int nnodes, int node_rank, int nprocs)
+    : addr_(addr), port_(port), nnodes_(nnodes), node_rank_(node_rank), nprocs_(nprocs) {
+  if (nnodes * nprocs > 1 && node_rank == 0) host_ = StoreHost::listen(port, nnodes == 1 && is_loopback(addr));
+}
+
+bool RankStore::in_process(int attempt) {
+  if (!reach()) return false;
+  try {
+    return host_->get(recovery_prefix(attempt) + "mode").value_or("") == "in_process";
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+void RankStore::mark_dead(int attempt, int rank, int incarnation) {
+  try {
+    if (!reach()) return;
+    host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank) + "@" + std::to_string(incarnation), "exited");
+    host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank), "exited");
+  } catch (const std::exception&) {
+    // the survivors then count it lost after dist.timeout_s
+  }
+}
+
+bool RankStore::reach() {
+  if (!host_ && !tried_ && nnodes_ * nprocs_ > 1) {
+    tried_ = true;
+    host_ = StoreHost::connect(addr_, port_, 5.0);
+  }
+  return host_ != nullptr;
 }
 
 std::string recovery_prefix(int attempt) { return "trainer/attempt_" + std::to_string(attempt) + "/recovery/"; }

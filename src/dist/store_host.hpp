@@ -30,6 +30,26 @@ class StoreHost {
   std::unique_ptr<Impl> impl_;
 };
 
+// The launcher's view of the rendezvous store: node 0 hosts it (StoreHost::listen), another node
+// connects to it only when a rank of its own ended and it must know whether the job recovers in
+// process. Without a store (one rank, a dist.store file) nothing is in process.
+class RankStore {
+ public:
+  // `addr`, `port`: the job's store (node 0's address); nnodes, node_rank, nprocs: the launch's
+  RankStore(const std::string& addr, int port, int nnodes, int node_rank, int nprocs);
+  bool in_process(int attempt);
+  // `incarnation`: which process of the rank ended (0: the first, n: its n-th replacement), so that a
+  // replacement that died before the group admitted it is not admitted (dist_regroup.cpp)
+  void mark_dead(int attempt, int rank, int incarnation);
+
+ private:
+  bool reach();
+  std::string addr_;
+  int port_, nnodes_, node_rank_, nprocs_;
+  bool tried_ = false;
+  std::unique_ptr<StoreHost> host_;
+};
+
 // The store prefix of attempt `attempt`'s dist.recovery keys (dist_impl.hpp's RecoveryState).
 std::string recovery_prefix(int attempt);
 

@@ -281,14 +281,22 @@ CheckpointContent load_checkpoint(const fs::path& dir) {
   return c;
 }
 
+std::string checkpoint_folder_problem(const fs::path& path) {
+  const auto c = check_folder(path.string());
+  switch (c.kind) {
+    case FolderCheck::Folder: return "";
+    case FolderCheck::Missing: return "no such checkpoint or folder";
+    case FolderCheck::DanglingLink: return "dangling link to " + c.detail + " (that checkpoint was deleted)";
+    case FolderCheck::LinkLoop: return "a loop of symbolic links (" + c.detail + "), not a checkpoint folder";
+    case FolderCheck::File: return "is a file, not a checkpoint folder";
+    case FolderCheck::Other: return "is " + c.detail + ", not a checkpoint folder";
+    default: return "cannot be read: " + c.detail;
+  }
+}
+
 fs::path resolve_checkpoint_path(const fs::path& path) {
   std::error_code ec;
-  if (!fs::exists(path, ec)) {
-    if (fs::is_symlink(fs::symlink_status(path, ec)))
-      fail(path, "dangling link to " + fs::read_symlink(path, ec).string() + " (that checkpoint was deleted)");
-    fail(path, "no such checkpoint or folder");
-  }
-  if (!fs::is_directory(path, ec)) fail(path, "is a file, not a checkpoint folder");
+  if (const auto what = checkpoint_folder_problem(path); !what.empty()) fail(path, what);
   if (fs::exists(path / kManifestName, ec)) return fs::canonical(path, ec);
   if (parse_step_dir_name(fs::canonical(path, ec).filename().string()))
     fail(path, "incomplete checkpoint: no manifest.json");

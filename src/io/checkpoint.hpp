@@ -103,6 +103,9 @@ CheckpointContent load_checkpoint(const std::filesystem::path& dir);
 // complete checkpoint. Throws
 // CheckpointError when the path is missing or holds no checkpoint. Does not verify checksums.
 std::filesystem::path resolve_checkpoint_path(const std::filesystem::path& path);
+// "" when `path` (links followed) is a folder; else what it is: "no such checkpoint or folder", "is a
+// file, not a checkpoint folder", a dangling link, a loop of links, a device, ...
+std::string checkpoint_folder_problem(const std::filesystem::path& path);
 
 class CheckpointStore {
  public:

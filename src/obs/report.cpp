@@ -351,8 +351,10 @@ int write_page(const fs::path& target, const std::string& html, const std::strin
   return kExitOk;
 }
 
-// A sweep's folder (or any folder of run folders): its runs, in sweep.json's order when it has one.
-std::vector<fs::path> runs_in(const fs::path& dir) {
+// A sweep's folder (or any folder of run folders): its runs, in sweep.json's order when it has one;
+// `missing`: the sweep's points that have no records to draw, "name (status)" (a point that failed at
+// start-up was left out of the page in silence: found from outside).
+std::vector<fs::path> runs_in(const fs::path& dir, std::vector<std::string>& missing) {
   std::vector<fs::path> runs;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
@@ -364,6 +366,7 @@ std::vector<fs::path> runs_in(const fs::path& dir) {
     for (const auto& p : sweep.at("points")) {
       const auto path = dir / p.at("name").get<std::string>();
       if (std::find(runs.begin(), runs.end(), path) != runs.end()) ordered.push_back(path);
+      else missing.push_back(p.at("name").get<std::string>() + " (" + p.value("status", std::string("not run")) + ")");
     }
     if (ordered.size() == runs.size()) return ordered;
   } catch (const std::exception&) {  // no sweep.json (or not one of ours): by name
@@ -385,12 +388,13 @@ int cmd_report(const std::vector<std::string>& dirs, const std::string& out) {
     }
   }
   std::vector<fs::path> run_dirs;
+  std::vector<std::string> missing;  // a sweep's points with nothing to draw
   fs::path default_out = "compare.html";
   std::error_code ec;
   for (const auto& d : dirs) {
     const fs::path dir(d);
     if (fs::is_directory(dir, ec) && !fs::exists(dir / "metrics.jsonl", ec)) {
-      const auto inside = runs_in(dir);  // a sweep's folder: its points
+      const auto inside = runs_in(dir, missing);  // a sweep's folder: its points
       if (!inside.empty()) {
         run_dirs.insert(run_dirs.end(), inside.begin(), inside.end());
         if (dirs.size() == 1) default_out = dir / "report.html";
@@ -408,7 +412,14 @@ int cmd_report(const std::vector<std::string>& dirs, const std::string& out) {
                       std::to_string(runs[0].records.size()) + " records");
   }
   const fs::path target = out.empty() ? default_out : fs::path(out);
-  return write_page(target, render_comparison(runs), std::to_string(runs.size()) + " runs");
+  auto page = render_comparison(runs);
+  std::string not_drawn;
+  for (const auto& m : missing) not_drawn += (not_drawn.empty() ? "" : ", ") + m;
+  if (const auto body = page.find("<body>\n"); !missing.empty() && body != std::string::npos)  // not in silence
+    page.insert(body + 7, "<p>Not drawn: " + std::to_string(missing.size()) + " point(s) of the sweep with no records: " +
+                              html_escape(not_drawn) + "</p>\n");
+  return write_page(target, page, std::to_string(runs.size()) + " runs" +
+                                      (missing.empty() ? "" : "; not drawn, no records: " + not_drawn));
 }
 
 std::optional<double> record_number(const json& r, const char* key) {

@@ -281,6 +281,13 @@ TEST_CASE("checkpoint: resolve_checkpoint_path errors name the path", "[unit]") 
   fs::remove_all(dir / "ck" / "step-2");
   CHECK(error_of([&] { io::resolve_checkpoint_path(dir / "ck" / "latest"); }) ==
         (dir / "ck" / "latest").string() + ": dangling link to step-2 (that checkpoint was deleted)");
+  // a loop of links was called a dangling link (export), or a raw filesystem error (--resume)
+  fs::create_symlink(dir / "loop_b", dir / "loop_a");
+  fs::create_symlink(dir / "loop_a", dir / "loop_b");
+  CHECK(error_of([&] { io::resolve_checkpoint_path(dir / "loop_a"); }) ==
+        (dir / "loop_a").string() + ": a loop of symbolic links (Too many levels of symbolic links), not a checkpoint folder");
+  CHECK(error_of([&] { io::resolve_checkpoint_path("/dev/null"); }) ==
+        "/dev/null: is a character device, not a checkpoint folder");
 }
 
 TEST_CASE("checkpoint: a folder renamed to another step is rejected", "[unit]") {

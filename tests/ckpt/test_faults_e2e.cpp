@@ -152,6 +152,32 @@ TEST_CASE("train.nonfinite rollback reloads the last checkpoint and finishes the
   CHECK(contains(again.output, "non-finite gradients again after 2 rollbacks to step 4 (train.max_nonfinite 2)"));
 }
 
+TEST_CASE("train.nonfinite rollback after a stop and resume lands where the uninterrupted run does", "[e2e]") {
+  auto dir = trainer::test::scratch_dir("nonfinite_rollback_resumed");
+  const std::string cfg = tiny_config("c", 12, "checkpoint: {every_steps: 4, keep_last: 5}\n");
+  write_file(dir / "a/c.yaml", cfg);
+  write_file(dir / "b/c.yaml", cfg);
+  const std::string rollback = " --set train.nonfinite=rollback";
+  auto whole = run_trainer("run " + (dir / "a/c.yaml").string() + rollback, "TRAINER_INJECT_NONFINITE_GRAD=7");
+  INFO(whole.output);
+  REQUIRE(whole.exit_code == 0);
+  CHECK(contains(whole.output, "non-finite gradients at step 7: rolled back to the checkpoint of step 4"));
+  // stopped at step 5 (a checkpoint of the stop), resumed: that checkpoint was the rollback's target
+  // (found from outside), and the losses from step 7 on differed from the uninterrupted run's
+  const std::string b = "run " + (dir / "b/c.yaml").string() + rollback;
+  REQUIRE(run_trainer(b, "TRAINER_INJECT_SIGNAL=5").exit_code == 75);
+  auto resumed = run_trainer(b, "TRAINER_INJECT_NONFINITE_GRAD=7");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK(contains(resumed.output, "non-finite gradients at step 7: rolled back to the checkpoint of step 4"));
+  const auto ref = train_losses(dir / "a/runs/c/metrics.jsonl"), got = train_losses(dir / "b/runs/c/metrics.jsonl");
+  for (int64_t step = 8; step <= 12; ++step) {
+    INFO("step " << step);
+    REQUIRE(got.count(step) == 1);
+    CHECK(got.at(step) == ref.at(step));  // bit for bit (deterministic CPU run)
+  }
+}
+
 TEST_CASE("train.nonfinite rollback without a checkpoint says so", "[e2e]") {
   auto dir = trainer::test::scratch_dir("nonfinite_rollback_none");
   write_file(dir / "c.yaml", tiny_config("c", 6, ""));

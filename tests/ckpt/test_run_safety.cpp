@@ -368,3 +368,37 @@ TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints
   CHECK(has(moved_dir.output, "which is gone (moved?): this run (" + fs::weakly_canonical(runs / "c_moved").string() +
                                   ") takes the folder over"));
 }
+
+TEST_CASE("a run's own checkpoints/ holding another run's newer step folder is refused by --resume auto, a copied "
+          "run directory continues its checkpoints",
+          "[e2e]") {
+  auto dir = scratch_dir("ckpt_foreign_step");
+  const fs::path runs = dir / "runs";
+  const std::string every5 = "checkpoint: {every_steps: 5, keep_last: 10}\n";
+  write_file(dir / "a.yaml", tiny_config("a", 10, every5));
+  write_file(dir / "b.yaml", tiny_config("b", 15, every5));
+  REQUIRE(run_trainer("run " + (dir / "a.yaml").string() + " --out-dir " + runs.string()).exit_code == 0);
+  REQUIRE(run_trainer("run " + (dir / "b.yaml").string() + " --out-dir " + runs.string()).exit_code == 0);
+  fs::copy(runs / "b/checkpoints/step-15", runs / "a/checkpoints/step-15", fs::copy_options::recursive);
+
+  // the old code resumed b's step 15 as a's (exit 0) and a's records skipped steps 11-15
+  const std::string longer = " --out-dir " + runs.string() + " --set train.max_steps=20";
+  auto foreign = run_trainer("run " + (dir / "a.yaml").string() + longer);
+  INFO(foreign.output);
+  CHECK(foreign.exit_code == 1);
+  CHECK(has(foreign.output, (runs / "a/checkpoints/step-15").string() + " was saved by another run (the run in " +
+                                fs::weakly_canonical(runs / "b").string() + "), but the older checkpoints in "));
+  CHECK(has(foreign.output, "Move step-15 out of the folder"));
+  CHECK(train_steps(runs / "a/metrics.jsonl").size() == 10);  // nothing trained
+
+  // the folder moved out: a copy of the whole run directory continues the original's checkpoints
+  fs::remove_all(runs / "a/checkpoints/step-15");
+  fs::copy(runs / "a", runs / "a2", fs::copy_options::recursive);
+  auto copy = run_trainer("run " + (dir / "a.yaml").string() + longer + " --set run.name=a2");
+  INFO(copy.output);
+  CHECK(copy.exit_code == 0);
+  CHECK(has(copy.output, "(a copied or moved run directory): this run (" + fs::weakly_canonical(runs / "a2").string()));
+  const auto steps = train_steps(runs / "a2/metrics.jsonl");
+  REQUIRE(steps.size() == 20);
+  CHECK(steps.back() == 20);
+}

@@ -1,6 +1,11 @@
 // Optimizer and RNG state through named tensors: a restored optimizer continues bitwise like the original.
 #include <catch2/catch.hpp>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
+
+#include <sstream>
+
 #include "engine/optim/train_state.hpp"
 
 using namespace trainer;
@@ -78,6 +83,29 @@ TEST_CASE("train state: optimizer state of another model is refused with the nam
   auto opt_a2 = make_opt("sgd", a);
   CHECK_THROWS_WITH(engine::load_optimizer_state(*opt_a2, a, saved),
                     Catch::Contains("fc9.weight.momentum_buffer: no such parameter state in this optimizer"));
+}
+
+TEST_CASE("train state: a parameter whose optimizer state is missing is warned about by name", "[unit]") {
+  TinyNet a;
+  auto opt_a = make_opt("sgd", a);
+  train_steps(a, *opt_a, 1, 1);
+  auto saved = engine::optimizer_state_tensors(*opt_a, a);
+  std::erase_if(saved, [](const auto& t) { return t.first == "fc2.bias.momentum_buffer"; });
+  std::ostringstream out;
+  auto before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+  auto opt_b = make_opt("sgd", a);
+  engine::load_optimizer_state(*opt_b, a, saved);  // the old reader took this in silence
+  spdlog::set_default_logger(before);
+  CHECK_THAT(out.str(), Catch::Contains("the optimizer state has no entry for 1 trainable parameter(s): fc2.bias;"));
+  CHECK(opt_b->state().size() == 3);
+  // nothing stepped at all (a checkpoint of step 0, SGD without momentum): no warning
+  std::ostringstream quiet;
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(quiet)));
+  auto opt_c = make_opt("sgd", a);
+  engine::load_optimizer_state(*opt_c, a, {});
+  spdlog::set_default_logger(before);
+  CHECK(quiet.str().empty());
 }
 
 TEST_CASE("train state: the CPU RNG stream resumes where it was saved", "[unit]") {

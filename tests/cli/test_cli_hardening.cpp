@@ -160,6 +160,13 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
   CHECK(resume_file.exit_code == 2);
   CHECK(resume_file.output.find("--resume " + (dir / "t.txt").string() + ": is a file, not a checkpoint folder") !=
         std::string::npos);
+  fs::create_symlink(dir / "loop", dir / "loop");
+  auto resume_loop = run_trainer("run " + cfg + " --resume " + (dir / "loop").string());
+  CHECK(resume_loop.exit_code == 2);
+  CHECK(resume_loop.output.find("--resume " + (dir / "loop").string() + ": a loop of symbolic links (") != std::string::npos);
+  auto resume_dev = run_trainer("run " + cfg + " --resume /dev/null");
+  CHECK(resume_dev.exit_code == 2);
+  CHECK(resume_dev.output.find("--resume /dev/null: is a character device, not a checkpoint folder") != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "out"));
   // data not on this machine: check --no-data does not look for it
   auto no_data = run_trainer("check --no-data " + text + " --set data.path=" + missing);

@@ -358,3 +358,21 @@ TEST_CASE("sweep --jobs 2 --nproc 2 runs two points at once, each under trainer 
   const auto first_done = r.output.find(": done in ");
   CHECK(r.output.find("[2/2] lr=0.1: started") < first_done);
 }
+
+// A point that failed before it logged anything was left out of the sweep's report in silence (found
+// from outside: "(1 runs)" for a sweep of two): the page and the summary line name it.
+TEST_CASE("trainer report of a sweep names the points that have nothing to draw", "[e2e]") {
+  const auto dir = trainer::test::scratch_dir("sweep_report_failed");
+  const auto cfg = sweep_config(dir, 2);
+  auto sw = run_trainer("sweep " + cfg + " --set train.batch_size=16,100000");  // 64 samples: no batch of 100000
+  INFO(sw.output);
+  CHECK(sw.exit_code == 1);
+  const auto sweep = dir / "runs/tiny-sweep";
+  REQUIRE(fs::exists(sweep / "sweep.json"));
+  auto rep = run_trainer("report " + sweep.string());
+  INFO(rep.output);
+  CHECK(rep.exit_code == 0);
+  CHECK(rep.output.find("(1 runs; not drawn, no records: batch_size=100000 (failed (exit 1)))") != std::string::npos);
+  CHECK(read_file(sweep / "report.html").find("<p>Not drawn: 1 point(s) of the sweep with no records: batch_size=100000 "
+                                              "(failed (exit 1))</p>") != std::string::npos);
+}

@@ -1,7 +1,11 @@
 // Every kind of bad input gives a DataError naming the path and what is wrong.
 #include <catch2/catch.hpp>
 
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
+
+#include <sstream>
 
 #include "data/loader.hpp"
 #include "fixtures.hpp"
@@ -259,6 +263,17 @@ TEST_CASE("bad input: linked folders are followed once, links to nothing named l
         (root / "imgs").string() + ": class folder 'a': 1 image file(s) or folder(s) that cannot be read; the first: " +
             (a / "twin.png").string() + ": a symbolic link to twin.png: Too many levels of symbolic links. Remove or "
             "repair them, or set data.on_bad_sample: skip to leave them out");
+  // beside the class folders: a link to nothing is no class; a loop of links is a bad sample (it was a
+  // raw filesystem error whatever data.on_bad_sample said)
+  fs::remove(a / "twin.png");
+  fs::create_symlink(root / "nothing", root / "imgs" / "gone");
+  CHECK(create_datasets(d, resnet(3, 2), 0).train->size() == 7);
+  fs::create_symlink("selfloop", root / "imgs" / "selfloop");
+  CHECK(error_of(d, resnet(3, 2)) ==
+        (root / "imgs").string() + ": 'selfloop' beside the class folders cannot be read (Too many levels of symbolic "
+        "links). Remove or repair it, or set data.on_bad_sample: skip to leave it out");
+  d.on_bad_sample = "skip";
+  CHECK(create_datasets(d, resnet(3, 2), 0).train->size() == 7);
 }
 
 TEST_CASE("bad input: a FIFO or a link to a device named like an image in a class folder is a bad sample, named",
@@ -389,4 +404,26 @@ TEST_CASE("text: a glob reads its files in order, and one that matches nothing n
   CHECK(pair.val->size() == create_datasets(one, gpt(8), 0).train->size());
   CHECK(error_of(cfg("text", dir / "txt" / "*.md"), gpt(8)).find("*.md: no such file, or no files match (data.format text)") !=
         std::string::npos);
+}
+
+TEST_CASE("bad input: data.limit_samples that leaves classes of an image folder without samples is warned about",
+          "[unit]") {
+  auto root = scratch_dir("limit_classes");
+  write_image_folder(root / "imgs", {"ant", "bee", "cat"}, 4, 8, 8, false);
+  auto d = cfg("image_folder", root / "imgs");
+  auto capture = [&](int64_t limit) {
+    std::ostringstream out;
+    auto before = spdlog::default_logger();
+    spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+    d.limit_samples = limit;
+    const auto size = create_datasets(d, resnet(3, 3), 0).train->size();
+    spdlog::set_default_logger(before);
+    CHECK(size == limit);
+    return out.str();
+  };
+  CHECK_THAT(capture(4), Catch::Contains("data.limit_samples 4 keeps the first 4 images of image_folder " +
+                                         (root / "imgs").string()));
+  CHECK_THAT(capture(4), Catch::Contains("2 of its 3 classes get no training sample (bee, cat)"));
+  CHECK_THAT(capture(5), Catch::Contains("1 of its 3 classes get no training sample (cat)"));
+  CHECK(capture(9).find("limit_samples") == std::string::npos);  // every class has one
 }

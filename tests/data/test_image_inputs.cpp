@@ -1,5 +1,6 @@
 // data/image_inputs: files for `trainer predict` become exactly the tensors the evaluation path of
 // the data pipeline makes of them (decode, resize, the training split's normalisation).
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "data/dataset.hpp"
@@ -39,7 +40,7 @@ TEST_CASE("image inputs equal the validation samples of the pipeline, bit for bi
       const auto spec = data::image_input_spec(cfg, model, 0);
       CHECK(spec.classes == std::vector<std::string>{"ant", "bee"});
       CHECK(std::vector<int64_t>{spec.channels, spec.height, spec.width} == pair.val->sample_shape());
-      const auto files = data::expand_image_inputs({(dir / "val").string()});
+      const auto files = data::expand_image_inputs({(dir / "val").string()}, false);
       REQUIRE(files.size() == 6);
       const auto batch = data::load_image_batch(files, spec);
       for (int64_t i = 0; i < 6; ++i) CHECK(torch::equal(batch[i], pair.val->get(i, 0, false).input));
@@ -77,16 +78,20 @@ TEST_CASE("image inputs of another size are resized as data.image_size does, odd
   REQUIRE(batch.sizes() == torch::IntArrayRef({1, 3, 8, 8}));
   CHECK(torch::equal(batch[0], big->get(0, 0, false).input));
 
-  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "none").string()}),
+  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "none").string()}, false),
                     (dir / "none").string() + ": no such file or folder");
   fs::create_directories(dir / "empty");
-  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "empty").string()}),
+  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "empty").string()}, false),
                     (dir / "empty").string() + ": the folder holds no .jpg/.jpeg/.png images");
   // a folder's image named but not there (a link to nothing) is said, not left out silently
   fs::create_symlink(dir / "nothing.png", dir / "big" / "ant" / "gone.png");
-  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "big").string()}),
+  CHECK_THROWS_WITH(data::expand_image_inputs({(dir / "big").string()}, false),
                     (dir / "big" / "ant" / "gone.png").string() + ": a symbolic link to " +
                         (dir / "nothing.png").string() + ": No such file or directory");
+  // data.on_bad_sample: skip leaves it out, as it leaves out a file that does not decode
+  const auto kept = data::expand_image_inputs({(dir / "big").string()}, true);
+  CHECK_FALSE(kept.empty());
+  CHECK(std::find(kept.begin(), kept.end(), (dir / "big" / "ant" / "gone.png").string()) == kept.end());
   write_file(dir / "fake.png", "no pixels here");
   CHECK_THROWS_WITH(data::load_image_batch({(dir / "fake.png").string()}, spec),
                     Catch::Matchers::StartsWith((dir / "fake.png").string()));

@@ -7,12 +7,15 @@
 // last periodic one stays. Each run waits for a metrics record past step 3 before the change.
 #include <catch2/catch.hpp>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <regex>
 
 #include "data_change/data_change_runs.hpp"
+#include "dist/launcher.hpp"
+#include "skip.hpp"
 
 using namespace trainer::test;
 using namespace trainer::test::data_change;
@@ -171,4 +174,41 @@ TEST_CASE("data change, 2 ranks, dist.recovery in_process: a rank stopped for ch
           "end with 65", "[e2e][dist]") {
   // without the note, the survivor would regroup alone and train on over the changed data
   check_read_failure_in_step("in_process", "dist: {timeout_s: 60, recovery: in_process}\n");
+}
+
+// Node-local copies of the data that differ (one path, other files on each node): the ranks drew their
+// slices of different global orders and trained on in silence (found from outside, exit 0). Rank 1 runs
+// in a mount namespace of its own where another file is bound over the data path, as on another node.
+TEST_CASE("ranks that read different data at the same path stop at start-up naming both sample counts",
+          "[e2e][dist]") {
+  if (::geteuid() != 0 || run_shell("command -v unshare && command -v mount").exit_code != 0)
+    TRAINER_SKIP("a mount namespace of its own for one rank needs root, unshare and mount");
+  auto dir = scratch_dir("data_differs_2r");
+  const DataSet d = data_set("text", dir);
+  d.write(0, d.folder);
+  d.write(1, dir / "other");  // 2800 bytes instead of 2000
+  write_file(dir / "exp.yaml", config_for(d, "error") + "dist: {timeout_s: 20}\n");
+  const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(trainer::dist::free_local_port()) +
+                          " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2";
+  const std::string run = "\"" + std::string(TRAINER_BIN) + "\" run " + (dir / "exp.yaml").string() + " --out-dir " +
+                          (dir / "runs").string();
+  const std::string limit = "timeout " + std::to_string(static_cast<int>(120 * timeout_scale())) + " ";
+  const std::string bind = "mount --bind " + (dir / "other/corpus.txt").string() + " " + d.file.string();
+  const auto both = run_shell("(" + env + " RANK=0 LOCAL_RANK=0 " + limit + run + " > " + (dir / "r0.log").string() +
+                              " 2>&1; echo $? > " + (dir / "r0.rc").string() + ") & " + env + " RANK=1 LOCAL_RANK=1 " +
+                              limit + "unshare -m sh -c '" + bind + " && exec " + run + "' > " +
+                              (dir / "r1.log").string() + " 2>&1; echo $? > " + (dir / "r1.rc").string() + "; wait");
+  INFO(both.output);
+  const std::string r0 = read_file(dir / "r0.log"), r1 = read_file(dir / "r1.log");
+  INFO("rank 0:\n" << r0 << "\nrank 1:\n" << r1);
+  CHECK(std::stoi(read_file(dir / "r1.rc")) == 1);
+  CHECK(std::stoi(read_file(dir / "r0.rc")) == 1);
+  // 2000 bytes: 112 windows for training and 12 for validation; 2800 bytes: 157 and 17
+  CHECK(contains(r1, "the ranks read different data at the same paths: rank 1 reads 157 training and 17 validation "
+                     "samples (text " + d.file.string()));
+  CHECK(contains(r1, "), rank 0 112 training and 12 validation samples. Every node must see the same files"));
+  CHECK(contains(r0, "the ranks read different data at the same paths: rank 0 reads 112 training and 12 validation "
+                     "samples (text " + d.file.string()));
+  CHECK(contains(r0, "), rank 1 157 training and 17 validation samples."));
+  CHECK(last_train_step(dir / "runs/exp/metrics.jsonl") < 1);  // nothing trained
 }

@@ -86,7 +86,7 @@ TEST_CASE("MPICH / Intel MPI (PMI) variables", "[unit]") {
 }
 
 TEST_CASE("SLURM: master is the first host of the hostlist, port derived from the job id", "[unit]") {
-  auto e = detect({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"},
+  auto e = detect({{"SLURM_PROCID", "6"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "2"}, {"SLURM_STEP_ID", "0"},
                    {"SLURM_NTASKS_PER_NODE", "4"}, {"SLURM_JOB_NODELIST", "gpu[01-04,07]"}, {"SLURM_JOB_ID", "123456"}});
   CHECK(e.launcher == "slurm");
   CHECK(e.rank == 6);
@@ -95,11 +95,21 @@ TEST_CASE("SLURM: master is the first host of the hostlist, port derived from th
   CHECK(e.local_world_size == 4);
   CHECK(e.master_addr == "gpu01");
   CHECK(e.master_port == 20000 + 123456 % 20000);
+  // another srun step of the same job: another port (two steps met each other, or failed to listen)
+  auto step2 = detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_STEP_ID", "2"},
+                       {"SLURM_JOB_NODELIST", "gpu01"}, {"SLURM_JOB_ID", "123456"}});
+  CHECK(step2.master_port == 20000 + (123456 + 2 * 10007) % 20000);
+  // the batch script of a 2-task job is no task: said, instead of waiting as rank 0 of 2
+  CHECK(error_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "gpu01"},
+                  {"SLURM_JOB_ID", "7"}}) ==
+        "slurm launch: SLURM_NTASKS=2, but this process is not one of the job's tasks (no SLURM_STEP_ID: the batch "
+        "script itself?). Start the ranks with `srun trainer run ...`, or with `trainer launch -n N -- run ...` from "
+        "the script");
 }
 
 TEST_CASE("SLURM: explicit MASTER_ADDR and MASTER_PORT win", "[unit]") {
   auto e = detect({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "gpu[01-02]"},
-                   {"SLURM_JOB_ID", "7"}, {"MASTER_ADDR", "ib-gpu01"}, {"MASTER_PORT", "31000"}});
+                   {"SLURM_STEPID", "0"}, {"SLURM_JOB_ID", "7"}, {"MASTER_ADDR", "ib-gpu01"}, {"MASTER_PORT", "31000"}});
   CHECK(e.master_addr == "ib-gpu01");
   CHECK(e.master_port == 31000);
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dist/launcher.hpp"
+#include "skip.hpp"
 #include "spawn.hpp"
 
 using namespace trainer;
@@ -148,4 +149,23 @@ TEST_CASE("trainer launch without a command is a usage error", "[unit]") {
   auto r = test::run_trainer("launch -n 2");
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Contains("args is required"));
+}
+
+// A stop signal while the ranks start (a mistyped -n 1000 on a laptop): the ranks started get it and no
+// more are started; it went on forking for as long as -n asked (found from outside). The signal is made
+// pending before the launcher starts (blocked across exec), so it is there after the first rank.
+TEST_CASE("trainer launch: a stop signal while the ranks start starts no more of them", "[dist][e2e]") {
+  if (test::run_shell("command -v python3").exit_code != 0) TRAINER_SKIP("no python3 to start the launcher with a signal pending");
+  auto dir = test::scratch_dir("launch_stop_while_starting");
+  test::write_file(dir / "c.yaml", "run: {name: s, out_dir: " + (dir / "runs").string() + "}\n"
+                                   "model: {arch: gpt, vocab_size: 64, block_size: 8, n_layer: 1, n_head: 1, n_embd: 8}\n"
+                                   "data: {format: synthetic, workers: 0, synthetic: {num_samples: 64, val_samples: 0}}\n"
+                                   "train: {batch_size: 2, max_steps: 5, threads: 1}\nlog: {progress: off}\n");
+  const std::string py = "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM]); "
+                         "os.kill(os.getpid(), signal.SIGTERM); os.execv(sys.argv[1], sys.argv[1:])";
+  auto r = test::run_shell("python3 -c '" + py + "' \"" + TRAINER_BIN + "\" launch -n 64 -- run " +
+                           (dir / "c.yaml").string() + " 2>&1");
+  INFO(r.output);
+  CHECK(r.exit_code == 75);  // the started rank: stopped during start-up, nothing to save
+  CHECK(r.output.find("launch: a stop signal while starting the ranks: 1 of 64 started, no more are") != std::string::npos);
 }

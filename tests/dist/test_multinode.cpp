@@ -6,6 +6,8 @@
 // parallel with a stage on each host.
 #include <catch2/catch.hpp>
 
+#include <signal.h>
+
 #include <filesystem>
 #include <functional>
 #include <regex>
@@ -13,6 +15,7 @@
 
 #include "ckpt/ckpt_runs.hpp"
 #include "ckpt/hardening_util.hpp"
+#include "dist/launcher.hpp"
 #include "netns.hpp"
 #include "skip.hpp"
 #include "train_runs.hpp"
@@ -327,4 +330,66 @@ TEST_CASE("torchrun --nnodes 1:2: losing a host continues at 2 ranks from the la
   REQUIRE(summary.size() == 1);
   CHECK(summary[0].at("attempts") == 2);
   CHECK(summary[0].at("world_size") == 2);
+}
+
+TEST_CASE("a rank advertising loopback in a job with a rank on another host is refused at once, naming both hosts",
+          "[dist][e2e][netns]") {
+  std::string why;
+  auto net = test::HostNet::create(2, "O", &why);
+  if (!net) TRAINER_SKIP(why);
+  auto dir = test::scratch_dir("multinode_loopback");
+  const auto cfg = test::write_tiny_gpt_config(dir).string();
+  // host 0's ranks told to use lo (GLOO_SOCKET_IFNAME=lo): Gloo's connect waited 5x dist.timeout_s before
+  const auto codes = run_on_hosts(*net, 2, dir, [&](int h) {
+    return std::string(h == 0 ? "env GLOO_SOCKET_IFNAME=lo " : "") + "\"" + TRAINER_BIN + "\" launch -n 1 --nnodes 2 " +
+           "--node-rank " + std::to_string(h) + " --master-addr " + test::HostNet::addr(0) +
+           " --master-port 29514 -- check " + cfg + " --set dist.timeout_s=60";
+  });
+  const auto out0 = test::read_file(dir / "host0.log"), out1 = test::read_file(dir / "host1.log");
+  INFO(host_logs(dir, 2));
+  CHECK(codes[0] == 1);
+  CHECK(codes[1] == 1);
+  const std::string said = "rank 0 advertises the loopback address lo 127.0.0.1 (GLOO_SOCKET_IFNAME), but rank 1 runs "
+                           "on another host (its addresses: " + test::HostNet::addr(1);
+  CHECK(out0.find(said) != std::string::npos);
+  CHECK(out1.find(said) != std::string::npos);  // the meeting called off: the other rank says why too
+}
+
+// A node's launcher waits for its ranks; one that hangs (stopped) never ends, so the launcher held the
+// node after the job was gone (found from outside: a SIGSTOPped rank's launcher still waited 90 s after
+// the others finished). Node 0's launcher hosts the store: once it has not answered for the ranks'
+// dist.timeout_s + 30 s, the other node's launcher ends its ranks. Two "nodes" on this host.
+TEST_CASE("a node whose rank hangs ends it once node 0's launcher is gone for dist.timeout_s + 30 s", "[dist][e2e]") {
+  auto dir = test::scratch_dir("multinode_node0_gone");
+  auto yaml = test::read_file(test::write_tiny_gpt_config(dir));
+  yaml.replace(yaml.find("max_steps: 20"), 13, "max_steps: 1000000");
+  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 5");
+  test::write_file(dir / "long.yaml", yaml);
+  const std::string port = std::to_string(dist::free_local_port());
+  for (int n : {0, 1})
+    test::start_trainer("launch -n 1 --nnodes 2 --node-rank " + std::to_string(n) + " --master-addr 127.0.0.1 "
+                        "--master-port " + port + " -- run " + (dir / "long.yaml").string() + " --out-dir " +
+                        (dir / "out").string(), dir / ("node" + std::to_string(n) + ".log"),
+                        dir / ("node" + std::to_string(n) + ".rc"));
+  const auto run = dir / "out" / "tiny";
+  pid_t rank1 = 0;
+  REQUIRE(test::wait_for([&] {
+    std::smatch m;
+    const auto log = test::read_file(run / "logs/rank1.log");
+    if (!std::regex_search(log, m, std::regex(R"(distributed: rank 1 of 2 \(trainer launch, pid (\d+)\))"))) return false;
+    rank1 = static_cast<pid_t>(std::stol(m[1]));
+    return !test::records(run / "metrics.jsonl", "train").empty();
+  }));
+  REQUIRE(::kill(rank1, SIGSTOP) == 0);  // hangs: it never ends by itself
+  const pid_t rank0 = test::lock_holder(run / ".lock");
+  REQUIRE(rank0 > 0);
+  const auto stat = test::read_file("/proc/" + std::to_string(rank0) + "/stat");
+  REQUIRE(::kill(static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4))), SIGKILL) == 0);  // node 0's launcher
+  const int rc = test::wait_rc(dir / "node1.rc");
+  const auto log = test::read_file(dir / "node1.log");
+  INFO(log);
+  CHECK(rc == 1);
+  CHECK(log.find("launch: node 0's launcher, which hosts the job's store at 127.0.0.1:" + port + ", has not answered "
+                 "for ") != std::string::npos);
+  CHECK(log.find("while ranks of this node still run: the job ended or lost node 0 without them") != std::string::npos);
 }

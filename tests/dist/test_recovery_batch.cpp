@@ -6,6 +6,7 @@
 #include <map>
 #include <regex>
 
+#include "dist/launcher.hpp"
 #include "recovery_runs.hpp"
 
 namespace fs = std::filesystem;
@@ -55,3 +56,31 @@ TEST_CASE("in-process recovery: every world size aims at train.global_batch_size
             .find("2 x 2 accumulation x 2 ranks = 8 samples per step (global batch kept)") != std::string::npos);
 }
 
+
+// Node 0's launcher hosts the store: when it dies, in-process recovery cannot agree on anything. The
+// other node's rank said only "error: Broken pipe" (found from outside); it now names the store and why.
+// Two "nodes" on this host (--nnodes 2 over loopback), one rank each.
+TEST_CASE("in-process recovery: node 0's launcher killed, the other node's rank names the lost store", "[dist][e2e]") {
+  auto dir = test::scratch_dir("recovery_store_lost");
+  const auto cfg = long_config(dir);
+  const std::string port = std::to_string(trainer::dist::free_local_port());
+  auto node = [&](int n) {
+    test::start_trainer("launch -n 1 --nnodes 2 --node-rank " + std::to_string(n) + " --master-addr 127.0.0.1 "
+                        "--master-port " + port + " -- run " + cfg + " --out-dir " + (dir / "out").string(),
+                        dir / ("node" + std::to_string(n) + ".log"), dir / ("node" + std::to_string(n) + ".rc"));
+  };
+  node(0);
+  node(1);
+  const auto run = dir / "out" / "tiny";
+  REQUIRE(test::wait_for([&] { return run_records(run, "train").size() >= 2; }));
+  const pid_t rank0 = test::lock_holder(run / ".lock");
+  REQUIRE(rank0 > 0);
+  const auto stat = test::read_file("/proc/" + std::to_string(rank0) + "/stat");
+  REQUIRE(::kill(static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4))), SIGKILL) == 0);
+  const int rc = test::wait_rc(dir / "node1.rc");
+  const auto log = test::read_file(dir / "node1.log");
+  INFO(log);
+  CHECK(rc == 1);
+  CHECK(log.find("the rendezvous store cannot be reached (") != std::string::npos);
+  CHECK(log.find("It lives in node 0's launcher (or torchrun's agent), which is gone or cut off") != std::string::npos);
+}

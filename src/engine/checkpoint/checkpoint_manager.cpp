@@ -12,6 +12,7 @@
 
 #include "config/exit_codes.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
+#include "engine/checkpoint/folder_owner.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
 #include "io/safetensors.hpp"
 #include "io/tensor_parts.hpp"
@@ -53,6 +54,13 @@ const char* kind_text(SaveKind k) {
   }
 }
 
+// state.json says the checkpoint was saved for a stop signal or a data change, not by the schedule
+bool is_unscheduled(const std::filesystem::path& folder) {
+  std::ifstream in(folder / "state.json");
+  const auto state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return state.is_object() && state.value("unscheduled", false);
+}
+
 }  // namespace
 
 CheckpointManager::CheckpointManager(const config::RunConfig& cfg, const dist::LaunchEnv& env,
@@ -68,36 +76,12 @@ void CheckpointManager::become_writer() {
         dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
 }
 
-// A checkpoint.dir is one run's: the newest checkpoint in it (state.json's run_dir) must be this run
-// directory's, else another run's saves would be resumed as this run's and pruned by its saves (and
-// two runs would share one folder once neither holds its lock). Checkpoints saved before run_dir
-// existed, and the run's own checkpoints/ (copied with its run directory), are not asked.
-void CheckpointManager::refuse_other_runs_folder() const {
-  if (cfg_.checkpoint.dir.empty()) return;
-  for (const auto& c : io::step_folders_newest_first(dir_)) {
-    std::ifstream in(c.path / "state.json");
-    const auto state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-    if (!state.is_object()) continue;  // not readable: resume's verification names it
-    const auto owner = state.value("run_dir", std::string());
-    if (owner.empty() || owner == run_root_) return;
-    std::error_code ec;
-    if (!std::filesystem::exists(owner, ec)) {  // that run directory was moved or renamed (to this one, likely)
-      spdlog::warn("checkpoint.dir {}: its newest checkpoint was saved by the run in {}, which is gone (moved?): this "
-                   "run ({}) takes the folder over", dir_.string(), owner, run_root_);
-      return;
-    }
-    throw std::runtime_error("checkpoint.dir " + dir_.string() + " holds the checkpoints of another run (" +
-                             c.path.filename().string() + " was saved by the run in " + owner + ", this run is " +
-                             run_root_ + "): its saves would be resumed as this run's and pruned by this run's "
-                             "saves. Give this run its own checkpoint.dir; to start from one of them, pass --resume " +
-                             c.path.string() + " (this run then saves in its own checkpoint.dir)");
-  }
-}
-
 std::optional<Resumed> CheckpointManager::resume(const ResumeOptions& how) {
   std::string refused;  // rank 0 looks (another node may mount the run directory elsewhere); all stop
   if (env_.rank == 0) try {
-      refuse_other_runs_folder();
+      // (the run's own checkpoints/ is asked only by --resume auto: --resume PATH names the start)
+      if (!cfg_.checkpoint.dir.empty() || how.mode == ResumeMode::Auto)
+        refuse_other_runs_checkpoints(dir_, run_root_, /*explicit_dir=*/!cfg_.checkpoint.dir.empty());
     } catch (const std::runtime_error& e) {
       refused = e.what();
     }
@@ -312,7 +296,9 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
         auto pos = position_(step);
         pos.interval = interval;
         auto content = capture_checkpoint(cfg_, objs_, pos, parts ? &*parts : nullptr);
-        content.state["run_dir"] = run_root_;  // whose checkpoint.dir it is (refuse_other_runs_folder)
+        content.state["run_dir"] = run_root_;  // whose checkpoints they are (folder_owner.hpp)
+        // a stop's or a data change's: an uninterrupted run has no such checkpoint (roll_back passes it)
+        if (kind == SaveKind::Signal || kind == SaveKind::DataChanged) content.state["unscheduled"] = true;
         content.staged = staged;
         if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);
@@ -400,18 +386,25 @@ void CheckpointManager::requeue_if_asked() const {
 
 int64_t CheckpointManager::roll_back(int64_t step) {
   // the newest checkpoint of this run's past that verifies: later ones (left by an earlier run that
-  // got further, see --force) are not this run's past
-  std::optional<io::CheckpointInfo> target;
+  // got further, see --force) are not this run's past. A stop signal's checkpoint is passed over
+  // for an older scheduled one: the uninterrupted run rolls back there, and a resumed run must too
+  // (found from outside: a stop at step 11 made a later rollback land on 11, not 10)
+  std::optional<io::CheckpointInfo> target, unscheduled;
   for (const auto& c : io::step_folders_newest_first(dir_)) {
     if (c.step >= step) continue;
     try {
       io::verify_checkpoint(c.path);
+      if (is_unscheduled(c.path)) {
+        if (!unscheduled) unscheduled = c;
+        continue;
+      }
       target = c;
       break;
     } catch (const io::CheckpointError& e) {
       spdlog::warn("rollback: skipping a checkpoint that does not verify: {}", e.what());
     }
   }
+  if (!target) target = unscheduled;  // nothing older: better than giving up
   if (!target)
     throw std::runtime_error("non-finite gradients at step " + std::to_string(step) +
                              " and no checkpoint to roll back to in " + dir_.string() +

@@ -98,7 +98,6 @@ class CheckpointManager {
 
  private:
   std::optional<Resumed> resume_newest();
-  void refuse_other_runs_folder() const;
   std::string nonfinite_parameter() const;
   // Sharded runs: every rank writes its optimizer shard next to the checkpoint folder, in parallel;
   // returns rank 0's content with every rank's staged file to move in (undefined on other ranks),

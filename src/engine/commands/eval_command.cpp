@@ -13,6 +13,7 @@
 #include "data/dataset.hpp"
 #include "dist/dist_context.hpp"
 #include "engine/commands/command_common.hpp"
+#include "engine/checkpoint/checkpointing.hpp"
 #include "engine/commands/inference.hpp"
 #include "engine/eval/evaluator.hpp"
 #include "io/checkpoint.hpp"

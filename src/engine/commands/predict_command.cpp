@@ -89,7 +89,7 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
     throw std::invalid_argument("--prompt / --prompt-file are for language models; model.arch " + c.model.arch +
                                 " takes images (--input)");
   if (a.inputs.empty()) throw std::invalid_argument("--input: give image files or folders");
-  const auto files = data::expand_image_inputs(a.inputs);
+  const auto files = data::expand_image_inputs(a.inputs, c.data.on_bad_sample == "skip");
   const auto spec = data::image_input_spec(c.data, c.model, c.run.seed);
   check_same_classes(m.classes, spec.classes, "the weights of " + m.weights);
   const int64_t classes = c.model.num_classes;

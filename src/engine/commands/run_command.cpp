@@ -79,11 +79,10 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
   if (s.resume.mode == ResumeMode::Never && !args.force && !held.empty())
     throw Refused(ckpts.string() + " already holds checkpoints (" + held +
                   ", ...); --resume never starts over only with --force, or use --resume auto");
-  if (s.resume.mode == ResumeMode::Path && !fs::exists(s.resume.path))
-    throw Refused("--resume " + args.resume + ": no such checkpoint");
-  if (s.resume.mode == ResumeMode::Path && !fs::is_directory(s.resume.path))
-    throw Refused("--resume " + args.resume + ": is a file, not a checkpoint folder (a step-N folder, latest, or a "
-                  "checkpoints folder or run directory)");
+  if (s.resume.mode == ResumeMode::Path)
+    if (const auto what = io::checkpoint_folder_problem(s.resume.path); !what.empty())
+      throw Refused("--resume " + args.resume + ": " + (what == "no such checkpoint or folder" ? "no such checkpoint" : what) +
+                    (what.starts_with("no such") ? "" : " (a step-N folder, latest, or a checkpoints folder or run directory)"));
   // model.init is read by a fresh start only: a run that resumes has its weights in the checkpoint
   const bool fresh = s.resume.mode == ResumeMode::Never || (s.resume.mode == ResumeMode::Auto && held.empty());
   check_named_files(s.loaded, /*data=*/true, /*init=*/fresh);
@@ -149,16 +148,19 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
   if (!errors.empty()) throw config::ConfigError(std::move(errors));
 }
 
-int check_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
+int check_run_start(const RunArgs& args, const dist::LaunchEnv& env, double* timeout_s) {
   return run_command([&] {
-    plan_run_start(args, env);
+    const auto start = plan_run_start(args, env);
+    if (timeout_s) *timeout_s = start.loaded.cfg.dist.timeout_s;
     return kExitOk;
   });
 }
 
-int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env) {
+int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env, double* timeout_s) {
   return run_command([&] {
-    check_named_files(load_checked(args, env, /*builds_mesh=*/true), /*data=*/!args.no_data, /*init=*/true);
+    const auto loaded = load_checked(args, env, /*builds_mesh=*/true);
+    check_named_files(loaded, /*data=*/!args.no_data, /*init=*/true);
+    if (timeout_s) *timeout_s = loaded.cfg.dist.timeout_s;
     return kExitOk;
   });
 }

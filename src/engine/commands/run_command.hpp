@@ -12,10 +12,10 @@ namespace trainer::engine {
 // failed), the errors printed to stderr (run_command's mapping).
 // `trainer launch` calls it once with the environment its ranks will see, so that a refused run is
 // said once and no rank is started, instead of every rank saying it.
-int check_run_start(const RunArgs& args, const dist::LaunchEnv& env);
+int check_run_start(const RunArgs& args, const dist::LaunchEnv& env, double* timeout_s = nullptr);
 
 // The same for `trainer check` under `trainer launch`: the config and the files it names (the data's
 // unless --no-data), once, before any rank starts. 0 or the exit code, the errors printed.
-int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env);
+int check_check_start(const CheckArgs& args, const dist::LaunchEnv& env, double* timeout_s = nullptr);
 
 }  // namespace trainer::engine

@@ -68,6 +68,17 @@ data::DatasetPair reopen_settled(const config::RunConfig& cfg, const data::Datas
 
 }  // namespace
 
+data::DatasetPair open_run_datasets(const config::RunConfig& cfg, dist::DistContext& dist) {
+  auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
+  const std::string mine = fmt::format("{} training and {} validation samples", sets.train->size(),
+                                       sets.val ? sets.val->size() : 0);
+  if (const auto other = dist.differing_rank("data", mine))
+    throw data::DataError(fmt::format("the ranks read different data at the same paths: rank {} reads {} ({}), rank {} "
+                                      "{}. Every node must see the same files (node-local copies that differ?)",
+                                      dist.rank(), mine, sets.train->describe(), other->first, other->second));
+  return sets;
+}
+
 std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, const std::string& change,
                                                 const data::Dataset& old_train, const data::LoaderState& pos,
                                                 int64_t step, dist::DistContext& dist) {

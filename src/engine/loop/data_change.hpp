@@ -22,6 +22,12 @@
 
 namespace trainer::engine {
 
+// The datasets a run starts with, the same on every rank: each rank opens its own copy (node-local
+// files), and ranks whose copies differ drew their slices of different global orders in silence (found
+// from outside: 1781 windows on one node, 890 on the other, exit 0). Their sample counts are compared
+// through the store (no collective): rank 0 and a rank that differs throw DataError naming both.
+data::DatasetPair open_run_datasets(const config::RunConfig& cfg, dist::DistContext& dist);
+
 struct ReopenedData {
   data::DatasetPair data;
   data::LoaderState resume_at;  // the start of the epoch after the last step's (its own if unconsumed)

@@ -83,7 +83,7 @@ class Trainer final : public WorldParts {
     StartupPlanner planner(cfg_, launch_, dist_.get(), device_, precision_, dir_.root);
     const models::ModelSpec& spec = models::builtin_models().spec(cfg_.model.arch);  // the family of model.arch
     // the data first (they draw no random numbers): train.precision auto probes the model on their shapes
-    auto datasets = data::create_datasets(cfg_.data, cfg_.model, cfg_.run.seed);
+    auto datasets = open_run_datasets(cfg_, *dist_);  // every rank the same samples (data_change.hpp)
     std::tie(train_set_, val_set_) = std::tie(datasets.train, datasets.val);
     tokens_ = train_set_->kind() == data::SampleKind::Tokens;
     precision_ = planner.resolve_model_choices(*train_set_, spec.attention_probe != nullptr);

@@ -1,6 +1,7 @@
 #include "engine/optim/train_state.hpp"
 
 #include <ATen/Context.h>
+#include <spdlog/spdlog.h>
 
 #include <map>
 #include <optional>
@@ -65,6 +66,7 @@ void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module&
     return torch::empty_like(like).copy_(it->second);
   };
   opt.state().clear();
+  std::vector<std::string> stateless;
   for (auto& group : opt.param_groups()) {
     for (auto& p : group.params()) {
       const std::string name = name_of(names, p);
@@ -74,7 +76,10 @@ void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module&
         step = it->second.item<int64_t>();
       }
       auto s = make_param_state(kind, step, [&](const char* field) { return take(name + "." + field, p); });
-      if (!s) continue;  // never stepped (or SGD without momentum)
+      if (!s) {  // never stepped (or SGD without momentum)
+        stateless.push_back(name);
+        continue;
+      }
       if (!state_complete(*s)) problems.push_back(name + ": incomplete AdamW state");
       opt.state()[p.unsafeGetTensorImpl()] = std::move(s);
     }
@@ -85,6 +90,16 @@ void load_optimizer_state(torch::optim::Optimizer& opt, const torch::nn::Module&
     std::string msg = "optimizer state does not match this model/optimizer:";
     for (const auto& p : problems) msg += "\n  " + p;
     throw std::runtime_error(msg);
+  }
+  // some parameters have state and these none: a parameter that never had a gradient, else a file
+  // that lost entries (the old reader took it in silence and the state restarted at zero)
+  if (!used.empty() && !stateless.empty()) {
+    std::string list;
+    for (size_t i = 0; i < stateless.size() && i < 5; ++i) list += (i ? ", " : "") + stateless[i];
+    if (stateless.size() > 5) list += ", ... (" + std::to_string(stateless.size()) + " in all)";
+    spdlog::warn("the optimizer state has no entry for {} trainable parameter(s): {}; their state starts from zero "
+                 "(right for a parameter that never had a gradient, else the checkpoint lost them)",
+                 stateless.size(), list);
   }
 }
 
