@@ -144,6 +144,13 @@ TEST_CASE("eval refuses a missing, corrupt or mismatched checkpoint with a messa
   auto missing = run_trainer("eval " + cfg + " --checkpoint " + (dir / "nothere").string());
   CHECK(missing.exit_code == 2);
   CHECK(missing.output.find("--checkpoint " + (dir / "nothere").string() + ": no such checkpoint") != std::string::npos);
+  // --output in a folder that is not there: said before the evaluation, not after it
+  auto nowhere = run_trainer("eval " + cfg + " --checkpoint " + run.string() + " --output " +
+                             (dir / "nofolder/r.json").string());
+  CHECK(nowhere.exit_code == 2);
+  CHECK(nowhere.output.find("--output " + (dir / "nofolder/r.json").string() + ": its folder " +
+                            (dir / "nofolder").string() + " does not exist") != std::string::npos);
+  CHECK(nowhere.output.find("eval ") == std::string::npos);  // no evaluation ran
 
   auto wider = run_trainer("eval " + cfg + " --set model.width=1.0 --checkpoint " + run.string());
   CHECK(wider.exit_code == 1);

@@ -56,6 +56,10 @@ std::string eval_line(const EvalResult& r, const InferenceModel& m, double secon
 
 int eval_run(const EvalArgs& args) {
   if (!args.output.empty()) check_output_file("--output", args.output, {args.config, args.checkpoint});
+  // the record is written after the evaluation: a folder that is not there failed it only then
+  if (!args.output.empty())
+    if (const auto folder = std::filesystem::absolute(args.output).parent_path(); !std::filesystem::is_directory(folder))
+      throw std::invalid_argument("--output " + args.output + ": its folder " + folder.string() + " does not exist");
   const auto env = dist::detect_launch_env();
   const auto loaded = load_checked(args, env);
   // not into the data it reads (a validation image replaced by the record)

@@ -255,8 +255,9 @@ int run_points(const SweepArgs& a, const SweepSpec& spec, const fs::path& sweep_
     p.row.records = read_point_records(p.run_dir);
     if (code == kExitOk && p.row.records.finished) {
       p.row.status = "done";
-      std::cout << p.plan.name << ": done in " << fmt::format("{:.1f} s", secs) << " (" << figures(p.row.records)
-                << ")\n";
+      // the point's process, start-up included; the table's `train s` is the summary's training time
+      std::cout << p.plan.name << ": done in " << fmt::format("{:.1f} s", secs) << ", start-up included ("
+                << figures(p.row.records) << ")\n";
     } else if (code == kExitSavedAfterSignal) {
       p.row.status = "stopped";
       if (result == kExitOk) result = kExitSavedAfterSignal;

@@ -106,7 +106,9 @@ std::string rows_table(const std::vector<SweepRow>& rows) {
                     return r.records.best_value ? r.records.best_metric + " " + opt(r.records.best_value, "{:.4f}")
                                                 : std::string();
                   }});
-  cols.push_back({"time s", true, [&](const SweepRow& r) { return opt(r.records.wall_s, "{:.1f}"); }});
+  // the summary's wall_s: training time of every attempt, start-up excluded (a point's "done in" line
+  // counts its process: two unlabelled times disagreed, found from outside)
+  cols.push_back({"train s", true, [&](const SweepRow& r) { return opt(r.records.wall_s, "{:.1f}"); }});
 
   std::vector<std::vector<std::string>> cells(rows.size());
   std::vector<size_t> width;
