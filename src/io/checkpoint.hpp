@@ -67,6 +67,8 @@ inline constexpr const char* kStateConfigHash = "config_hash";
 // image data: how the bytes became the model's input (engine/checkpoint/checkpointing.hpp)
 inline constexpr const char* kStateDataNormalize = "data_normalize";
 inline constexpr const char* kStateDataClasses = "data_classes";  // image_folder: the class names
+// true on a checkpoint saved for a stop signal or a data change: an uninterrupted run has none
+inline constexpr const char* kStateUnscheduled = "unscheduled";
 
 struct CheckpointPolicy {
   int64_t keep_last = 3;   // newest complete checkpoints kept

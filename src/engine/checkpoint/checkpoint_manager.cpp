@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 
 #include "config/exit_codes.hpp"
 #include "engine/parallel/sharded_checkpoint.hpp"
@@ -52,13 +51,6 @@ const char* kind_text(SaveKind k) {
     case SaveKind::DataChanged: return "the checkpoint before stopping for changed data";
     default: return "the checkpoint";
   }
-}
-
-// state.json says the checkpoint was saved for a stop signal or a data change, not by the schedule
-bool is_unscheduled(const std::filesystem::path& folder) {
-  std::ifstream in(folder / "state.json");
-  const auto state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  return state.is_object() && state.value("unscheduled", false);
 }
 
 }  // namespace
@@ -298,7 +290,7 @@ bool CheckpointManager::save(int64_t step, SaveKind kind) {
         auto content = capture_checkpoint(cfg_, objs_, pos, parts ? &*parts : nullptr);
         content.state["run_dir"] = run_root_;  // whose checkpoints they are (folder_owner.hpp)
         // a stop's or a data change's: an uninterrupted run has no such checkpoint (roll_back passes it)
-        if (kind == SaveKind::Signal || kind == SaveKind::DataChanged) content.state["unscheduled"] = true;
+        if (kind == SaveKind::Signal || kind == SaveKind::DataChanged) content.state[io::kStateUnscheduled] = true;
         content.staged = staged;
         if (dist_) content.before_manifest = [this, step] { dist_->kill_point("save", step); };
         auto path = store_->save(step, content);
@@ -394,7 +386,7 @@ int64_t CheckpointManager::roll_back(int64_t step) {
     if (c.step >= step) continue;
     try {
       io::verify_checkpoint(c.path);
-      if (is_unscheduled(c.path)) {
+      if (saved_unscheduled(c.path)) {
         if (!unscheduled) unscheduled = c;
         continue;
       }

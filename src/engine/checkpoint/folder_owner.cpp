@@ -12,11 +12,16 @@
 namespace trainer::engine {
 namespace {
 
-// state.json's run_dir ("" when it predates the field); nullopt when state.json does not read
-// (resume's verification names such a folder)
-std::optional<std::string> owner_of(const std::filesystem::path& folder) {
+// A folder's state.json, not verified (resume's verification names a folder whose file does not
+// read): not an object when it does not parse.
+nlohmann::json state_of(const std::filesystem::path& folder) {
   std::ifstream in(folder / "state.json");
-  const auto state = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+}
+
+// state.json's run_dir ("" when it predates the field); nullopt when state.json does not read
+std::optional<std::string> owner_of(const std::filesystem::path& folder) {
+  const auto state = state_of(folder);
   if (!state.is_object()) return std::nullopt;
   const auto it = state.find("run_dir");
   return it != state.end() && it->is_string() ? it->get<std::string>() : std::string();
@@ -57,6 +62,11 @@ void refuse_other_runs_checkpoints(const std::filesystem::path& dir, const std::
                              "run its own checkpoint.dir; to start from one of them, pass --resume " +
                              folders[i].path.string() + " (this run then saves in its own checkpoint.dir)");
   }
+}
+
+bool saved_unscheduled(const std::filesystem::path& folder) {
+  const auto state = state_of(folder);
+  return state.is_object() && state.value(io::kStateUnscheduled, false);
 }
 
 }  // namespace trainer::engine

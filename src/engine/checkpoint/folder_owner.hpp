@@ -16,4 +16,8 @@ namespace trainer::engine {
 // owner, and checkpoints saved before run_dir existed are taken as this run's.
 void refuse_other_runs_checkpoints(const std::filesystem::path& dir, const std::string& run_root, bool explicit_dir);
 
+// state.json of `folder` says it was saved for a stop signal or a data change, not by the schedule
+// (io::kStateUnscheduled); false when it does not read.
+bool saved_unscheduled(const std::filesystem::path& folder);
+
 }  // namespace trainer::engine

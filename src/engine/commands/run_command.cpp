@@ -81,8 +81,8 @@ RunStart plan_run_start(const RunArgs& args, const dist::LaunchEnv& env) {
                   ", ...); --resume never starts over only with --force, or use --resume auto");
   if (s.resume.mode == ResumeMode::Path)
     if (const auto what = io::checkpoint_folder_problem(s.resume.path); !what.empty())
-      throw Refused("--resume " + args.resume + ": " + (what == "no such checkpoint or folder" ? "no such checkpoint" : what) +
-                    (what.starts_with("no such") ? "" : " (a step-N folder, latest, or a checkpoints folder or run directory)"));
+      throw Refused("--resume " + args.resume + ": " + what +
+                    " (a step-N folder, latest, or a checkpoints folder or run directory)");
   // model.init is read by a fresh start only: a run that resumes has its weights in the checkpoint
   const bool fresh = s.resume.mode == ResumeMode::Never || (s.resume.mode == ResumeMode::Auto && held.empty());
   check_named_files(s.loaded, /*data=*/true, /*init=*/fresh);
