@@ -162,6 +162,9 @@ int main(int argc, char** argv) {
   launch->add_flag("--join", launch_opts.join,
                    "This node's ranks join a job that is running (dist.recovery: in_process), e.g. a node that comes "
                    "back after it was lost, instead of starting with it");
+  launch->add_flag("--oversubscribe", launch_opts.oversubscribe,
+                   "Start -n ranks even when they are more than 8 per usable core of this node (refused as a likely "
+                   "typo without it)");
   launch->add_option("args", launch_args, "The trainer command each rank runs, after --")->required();
 
   trainer::engine::SweepArgs sw;

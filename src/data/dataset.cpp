@@ -15,6 +15,7 @@
 #include <fmt/ranges.h>
 
 #include "config/schema.hpp"
+#include "config/sha256.hpp"
 #include "data/image_dataset.hpp"
 #include "data/readers.hpp"
 
@@ -217,6 +218,31 @@ Example Dataset::get(int64_t index, int64_t epoch, bool augment) const {
   if (!fill(index, epoch, augment, raw.data_ptr(), target.data_ptr<int64_t>()))
     throw DataError(fmt::format("sample {} was skipped as bad (data.on_bad_sample: skip) in {}", index, describe()));
   return {finish(raw, false)[0], target};
+}
+
+std::string Dataset::content_digest(int64_t n) const {
+  const int64_t total = size();
+  if (total <= 0) return sha256_hex("empty");
+  std::vector<int64_t> shape = sample_shape(), tshape = target_shape();
+  auto raw = torch::empty(shape, torch::TensorOptions().dtype(raw_dtype()));
+  auto target = torch::empty(tshape, torch::kInt64);
+  std::string bytes;
+  const int64_t take = std::min(n, total);
+  for (int64_t k = 0; k < take; ++k) {
+    const int64_t index = take == 1 ? 0 : k * (total - 1) / (take - 1);
+    bool good = false;
+    try {
+      good = fill(index, 0, false, raw.data_ptr(), target.data_ptr<int64_t>());
+    } catch (const DataError&) {  // on_bad_sample: error says so when the loader reaches it, as before
+    }
+    if (!good) {
+      bytes += "bad";
+      continue;
+    }
+    bytes.append(static_cast<const char*>(raw.data_ptr()), raw.nbytes());
+    bytes.append(static_cast<const char*>(target.data_ptr()), target.nbytes());
+  }
+  return sha256_hex(bytes);
 }
 
 torch::TensorOptions host_options(torch::ScalarType dtype, bool pin) {

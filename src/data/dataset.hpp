@@ -101,6 +101,10 @@ class Dataset {
   virtual Audit audit(const AuditOptions& o) const { (void)o; return {}; }
   // Samples skipped so far because they were bad (on_bad_sample=skip).
   int64_t skipped() const { return skipped_.load(); }
+  // A digest (hex) of `n` samples spread evenly over the dataset, the first and last among them: their
+  // raw bytes and targets as validation reads them (no augmentation), a bad one as "bad". Ranks compare
+  // it to find node-local copies that hold the same number of samples with other content.
+  std::string content_digest(int64_t n = 16) const;
 
  protected:
   // Audit's loop for readers with something to read: `reader()` gives each thread its own reader of a

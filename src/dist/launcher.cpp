@@ -2,13 +2,10 @@
 // the signal handler (forwarded signals and SIGCHLD) and the kill deadline.
 #include "dist/launcher.hpp"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +15,8 @@
 #include <cstring>
 #include <optional>
 #include <stdexcept>
+
+#include <fmt/format.h>
 
 #include "config/exit_codes.hpp"
 #include "device/device.hpp"
@@ -128,26 +127,6 @@ std::vector<char*> c_strings(std::vector<std::string>& v) {
   out.push_back(nullptr);
   return out;
 }
-
-}  // namespace
-
-int free_local_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error("launch: socket(): " + std::string(std::strerror(errno)));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    ::close(fd);
-    throw std::runtime_error("launch: no free port on 127.0.0.1: " + std::string(std::strerror(errno)));
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
-
-namespace {
 
 // The child side of a spawn, between fork and exec: never returns.
 [[noreturn]] void become_rank(std::vector<char*>& argv, std::vector<char*>& envp, int out_fd, int err_fd,
@@ -425,6 +404,11 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     throw std::invalid_argument("launch: --join is for a node other than node 0 (--nnodes 2 or more, --node-rank 1 "
                                 "or more): node 0's launcher hosts the running job's store");
   if (child_args.empty()) throw std::invalid_argument("launch: nothing to run; usage: trainer launch -n N -- run CONFIG");
+  const int64_t cores = device::usable_cpus();
+  if (!o.oversubscribe && o.nprocs > std::max<int64_t>(kMinRankLimit, kMaxRanksPerCore * cores))
+    throw std::invalid_argument(fmt::format("launch: -n {} ranks on {} usable core(s) is more than {} per core: refused "
+                                            "as a likely typo (each rank is a process with its own copy of the model); "
+                                            "pass --oversubscribe to start them anyway", o.nprocs, cores, kMaxRanksPerCore));
   // every node must name the same port: a free one is only for a job on one node
   const int port = o.master_port > 0 ? o.master_port : o.nnodes > 1 ? kDefaultMasterPort : free_local_port();
   double rank_timeout_s = 0;  // the ranks' dist.timeout_s, when the preflight read their config
@@ -439,8 +423,8 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
     if (const auto code = o.preflight(rank_env, &rank_timeout_s)) return *code;
   }
   // more ranks than cores runs (each gets one intra-op thread), but slowly: said, not refused, as
-  // checking a layout on a laptop is a use
-  if (const int64_t cores = device::usable_cpus(); o.nprocs > cores)
+  // checking a layout on a laptop is a use (far more is refused above)
+  if (o.nprocs > cores)
     write_all(2, "launch: note: " + std::to_string(o.nprocs) + " ranks on " + std::to_string(cores) +
                      " usable core(s) share them (one intra-op thread each): fine to check a layout, slow to "
                      "train\n");

@@ -9,8 +9,15 @@
 #include <vector>
 
 #include "dist/launch_env.hpp"
+#include "dist/net_iface.hpp"  // free_local_port
 
 namespace trainer::dist {
+
+// More ranks on a node than this many per usable core (and more than kMinRankLimit) are refused
+// without --oversubscribe: a mistyped -n 1000 forked processes, each with its own model, until the
+// machine stalled (found from outside). Checking a layout of 8 ranks on a 2-core laptop still runs.
+inline constexpr int kMaxRanksPerCore = 8;
+inline constexpr int kMinRankLimit = 16;
 
 struct LaunchOptions {
   int nprocs = 1;                     // ranks on this node
@@ -21,6 +28,7 @@ struct LaunchOptions {
   int max_restarts = 0;               // a failed group is started again up to this many times
                                       // (dist.recovery in_process: replacement ranks started)
   bool join = false;                  // this node's ranks join a running job (in_process)
+  bool oversubscribe = false;         // start more ranks than kMaxRanksPerCore x the usable cores
   std::string exe = "/proc/self/exe"; // the program each rank runs
   double grace_s = 10.0;              // SIGTERM -> SIGKILL delay when a rank failed
   // Called once before any rank starts, with the environment the first of this node's ranks will
@@ -42,8 +50,5 @@ int launch_local(const LaunchOptions& opts, const std::vector<std::string>& chil
 
 // The CLI entry point: launch_local, usage errors exit 2.
 int cmd_launch(LaunchOptions opts, const std::vector<std::string>& child_args);
-
-// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
-int free_local_port();
 
 }  // namespace trainer::dist

@@ -121,4 +121,20 @@ std::string describe(const NetChoice& n) {
   return (n.interface.empty() ? "" : n.interface + " ") + n.address + " (" + n.reason + ")";
 }
 
+int free_local_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw std::runtime_error("launch: socket(): " + std::string(std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    ::close(fd);
+    throw std::runtime_error("launch: no free port on 127.0.0.1: " + std::string(std::strerror(errno)));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
 }  // namespace trainer::dist

@@ -40,4 +40,7 @@ NetChoice choose_interface(const LaunchEnv& env, const std::string& configured, 
 // "eth0 10.0.0.2 (routes to MASTER_ADDR)" for logs and trainer check.
 std::string describe(const NetChoice& n);
 
+// A TCP port on 127.0.0.1 that was free a moment ago (the kernel's choice).
+int free_local_port();
+
 }  // namespace trainer::dist

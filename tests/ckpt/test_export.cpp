@@ -174,6 +174,30 @@ TEST_CASE("export: a dtype whose range a finite weight overflows is refused, nam
   CHECK(r.exit_code == 0);
 }
 
+// fp16's smallest subnormal is 6e-8: smaller weights became 0 in silence (found from outside)
+TEST_CASE("export: weights a dtype flushes to zero are counted in a warning, naming the first tensor", "[unit]") {
+  auto dir = test::scratch_dir("ckpt_export_underflow");
+  auto cfg = gpt_run_cfg();
+  auto model = build(cfg, 7);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters()) {
+      if (p.key() == "transformer.h.1.mlp.c_proj.bias") p.value().fill_(1e-9);  // 0 in fp16, kept in bf16
+      else p.value().clamp_(-1.0, 1.0).masked_fill_(p.value().abs().lt(1e-4), 1e-3);  // nothing else that small
+    }
+  }
+  save_model_checkpoint(dir, 3, cfg, *model);
+  auto r = test::run_trainer("export " + (dir / "step-3").string() + " --out " + (dir / "h.safetensors").string() +
+                             " --dtype fp16");
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("warning: --dtype fp16: 32 nonzero value(s) (the first in transformer.h.1.mlp.c_proj.bias) are "
+                      "below fp16's smallest magnitude and become 0; bf16 keeps fp32's range\n") != std::string::npos);
+  r = test::run_trainer("export " + (dir / "step-3").string() + " --out " + (dir / "b.safetensors").string() +
+                        " --dtype bf16");
+  CHECK(r.exit_code == 0);
+  CHECK(r.output.find("warning") == std::string::npos);
+}
+
 TEST_CASE("export: a corrupted checkpoint is refused with the checksum error", "[unit]") {
   auto dir = test::scratch_dir("ckpt_export_corrupt");
   auto cfg = gpt_run_cfg();

@@ -176,17 +176,17 @@ TEST_CASE("data change, 2 ranks, dist.recovery in_process: a rank stopped for ch
   check_read_failure_in_step("in_process", "dist: {timeout_s: 60, recovery: in_process}\n");
 }
 
+namespace {
+
 // Node-local copies of the data that differ (one path, other files on each node): the ranks drew their
 // slices of different global orders and trained on in silence (found from outside, exit 0). Rank 1 runs
-// in a mount namespace of its own where another file is bound over the data path, as on another node.
-TEST_CASE("ranks that read different data at the same path stop at start-up naming both sample counts",
-          "[e2e][dist]") {
-  if (::geteuid() != 0 || run_shell("command -v unshare && command -v mount").exit_code != 0)
-    TRAINER_SKIP("a mount namespace of its own for one rank needs root, unshare and mount");
-  auto dir = scratch_dir("data_differs_2r");
+// in a mount namespace of its own where another file (`other`) is bound over the data path, as on another
+// node. Returns the two ranks' logs.
+std::pair<std::string, std::string> run_with_other_data_on_rank_1(const std::string& name, const std::string& other) {
+  auto dir = scratch_dir(name);
   const DataSet d = data_set("text", dir);
   d.write(0, d.folder);
-  d.write(1, dir / "other");  // 2800 bytes instead of 2000
+  write_file(dir / "other/corpus.txt", other);
   write_file(dir / "exp.yaml", config_for(d, "error") + "dist: {timeout_s: 20}\n");
   const std::string env = "MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(trainer::dist::free_local_port()) +
                           " WORLD_SIZE=2 LOCAL_WORLD_SIZE=2";
@@ -203,12 +203,40 @@ TEST_CASE("ranks that read different data at the same path stop at start-up nami
   INFO("rank 0:\n" << r0 << "\nrank 1:\n" << r1);
   CHECK(std::stoi(read_file(dir / "r1.rc")) == 1);
   CHECK(std::stoi(read_file(dir / "r0.rc")) == 1);
-  // 2000 bytes: 112 windows for training and 12 for validation; 2800 bytes: 157 and 17
-  CHECK(contains(r1, "the ranks read different data at the same paths: rank 1 reads 157 training and 17 validation "
-                     "samples (text " + d.file.string()));
-  CHECK(contains(r1, "), rank 0 112 training and 12 validation samples. Every node must see the same files"));
-  CHECK(contains(r0, "the ranks read different data at the same paths: rank 0 reads 112 training and 12 validation "
-                     "samples (text " + d.file.string()));
-  CHECK(contains(r0, "), rank 1 157 training and 17 validation samples."));
   CHECK(last_train_step(dir / "runs/exp/metrics.jsonl") < 1);  // nothing trained
+  for (const auto* log : {&r0, &r1})
+    CHECK(contains(*log, "the ranks read different data at the same paths: rank " + std::string(log == &r0 ? "0" : "1") +
+                             " reads "));
+  return {r0, r1};
+}
+
+bool can_bind_in_own_namespace() {
+  return ::geteuid() == 0 && run_shell("command -v unshare && command -v mount").exit_code == 0;
+}
+
+}  // namespace
+
+TEST_CASE("ranks that read different data at the same path stop at start-up naming both sample counts",
+          "[e2e][dist]") {
+  if (!can_bind_in_own_namespace()) TRAINER_SKIP("a mount namespace of its own for one rank needs root, unshare and mount");
+  const auto [r0, r1] = run_with_other_data_on_rank_1("data_differs_2r", random_bytes(2800, 8, 255));
+  // 2000 bytes: 112 windows for training and 12 for validation; 2800 bytes: 157 and 17
+  CHECK(contains(r1, "rank 1 reads 157 training and 17 validation samples, content digest "));
+  CHECK(contains(r1, "), rank 0 112 training and 12 validation samples, content digest "));
+  CHECK(contains(r1, ". Every node must see the same files"));
+  CHECK(contains(r0, "rank 0 reads 112 training and 12 validation samples, content digest "));
+  CHECK(contains(r0, "), rank 1 157 training and 17 validation samples, content digest "));
+}
+
+// The same number of samples, other bytes: the counts alone let it through (found from outside).
+TEST_CASE("ranks that read files of one length with other content at the same path stop at start-up",
+          "[e2e][dist]") {
+  if (!can_bind_in_own_namespace()) TRAINER_SKIP("a mount namespace of its own for one rank needs root, unshare and mount");
+  const auto [r0, r1] = run_with_other_data_on_rank_1("data_differs_same_length_2r", random_bytes(2000, 99, 255));
+  const std::regex digests("rank 1 reads 112 training and 12 validation samples, content digest ([0-9a-f]{12})/([0-9a-f]{12}) "
+                           "\\(text [^\\n]*\\), rank 0 112 training and 12 validation samples, content digest ([0-9a-f]{12})/([0-9a-f]{12})\\.");
+  std::smatch m;
+  REQUIRE(std::regex_search(r1, m, digests));
+  CHECK(m[1] != m[3]);  // the training splits differ
+  CHECK(m[2] != m[4]);  // and the validation splits
 }

@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "device/device.hpp"
 #include "dist/launcher.hpp"
 #include "skip.hpp"
 #include "spawn.hpp"
@@ -151,6 +152,22 @@ TEST_CASE("trainer launch without a command is a usage error", "[unit]") {
   CHECK_THAT(r.output, Contains("args is required"));
 }
 
+// A mistyped -n 1000 forked ranks until the machine stalled (found from outside): far more ranks than
+// cores are refused before anything starts, unless asked for.
+TEST_CASE("trainer launch: -n far above the cores is refused without --oversubscribe", "[dist][e2e]") {
+  auto dir = test::scratch_dir("launch_too_many");
+  const int n = static_cast<int>(std::max<int64_t>(trainer::dist::kMinRankLimit,
+                                                   trainer::dist::kMaxRanksPerCore * trainer::device::usable_cpus())) + 1;
+  auto r = test::run_shell("\"" + std::string(TRAINER_BIN) + "\" launch -n " + std::to_string(n) +
+                           " -- run /nonexistent.yaml 2>&1");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK(r.output.find("launch: -n " + std::to_string(n) + " ranks on " + std::to_string(trainer::device::usable_cpus()) +
+                      " usable core(s) is more than 8 per core: refused as a likely typo") != std::string::npos);
+  CHECK(r.output.find("pass --oversubscribe to start them anyway") != std::string::npos);
+  CHECK(r.output.find("[rank") == std::string::npos);  // nothing started
+}
+
 // A stop signal while the ranks start (a mistyped -n 1000 on a laptop): the ranks started get it and no
 // more are started; it went on forking for as long as -n asked (found from outside). The signal is made
 // pending before the launcher starts (blocked across exec), so it is there after the first rank.
@@ -163,7 +180,7 @@ TEST_CASE("trainer launch: a stop signal while the ranks start starts no more of
                                    "train: {batch_size: 2, max_steps: 5, threads: 1}\nlog: {progress: off}\n");
   const std::string py = "import os, signal, sys; signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGTERM]); "
                          "os.kill(os.getpid(), signal.SIGTERM); os.execv(sys.argv[1], sys.argv[1:])";
-  auto r = test::run_shell("python3 -c '" + py + "' \"" + TRAINER_BIN + "\" launch -n 64 -- run " +
+  auto r = test::run_shell("python3 -c '" + py + "' \"" + TRAINER_BIN + "\" launch -n 64 --oversubscribe -- run " +
                            (dir / "c.yaml").string() + " 2>&1");
   INFO(r.output);
   CHECK(r.exit_code == 75);  // the started rank: stopped during start-up, nothing to save

@@ -105,6 +105,8 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
   io::load_state_into(*model, io::load_checkpoint_group(dir, group), /*strict=*/true);
 
   std::vector<std::pair<std::string, torch::Tensor>> tensors;
+  int64_t flushed = 0;  // nonzero weights that become 0 in the exported dtype
+  std::string flushed_first;
   for (auto& [name, t] : io::named_state(*model)) {
     if (!t.is_floating_point()) {
       tensors.emplace_back(name, t.detach().cpu());
@@ -116,8 +118,16 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
       throw std::runtime_error("--dtype " + dtype_name + ": " + std::to_string(over) + " value(s) of " + name +
                                " (largest magnitude " + fmt::format("{:g}", t.abs().max().item<double>()) +
                                ") overflow " + dtype_name + "'s range and would be infinite; export as bf16 or fp32");
+    if (const int64_t n = (t.detach().cpu().ne(0) & converted.eq(0)).sum().item<int64_t>(); n > 0) {
+      if (flushed == 0) flushed_first = name;
+      flushed += n;
+    }
     tensors.emplace_back(name, std::move(converted));
   }
+  if (flushed > 0)  // small weights are meaningful (a norm's tiny shift, a late layer's bias): said, not refused
+    std::cerr << "warning: --dtype " << dtype_name << ": " << flushed << " nonzero value(s) (the first in "
+              << flushed_first << ") are below " << dtype_name << "'s smallest magnitude and become 0"
+              << (dtype == torch::kHalf ? "; bf16 keeps fp32's range" : "") << "\n";
   std::map<std::string, std::string> metadata = {
       {"format", "pt"},  // what Hugging Face tooling expects of a PyTorch safetensors file
       {"arch", cfg.model.arch},

@@ -26,17 +26,23 @@ data::DatasetPair reopen_here(const config::RunConfig& cfg, const data::Dataset&
   return fresh;
 }
 
-// Several ranks: every one reopened, and they count the same samples (a file that changed again
-// between their reopens would give their samplers different orders). "" agreed, else why not.
-std::string reopen_disagreement(dist::DistContext& dist, bool ok, int64_t size) {
+// Several ranks: every one reopened, and they count and read the same samples (a file that changed
+// again between their reopens would give their samplers different orders or content). "" agreed, else why not.
+std::string reopen_disagreement(dist::DistContext& dist, bool ok, const data::Dataset* train) {
   if (!dist.active()) return "";
-  auto mine = torch::tensor({ok ? int64_t{1} : int64_t{0}, size}, torch::kInt64).to(dist.device());
+  const int64_t size = ok ? train->size() : 0;
+  const int64_t digest = ok ? static_cast<int64_t>(std::stoull(train->content_digest().substr(0, 15), nullptr, 16)) : 0;
+  auto mine = torch::tensor({ok ? int64_t{1} : int64_t{0}, size, digest}, torch::kInt64).to(dist.device());
   const auto all = dist.all_gather(mine, "data reload").cpu();
   for (int64_t r = 0; r < dist.world_size(); ++r) {
     if (all[r][0].item<int64_t>() == 0) return fmt::format("rank {} could not reopen the data (its log says why)", r);
     if (all[r][1].item<int64_t>() != all[0][1].item<int64_t>())
       return fmt::format("rank {} counts {} training samples, rank 0 {}", r, all[r][1].item<int64_t>(),
                          all[0][1].item<int64_t>());
+    if (all[r][2].item<int64_t>() != all[0][2].item<int64_t>())
+      return fmt::format("rank {} reads other training samples than rank 0 (the same count, {}, but a digest of a few "
+                         "samples differs: node-local copies that differ?)",
+                         r, all[r][1].item<int64_t>());
   }
   return "";
 }
@@ -70,8 +76,13 @@ data::DatasetPair reopen_settled(const config::RunConfig& cfg, const data::Datas
 
 data::DatasetPair open_run_datasets(const config::RunConfig& cfg, dist::DistContext& dist) {
   auto sets = data::create_datasets(cfg.data, cfg.model, cfg.run.seed);
-  const std::string mine = fmt::format("{} training and {} validation samples", sets.train->size(),
-                                       sets.val ? sets.val->size() : 0);
+  if (!dist.active()) return sets;
+  // the counts, and a digest of a few samples of each split: node-local copies of one length whose
+  // content differs (another version of a file, another shuffle of a folder's images) trained in silence
+  const auto digest = [](const data::Dataset* d) { return d ? d->content_digest().substr(0, 12) : std::string("-"); };
+  const std::string mine = fmt::format("{} training and {} validation samples, content digest {}/{}",
+                                       sets.train->size(), sets.val ? sets.val->size() : 0, digest(sets.train.get()),
+                                       digest(sets.val.get()));
   if (const auto other = dist.differing_rank("data", mine))
     throw data::DataError(fmt::format("the ranks read different data at the same paths: rank {} reads {} ({}), rank {} "
                                       "{}. Every node must see the same files (node-local copies that differ?)",
@@ -86,7 +97,7 @@ std::optional<ReopenedData> reopen_changed_data(const config::RunConfig& cfg, co
   ReopenedData r;
   r.data = reopen_settled(cfg, old_train);
   const bool ok = r.data.train != nullptr;
-  if (const auto why = reopen_disagreement(dist, ok, ok ? r.data.train->size() : 0); !why.empty()) {
+  if (const auto why = reopen_disagreement(dist, ok, r.data.train.get()); !why.empty()) {
     if (ok) spdlog::error("data.on_change: reload: the ranks cannot go on together: {}", why);
     return std::nullopt;
   }
