@@ -55,6 +55,16 @@ const CLI::Validator kPositive = number_above(0, false, "POSITIVE");
 // CLI11's Range lets nan through (every comparison with it is false)
 const CLI::Validator kValFraction = number_above(0, true, "FRACTION") & CLI::Range(0.0, 0.9);
 const CLI::Validator kNonNegative = number_above(0, true, "NONNEGATIVE");
+// bench-data --workers 1,2,4: each entry a whole count; "1,,2" was read as 1,0,2 and "a" got "not in range"
+const CLI::Validator kWorkerCount(
+    [](std::string& text) -> std::string {
+      if (text.empty()) return "an empty entry in the list (as in 1,,2): give worker counts such as 1,2,4";
+      int64_t v = 0;
+      if (text.find_first_not_of("0123456789") != std::string::npos || !CLI::detail::lexical_cast(text, v))
+        return "'" + text + "' is not a worker count (a whole number from 0 to 256)";
+      return v <= 256 ? "" : "'" + text + "' workers: give 0 to 256";
+    },
+    "0..256");
 
 bool is_command(const CLI::App& app, const std::string& name) {
   for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; }))
@@ -263,7 +273,7 @@ int main(int argc, char** argv) {
   bench_data->add_option("--workers", bd.workers, "Worker counts to measure, e.g. 1,2,4 (default: 1, 2 and "
                                                   "data.workers)")
       ->delimiter(',')
-      ->check(CLI::Range(int64_t{0}, int64_t{256}));
+      ->check(kWorkerCount);
   bench_data->add_option("--batches", bd.batches, "Timed batches per worker count, after a warm-up")
       ->capture_default_str()
       ->check(kPositive);

@@ -142,12 +142,41 @@ TEST_CASE("bench-data --run: the workers that keep a run fed, from its rate with
   CHECK(changed.output.find("its step rate is that config's model and batch") != std::string::npos);
 }
 
+// token windows have nothing to decode or augment: their time was labelled "augment" (found from outside)
+TEST_CASE("bench-data: token and synthetic data name a sample's time by what it is", "[e2e]") {
+  auto dir = test::scratch_dir("bench_data_kinds");
+  std::string text;
+  for (int i = 0; i < 4000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+  test::write_file(dir / "corpus.txt", text);
+  test::write_file(dir / "t.yaml", "model: {arch: gpt, vocab_size: 256, block_size: 16, n_layer: 1, n_head: 1, n_embd: 8}\n"
+                                   "data: {format: text, path: " + (dir / "corpus.txt").string() + ", workers: 1}\n"
+                                   "train: {batch_size: 4, max_steps: 5}\n");
+  auto tokens = run_trainer("bench-data " + (dir / "t.yaml").string() + " --workers 1 --batches 3");
+  INFO(tokens.output);
+  CHECK(tokens.exit_code == 0);
+  const std::regex token_row(R"(\n\s+1\s+[0-9.]+\s+[0-9.]+  read (\d+) % \(token windows\), collate (\d+) %\n)");
+  std::smatch m;
+  REQUIRE(std::regex_search(tokens.output, m, token_row));
+  CHECK(std::abs(std::stoi(m[1]) + std::stoi(m[2]) - 100) <= 1);
+  CHECK(tokens.output.find("augment") == std::string::npos);
+  auto synthetic = run_trainer("bench-data " + std::string(TRAINER_SOURCE_DIR) + "/configs/tiny_synthetic.yaml --workers 1 --batches 3");
+  INFO(synthetic.output);
+  CHECK(synthetic.exit_code == 0);
+  CHECK(std::regex_search(synthetic.output, std::regex(R"(\n\s+1\s+[0-9.]+\s+[0-9.]+  generate \d+ %, collate \d+ %\n)")));
+}
+
 TEST_CASE("bench-data: bad arguments exit 2 and say what is wrong", "[e2e]") {
   auto dir = test::scratch_dir("bench_data_bad");
   const auto cfg = folder_config(dir);
   auto many = run_trainer("bench-data " + cfg + " --workers 1,300");
   CHECK(many.exit_code == 2);
-  CHECK(many.output.find("--workers") != std::string::npos);
+  CHECK(many.output.find("--workers: '300' workers: give 0 to 256") != std::string::npos);
+  auto letters = run_trainer("bench-data " + cfg + " --workers 1,a");  // CLI11 said "a not in range 0 to 256"
+  CHECK(letters.exit_code == 2);
+  CHECK(letters.output.find("--workers: 'a' is not a worker count (a whole number from 0 to 256)") != std::string::npos);
+  auto negative = run_trainer("bench-data " + cfg + " --workers -1");
+  CHECK(negative.exit_code == 2);
+  CHECK(negative.output.find("'-1' is not a worker count") != std::string::npos);
   auto no_run = run_trainer("bench-data " + cfg + " --workers 1 --run " + (dir / "nowhere").string());
   INFO(no_run.output);
   CHECK(no_run.exit_code == 2);

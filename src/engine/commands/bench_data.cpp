@@ -75,8 +75,10 @@ Measured measure(const std::shared_ptr<data::Dataset>& ds, const config::RunConf
   return m;
 }
 
-// "read 3 %, decode 71 %, augment 20 %, collate 6 %" of the stages' summed thread time.
-std::string split_text(const Measured& m) {
+// "read 3 %, decode 71 %, augment 20 %, collate 6 %" of the stages' summed thread time. Data with no
+// file to decode names a sample's time by what it is: token windows are read (copied out of the
+// file's pages), synthetic images generated.
+std::string split_text(const Measured& m, config::DataFormat format) {
   using data::Stage;
   auto at = [&](Stage s) { return static_cast<double>(m.stage_ns[static_cast<size_t>(s)]); };
   const double read = at(Stage::Read), decode = std::max(0.0, at(Stage::Decode) - read),
@@ -84,6 +86,10 @@ std::string split_text(const Measured& m) {
   const double total = read + decode + augment + collate;
   if (total <= 0) return "-";
   auto pct = [&](double v) { return static_cast<int>(std::lround(100 * v / total)); };
+  if (format == config::DataFormat::Text || format == config::DataFormat::Tokens)
+    return fmt::format("read {} % (token windows), collate {} %", pct(read + decode + augment), pct(collate));
+  if (format == config::DataFormat::Synthetic)
+    return fmt::format("generate {} %, collate {} %", pct(read + decode + augment), pct(collate));
   return fmt::format("read {} %, decode {} %, augment {} %, collate {} %", pct(read), pct(decode), pct(augment),
                      pct(collate));
 }
@@ -221,7 +227,7 @@ int bench(const BenchDataArgs& args) {
       std::cout << fmt::format("(--batches {} raised to {} for {} worker(s): at least 3 a worker)\n", args.batches,
                                timed, w);
     const Measured m = measure(ds, cfg, w, timed, !args.validation);
-    std::cout << fmt::format("{:>7}  {:>11.1f}  {:>12.1f}  {}\n", w, m.samples_per_s(), m.per_worker(), split_text(m))
+    std::cout << fmt::format("{:>7}  {:>11.1f}  {:>12.1f}  {}\n", w, m.samples_per_s(), m.per_worker(), split_text(m, cfg.data.format))
               << std::flush;
     if (w > 0 && m.per_worker() > best.per_worker()) best = m;
   }
