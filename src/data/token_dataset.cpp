@@ -45,8 +45,9 @@ TokenDataset::TokenDataset(std::string format, std::vector<TokenSegment> segment
     const std::string where = !origin.empty()     ? origin
                               : segments_.empty() ? std::string("(no files)")
                                                   : segments_.front().file->path();
-    throw DataError(fmt::format("{}: the dataset is empty: {} tokens, no file segment has block_size + 1 = {}", where,
-                                total_tokens_, block_ + 1));
+    if (total_tokens_ == 0) throw DataError(fmt::format("{}: the dataset is empty: 0 tokens", where));
+    throw DataError(fmt::format("{}: too short for one sample: {} tokens, and no file segment has block_size + 1 = {}",
+                                where, total_tokens_, block_ + 1));
   }
 }
 

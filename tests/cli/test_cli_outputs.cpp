@@ -139,8 +139,8 @@ TEST_CASE("outputs: what an empty text dataset, a report of a file and predict's
   auto tail = run_trainer("check " + cfg + " --set data.path=short.txt --set data.val_fraction=0.01",
                           "cd " + dir.string() + " &&");
   CHECK(tail.exit_code != 0);
-  CHECK(tail.output.find("short.txt (its validation tail, data.val_fraction 0.01 of 400 bytes): the dataset is empty: "
-                         "4 tokens") != std::string::npos);
+  CHECK(tail.output.find("short.txt (its validation tail, data.val_fraction 0.01 of 400 bytes): too short for one "
+                         "sample: 4 tokens") != std::string::npos);
   auto report = run_trainer("report " + cfg);
   CHECK(report.exit_code == 2);
   CHECK(report.output.find(cfg + ": not a run directory (a file, not a folder)") != std::string::npos);

@@ -313,7 +313,7 @@ TEST_CASE("bad input: empty datasets", "[unit]") {
         (dir / "imgs").string() + ": class folder 'cls' has no .jpg/.jpeg/.png images");
   write_file(dir / "t.txt", "short");
   CHECK(error_of(cfg("text", dir / "t.txt"), gpt(8, 256)) ==
-        (dir / "t.txt").string() + ": the dataset is empty: 5 tokens, no file segment has block_size + 1 = 9");
+        (dir / "t.txt").string() + ": too short for one sample: 5 tokens, and no file segment has block_size + 1 = 9");
   write_idx(dir, "train", {}, 2, 2, false);
   CHECK(error_of(cfg("idx", dir), resnet(1, 10)) ==
         (dir / "train-images-idx3-ubyte").string() + ": the dataset is empty (no usable samples)");

@@ -295,9 +295,11 @@ void print_precision_choice(config::RunConfig& c, const dist::LaunchEnv& env, co
     torch::manual_seed(c.run.seed);
     pc = choose_precision(c, device, shape, classes, b);
   }
-  std::cout << "train.precision auto: " << config::name_of(pc.precision) << " (" << pc.reason
-            << (pc.needs_probe ? "; not measured without the data: the run decides at its start" : "")
-            << ")\n";
+  if (pc.needs_probe)  // nothing decided: the table below is fp32's
+    std::cout << "train.precision auto: undecided, bf16 or fp32 (" << pc.reason
+              << "; not measured without the data: the run decides at its start; figures below are fp32's)\n";
+  else
+    std::cout << "train.precision auto: " << config::name_of(pc.precision) << " (" << pc.reason << ")\n";
   c.train.precision = pc.precision;
 }
 

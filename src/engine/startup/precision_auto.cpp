@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <tuple>
@@ -59,8 +61,8 @@ PrecisionChoice decide_precision(const PrecisionFacts& f) {
   }
   const bool bf16 = f.bf16_ms <= kBf16Margin * f.fp32_ms;
   c.precision = bf16 ? Precision::Bf16 : Precision::Fp32;
-  c.reason = fmt::format("{}; forward + backward at micro-batch {}: fp32 {:.1f} ms, bf16 {:.1f} ms ({}; bf16 is "
-                         "taken when at least 10 % faster)",
+  c.reason = fmt::format("{}; forward + backward at micro-batch {}, one thread's CPU time: fp32 {:.1f} ms, bf16 "
+                         "{:.1f} ms ({}; bf16 is taken when at least 10 % faster)",
                          flags, f.probe_batch, f.fp32_ms, f.bf16_ms,
                          bf16 ? "bf16 faster" : f.bf16_ms < f.fp32_ms ? "bf16 less than 10 % faster" : "bf16 slower");
   return c;
@@ -86,26 +88,43 @@ std::pair<double, double> time_precisions(models::Model& model, const std::vecto
   sc.enabled = false;
   LossScaler scaler(sc, device);
   model.train();
+  // On a CPU the probe runs on one intra-op thread and reads that thread's CPU time: the kernels' work,
+  // whatever else the host runs. Wall-clock medians over the run's threads varied 40x between runs of
+  // one config on a busy 2-core host (a descheduled thread stalls its team at every barrier) and
+  // flipped the choice from run to run (found from outside). A GPU's time is the wall clock.
+  const bool cpu = !device.is_cuda();
+  const int threads = at::get_num_threads();
+  if (cpu) at::set_num_threads(1);
+  struct Restore {
+    bool on;
+    int n;
+    ~Restore() {
+      if (on) at::set_num_threads(n);
+    }
+  } restore{cpu, threads};
+  auto clock_ms = [cpu] {
+    if (!cpu) return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    timespec ts{};
+    ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return 1e3 * static_cast<double>(ts.tv_sec) + 1e-6 * static_cast<double>(ts.tv_nsec);
+  };
   auto once = [&](Precision p) {
-    const auto t0 = std::chrono::steady_clock::now();
+    const double t0 = clock_ms();
     (void)forward_backward(model, input, target, 1, p, device, scaler);
     for (auto& param : model.parameters()) param.mutable_grad() = torch::Tensor();
-    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return clock_ms() - t0;
   };
   const double warm = std::max(once(Precision::Fp32), once(Precision::Bf16));  // first calls pick kernels
-  // alternating pairs, as many as fit about 0.3 s a precision (3 to 15): a tiny model's step of a few
-  // milliseconds is otherwise decided by the host's noise (a busy 2-core host flipped such probes)
+  // alternating pairs, as many as fit about 0.3 s a precision (3 to 15), the fastest of each kept: the
+  // repetition least disturbed by the host (caches, frequency) is the nearest to the kernels' cost
   const int reps = warm > 1000 ? 1 : std::clamp(static_cast<int>(300.0 / std::max(warm, 1.0)), 3, 15);
-  std::vector<double> fp32, bf16;
+  double fp32 = 0, bf16 = 0;
   for (int r = 0; r < reps; ++r) {
-    fp32.push_back(once(Precision::Fp32));
-    bf16.push_back(once(Precision::Bf16));
+    const double a = once(Precision::Fp32), b = once(Precision::Bf16);
+    fp32 = r == 0 ? a : std::min(fp32, a);
+    bf16 = r == 0 ? b : std::min(bf16, b);
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  return {median(fp32), median(bf16)};
+  return {fp32, bf16};
 }
 
 PrecisionFacts precision_facts(const config::RunConfig& cfg, const torch::Device& device) {

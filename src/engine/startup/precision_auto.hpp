@@ -44,9 +44,10 @@ struct PrecisionChoice {
 // The rule, a pure function of the facts (every branch is a unit test).
 PrecisionChoice decide_precision(const PrecisionFacts& f);
 
-// Median forward + backward milliseconds of `model` (train mode) on random inputs of micro-batch `batch`
-// of `sample_shape`, in fp32 and in bf16 autocast, alternating so that drift in the machine's load hits
-// both, after one warm-up of each (3 repetitions, 1 when a warm-up step took over a second).
+// The fastest forward + backward milliseconds of `model` (train mode) on random inputs of micro-batch
+// `batch` of `sample_shape`, in fp32 and in bf16 autocast, alternating so that drift in the machine's
+// load hits both, after one warm-up of each (3 to 15 repetitions, 1 when a warm-up step took over a
+// second). On a CPU: one intra-op thread, its CPU time (the host's other load left out).
 // `vocab_or_classes`: the token range of a token model, the classes of an image model.
 std::pair<double, double> time_precisions(models::Model& model, const std::vector<int64_t>& sample_shape,
                                           int64_t vocab_or_classes, const torch::Device& device, bool channels_last,
