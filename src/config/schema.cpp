@@ -261,7 +261,7 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "(a resumed run keeps it) and `trainer check`.");
   k.b("tf32", t.tf32, "CUDA: allow TF32 tensor cores in fp32 matmuls and convolutions (ignored on CPU).");
   k.e("device", t.device, "Where to train (auto: CUDA when available).");
-  k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = cores / local ranks).");
+  k.i("threads", t.threads, 0, 4096, "Intra-op threads (0 = the usable cores, those of the CPU affinity mask, / local ranks). On a host other processes keep busy, 1: a team of threads waits at each operation for the one kept off a core (a run warns at start when the load average exceeds the cores).");
   k.b("reuse_host_memory", t.reuse_host_memory,
       "Keep freed host memory for reuse (malloc mmap threshold 32 MiB, no trimming) instead of re-faulting it every step.");
   k.b("cuda_graphs", t.cuda_graphs,

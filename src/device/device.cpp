@@ -40,8 +40,14 @@ torch::Device select_device(config::DeviceKind want, int64_t local_rank) {
 
 int64_t default_threads(int64_t configured, int64_t local_world_size) {
   if (configured > 0) return configured;
-  int64_t cores = std::max<int64_t>(1, std::thread::hardware_concurrency());
-  return std::max<int64_t>(1, cores / std::max<int64_t>(1, local_world_size));
+  return std::max<int64_t>(1, usable_cpus() / std::max<int64_t>(1, local_world_size));
+}
+
+double load_average_1m() {
+  std::ifstream f("/proc/loadavg");
+  double load = -1;
+  if (!(f >> load)) return -1;
+  return load;
 }
 
 int64_t usable_cpus() {

@@ -22,8 +22,12 @@ torch::Device select_device(config::DeviceKind want, int64_t local_rank);
 // a scheduler's binding), else std::thread::hardware_concurrency().
 int64_t usable_cpus();
 
-// Intra-op threads for this process: `configured` when > 0, else hardware cores / local ranks.
+// Intra-op threads for this process: `configured` when > 0, else the usable hardware threads / local
+// ranks (a `taskset -c 0` run took both of a 2-core host's threads onto its one core).
 int64_t default_threads(int64_t configured, int64_t local_world_size);
+
+// The host's 1-minute load average (/proc/loadavg), or a negative number when it cannot be read.
+double load_average_1m();
 
 // data.workers auto (`configured` < 0): on CUDA the host's job is the input pipeline (a ResNet-50 on
 // one H200 ate 4,600 JPEG images/s, 12 workers' worth), so every hardware thread of this rank's share

@@ -8,6 +8,7 @@
 
 #include "device/device.hpp"
 #include "engine/startup/precision_auto.hpp"
+#include "skip.hpp"
 #include "test_util.hpp"
 
 using namespace trainer;
@@ -148,4 +149,27 @@ TEST_CASE("a run with precision auto logs and keeps a choice consistent with thi
   REQUIRE(no_data.exit_code == 0);
   CHECK(no_data.output.find(native ? "train.precision auto: undecided, bf16 or fp32 (CPU flags "
                                    : "train.precision auto: fp32 (this CPU lists neither") != std::string::npos);
+}
+
+// The probe runs on one intra-op thread and gives the run its threads back; train.threads 0 counts the
+// cores the process may run on (a `taskset -c 0` run took two threads onto one core).
+TEST_CASE("after the precision probe the run has its intra-op threads, 0 = the usable cores", "[e2e]") {
+  if (test::run_shell("command -v taskset").exit_code != 0) TRAINER_SKIP("no taskset to narrow the CPU affinity");
+  auto dir = test::scratch_dir("precision_auto_threads");
+  test::write_file(dir / "exp.yaml",
+                   "run: {name: pt, out_dir: runs, seed: 1}\n"
+                   "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 4}\n"
+                   "data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 16, image_size: 16}}\n"
+                   "train: {batch_size: 16, max_steps: 1, threads: 3}\n"
+                   "optim: {name: sgd, lr: 0.05}\nlog: {progress: off}\n");
+  const std::string cfg = (dir / "exp.yaml").string();
+  auto three = test::run_trainer("run " + cfg + " --set run.name=three");
+  INFO(three.output);
+  REQUIRE(three.exit_code == 0);
+  CHECK(three.output.find(", 3 intra-op threads, world size 1;") != std::string::npos);
+  auto one_core = test::run_shell("taskset -c 0 \"" + std::string(TRAINER_BIN) + "\" run " + cfg +
+                                  " --set run.name=one --set train.threads=0 2>&1");
+  INFO(one_core.output);
+  REQUIRE(one_core.exit_code == 0);
+  CHECK(one_core.output.find(", 1 intra-op threads, world size 1;") != std::string::npos);
 }

@@ -296,15 +296,34 @@ void StartupPlanner::release_startup_memory() {
                   bytes_text(static_cast<double>(freed)));
 }
 
+// An intra-op team waits at every operation's end for its slowest thread: on a host whose other
+// processes already fill the cores (the last minute's load average at least the usable cores + 1), a
+// descheduled thread stalls the team (the quickstart's 56 ms step took 1000-1500 ms at load 8-11 on 2
+// cores with 2 threads, 200-300 ms with 1; found from outside). Said once at start, with the way out;
+// the thread count stays what the config says (one that followed the load would change the sums'
+// order, and a resume's losses).
+static void warn_if_host_busy(const config::RunConfig& cfg, int64_t threads) {
+  if (threads < 2) return;
+  const double load = device::load_average_1m();
+  const int64_t cores = device::usable_cpus();
+  if (load < static_cast<double>(cores + 1)) return;  // a core's worth of slack: a build that just ended
+  spdlog::warn("the host's load average is {:.1f} on {} usable core(s) before this run starts: with {} intra-op threads "
+               "a step waits for whichever thread the other processes keep off a core (steps can take 5-20x the "
+               "time they take alone). On a shared host set train.threads: 1{}",
+               load, cores, threads, cfg.train.threads == 0 ? " (train.threads 0 = the usable cores)" : "");
+}
+
 ProcessSetup configure_process(const config::RunConfig& cfg, const dist::LaunchEnv& env) {
   if (cfg.train.reuse_host_memory) {
     const auto line = device::keep_host_memory_for_reuse();
     if (!line.empty()) spdlog::debug("{}", line);
   }
-  at::set_num_threads(static_cast<int>(device::default_threads(cfg.train.threads, env.local_world_size)));
+  const int64_t threads = device::default_threads(cfg.train.threads, env.local_world_size);
+  at::set_num_threads(static_cast<int>(threads));
   torch::manual_seed(static_cast<uint64_t>(cfg.run.seed));
   if (cfg.run.deterministic) at::globalContext().setDeterministicAlgorithms(true, /*warn_only=*/false);
   const auto device = device::select_device(cfg.train.device, env.local_rank);
+  if (device.is_cpu()) warn_if_host_busy(cfg, threads);
   const Precision precision = cfg.train.precision;  // auto: StartupPlanner::resolve_precision
   if (precision != Precision::Auto) check_precision_supported(precision, device);
   if (precision == Precision::Bf16 && device.is_cpu() && !cpu_has_native_bf16())
