@@ -85,6 +85,9 @@ TEST_CASE("sweep --set refuses what it cannot run: a key twice, the run folder k
   CHECK(refused({"optim.lr=0.1,,0.2"}).find("an empty value between commas") != std::string::npos);
   CHECK(refused({"optim.lr=[0.1,0.2"}).find("unclosed") != std::string::npos);
   CHECK(refused({"optim.lr=0.1,0.1"}).find("the value 0.1 is listed twice") != std::string::npos);
+  // one number spelled twice was two points training one config (found from outside)
+  CHECK(refused({"optim.lr=1e-3,0.001"}).find("the value 0.001 is listed twice (as 1e-3)") != std::string::npos);
+  CHECK(refused({"optim.lr=1e-3,0.01"}) == "accepted");
   CHECK(refused({"optim.lr=loguniform(0,1)"}).find("loguniform needs 0 < LOW") != std::string::npos);
   CHECK(refused({"optim.lr=uniform(1,0.5)"}).find("LOW must be below HIGH") != std::string::npos);
   CHECK(refused({"optim.lr=uniform(a,1)"}).find("'a' is not a finite number") != std::string::npos);
@@ -283,6 +286,37 @@ TEST_CASE("a sweep with a bad point starts nothing: the point and its key named,
   auto dist = run_trainer("sweep " + cfg + " --set \"optim.lr=uniform(0.01,0.1)\"");
   CHECK(dist.exit_code == 2);
   CHECK(dist.output.find("add --random N") != std::string::npos);
+}
+
+// Found from outside: the file was validated without the axes' values (a key left to the sweep was
+// "missing"), and a data file that does not exist started every point, each failing with exit 2.
+TEST_CASE("a sweep validates each point whole: a key the file leaves to an axis, a missing data file", "[e2e]") {
+  const auto dir = trainer::test::scratch_dir("sweep_points_whole");
+  std::string text = read_file(sweep_config(dir, 2));
+  text.replace(text.find("max_steps: 2, "), std::string("max_steps: 2, ").size(), "");
+  trainer::test::write_file(dir / "nosteps.yaml", text);
+  auto axis = run_trainer("sweep " + (dir / "nosteps.yaml").string() + " --set train.max_steps=1,2 --dry-run");
+  INFO(axis.output);
+  CHECK(axis.exit_code == 0);
+  CHECK(axis.output.find("sweep: 2 points of ") != std::string::npos);
+  auto ran = run_trainer("sweep " + (dir / "nosteps.yaml").string() + " --set train.max_steps=1,2");
+  INFO(ran.output);
+  CHECK(ran.exit_code == 0);
+  CHECK(records(dir / "runs/tiny-sweep/max_steps=2", "train").size() == 2);
+
+  trainer::test::write_file(dir / "a.txt", std::string(3000, 'a'));
+  trainer::test::write_file(dir / "text.yaml",
+                            "run: {name: tt, out_dir: " + (dir / "runs").string() + "}\n"
+                            "model: {arch: gpt, vocab_size: 256, block_size: 8, n_layer: 1, n_head: 1, n_embd: 8}\n"
+                            "data: {format: text, path: " + (dir / "a.txt").string() + ", workers: 0}\n"
+                            "train: {batch_size: 4, max_steps: 1, threads: 1, precision: fp32}\nlog: {progress: off}\n");
+  auto paths = run_trainer("sweep " + (dir / "text.yaml").string() + " --set data.path=" + (dir / "a.txt").string() +
+                           "," + (dir / "b.txt").string());
+  INFO(paths.output);
+  CHECK(paths.exit_code == 2);
+  CHECK(paths.output.find("data.path: " + (dir / "b.txt").string() + ": no such file or folder") != std::string::npos);
+  CHECK(paths.output.find("nothing was started") != std::string::npos);
+  CHECK(!fs::exists(dir / "runs/tt-sweep"));
 }
 
 TEST_CASE("a sweep point whose folder holds a run of another config is refused, naming the keys", "[e2e]") {

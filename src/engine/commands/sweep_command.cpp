@@ -84,6 +84,7 @@ bool prepare_points(const SweepArgs& a, const fs::path& sweep_dir,
     pt.overrides.push_back("run.name=" + p.name);
     try {
       const auto loaded = config::load_and_validate(a.config, pt.overrides, vo);
+      check_named_files(loaded, /*data=*/true, /*init=*/true);  // as `trainer run` does before it starts
       const auto guard = check_run_directory(loaded.cfg, pt.run_dir, ResumeOptions{}, false);
       std::ifstream saved_hash(pt.run_dir / "config.sha256");
       std::string hash;
@@ -300,7 +301,9 @@ SweepRequest read_request(const SweepArgs& a) {
   r.fixed = r.spec.fixed;
   auto base_sets = r.fixed;
   if (!a.out_dir.empty()) base_sets.push_back("run.out_dir=" + fs::absolute(a.out_dir).string());
-  const auto base = config::load_and_validate(a.config, base_sets, validate_options(a));
+  // read, not validated: a key the file leaves to the sweep's axes (train.max_steps=2,3) is every
+  // point's to give; prepare_points validates each point whole
+  const auto base = config::load_config(a.config, base_sets);
   const std::string name = a.name.empty() ? base.cfg.run.name + "-sweep" : a.name;
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
       std::any_of(name.begin(), name.end(), [](unsigned char ch) { return ch < 0x20 || ch == 0x7F; }))
@@ -310,7 +313,7 @@ SweepRequest read_request(const SweepArgs& a) {
   // points at once share the cores: each gets its part unless the config says how many threads
   if (a.jobs > 1 && base.cfg.train.threads == 0) {
     const int64_t ranks = a.jobs * a.nproc;
-    const int64_t per = std::max<int64_t>(1, static_cast<int64_t>(std::thread::hardware_concurrency()) / ranks);
+    const int64_t per = std::max<int64_t>(1, device::usable_cpus() / ranks);
     std::erase_if(r.fixed, [](const std::string& o) { return o.rfind("train.threads=", 0) == 0; });  // "=0"
     r.fixed.push_back("train.threads=" + std::to_string(per));
     std::cout << "sweep: " << a.jobs << " points at once: train.threads=" << per << " each\n";

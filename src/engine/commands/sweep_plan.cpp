@@ -161,9 +161,17 @@ SweepSpec parse_sweep_sets(const std::vector<std::string>& sets) {
       spec.fixed.push_back(key + "=" + value);
       continue;
     }
-    std::set<std::string> seen;
+    // numbers compared as numbers: 1e-3,0.001 trained one config twice in two folders
+    auto canonical = [](const std::string& v) {
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      return !v.empty() && end == v.c_str() + v.size() && std::isfinite(d) ? fmt::format("{}", d) : v;
+    };
+    std::map<std::string, std::string> seen;  // canonical -> as written
     for (const auto& v : values)
-      if (!seen.insert(v).second) throw std::invalid_argument("--set " + set + ": the value " + v + " is listed twice");
+      if (const auto [it, fresh] = seen.emplace(canonical(v), v); !fresh)
+        throw std::invalid_argument("--set " + set + ": the value " + v + " is listed twice" +
+                                    (it->second == v ? "" : " (as " + it->second + ")"));
     axis.values = std::move(values);
     spec.axes.push_back(axis);
   }
