@@ -333,6 +333,17 @@ TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints
   CHECK(has(other.output, "holds the checkpoints of another run (" + saved.front().path.filename().string() +
                               " was saved by the run in " + fs::weakly_canonical(runs / "a").string()));
   CHECK(io::step_folders_newest_first(runs / "a/checkpoints").size() == saved.size());  // nothing pruned
+  CHECK(has(other.output, "Give this run its own checkpoint.dir (another folder, or \"\" for <run dir>/checkpoints); "
+                          "to start from one of them, do that and also pass --resume " + saved.front().path.string()));
+  //    the advice, followed: its own checkpoint.dir and --resume start it from a's checkpoint (the first
+  //    advice, --resume alone, was refused again)
+  const int64_t from = saved.front().step;
+  auto followed = run_trainer("run " + (dir / "b.yaml").string() + " --out-dir " + runs.string() +
+                              " --set checkpoint.dir= --set train.max_steps=" + std::to_string(from + 2) + " --resume " +
+                              saved.front().path.string());
+  INFO(followed.output);
+  CHECK(followed.exit_code == 0);
+  CHECK(fs::exists(runs / ("b/checkpoints/step-" + std::to_string(from + 2)) / "manifest.json"));
 
   // 3. checkpoint.dir changed between two attempts: the earlier attempt's checkpoints are named, not redone
   write_file(dir / "c1.yaml", tiny_config("c", 10, "checkpoint: {every_steps: 5, dir: " + (dir / "ck1").string() + "}\n"));

@@ -59,8 +59,8 @@ void refuse_other_runs_checkpoints(const std::filesystem::path& dir, const std::
     throw std::runtime_error("checkpoint.dir " + dir.string() + " holds the checkpoints of another run (" + name +
                              " was saved by the run in " + *owner + ", this run is " + run_root +
                              "): its saves would be resumed as this run's and pruned by this run's saves. Give this "
-                             "run its own checkpoint.dir; to start from one of them, pass --resume " +
-                             folders[i].path.string() + " (this run then saves in its own checkpoint.dir)");
+                             "run its own checkpoint.dir (another folder, or \"\" for <run dir>/checkpoints); to start "
+                             "from one of them, do that and also pass --resume " + folders[i].path.string());
   }
 }
 
