@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "config/config.hpp"
 #include "config/file_write.hpp"
@@ -23,6 +24,7 @@ struct RunDir {
   // every other rank its own log (logs/.rank<N>.lock)
   std::shared_ptr<RunLock> lock, checkpoint_lock;
   std::shared_ptr<RunLock> log_lock;  // a rank that became the writer mid-run: its own log's, still held
+  std::vector<std::string> set_aside;  // start_over: the folders the earlier run's files were moved into
 };
 
 std::filesystem::path run_dir_path(const config::RunConfig& cfg);
@@ -32,8 +34,11 @@ std::filesystem::path run_dir_path(const config::RunConfig& cfg);
 // start; dist/launch_env.hpp writes_run_files) locks the run directory (and checkpoint.dir) and writes
 // config.yaml and config.sha256 atomically; any other process, a replacement rank that joins a
 // running group included, locks its own log (logs/.rank<rank>.lock). Throws std::runtime_error
-// naming the path and errno text.
-RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer);
+// naming the path and errno text. `start_over` (--resume never): the writer first moves an earlier
+// run's records (metrics.jsonl, config.yaml and its hash, autotune.json, init_report.json, tb/,
+// profile/) into <run dir>/superseded-<UTC time>/ and its checkpoints into checkpoints/ there (an
+// external checkpoint.dir: into superseded-<UTC time>/ in it), the folders in `set_aside`.
+RunDir prepare_run_dir(const config::RunConfig& cfg, int64_t rank, bool writer, bool start_over = false);
 
 // The writer's locks (the run directory's, checkpoint.dir's), taken by a rank that becomes the
 // writer mid-run (dist.recovery in_process, rank 0 lost): `dir`'s lock and checkpoint_lock become

@@ -115,6 +115,42 @@ TEST_CASE("run --resume never refuses a run directory with checkpoints unless --
   REQUIRE(f.output.find("resumed from") == std::string::npos);
 }
 
+// Found from outside: after --resume never --force with fewer steps, the earlier run's newer step
+// folders stayed beside the new run's and the next --resume auto resumed them (the other config's
+// weights); its records counted in the new run's attempts and time. They are moved aside, not deleted.
+TEST_CASE("run --resume never moves the earlier run's records and checkpoints aside: the next resume is the new run's",
+          "[e2e]") {
+  auto dir = trainer::test::scratch_dir("resume_never_aside");
+  trainer::test::write_file(dir / "c.yaml", tiny_config("c", 6, "checkpoint: {every_steps: 3, keep_last: 10}\n"));
+  const std::string cfg = (dir / "c.yaml").string();
+  REQUIRE(run_trainer("run " + cfg).exit_code == 0);
+  const fs::path run = dir / "runs/c", ck = run / "checkpoints";
+  const std::string old_step6 = read_file(ck / "step-6/manifest.json");
+  auto over = run_trainer("run " + cfg + " --set optim.lr=0.01 --set train.max_steps=2 --set checkpoint.every_steps=2 "
+                          "--resume never --force");
+  INFO(over.output);
+  REQUIRE(over.exit_code == 0);
+  std::vector<fs::path> aside;
+  for (const auto& e : fs::directory_iterator(run))
+    if (e.path().filename().string().rfind("superseded-", 0) == 0) aside.push_back(e.path());
+  REQUIRE(aside.size() == 1);
+  CHECK(over.output.find("--resume never: the earlier run's records and checkpoints were moved to " +
+                         aside[0].string() + "; this run starts at step 0") != std::string::npos);
+  CHECK(read_file(aside[0] / "checkpoints/step-6/manifest.json") == old_step6);  // kept whole
+  CHECK(records(aside[0] / "metrics.jsonl", "train").size() == 6);
+  CHECK(fs::exists(aside[0] / "config.yaml"));
+  CHECK_FALSE(fs::exists(ck / "step-6"));
+  CHECK_FALSE(fs::exists(ck / "step-3"));
+  CHECK(fs::exists(ck / "step-2/manifest.json"));
+  CHECK(records(run / "metrics.jsonl", "attempt").size() == 1);  // the new run's own
+  CHECK(records(run / "metrics.jsonl", "train").size() == 2);
+  CHECK(over.output.find("over 2 attempts") == std::string::npos);
+  auto longer = run_trainer("run " + cfg + " --set optim.lr=0.01 --set train.max_steps=4 --set checkpoint.every_steps=2");
+  INFO(longer.output);
+  CHECK(longer.exit_code == 0);
+  CHECK(longer.output.find("resumed from " + (ck / "step-2").string() + " at step 2") != std::string::npos);
+}
+
 TEST_CASE("a resumed run that is already complete trains nothing", "[e2e]") {
   auto dir = trainer::test::scratch_dir("resume_complete");
   trainer::test::write_file(dir / "c.yaml", tiny_config("c", 4));

@@ -167,14 +167,19 @@ TEST_CASE("resume auto: checkpoints that exist but none verifies stop the run, l
   CHECK(read_file(ck / "step-8/manifest.json") == m8);
   CHECK(read_file(ck / "step-4/model.safetensors") == w4);
 
-  // starting over on purpose: the folders that do not verify are moved aside, never deleted
+  // starting over on purpose: the earlier run's folders, those that do not verify too, are moved aside
+  // with its records, never deleted
   auto fresh = run_trainer("run " + cfg + " --resume never --force");
   INFO(fresh.output);
   CHECK(fresh.exit_code == 0);
   int aside = 0;
-  for (const auto& e : fs::directory_iterator(ck))
-    if (e.path().filename().string().find(".rejected-") != std::string::npos) ++aside;
-  CHECK(aside == 2);
+  for (const auto& e : fs::directory_iterator(ck.parent_path()))
+    if (e.path().filename().string().rfind("superseded-", 0) == 0) {
+      CHECK(read_file(e.path() / "checkpoints/step-8/manifest.json") == m8);
+      CHECK(read_file(e.path() / "checkpoints/step-4/model.safetensors") == w4);
+      ++aside;
+    }
+  CHECK(aside == 1);
 }
 
 TEST_CASE("resume auto: a newest checkpoint that lacks a part or is not its folder's step falls back to an older one",

@@ -175,11 +175,15 @@ int cmd_run(const RunArgs& args) {
     auto env = dist::detect_launch_env();
     auto start = plan_run_start(args, env);
     const auto& cfg = start.loaded.cfg;
-    auto dir = io::prepare_run_dir(cfg, env.rank, dist::writes_run_files(env));  // a joiner is not the writer
+    auto dir = io::prepare_run_dir(cfg, env.rank, dist::writes_run_files(env),  // a joiner is not the writer
+                                   start.resume.mode == ResumeMode::Never);
     obs::init_run_logging(env.rank, cfg.log.level, dir.rank_log(env.rank).string());
     obs::install_crash_report(env.rank, dir.rank_log(env.rank).string());  // a fatal signal's stack, in that log too
     logging = true;
     spdlog::info("run directory {}", dir.root.string());
+    for (const auto& aside : dir.set_aside)
+      spdlog::info("--resume never: the earlier run's records and checkpoints were moved to {}; this run starts at "
+                   "step 0", aside);
     for (const auto& w : start.loaded.warnings) spdlog::warn("{}", w.str());
     if (!start.guard.warning.empty()) spdlog::warn("{}", start.guard.warning);
     for (const auto& lock : {dir.lock, dir.checkpoint_lock})
