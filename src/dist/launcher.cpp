@@ -21,6 +21,7 @@
 #include "config/exit_codes.hpp"
 #include "device/device.hpp"
 #include "dist/launch_env.hpp"
+#include "dist/launch_output.hpp"
 #include "dist/net_iface.hpp"
 #include "dist/store_host.hpp"
 
@@ -35,6 +36,7 @@ int g_signal_pipe[2] = {-1, -1};
 constexpr int kNumForwarded = 4;
 constexpr int kForwarded[kNumForwarded] = {SIGINT, SIGTERM, SIGUSR1, SIGHUP};
 constexpr int kDefaultMasterPort = 29500;  // torchrun's
+constexpr double kDefaultLingerS = 330;     // dist.timeout_s's default and 30 s, when the config was not read
 
 void on_signal(int sig) {
   int saved = errno;
@@ -42,49 +44,6 @@ void on_signal(int sig) {
   (void)!::write(g_signal_pipe[1], &s, 1);
   errno = saved;
 }
-
-void write_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::write(fd, s.data() + off, s.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += static_cast<size_t>(n);
-  }
-}
-
-struct Stream {
-  int fd = -1;      // read end of the rank's stdout or stderr pipe
-  int out_fd = 1;   // where its lines go (ours)
-  std::string prefix;
-  std::string pending;  // a line not yet ended
-
-  // Reads what is there; writes every complete line with the prefix. Returns false at EOF.
-  bool pump() {
-    char buf[8192];
-    for (;;) {
-      ssize_t n = ::read(fd, buf, sizeof(buf));
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
-      if (n <= 0) {
-        if (!pending.empty()) write_all(out_fd, prefix + pending + "\n");
-        pending.clear();
-        ::close(fd);
-        fd = -1;
-        return false;
-      }
-      pending.append(buf, static_cast<size_t>(n));
-      size_t start = 0, nl;
-      std::string lines;
-      while ((nl = pending.find('\n', start)) != std::string::npos) {
-        lines += prefix + pending.substr(start, nl - start + 1);
-        start = nl + 1;
-      }
-      pending.erase(0, start);
-      if (!lines.empty()) write_all(out_fd, lines);  // whole lines at once: ranks do not interleave mid-line
-    }
-  }
-};
 
 struct Child {
   pid_t pid = -1;
@@ -165,6 +124,7 @@ class RankGroup {
         block_until_handled_(child_args.front() == "run"), launcher_(::getpid()),
         children_(static_cast<size_t>(o.nprocs)), joins_(children_.size(), o.join ? 1 : 0) {
     node0_lost_s_ = node0_lost_s;
+    linger_s_ = o.linger_s > 0 ? o.linger_s : node0_lost_s > 0 ? node0_lost_s : kDefaultLingerS;
     argv_.push_back(o.exe);
     for (const auto& a : child_args) argv_.push_back(a);
     // a stop signal while many ranks start (a mistyped -n): those started get it, no more start (it
@@ -185,6 +145,7 @@ class RankGroup {
       pump_output_and_signals();
       reap();
       watch_node0();
+      watch_stragglers();
       if (terminating_ && !killed_ && Clock::now() >= kill_at_ && any_running()) {
         write_all(2, "launch: ranks still running after the grace period; sending SIGKILL\n");
         signal_all(SIGKILL);
@@ -274,6 +235,35 @@ class RankGroup {
     signal_all(SIGTERM);
   }
 
+  // Ranks that outlive what they can be waiting for, by linger_s_ (the ranks' dist.timeout_s and 30 s):
+  // after a forwarded stop signal (their stop vote and checkpoint are bounded by that time-out), and, on
+  // node 0, after rank 0 (the writer: the final checkpoint and records are its) ended with 0. A rank
+  // stopped (SIGSTOP) or hung after its last collective held the launcher forever, and a forwarded
+  // SIGTERM it could not act on was never followed by SIGKILL (found from outside).
+  void watch_stragglers() {
+    if (killed_ || !any_running()) return;
+    const auto now = Clock::now();
+    const auto linger = std::chrono::milliseconds(static_cast<int64_t>(linger_s_ * 1000));
+    if (stop_at_ && now >= *stop_at_ + linger) {
+      write_all(2, "launch: ranks still running " + std::to_string(static_cast<int>(linger_s_)) + " s after the stop "
+                   "signal (the ranks' dist.timeout_s and 30 s): stopped or hung; sending SIGKILL\n");
+      if (result_ == 0) result_ = kExitFailure;
+      signal_all(SIGKILL);
+      killed_ = true;
+      return;
+    }
+    if (o_.node_rank != 0 || terminating_ || children_[0].running || children_[0].code != 0 || !writer_done_at_) return;
+    if (now < *writer_done_at_ + linger) return;
+    write_all(2, "launch: rank 0 finished " + std::to_string(static_cast<int>(linger_s_)) + " s ago (the ranks' "
+                 "dist.timeout_s and 30 s) and ranks of this node still run: stopped or hung after their last "
+                 "collective; terminating them\n");
+    if (result_ == 0) result_ = kExitFailure;
+    terminating_ = true;
+    kill_at_ = now + std::chrono::milliseconds(static_cast<int64_t>(o_.grace_s * 1000));
+    signal_all(SIGTERM);
+    signal_all(SIGCONT);  // a stopped rank acts on it
+  }
+
   // The stop signals received (the self-pipe is non-blocking): forwarded to every rank.
   void take_signals() {
     unsigned char sigs[64];
@@ -282,7 +272,9 @@ class RankGroup {
       for (ssize_t i = 0; i < n; ++i)
         if (sigs[i] != SIGCHLD) {
           signal_all(sigs[i]);
-          stopped_ = true;  // the user stops the job: no restart
+          signal_all(SIGCONT);  // a rank stopped by job control acts on it instead of holding the job
+          stopped_ = true;      // the user stops the job: no restart
+          if (!stop_at_) stop_at_ = Clock::now();
         }
   }
 
@@ -303,6 +295,7 @@ class RankGroup {
   void rank_ended(size_t r, int code) {
     const int rank = o_.node_rank * o_.nprocs + static_cast<int>(r);
     if (code == 0) ++succeeded_;
+    if (code == 0 && rank == 0) writer_done_at_ = Clock::now();
     // dist.recovery in_process: the survivors regroup without this rank (the mark tells them at
     // once); the group's result is then theirs
     if (code != 0 && code != kExitSavedAfterSignal && !terminating_ && store_.in_process(attempt_)) {
@@ -384,6 +377,8 @@ class RankGroup {
   bool stopped_ = false, terminating_ = false, killed_ = false;
   Clock::time_point kill_at_;
   double node0_lost_s_ = 0;  // 0: not watched (node 0, or the ranks' config not read)
+  double linger_s_ = 0;      // watch_stragglers: LaunchOptions::linger_s, node0_lost_s_, or kDefaultLingerS
+  std::optional<Clock::time_point> stop_at_, writer_done_at_;
   Clock::time_point next_probe_;
   std::optional<Clock::time_point> node0_silent_since_;
 };

@@ -31,6 +31,9 @@ struct LaunchOptions {
   bool oversubscribe = false;         // start more ranks than kMaxRanksPerCore x the usable cores
   std::string exe = "/proc/self/exe"; // the program each rank runs
   double grace_s = 10.0;              // SIGTERM -> SIGKILL delay when a rank failed
+  // How long ranks may outlive a forwarded stop signal (then SIGKILL), or rank 0's clean end on node 0
+  // (then ended, exit 1): 0 = the ranks' dist.timeout_s and 30 s, read by the preflight (330 s unread).
+  double linger_s = 0;
   // Called once before any rank starts, with the environment the first of this node's ranks will
   // see: the rank command's own checks (a config error said once, not by every rank). nullopt: start
   // the ranks; a code: launch exits with it and starts nothing. It may set the ranks' dist.timeout_s:

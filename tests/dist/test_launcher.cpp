@@ -56,10 +56,17 @@ TEST_CASE("worker: launched rank", "[.worker]") {
   int rank = test::env_int("RANK");
   std::string mode = std::getenv("LAUNCH_TEST_MODE");
   std::signal(SIGUSR1, [](int) { g_usr1 = true; });
+  // finish0_hang: rank 0 ends at once, the others ignore SIGTERM (hung after their last collective);
+  // deaf: every rank ignores the stop signals (stopped or hung)
+  if (mode == "deaf" || mode == "finish0_hang") {
+    std::signal(SIGTERM, SIG_IGN);
+    std::signal(SIGINT, SIG_IGN);
+  }
   std::printf("rank %d of %s (local %s of %s) at %s:%s pid %d started\n", rank, std::getenv("WORLD_SIZE"),
               std::getenv("LOCAL_RANK"), std::getenv("LOCAL_WORLD_SIZE"), std::getenv("MASTER_ADDR"),
               std::getenv("MASTER_PORT"), static_cast<int>(::getpid()));
   std::fflush(stdout);
+  if (mode == "finish0_hang" && rank == 0) std::_Exit(0);
   if (mode == "fail" && rank == 1) {
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     std::fprintf(stderr, "rank 1 fails on purpose\n");
@@ -83,6 +90,7 @@ TEST_CASE("worker: launcher", "[.worker]") {
   dist::LaunchOptions o;
   o.nprocs = 3;
   o.grace_s = 3;
+  if (const char* linger = std::getenv("LAUNCH_TEST_LINGER")) o.linger_s = std::stod(linger);
   std::fflush(stdout);
   int rc = dist::launch_local(o, {"worker: launched rank"});
   std::fflush(stdout);
@@ -107,6 +115,43 @@ TEST_CASE("launch: rank 1 exits 1, the others are terminated and the launcher ex
   auto pids = rank_pids(out);
   CHECK(pids.size() == 3);
   for (pid_t pid : pids) CHECK_FALSE(alive(pid));
+}
+
+// Found from outside: a rank stopped after rank 0 ended held the launcher forever, and a SIGTERM to the
+// launcher, forwarded to ranks that could not act on it, was never followed by SIGKILL.
+TEST_CASE("launch: ranks that outlive rank 0's clean end by linger_s are ended, exit 1", "[dist]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("launch_linger_end");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = test::spawn_self("worker: launcher", {{"LAUNCH_TEST_MODE", "finish0_hang"}, {"LAUNCH_TEST_LINGER", "2"}},
+                            dir / "launcher.log");
+  test::wait_proc(p, 120);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string out = p.output();
+  INFO(out);
+  CHECK(p.exit_code == 1);
+  CHECK_THAT(out, Contains("launch: rank 0 finished 2 s ago (the ranks' dist.timeout_s and 30 s) and ranks of this "
+                           "node still run: stopped or hung after their last collective; terminating them"));
+  CHECK_THAT(out, Contains("launch: ranks still running after the grace period; sending SIGKILL"));  // deaf to SIGTERM
+  CHECK(s < test::scaled(60));
+  for (pid_t pid : rank_pids(out)) CHECK_FALSE(alive(pid));
+}
+
+TEST_CASE("launch: ranks deaf to a forwarded stop signal get SIGKILL after linger_s, exit non-zero", "[dist]") {
+  if (test::is_worker()) return;
+  auto dir = test::scratch_dir("launch_linger_stop");
+  auto p = test::spawn_self("worker: launcher", {{"LAUNCH_TEST_MODE", "deaf"}, {"LAUNCH_TEST_LINGER", "2"}},
+                            dir / "launcher.log");
+  REQUIRE(wait_started(p.log, 3));
+  ::kill(p.pid, SIGTERM);
+  test::wait_proc(p, 120);
+  std::string out = p.output();
+  INFO(out);
+  CHECK(p.exit_code != 0);
+  CHECK(p.exit_code != 75);
+  CHECK_THAT(out, Contains("launch: ranks still running 2 s after the stop signal (the ranks' dist.timeout_s and 30 s): "
+                           "stopped or hung; sending SIGKILL"));
+  for (pid_t pid : rank_pids(out)) CHECK_FALSE(alive(pid));
 }
 
 TEST_CASE("launch: SIGUSR1 is forwarded to every rank", "[dist]") {
