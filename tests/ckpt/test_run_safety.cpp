@@ -304,6 +304,15 @@ TEST_CASE("metrics.jsonl on a full disk, then a stop signal: the resumed run tha
   CHECK(resumed.exit_code == 1);
   CHECK(has(resumed.output, " by earlier attempts, stopped by a signal): exiting with code 1"));
   CHECK(fs::exists(dir / "ckpt/step-200/manifest.json"));
+  // the same command again: complete, but the records are still missing (it said "already complete",
+  // exit 0, found from outside)
+  auto again = run_trainer(cmd);
+  INFO(again.output);
+  CHECK(again.exit_code == 1);
+  CHECK(has(again.output, "the run is already complete (200 of 200 steps)"));
+  CHECK(has(again.output, "the run is complete and its final checkpoint is saved, but "));
+  CHECK(has(again.output, " were lost by the attempts that trained it (they could not be written then, and cannot be "
+                          "now): exiting with code 1"));
 }
 
 TEST_CASE("checkpoint folders are one run's: a running run's default checkpoints/ is locked, a checkpoint.dir holding "

@@ -169,9 +169,16 @@ void RunRecorder::summary(int64_t step, const std::string& stop_reason, const Re
 
 int64_t RunRecorder::records_lost() const { return lost_before_ + log_->write_failures(); }
 
-bool RunRecorder::report_lost_records() const {
+bool RunRecorder::report_lost_records(bool already_complete) const {
   const auto lost = records_lost();
   if (lost == 0) return false;
+  if (already_complete) {  // said again at every start: a rerun that printed "complete" and exited 0 hid the loss
+    spdlog::error("the run is complete and its final checkpoint is saved, but {} record(s) of {} were lost by the "
+                  "attempts that trained it (they could not be written then, and cannot be now): exiting with code 1; "
+                  "`trainer eval {}` recomputes the final evaluation",
+                  lost, dir_.metrics_file().string(), dir_.root.string());
+    return true;
+  }
   spdlog::error("the run ended and its final checkpoint is saved, but {} record(s) could not be written to {} (the "
                 "summary among them when it is the last{}): exiting with code 1",
                 lost, dir_.metrics_file().string(),

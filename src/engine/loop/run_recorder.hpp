@@ -105,7 +105,8 @@ class RunRecorder {
                int64_t num_parameters);
   // After the summary: true (and an error line saying what it means) when records were lost to failed
   // writes (a full disk): the run then exits 1, its weights saved but its records not whole.
-  bool report_lost_records() const;
+  // `already_complete`: a start that found the run complete says so again (and exits 1 again).
+  bool report_lost_records(bool already_complete = false) const;
   // Records lost so far, this attempt's and (kept in the checkpoint it resumed) the earlier ones'.
   int64_t records_lost() const;
 

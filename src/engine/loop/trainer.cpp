@@ -323,7 +323,7 @@ class Trainer final : public WorldParts {
   int train_loop() {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     // no attempt record when there is nothing to do: the run's records still end with its summary
-    if (already_complete()) return kExitOk;
+    if (already_complete()) return records_->report_lost_records(/*already_complete=*/true) ? kExitFailure : kExitOk;
     records_->start_attempt();
     loop_.step = start_step_;
     // (a replacement joined the others mid-run: they are past this check)
