@@ -26,6 +26,9 @@ class CollectionReader {
       if (!n.IsSequence())
         return error(where_, std::string("expected a list of strings such as ") +
                                  (f_.accepts_auto ? "[\"0-2\", \"3-5\"] or auto" : "['^fc\\.']") + ", got " + shown(n));
+      // `auto` is the empty list inside: [] ran as auto in silence (found from outside)
+      if (f_.accepts_auto && n.size() == 0)
+        return error(where_, "an empty list; give one entry per stage such as [\"0-2\", \"3-5\"], or auto");
       bool ok = true;
       for (const auto& e : n) {
         std::string s;

@@ -68,8 +68,8 @@ void validate_pipeline(const LoadedConfig& loaded, const ValidateOptions& opts, 
                                       " (the launcher's ranks): the mesh is P stages of world / P ranks");
   const bool interleaved = p.schedule == PipeSchedule::Interleaved1F1B;
   if (interleaved && v < 2)
-    err("dist.pipeline.virtual_stages", "interleaved_1f1b needs virtual_stages >= 2 (stages a rank holds); with 1 "
-                                        "use schedule 1f1b");
+    err("dist.pipeline.schedule", "interleaved_1f1b needs dist.pipeline.virtual_stages >= 2 (stages a rank "
+                                  "holds); with 1 use schedule 1f1b");  // where the schedule was set: file or --set
   if (!interleaved && v > 1)
     err("dist.pipeline.virtual_stages", std::to_string(v) + " needs schedule interleaved_1f1b (" +
                                             name_of(p.schedule) + " runs one stage a rank)");

@@ -325,8 +325,12 @@ class RankGroup {
     write_all(2, "launch: rank " + std::to_string(rank) + " exited with code " + std::to_string(code) +
                      "; dist.recovery in_process: the other ranks go on without it\n");
     if (lost_code_ == 0) lost_code_ = code;
-    // --max-restarts under in_process: a replacement joins the running group (not a stopping one)
-    if (replacements_ < o_.max_restarts && !stopped_) {
+    // --max-restarts under in_process: a replacement joins the running group (not a stopping one). On
+    // one node with no rank left running there is no group to join (a replacement waited dist.timeout_s
+    // and failed, found from outside): the group ends, and --max-restarts starts it again instead.
+    bool others = o_.nnodes > 1;
+    for (size_t i = 0; i < children_.size(); ++i) others = others || (i != r && children_[i].running);
+    if (replacements_ < o_.max_restarts && !stopped_ && others) {
       ++replacements_;
       write_all(2, "launch: starting a replacement for rank " + std::to_string(rank) + " (" +
                        std::to_string(replacements_) + " of " + std::to_string(o_.max_restarts) +

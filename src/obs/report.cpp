@@ -315,17 +315,20 @@ int read_run(const fs::path& dir, RunRecords& run) {
         throw std::runtime_error("not a record with a \"kind\"");
       run.records.push_back(std::move(j));
     } catch (const json::parse_error& e) {
-      if (e.byte < line.size()) {
-        std::cerr << "error: " << metrics.string() << ":" << n << ": invalid record: " << e.what() << "\n";
-        return kExitFailure;
+      if (e.byte < line.size()) {  // the run itself reads past such a line: the report draws the others
+        std::cerr << "warning: " << metrics.string() << ":" << n << ": invalid record, skipped: " << e.what() << "\n";
+        continue;
       }
       // valid up to its end: a record cut short by a run killed while writing it
       std::cerr << "warning: " << metrics.string() << ":" << n << ": skipping a record cut short (killed while "
                 << "writing it?)\n";
     } catch (const std::exception& e) {
-      std::cerr << "error: " << metrics.string() << ":" << n << ": invalid record: " << e.what() << "\n";
-      return kExitFailure;
+      std::cerr << "warning: " << metrics.string() << ":" << n << ": invalid record, skipped: " << e.what() << "\n";
     }
+  }
+  if (run.records.empty() && in.str().find_first_not_of(" \t\r\n") != std::string::npos) {
+    std::cerr << "error: " << metrics.string() << ": no valid record in it\n";
+    return kExitFailure;
   }
   run.config_yaml.clear();
   try {

@@ -198,6 +198,19 @@ TEST_CASE("export: weights a dtype flushes to zero are counted in a warning, nam
   CHECK(r.output.find("warning") == std::string::npos);
 }
 
+TEST_CASE("export: an output named like a pickle (.pt, .pth, .bin) is refused before anything is read", "[unit]") {
+  auto dir = test::scratch_dir("ckpt_export_pickle_name");
+  for (const char* ext : {".pt", ".pth", ".bin"}) {
+    const auto out = dir / (std::string("w") + ext);
+    auto r = test::run_trainer("export " + (dir / "nothing").string() + " --out " + out.string());
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK(r.output.find("--out " + out.string() + ": export writes safetensors (safetensors.torch.load_file reads it), "
+                        "not a pickle that torch.load reads; name it .safetensors") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+  }
+}
+
 TEST_CASE("export: a corrupted checkpoint is refused with the checksum error", "[unit]") {
   auto dir = test::scratch_dir("ckpt_export_corrupt");
   auto cfg = gpt_run_cfg();

@@ -80,8 +80,14 @@ TEST_CASE("pipeline: the keys without pipeline_parallel, a family without stages
 TEST_CASE("pipeline: schedule and virtual stages, microbatches, batch size auto, in-process recovery", "[unit]") {
   auto e = pp_errors_of(pp_with_dist("  pipeline_parallel: 2\n  pipeline:\n    schedule: interleaved_1f1b\n"));
   REQUIRE(e.size() == 1);
-  CHECK_THAT(e[0], Catch::Matchers::StartsWith("exp.yaml:") &&
-                       Catch::Matchers::Contains("dist.pipeline.virtual_stages: interleaved_1f1b needs virtual_stages >= 2"));
+  // at the schedule, the key that was set (it named virtual_stages, unset, without a line)
+  CHECK(e[0] == "exp.yaml:16:5: dist.pipeline.schedule: interleaved_1f1b needs dist.pipeline.virtual_stages >= 2 "
+                "(stages a rank holds); with 1 use schedule 1f1b");
+  // [] is no stage list: it ran as auto in silence
+  e = pp_errors_of(pp_with_dist("  pipeline_parallel: 2\n  pipeline:\n    stages: []\n"));
+  REQUIRE(e.size() == 1);
+  CHECK_THAT(e[0], Catch::Matchers::StartsWith("exp.yaml:16:") &&
+                       Catch::Matchers::Contains("dist.pipeline.stages: an empty list; give one entry per stage"));
   e = pp_errors_of(pp_with_dist("  pipeline_parallel: 2\n  pipeline:\n    virtual_stages: 2\n"));
   REQUIRE(e.size() == 1);
   CHECK(e[0] == "exp.yaml:16:5: dist.pipeline.virtual_stages: 2 needs schedule interleaved_1f1b (1f1b runs one stage a rank)");

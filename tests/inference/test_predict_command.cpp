@@ -250,6 +250,8 @@ TEST_CASE("predict refuses inputs that are missing or not images, and wrong labe
   auto strict = run_trainer("predict " + base + " --input " + (dir / "broken").string());
   CHECK(strict.exit_code == 1);
   CHECK_THAT(strict.output, Catch::Contains((dir / "broken" / "b.png").string()));
+  CHECK_THAT(strict.output, Catch::Contains("(data.on_bad_sample: error; `--set data.on_bad_sample=skip` leaves such "
+                                            "images out with a warning and predicts the others)"));
   auto skipping = run_trainer("predict " + base + " --set data.on_bad_sample=skip --input " + (dir / "broken").string());
   INFO(skipping.output);
   CHECK(skipping.exit_code == 0);

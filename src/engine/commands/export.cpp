@@ -157,6 +157,11 @@ int cmd_export(const std::string& checkpoint, const std::string& out, const std:
     parse_dtype(dtype);  // command-line mistakes are usage errors (2); everything after is a failure (1)
     if (out.empty()) throw std::invalid_argument("--out: an output .safetensors file is required");
     check_output_file("--out", out, {checkpoint});  // a folder, a device, a FIFO, the run's own files: refused
+    // a pickle's name on a safetensors file: torch.load of it fails later, far from here (found from outside)
+    const std::string ext = fs::path(out).extension().string();
+    if (ext == ".pt" || ext == ".pth" || ext == ".bin" || ext == ".ckpt" || ext == ".pkl")
+      throw std::invalid_argument("--out " + out + ": export writes safetensors (safetensors.torch.load_file reads "
+                                  "it), not a pickle that torch.load reads; name it .safetensors");
   } catch (const std::invalid_argument& e) {
     std::cerr << "error: " << e.what() << "\n";
     return kExitUsage;

@@ -110,8 +110,10 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
     torch::Tensor pixels;
     try {
       pixels = data::load_image_batch(chunk, spec);
-    } catch (const data::DataError&) {
-      if (!skip_bad) throw;
+    } catch (const data::DataError& e) {
+      if (!skip_bad)  // the way on, named (found from outside: the error alone, nothing printed)
+        throw data::DataError(std::string(e.what()) + " (data.on_bad_sample: error; `--set data.on_bad_sample=skip` "
+                              "leaves such images out with a warning and predicts the others)");
       skipped += load_good_images(chunk, spec, pixels);  // this batch again, one image at a time
       if (chunk.empty()) continue;
     }

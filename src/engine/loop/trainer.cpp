@@ -306,9 +306,11 @@ class Trainer final : public WorldParts {
       // a peer that stopped for changed data (its note in the store) is not a lost peer: train_loop's
       // handler stops this rank too, exit 65, instead of regrouping without it
       if (!dist_->peer_note().empty()) throw;
-      if (recovery_->recover(e.what(), loop_.step)) take_over_writing();
-      // a step committed before the loss still owes its save and evaluation: the survivors make them
+      // a step committed before the loss still owes its save and evaluation: the survivors make them,
+      // as the new group's writer sees it
       milestones_owed_ = milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step);
+      if (recovery_->recover(e.what(), loop_.step, milestones_owed_)) take_over_writing();
+      if (!milestones_owed_) milestones_done_ = std::max(milestones_done_, loop_.step);
       return std::nullopt;
     }
   }

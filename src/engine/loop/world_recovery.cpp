@@ -1,5 +1,7 @@
 #include "engine/loop/world_recovery.hpp"
 
+#include <fmt/format.h>
+
 #include "config/load.hpp"
 #include <stdexcept>
 
@@ -40,6 +42,7 @@ void WorldRecovery::begin_step(const data::LoaderState& loader) {
 
 void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm) {
   progress_ = {true, !log_step};
+  idle_regroups_ = 0;
   last_log_step_ = log_step;
   last_step_world_ = dist_.world_size();
   last_norm_ = grad_norm;
@@ -76,7 +79,7 @@ void WorldRecovery::grow(int64_t step) {
   changes_.push_back({step, g.world, g.old_world, "replacement(s) joined"});
 }
 
-bool WorldRecovery::recover(const std::string& why, int64_t step) {
+bool WorldRecovery::recover(const std::string& why, int64_t step, bool& milestones_owed) {
   const StepProgress p = progress_;
   auto plan = regroup_survivors(dist_, train_, target_global_, step, why);
   const auto next = after_failure(p, parts_.loader_state(), loader_at_step_start_, record_pending_);
@@ -88,12 +91,28 @@ bool WorldRecovery::recover(const std::string& why, int64_t step) {
   const bool writer = takes_over_writing(plan.group);
   // a rank 0 lost after the record's all-reduce but before its line: the new writer does not find it
   const bool line_lost = writer && last_log_step_ && parts_.last_logged_step() < step;
-  record_pending_ = dist_.any(next.redo_record || line_lost);
+  // and whether the committed step's milestones are owed: a rank whose record failed had not done them
+  // while the writer had (it went on to the next step): one redid them alone, the other stepped, and
+  // their collectives never met again (found from outside: a rank killed during a save)
+  const auto agreed = dist_.any_of({next.redo_record || line_lost, dist_.rank() == 0 && milestones_owed});
+  record_pending_ = agreed[0];
+  milestones_owed = agreed[1];
   recorded_here_ = record_pending_ && !next.redo_record;
   std::string lost;
   for (const auto id : plan.group.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(id);
   changes_.push_back({step, plan.group.world, plan.group.old_world,
                       lost.empty() ? "regrouped (no member lost)" : "lost member(s) " + lost});
+  // A second regroup that lost no member, with no step run since the first: the survivors' collectives
+  // disagree (one redoing what the others finished) and every try times out the same way. They went on
+  // regrouping every dist.timeout_s for good, deaf to a stop signal (found from outside: a rank killed
+  // during a save). Every member sees the same membership, so all stop here together.
+  idle_regroups_ = lost.empty() ? idle_regroups_ + 1 : 0;
+  if (idle_regroups_ >= 2)
+    throw std::runtime_error(fmt::format(
+        "in-process recovery: the survivors regrouped {} times at step {} without losing a member and without "
+        "completing a step (their collectives disagree: {}); the run stops here, its last checkpoint stays, and a "
+        "rerun (or trainer launch --max-restarts) resumes from it",
+        idle_regroups_, step, why));
   regroup_ = std::move(plan);
   return writer;
 }

@@ -140,8 +140,10 @@ class WorldRecovery {
   // --- failures and joining ----------------------------------------------------------------------
   // A collective failed at `step` (committed steps): regroups the survivors and rebuilds the world.
   // Returns true when this rank takes over writing the run's records and checkpoints (rank 0 was
-  // lost). Throws std::runtime_error when the run cannot go on in process.
-  bool recover(const std::string& why, int64_t step);
+  // lost). Throws std::runtime_error when the run cannot go on in process. `milestones_owed`: in, this
+  // rank's view (the committed step's save and evaluation not done here); out, the new group's rank 0's
+  // (the writer: the outputs are its), agreed in the same collective as the record's redo.
+  bool recover(const std::string& why, int64_t step, bool& milestones_owed);
   // A replacement rank: joins the running group and takes rank 0's state; nullopt when the run ended
   // first. Returns the step and the training clock the run goes on at.
   struct Joined {
@@ -186,6 +188,7 @@ class WorldRecovery {
   bool grow_due_ = false;                   // the ranks agreed to admit replacements at this boundary
   bool joined_ = false;
   int64_t last_step_world_ = 1;
+  int64_t idle_regroups_ = 0;  // regroups that lost no member since the last step ran (a step resets it)
   std::vector<obs::WorldRecord> changes_;
 };
 
