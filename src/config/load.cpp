@@ -99,6 +99,13 @@ class Loader {
       error(where, printable(key), not_utf8(key, *bad));
       return;
     }
+    // a stray space from a shell line break: "unknown key, did you mean 'optim.lr'?" named the very key
+    if (const auto a = key.find_first_not_of(" \t"), b = key.find_last_not_of(" \t");
+        a != std::string::npos && (a > 0 || b + 1 < key.size()) && by_key_.count(key.substr(a, b - a + 1))) {
+      error(where, key.substr(a, b - a + 1), "the key has a space before or after it ('" + printable(key) +
+                                                 "'); write --set KEY=VALUE with nothing around KEY");
+      return;
+    }
     auto it = by_key_.find(key);
     if (it == by_key_.end() && groups_.count(key)) {  // --set train.ema={decay: 0.999}: one key at a time
       std::string keys;
@@ -277,6 +284,12 @@ class Loader {
       }
       return true;
     };
+    // a quoted or !!str scalar is a string to YAML (and to PyYAML): "0.05" for a number was taken in
+    // silence, where true/false are strict (found from outside)
+    const bool quoted = n.IsScalar() && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str");
+    if (quoted && (f.type == FieldType::Int || f.type == FieldType::Float) && n.Scalar() != "auto")
+      return error(where, f.key, "expected " + std::string(f.type == FieldType::Int ? "an integer" : "a number") +
+                                     ", got the string '" + printable(n.Scalar()) + "' (quoted: write it without quotes)");
     switch (f.type) {
       case FieldType::Bool: {
         bool v;
@@ -349,11 +362,15 @@ class Loader {
       case FieldType::FloatList: {
         if (!n.IsSequence()) return bad("a list of numbers such as [0.5, 0.5]");
         std::vector<double> v;
-        for (const auto& e : n) {
+        for (const auto& e : n) {  // the element at fault named ("expected a list of numbers, got a list")
           double x;
-          if (!e.IsScalar() || !YAML::convert<double>::decode(e, x)) return bad("a list of numbers");
-          if (!std::isfinite(x)) return bad("a list of finite numbers");
-          if (underflows_to_zero(e.Scalar(), x)) return bad("a list of numbers a double holds (one is below 1e-308)");
+          const std::string which = "element " + std::to_string(v.size() + 1) + " of the list is ";
+          if (!e.IsScalar() || !YAML::convert<double>::decode(e, x))
+            return error(where, f.key, "expected a list of numbers; " + which + shown(e));
+          if (!std::isfinite(x)) return error(where, f.key, "expected a list of finite numbers; " + which + shown(e));
+          if (underflows_to_zero(e.Scalar(), x))
+            return error(where, f.key, "expected a list of numbers a double holds; " + which + shown(e) +
+                                           ", below 1e-308");
           v.push_back(x);
         }
         *std::get<std::vector<double>*>(f.ref) = v;

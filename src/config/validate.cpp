@@ -3,6 +3,8 @@
 #include <cmath>
 #include <functional>
 
+#include <fmt/format.h>
+
 #include "config/load.hpp"
 #include "config/schema.hpp"
 
@@ -208,8 +210,11 @@ void validate(const LoadedConfig& loaded, const ValidateOptions& opts) {
 
   // optim / schedule
   if (c.optim.betas.size() != 2) err("optim.betas", "expected two values [beta1, beta2]");
-  for (double b : c.optim.betas)
-    if (b < 0 || b >= 1) err("optim.betas", "each beta must be in [0, 1)");
+  if (std::any_of(c.optim.betas.begin(), c.optim.betas.end(), [](double b) { return b < 0 || b >= 1; })) {
+    std::string got;  // said once, with the values (two betas out of range were two identical errors)
+    for (double b : c.optim.betas) got += (got.empty() ? "" : ", ") + fmt::format("{}", b);
+    err("optim.betas", "each beta must be in [0, 1), got [" + got + "]");
+  }
   if (t.freeze_bn && t.freeze.empty()) err("train.freeze_bn", "needs train.freeze (the parameters to freeze)");
   if (c.optim.nesterov && c.optim.momentum == 0) err("optim.nesterov", "Nesterov needs optim.momentum > 0");
 

@@ -41,6 +41,8 @@ TEST_CASE("check: a pipeline's stages, each rank's timeline and bubble, before a
   CHECK(r.output.find("% of rank-time") != std::string::npos);
   CHECK(r.output.find("device mesh: dist.pipeline_parallel x dist.tensor_parallel 4 needs a world of a multiple of 4 "
                       "ranks") != std::string::npos);
+  // `check` plans a layout without its ranks (exit 0), and says that `run` at this world size refuses it
+  CHECK(r.output.find("`trainer run` at this world size, 1, refuses this config (exit 2)") != std::string::npos);
 }
 
 TEST_CASE("check under trainer launch: the (pp, dp, tp) coordinates of every rank", "[e2e][dist]") {

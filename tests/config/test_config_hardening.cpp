@@ -108,7 +108,22 @@ TEST_CASE("non-finite numbers are refused for every float key", "[unit]") {
   CHECK(floats >= 15);
   // and every element of a list of numbers
   CHECK(hardening_errors(kHead + "optim:\n  betas: [0.9, .nan]\n") ==
-        std::vector<std::string>{"exp.yaml:6:10: optim.betas: expected a list of finite numbers, got a list"});
+        std::vector<std::string>{"exp.yaml:6:10: optim.betas: expected a list of finite numbers; element 2 of the "
+                                 "list is '.nan'"});
+  // found from outside: "expected a list of numbers, got a list"; two betas out of range, two identical errors
+  CHECK(hardening_errors(kHead, {"optim.betas=[a,b]"}) ==
+        std::vector<std::string>{"--set optim.betas=[a,b]: optim.betas: expected a list of numbers; element 1 of the "
+                                 "list is 'a'"});
+  CHECK(hardening_errors(kHead, {"optim.betas=[2,3]"}) ==
+        std::vector<std::string>{"--set optim.betas=[2,3]: optim.betas: each beta must be in [0, 1), got [2, 3]"});
+  // a quoted number is a string to YAML: taken as the number in silence before
+  CHECK(hardening_errors(kHead + "optim:\n  lr: \"0.05\"\n") ==
+        std::vector<std::string>{"exp.yaml:6:7: optim.lr: expected a number, got the string '0.05' (quoted: write it "
+                                 "without quotes)"});
+  CHECK(hardening_errors(kHead, {"train.max_steps=!!str 3"}).size() == 1);
+  CHECK(hardening_errors(kHead, {" optim.lr=0.1"}) ==
+        std::vector<std::string>{"--set  optim.lr=0.1: optim.lr: the key has a space before or after it "
+                                 "(' optim.lr'); write --set KEY=VALUE with nothing around KEY"});
   CHECK(hardening_errors(kHead, {"data.normalize.mean=[.inf]"}).size() == 1);
 }
 

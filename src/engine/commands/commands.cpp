@@ -312,7 +312,8 @@ void print_mesh(const config::RunConfig& cfg, const dist::LaunchEnv& env) {
   if (env.world_size % need != 0) {
     std::cout << "device mesh: " << (pp > 1 ? "dist.pipeline_parallel x dist.tensor_parallel " : "dist.tensor_parallel ")
               << need << " needs a world of a multiple of " << need << " ranks (run under a launcher, e.g. trainer "
-              << "launch --nproc " << need << ")\n";
+              << "launch --nproc " << need << "); `trainer run` at this world size, " << env.world_size
+              << ", refuses this config (exit 2): the checks above are the layout's without its ranks\n";
     return;
   }
   const dist::MeshLayout layout(env.world_size, tp, pp);
