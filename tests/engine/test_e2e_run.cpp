@@ -93,6 +93,10 @@ TEST_CASE("trainer run on a tiny synthetic GPT reduces the loss and writes metri
   // the learning rate follows the schedule: warmup over 5 steps, so step 5 used the full rate
   CHECK(train.front().at("lr").get<double>() == Approx(0.01));
   CHECK(r.output.find("done: 40 steps") != std::string::npos);
+  // the end says where the results are and what comes next (found from outside: nothing did)
+  CHECK(r.output.find("results in ") != std::string::npos);
+  CHECK(r.output.find("`trainer report ") != std::string::npos);
+  CHECK(r.output.find(" --out model.safetensors` writes the weights for PyTorch") != std::string::npos);
 }
 
 TEST_CASE("early stopping ends a run whose metric cannot improve", "[e2e]") {

@@ -92,6 +92,22 @@ TEST_CASE("the CPU's bf16 flags are whole words of the first flags line of /proc
   CHECK(device::bf16_flags_in("").empty());
 }
 
+namespace {
+
+// A small ResNet on synthetic images with train.precision auto (the default); `train` is the rest of
+// the train section, `tail` more sections. Returns the file's path.
+std::string probe_config(const std::filesystem::path& dir, const std::string& name, const std::string& train,
+                         const std::string& tail) {
+  test::write_file(dir / "exp.yaml",
+                   "run: {name: " + name + ", out_dir: runs, seed: 1}\n"
+                   "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 4}\n"
+                   "data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 16, image_size: 16}}\n"
+                   "train: {batch_size: 16, " + train + "}\noptim: {name: sgd, lr: 0.05}\nlog: {progress: off}\n" + tail);
+  return (dir / "exp.yaml").string();
+}
+
+}  // namespace
+
 TEST_CASE("a run with precision auto logs and keeps a choice consistent with this CPU's flags", "[e2e]") {
   // the test reads the flags itself rather than through the code it checks
   std::ifstream in("/proc/cpuinfo");
@@ -103,13 +119,8 @@ TEST_CASE("a run with precision auto logs and keeps a choice consistent with thi
     }
   const bool native = flags.find(" avx512_bf16 ") != std::string::npos || flags.find(" amx_bf16 ") != std::string::npos;
   auto dir = test::scratch_dir("precision_auto_run");
-  test::write_file(dir / "exp.yaml",
-                   "run: {name: pa, out_dir: runs, seed: 1}\n"
-                   "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 4}\n"
-                   "data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 16, image_size: 16}}\n"
-                   "train: {batch_size: 16, max_steps: 2, log_every: 1, threads: 1}\n"
-                   "optim: {name: sgd, lr: 0.05}\nlog: {progress: off}\ncheckpoint: {every_steps: 2}\n");
-  const std::string cfg = (dir / "exp.yaml").string();
+  const std::string cfg = probe_config(dir, "pa", "max_steps: 2, log_every: 1, threads: 1",
+                                       "checkpoint: {every_steps: 2}\n");
   auto first = test::run_trainer("run " + cfg);
   INFO(first.output);
   REQUIRE(first.exit_code == 0);
@@ -156,13 +167,7 @@ TEST_CASE("a run with precision auto logs and keeps a choice consistent with thi
 TEST_CASE("after the precision probe the run has its intra-op threads, 0 = the usable cores", "[e2e]") {
   if (test::run_shell("command -v taskset").exit_code != 0) TRAINER_SKIP("no taskset to narrow the CPU affinity");
   auto dir = test::scratch_dir("precision_auto_threads");
-  test::write_file(dir / "exp.yaml",
-                   "run: {name: pt, out_dir: runs, seed: 1}\n"
-                   "model: {arch: resnet, depth: 8, width: 0.5, in_channels: 1, num_classes: 4}\n"
-                   "data: {format: synthetic, workers: 1, synthetic: {num_samples: 128, val_samples: 16, image_size: 16}}\n"
-                   "train: {batch_size: 16, max_steps: 1, threads: 3}\n"
-                   "optim: {name: sgd, lr: 0.05}\nlog: {progress: off}\n");
-  const std::string cfg = (dir / "exp.yaml").string();
+  const std::string cfg = probe_config(dir, "pt", "max_steps: 1, threads: 3", "");
   auto three = test::run_trainer("run " + cfg + " --set run.name=three");
   INFO(three.output);
   REQUIRE(three.exit_code == 0);

@@ -165,6 +165,10 @@ void RunRecorder::summary(int64_t step, const std::string& stop_reason, const Re
   if (tracker.best()) s.best_step = tracker.best_step();
   log_->summary(s);
   log_done_line(s);
+  // where the results are and what comes next: the run's first line, minutes earlier, named the folder
+  spdlog::info("results in {}: `trainer report {}` draws its records; `trainer eval {}` evaluates its newest "
+               "checkpoint; `trainer export {} --out model.safetensors` writes the weights for PyTorch",
+               dir_.root.string(), dir_.root.string(), dir_.root.string(), dir_.root.string());
 }
 
 int64_t RunRecorder::records_lost() const { return lost_before_ + log_->write_failures(); }
