@@ -306,9 +306,7 @@ class Trainer final : public WorldParts {
       // a peer that stopped for changed data (its note in the store) is not a lost peer: train_loop's
       // handler stops this rank too, exit 65, instead of regrouping without it
       if (!dist_->peer_note().empty()) throw;
-      // a step committed before the loss still owes its save and evaluation: the survivors make them,
-      // as the new group's writer sees it
-      milestones_owed_ = milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step);
+      milestones_owed_ = milestones_left();  // the committed step's save and evaluation, as the new writer sees it
       if (recovery_->recover(e.what(), loop_.step, milestones_owed_)) take_over_writing();
       if (!milestones_owed_) milestones_done_ = std::max(milestones_done_, loop_.step);
       return std::nullopt;
@@ -376,8 +374,7 @@ class Trainer final : public WorldParts {
         if (const auto rc = on_data_change(e.what(), recovery_->resume_point())) return *rc;
         // found after the step, by its save or evaluation (the validation split read the changed file):
         // they run again on the reopened data, as after a change agreed at the boundary
-        if (milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step) &&
-            milestones_after(loop_.step) == Next::EarlyStop)
+        if (milestones_left() && milestones_after(loop_.step) == Next::EarlyStop)
           stop_reason = "early_stopping";
       } catch (const dist::DistError& e) {  // (not recovered in process) a peer may have stopped for changed data
         if (const auto rc = stop_after_peer_data_change(*dist_, e.what(), loop_.step)) return *rc;
@@ -433,6 +430,7 @@ class Trainer final : public WorldParts {
   }
 
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
+  bool milestones_left() const { return milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step); }
 
   // The checkpoint resumed from ended the run: its last step with the final evaluation made (a stop
   // signal at the last step saved before it: the end is made now), or early stopping at its evaluation.
