@@ -156,7 +156,8 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // RANK:save:STEP (the checkpoint of STEP written but its manifest, i.e. mid-save), RANK:eval:STEP
   // (as the evaluation after STEP starts), RANK:share:N (rank 0 sending its state to a replacement,
   // the N-th time, mid-transfer), RANK:grow:N (the N-th growth agreed, before the grown group
-  // checks in). This process SIGKILLs itself when it reaches `moment` with `n`,
+  // checks in), RANK:start:N (the N-th look for the checkpoint to start from, between rank 0's scan
+  // of the folder and the others'). This process SIGKILLs itself when it reaches `moment` with `n`,
   // once; otherwise nothing.
   void kill_point(const std::string& moment, int64_t n);
 

@@ -80,8 +80,8 @@ void DistContext::read_kill_injection() {
   const char* v = std::getenv("TRAINER_INJECT_KILL");
   if (!v || !*v) return;
   // RANK:collective:SEQ | RANK:vote:STEP | RANK:unvoted:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
-  // RANK:grow:N, several separated by commas (one per rank); only the process whose launch rank is RANK
-  // acts on its entry (a replacement of RANK does not: TRAINER_JOIN)
+  // RANK:grow:N | RANK:start:N, several separated by commas (one per rank); only the process whose launch
+  // rank is RANK acts on its entry (a replacement of RANK does not: TRAINER_JOIN)
   std::stringstream entries(v);
   for (std::string entry; std::getline(entries, entry, ',');) {
     std::stringstream ss(entry);
@@ -95,11 +95,11 @@ void DistContext::read_kill_injection() {
       at = std::stoll(n);
     } catch (const std::exception&) {
     }
-    const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow";
+    const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow" || kind == "start";
     if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && kind != "unvoted" && !moment))
       throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
                       "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:unvoted:STEP, RANK:save:STEP, "
-                      "RANK:eval:STEP, RANK:share:N or RANK:grow:N, several separated by commas");
+                      "RANK:eval:STEP, RANK:share:N, RANK:grow:N or RANK:start:N, several separated by commas");
     if (rank != rank_ || join_incarnation_ > 0) continue;
     if (moment) {
       impl_->kill.moment = kind;

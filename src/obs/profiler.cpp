@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <stdlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -100,6 +102,10 @@ void StepProfiler::before_step(int64_t step) {
   if (steps_ <= 0 || done_ || active_ || step < start_) return;
   std::set<impl::ActivityType> activities = {impl::ActivityType::CPU};
   if (cuda_) activities.insert(impl::ActivityType::CUDA);
+  // a CPU run on a CUDA build of LibTorch: libkineto's start-up asks for GPUs and prints "ERROR: ...
+  // gpuGetDeviceCount failed" where there is no driver, which reads as the run's failure (found from
+  // outside). Its messages are muted for CPU runs unless KINETO_LOG_LEVEL is set (level 5: above ERROR).
+  if (!cuda_) ::setenv("KINETO_LOG_LEVEL", "5", /*overwrite=*/0);
   impl::ProfilerConfig config(impl::ProfilerState::KINETO, /*report_input_shapes=*/shapes_);
   prof::prepareProfiler(config, activities);
   prof::enableProfiler(config, activities);

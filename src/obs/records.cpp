@@ -19,6 +19,7 @@ nlohmann::json to_json(const TrainRecord& r) {
                       {"samples_per_s", r.samples_per_s},
                       {"step_ms", r.step_ms},   {"data_wait_ms", r.data_wait_ms},
                       {"compute_ms", r.compute_ms}, {"optim_ms", r.optim_ms}};
+  put(j, "loss_ranks", r.loss_ranks);
   put(j, "loss_scale", r.loss_scale);
   put(j, "tokens_per_s", r.tokens_per_s);
   put(j, "comm_ms", r.comm_ms);

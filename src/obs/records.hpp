@@ -23,6 +23,9 @@ struct TrainRecord {
   std::optional<double> loss_scale;  // fp16 only
   int64_t skipped_steps = 0;         // steps skipped for inf/NaN gradients so far (fp16)
   int64_t world_size = 1;            // ranks that ran the record's last step (dist.recovery in_process changes it)
+  // dist.recovery in_process, a rank lost since the last record: the ranks whose losses `loss` averages
+  // (the lost ranks' losses of the interval never arrived)
+  std::optional<int64_t> loss_ranks;
   double samples_per_s = 0;          // global, over the steps since the last record
   std::optional<double> tokens_per_s;  // token models: samples_per_s * block size
   double step_ms = 0, data_wait_ms = 0, compute_ms = 0, optim_ms = 0;  // per step, averaged

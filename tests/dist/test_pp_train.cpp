@@ -252,6 +252,10 @@ TEST_CASE("train.batch_size auto at pp 2 picks what trainer check --memory predi
   CHECK(run.output.find("train.batch_size auto: micro-batch 8 x 2 accumulation x 1 rank(s) = global batch 16; the "
                         "pipeline's 8 microbatches of 2 a step") != std::string::npos);
   CHECK(test::read_file(dir / "auto/auto/logs/rank1.log").find("micro-batch 8 x 2 accumulation") != std::string::npos);
+  // no line gives a microbatch count before the pick (they said 1, found from outside)
+  CHECK(run.output.find(" 1 microbatches a batch") == std::string::npos);
+  CHECK(run.output.find("the microbatches a batch follow train.batch_size auto's pick") != std::string::npos);
+  CHECK(run.output.find("1f1b, 4 microbatches a batch") != std::string::npos);  // micro-batch 8 in microbatches of 2
   auto fixed = test::run_trainer("launch -n 2 -- run " + cfg + pp2 + " --set train.batch_size=8 --out-dir " +
                                  (dir / "fixed").string());
   INFO(fixed.output);

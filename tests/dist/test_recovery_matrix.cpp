@@ -383,3 +383,55 @@ TEST_CASE("in-process recovery matrix: a rank lost in a stop signal's save: the 
     CHECK(recmat::verifies(run / "checkpoints" / io::step_dir_name(25)));
   }
 }
+
+// A rank lost at start-up, while the ranks look for the checkpoint to start from (between rank 0's
+// scan of the folder and the others'; found from outside with a kill as the folder's write probe
+// appeared): the survivors regroup, look again and train at the smaller world. They exited 1 with
+// nothing trained, and the replacement waited dist.timeout_s for a group that was gone.
+TEST_CASE("in-process recovery matrix: a rank lost at start-up as the ranks look for their start (fresh or resuming)", "[dist][e2e][slow]") {
+  auto dir = test::scratch_dir("recovery_start");
+  const auto cfg = recmat::matrix_config(dir);
+  // a fresh start: the writer, or the last rank with a replacement that joins later
+  for (const recmat::Cell& c : {recmat::Cell{"start_rank0", 0, 0, 0, "0:start:1", {2}},
+                                recmat::Cell{"start_rank2_restarts1", 2, 1, 0, "2:start:1", {2, 3}}}) {
+    const auto o = recmat::run_cell(dir, c, cfg);
+    recmat::check_cell(dir, c, o);
+    CHECK(o.output.find("TRAINER_INJECT_KILL: rank " + std::to_string(c.victim) + " SIGKILLs itself") != std::string::npos);
+    CHECK(o.rc == 0);
+  }
+  // a resume: the first attempt stops at step 25 (a signal's checkpoint); the second loses rank 1 as
+  // it looks for that checkpoint, and the two survivors resume it
+  const auto out = dir / "resume", run = out / "tiny";
+  test::start_trainer("launch -n 3 -- run " + cfg + " --out-dir " + out.string(), dir / "first.log", dir / "first.rc",
+                      "TRAINER_INJECT_SIGNAL=25");
+  REQUIRE(test::wait_rc(dir / "first.rc", 600) == 75);
+  // the chain the promise is about: the same checkpoint resumed by 2 ranks from the start
+  const auto chain = dir / "chain";
+  fs::copy(out, chain, fs::copy_options::recursive);
+  auto r = test::run_shell(std::string("\"") + TRAINER_BIN + "\" launch -n 2 -- run " + cfg + " --out-dir " +
+                           chain.string());
+  REQUIRE(r.exit_code == 0);
+  test::start_trainer("launch -n 3 -- run " + cfg + " --out-dir " + out.string(), dir / "second.log",
+                      dir / "second.rc", "TRAINER_INJECT_KILL=1:start:1");
+  const int code = test::wait_rc(dir / "second.rc", 600);
+  const auto output = test::read_file(dir / "second.log");
+  INFO(output);
+  CHECK(code == 0);
+  CHECK(output.find("TRAINER_INJECT_KILL: rank 1 SIGKILLs itself") != std::string::npos);
+  CHECK(output.find("resuming a checkpoint of 3 rank(s) on 2") != std::string::npos);
+  CHECK(output.find("train.global_batch_size 12 kept") != std::string::npos);  // as the regroup's accumulation
+  const auto train = recmat::records(run, "train");
+  REQUIRE(train.size() == static_cast<size_t>(recmat::kSteps));
+  for (int s = 1; s <= recmat::kSteps; ++s) CHECK(train[s - 1].at("step") == s);
+  CHECK(recmat::world_changes(train) == std::vector<int64_t>{3, 2});
+  CHECK(recmat::records(run, "attempt").size() == 2);
+  CHECK(recmat::verifies(run / "checkpoints" / io::step_dir_name(25)));
+  CHECK(recmat::verifies(run / "checkpoints" / io::step_dir_name(recmat::kSteps)));
+  // every step after the start as the 2-rank chain's, to the bit
+  const auto chained = recmat::records(chain / "tiny", "train");
+  REQUIRE(chained.size() == train.size());
+  for (size_t i = 25; i < train.size(); ++i) {
+    INFO("step " << train[i].at("step"));
+    CHECK(train[i].at("loss").get<double>() == chained[i].at("loss").get<double>());
+  }
+}

@@ -77,7 +77,7 @@ TEST_CASE("world recovery: a world of one steps, records and agrees alone", "[un
   auto ctx = dist::DistContext::create(dist::LaunchEnv{}, cfg.dist, torch::Device(torch::kCPU), "h");
   REQUIRE_FALSE(ctx->active());
   CountingParts parts;
-  WorldRecovery r(*ctx, dist::LaunchEnv{}, cfg, "h", parts);
+  WorldRecovery r(*ctx, dist::LaunchEnv{}, cfg, "h", parts, torch::kCPU);
   CHECK(r.samples_per_step() == 12);
   CHECK(r.grad_accum() == 3);
   CHECK(r.env().world_size == 1);  // the launcher's, until a regroup renumbers it
@@ -112,4 +112,24 @@ TEST_CASE("world recovery: a world of one steps, records and agrees alone", "[un
   CHECK(quiet.data_change.empty());
   CHECK_FALSE(looked);
   CHECK(parts.rebuilt == 0);
+}
+
+TEST_CASE("world recovery: a step given up is redone with its own random draws", "[unit]") {
+  config::RunConfig cfg;
+  cfg.train.batch_size = 4;
+  auto ctx = dist::DistContext::create(dist::LaunchEnv{}, cfg.dist, torch::Device(torch::kCPU), "h");
+  CountingParts parts;
+  WorldRecovery r(*ctx, dist::LaunchEnv{}, cfg, "h", parts, torch::kCPU);
+  torch::manual_seed(7);
+  r.reset_progress();
+  r.begin_step(parts.pos);
+  const auto drawn = torch::rand({4});  // the step's draws (its dropout key, ...)
+  CHECK(r.give_up_step().samples_consumed == parts.pos.samples_consumed);
+  CHECK(torch::equal(torch::rand({4}), drawn));  // drawn again, not the next ones
+  // a step that ran on every rank keeps its draws: the next step draws on
+  r.begin_step(parts.pos);
+  const auto first = torch::rand({4});
+  r.step_ran(/*steps_done=*/1, /*log_step=*/false, torch::tensor(1.0));
+  r.give_up_step();
+  CHECK_FALSE(torch::equal(torch::rand({4}), first));
 }

@@ -83,7 +83,10 @@ std::optional<Resumed> CheckpointManager::resume(const ResumeOptions& how) {
   if (env_.rank == 0)
     store_ = std::make_unique<io::CheckpointStore>(
         dir_, io::CheckpointPolicy{cfg_.checkpoint.keep_last, cfg_.checkpoint.keep_every});
-  if (dist_) dist_->barrier();  // the store cleaned stale temporary folders before anyone scans
+  if (dist_) {
+    dist_->kill_point("start", ++starts_);  // TRAINER_INJECT_KILL (tests): a rank lost at start-up
+    dist_->barrier();  // the store cleaned stale temporary folders before anyone scans
+  }
   std::optional<Resumed> r;
   if (how.mode == ResumeMode::Auto) {
     r = resume_newest();

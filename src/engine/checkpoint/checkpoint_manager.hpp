@@ -124,6 +124,7 @@ class CheckpointManager {
   int64_t last_failed_step_ = -1;  // the step of the last save that failed
   int64_t rollback_target_ = -1, rollbacks_to_target_ = 0;
   bool start_elsewhere_ = false;  // resumed from a checkpoint outside dir_ (--resume PATH)
+  int64_t starts_ = 0;            // looks for the start (resume), again after a rank lost at start-up
   IntervalAccess interval_;
 };
 

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <utility>
 
+#include "obs/logging.hpp"
+
 namespace trainer::engine {
 
 RunRecorder::RunRecorder(const config::RunConfig& cfg, const dist::LaunchEnv& env, const io::RunDir& dir,
@@ -140,7 +142,15 @@ void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const Rec
   if (r.pp_wait_ms && r.step_ms > 0) r.pp_bubble = std::min(1.0, *r.pp_wait_ms / r.step_ms);
   // the group's size changes since the last record, before the first record at the new size
   const auto& changes = s.recovery.world_changes();
-  for (; worlds_written_ < changes.size(); ++worlds_written_) log_->world(changes[worlds_written_]);
+  for (; worlds_written_ < changes.size(); ++worlds_written_) {
+    const auto& c = changes[worlds_written_];
+    if (c.world_size < c.previous_world_size) r.loss_ranks = env_.world_size;
+    log_->world(c);
+  }
+  if (r.loss_ranks)  // not the interval's loss over every sample: said, in the record too
+    spdlog::warn("step {}'s record: a rank was lost in its interval, so its loss is the mean over the {} ranks left "
+                 "(the lost ranks' losses of the interval never arrived): loss_ranks {} in metrics.jsonl",
+                 step, *r.loss_ranks, *r.loss_ranks);
   log_->train(r);
   s.steps.reset_loss();
   s.times = IntervalTimes{};
@@ -188,6 +198,18 @@ bool RunRecorder::report_lost_records(bool already_complete) const {
                 lost, dir_.metrics_file().string(),
                 lost_before_ > 0 ? fmt::format("; {} by earlier attempts, stopped by a signal", lost_before_) : "");
   return true;
+}
+
+void take_over_writing(const config::RunConfig& cfg, io::RunDir& dir, RunRecorder& records, CheckpointManager& ckpt) {
+  try {
+    io::take_writer_locks(cfg, dir);
+  } catch (const std::exception& e) {
+    spdlog::warn("in-process recovery: {}", e.what());
+  }
+  records.become_primary();
+  ckpt.become_writer();
+  obs::speak_on_console(cfg.log.level);  // the console went silent with rank 0
+  spdlog::info("in-process recovery: this rank writes the run's records, checkpoints and log lines now");
 }
 
 }  // namespace trainer::engine

@@ -136,4 +136,9 @@ class RunRecorder {
   double pp_wait_seconds_ = 0;              // RecordSources::pp_wait_seconds at the last record
 };
 
+// After a regroup that lost rank 0, this rank writes what rank 0 wrote: the records, TensorBoard, the
+// summary and the checkpoint store. First the dead rank 0's locks (a second run on the folder stays
+// refused); one still held (rank 0 cut off on another host, alive) does not stop the survivors.
+void take_over_writing(const config::RunConfig& cfg, io::RunDir& dir, RunRecorder& records, CheckpointManager& ckpt);
+
 }  // namespace trainer::engine

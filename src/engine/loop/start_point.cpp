@@ -106,4 +106,20 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
   return {pos.step, total, pos.samples};
 }
 
+bool run_already_complete(int64_t start_step, int64_t total_steps, bool joined, const RunEvaluation& evaluation) {
+  const auto& tracker = evaluation.tracker();
+  const bool end_left = !joined && evaluation.can_evaluate() && tracker.evaluated_step() < start_step;
+  if (start_step >= total_steps && !(start_step > 0 && end_left)) {
+    spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step, total_steps);
+    return true;
+  }
+  if (!joined && start_step > 0 && tracker.stops() && tracker.evaluated_step() == start_step) {
+    spdlog::info("the run is already complete: early stopping ended it at step {} ({} did not improve for {} "
+                 "evaluations); nothing to train",
+                 start_step, tracker.metric(), tracker.evals_without_improvement());
+    return true;
+  }
+  return false;
+}
+
 }  // namespace trainer::engine

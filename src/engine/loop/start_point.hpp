@@ -16,6 +16,7 @@
 #include "data/loader.hpp"
 #include "engine/checkpoint/checkpoint_manager.hpp"
 #include "engine/checkpoint/resume_options.hpp"
+#include "engine/loop/run_evaluation.hpp"
 #include "engine/loop/run_recorder.hpp"
 #include "engine/parallel/data_parallel.hpp"
 #include "engine/step/ema.hpp"
@@ -45,5 +46,10 @@ struct StartParts {
 StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const config::RunConfig& cfg,
                            const std::filesystem::path& run_root, bool primary, int64_t data_world,
                            int64_t total_steps);
+
+// The start point ended the run: its last step with the final evaluation made (a stop signal at the
+// last step saved before it: the end is made now), or early stopping at its evaluation. Says so.
+// `joined`: a replacement that joined a running group (its state is rank 0's: no end is its own).
+bool run_already_complete(int64_t start_step, int64_t total_steps, bool joined, const RunEvaluation& evaluation);
 
 }  // namespace trainer::engine

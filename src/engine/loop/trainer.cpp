@@ -52,7 +52,7 @@ class Trainer final : public WorldParts {
 
   int run() {
     setup();
-    if (!dist_->joining()) resume();
+    if (!dist_->joining()) start();
     install_stop_handlers();
     // The handlers stay until the process exits, however the loop ends: a signal after it (a
     // scheduler's repeated SIGTERM after a stop's checkpoint, a scancel as a finished run tears down)
@@ -105,7 +105,7 @@ class Trainer final : public WorldParts {
       if (auto* pipe = tp_.pipeline()) pipe->set_batch(cfg_);  // its microbatches: of the chosen micro-batch
     }
     // once the micro-batch is chosen; from here the world is recovery_'s (env(), grad_accum())
-    recovery_ = std::make_unique<WorldRecovery>(*dist_, launch_, cfg_, hash, *this);
+    recovery_ = std::make_unique<WorldRecovery>(*dist_, launch_, cfg_, hash, *this, device_);
     train_loader_ = make_train_loader();
     if (cfg_.data.workers < 0) {
       const auto w = device::choose_workers(cfg_.data.workers, device_.is_cuda(), env().local_world_size);
@@ -196,18 +196,6 @@ class Trainer final : public WorldParts {
   }
   data::LoaderState loader_state() const override { return train_loader_->state(); }
   int64_t last_logged_step() const override { return obs::read_history(dir_.metrics_file()).last_step; }
-  // After a regroup that lost rank 0, this rank writes what rank 0 wrote: the records, TensorBoard, the
-  // summary and the checkpoint store. First the dead rank 0's locks (a second run on the folder stays
-  // refused); one still held (rank 0 cut off on another host, alive) does not stop the survivors.
-  void take_over_writing() {
-    try { io::take_writer_locks(cfg_, dir_); }
-    catch (const std::exception& e) { spdlog::warn("in-process recovery: {}", e.what()); }
-    records_->become_primary();
-    ckpt_->become_writer();
-    obs::speak_on_console(cfg_.log.level);  // the console went silent with rank 0
-    spdlog::info("in-process recovery: this rank writes the run's records, checkpoints and log lines now");
-  }
-
   // --- evaluation and records (engine/loop/run_evaluation.hpp, run_recorder.hpp) --------------------
   // true when early stopping asks the run to end
   bool evaluate(int64_t step) {
@@ -237,14 +225,20 @@ class Trainer final : public WorldParts {
     return p;
   }
   // --resume auto|never|PATH, or model.init on a fresh start (engine/loop/start_point.hpp)
-  void resume() {
+  bool resume() {
+    start_owed_ = true;  // until it completes
+    auto cfg = cfg_;
+    cfg.train.grad_accum = recovery_->grad_accum();  // this world's (a regroup at start-up changed it)
     const auto start = resume_or_start(StartParts{*ckpt_, *records_, *train_loader_, *model_, parallel_.get(), ema_.get()},
-                                       resume_, cfg_, dir_.root, dist::writes_run_files(env()), data_world(), total_steps_);
+                                       resume_, cfg, dir_.root, dist::writes_run_files(env()), data_world(), total_steps_);
     start_step_ = start.step;
     if (start.samples >= 0) recovery_->resumed_at(start.step, start.samples);
-    if (start.total_steps == total_steps_) return;
-    total_steps_ = start.total_steps;  // a resume on another number of ranks: the schedule over the new length
-    schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+    if (start.total_steps != total_steps_) {  // a resume on another number of ranks: the schedule over the new length
+      total_steps_ = start.total_steps;
+      schedule_ = std::make_unique<LrSchedule>(cfg_.schedule, cfg_.optim.lr, total_steps_);
+    }
+    start_owed_ = false;
+    return true;
   }
 
   // --- the loop ----------------------------------------------------------------------------------
@@ -266,7 +260,7 @@ class Trainer final : public WorldParts {
   // check, checkpoint and evaluation, an agreed growth. The recovery component hears how far it got.
   Next step_and_after() {
     int64_t& step = loop_.step;
-    if (recovery_->record_pending()) records_->redo_train(step, record_sources(step));  // a failure interrupted it
+    redo_record(step);
     recovery_->begin_step(train_loader_->state());
     dist_->set_step(step);
     const bool log_step = step_is_final(step + 1) || (step + 1) % cfg_.train.log_every == 0;
@@ -282,6 +276,13 @@ class Trainer final : public WorldParts {
     recovery_->recorded();
     if (const Next n = boundary_vote(step, log_step); n != Next::Go) return n;
     return milestones_after(step);
+  }
+
+  // A failure interrupted the record of `step`: every rank writes it again, before anything else
+  void redo_record(int64_t step) {
+    if (!recovery_->record_pending()) return;
+    records_->redo_train(step, record_sources(step));
+    recovery_->record_redone();
   }
 
   // The periodic save and evaluation due after `step`, then an agreed growth; also after a data reload
@@ -306,8 +307,10 @@ class Trainer final : public WorldParts {
       // a peer that stopped for changed data (its note in the store) is not a lost peer: train_loop's
       // handler stops this rank too, exit 65, instead of regrouping without it
       if (!dist_->peer_note().empty()) throw;
-      milestones_owed_ = milestones_left();  // the committed step's save and evaluation, as the new writer sees it
-      if (recovery_->recover(e.what(), loop_.step, milestones_owed_)) take_over_writing();
+      // the committed step's save and evaluation as the new writer sees it; the start as any survivor
+      WorldRecovery::Owed owed{milestones_left(), start_owed_};
+      if (recovery_->recover(e.what(), loop_.step, owed)) take_over_writing(cfg_, dir_, *records_, *ckpt_);
+      std::tie(milestones_owed_, start_owed_) = std::tie(owed.milestones, owed.start);
       if (!milestones_owed_) milestones_done_ = std::max(milestones_done_, loop_.step);
       return std::nullopt;
     }
@@ -320,16 +323,25 @@ class Trainer final : public WorldParts {
       if (auto r = recovering(f)) return *r;
   }
 
+  // Where the loop starts: a rank lost meanwhile (in_process), the survivors regroup and each looks again
+  void start() {
+    recovery_->begin_step(train_loader_->state());  // a regroup puts the loader back here first
+    until_recovered([this] { return resume(); });
+  }
+
   int train_loop() {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     // no attempt record when there is nothing to do: the run's records still end with its summary
-    if (already_complete()) return records_->report_lost_records(/*already_complete=*/true) ? kExitFailure : kExitOk;
+    if (run_already_complete(start_step_, total_steps_, recovery_->joined(), *evaluation_)) return records_->report_lost_records(/*already_complete=*/true) ? kExitFailure : kExitOk;
     records_->start_attempt();
     loop_.step = start_step_;
     // (a replacement joined the others mid-run: they are past this check)
     if (!recovery_->joined()) {
       recovery_->begin_step(train_loader_->state());  // a rank lost in the start's vote: the loader stays
-      const Next first = until_recovered([this] { return boundary_vote(start_step_, /*log_step=*/true); });
+      const Next first = until_recovered([this] {  // a survivor lost its start: every one looks again
+        if (start_owed_) resume();
+        return boundary_vote(start_step_, /*log_step=*/true);
+      });
       if (first == Next::Signal) return until_recovered([this] { return ckpt_->stop_for_signal(start_step_, start_step_); });
       if (first == Next::DataChanged)
         if (const auto rc = on_data_change(agreed_change_, train_loader_->state())) return *rc;
@@ -355,7 +367,11 @@ class Trainer final : public WorldParts {
           continue;  // a peer failed during the end: the survivors end the run
         }
         if (std::exchange(milestones_owed_, false)) {
-          if (recovering([this] { return milestones_after(loop_.step); }).value_or(Next::Go) == Next::EarlyStop)
+          const auto owed = [this] {
+            redo_record(loop_.step);  // first: the save holds the interval it clears
+            return milestones_after(loop_.step);
+          };
+          if (recovering(owed).value_or(Next::Go) == Next::EarlyStop)
             stop_reason = "early_stopping";
           continue;
         }
@@ -371,7 +387,7 @@ class Trainer final : public WorldParts {
         }
       } catch (const data::DataChanged& e) {  // inside the step: one process gives it up; several ranks cannot
         if (dist_->active()) return stop_alone_for_data_change(*dist_, e.what(), loop_.step);
-        if (const auto rc = on_data_change(e.what(), recovery_->resume_point())) return *rc;
+        if (const auto rc = on_data_change(e.what(), recovery_->give_up_step())) return *rc;
         // found after the step, by its save or evaluation (the validation split read the changed file):
         // they run again on the reopened data, as after a change agreed at the boundary
         if (milestones_left() && milestones_after(loop_.step) == Next::EarlyStop)
@@ -432,25 +448,6 @@ class Trainer final : public WorldParts {
   bool step_is_final(int64_t step) const { return step >= total_steps_; }
   bool milestones_left() const { return milestones_done_ < loop_.step && loop_.step > start_step_ && !step_is_final(loop_.step); }
 
-  // The checkpoint resumed from ended the run: its last step with the final evaluation made (a stop
-  // signal at the last step saved before it: the end is made now), or early stopping at its evaluation.
-  bool already_complete() const {
-    const bool joined = recovery_->joined();  // a replacement joined a running group: its state is rank 0's
-    const auto& tracker = evaluation_->tracker();
-    const bool end_left = !joined && evaluation_->can_evaluate() && tracker.evaluated_step() < start_step_;
-    if (step_is_final(start_step_) && !(start_step_ > 0 && end_left)) {
-      spdlog::info("the run is already complete ({} of {} steps); nothing to train", start_step_, total_steps_);
-      return true;
-    }
-    if (!joined && start_step_ > 0 && tracker.stops() && tracker.evaluated_step() == start_step_) {
-      spdlog::info("the run is already complete: early stopping ended it at step {} ({} did not improve for {} "
-                   "evaluations); nothing to train",
-                   start_step_, tracker.metric(), tracker.evals_without_improvement());
-      return true;
-    }
-    return false;
-  }
-
   config::RunConfig cfg_;  // a copy: train.batch_size auto fills in the micro-batch
   const dist::LaunchEnv& launch_;  // as launched: start-up's; the current world's is env()
   io::RunDir& dir_;  // its locks move to this rank when it takes over writing
@@ -482,6 +479,7 @@ class Trainer final : public WorldParts {
   std::string agreed_change_;  // the data change the ranks agreed on at the last boundary ("" none)
   int64_t milestones_done_ = -1;  // the last step whose save and evaluation (milestones_after) completed
   bool milestones_owed_ = false;  // a peer was lost after loop_.step committed, before its milestones
+  bool start_owed_ = false;       // resume() has not completed (on some survivor, after a regroup)
   struct {
     int64_t step = 0;
     IntervalTimes times;  // of the interval since the last record

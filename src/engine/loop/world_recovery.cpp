@@ -7,6 +7,7 @@
 
 #include "engine/loop/peer_state.hpp"
 #include "engine/checkpoint/stop_signal.hpp"
+#include "engine/optim/train_state.hpp"
 
 namespace trainer::engine {
 namespace {
@@ -24,7 +25,7 @@ AfterFailure after_failure(const StepProgress& p, const data::LoaderState& now, 
 }
 
 WorldRecovery::WorldRecovery(dist::DistContext& dist, const dist::LaunchEnv& env, const config::RunConfig& cfg,
-                             std::string config_hash, WorldParts& parts)
+                             std::string config_hash, WorldParts& parts, torch::Device device)
     : dist_(dist),
       cfg_(cfg),
       config_hash_(std::move(config_hash)),
@@ -33,11 +34,21 @@ WorldRecovery::WorldRecovery(dist::DistContext& dist, const dist::LaunchEnv& env
       train_(cfg.train),
       samples_(cfg.train.batch_size * cfg.train.grad_accum * config::data_parallel_size(cfg, dist.world_size())),
       target_global_(cfg.train.global_batch_size > 0 ? cfg.train.global_batch_size : samples_.per_step()),
+      device_(device),
       last_step_world_(dist.world_size()) {}
 
 void WorldRecovery::begin_step(const data::LoaderState& loader) {
   record_pending_ = recorded_here_ = false;
   loader_at_step_start_ = loader;  // a regroup or a data change (data.on_change) redoes the step from here
+  // with the same draws: the redone step drew the next dropout key, and every later step's was one
+  // ahead of the chain of checkpoints (found from outside: a kill in a gradient bucket, dropout 0.1)
+  rng_at_step_start_ = rng_state_tensors(device_);
+}
+
+data::LoaderState WorldRecovery::give_up_step() {
+  if (progress_.step_done) return parts_.loader_state();
+  restore_rng_state(rng_at_step_start_, device_);
+  return loader_at_step_start_;
 }
 
 void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm) {
@@ -79,10 +90,11 @@ void WorldRecovery::grow(int64_t step) {
   changes_.push_back({step, g.world, g.old_world, "replacement(s) joined"});
 }
 
-bool WorldRecovery::recover(const std::string& why, int64_t step, bool& milestones_owed) {
+bool WorldRecovery::recover(const std::string& why, int64_t step, Owed& owed) {
   const StepProgress p = progress_;
   auto plan = regroup_survivors(dist_, train_, target_global_, step, why);
   const auto next = after_failure(p, parts_.loader_state(), loader_at_step_start_, record_pending_);
+  if (!p.step_done) restore_rng_state(rng_at_step_start_, device_);  // the step is redone with its draws
   change_world(step, plan.grad_accum, next.loader);
   // agreed over the new group: the record's loss all-reduce may have completed on some ranks (the
   // ring had passed them) and failed on others; a rank that redid it alone would meet its peers'
@@ -94,9 +106,11 @@ bool WorldRecovery::recover(const std::string& why, int64_t step, bool& mileston
   // and whether the committed step's milestones are owed: a rank whose record failed had not done them
   // while the writer had (it went on to the next step): one redid them alone, the other stepped, and
   // their collectives never met again (found from outside: a rank killed during a save)
-  const auto agreed = dist_.any_of({next.redo_record || line_lost, dist_.rank() == 0 && milestones_owed});
+  const auto agreed =
+      dist_.any_of({next.redo_record || line_lost, dist_.rank() == 0 && owed.milestones, owed.start});
   record_pending_ = agreed[0];
-  milestones_owed = agreed[1];
+  owed.milestones = agreed[1];
+  owed.start = agreed[2];
   recorded_here_ = record_pending_ && !next.redo_record;
   std::string lost;
   for (const auto id : plan.group.lost) lost += (lost.empty() ? "" : ", ") + std::to_string(id);

@@ -90,8 +90,9 @@ class WorldRecovery {
  public:
   // `env`: the launcher's; `cfg`: the run's settings (batch_size, grad_accum as chosen at start-up);
   // `config_hash`: of the config as loaded (a joiner's must be rank 0's).
+  // `device`: the run's (its random generators are rewound with an abandoned step).
   WorldRecovery(dist::DistContext& dist, const dist::LaunchEnv& env, const config::RunConfig& cfg,
-                std::string config_hash, WorldParts& parts);
+                std::string config_hash, WorldParts& parts, torch::Device device);
 
   // --- the world as it stands (what the trainer builds its world-size parts for) ------------------
   // The launcher's env with this rank's number and the size of the current group (a regroup
@@ -106,15 +107,23 @@ class WorldRecovery {
   // This rank had written (or, not being the writer, taken part in) that record before the failure:
   // it redoes it with the loss it recorded, and the writer does not write the line again.
   bool recorded_here() const { return recorded_here_; }
-  // Before a step: the loader position its micro-batches start at.
+  // Before a step: the loader position its micro-batches start at (and the random generators' state:
+  // a step given up is redone with the draws it made, its dropout key first, as a checkpoint of the
+  // step before resumes it).
   void begin_step(const data::LoaderState& loader);
   // The step ran on every rank and `steps_done` are done; `log_step`: its record is still to come.
   void step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm);
   void recorded() { progress_.recorded = true; }
+  // The record a failure interrupted is written again (before the step's owed save: a checkpoint
+  // taken first held its interval's losses, and a resume from it averaged them into the next record)
+  void record_redone() {
+    record_pending_ = false;
+    progress_.recorded = true;
+  }
   void reset_progress() { progress_ = {}; }
-  // Where the loader goes on when the step in flight is given up (a data change): after it once it
-  // ran on every rank, else where its micro-batches began.
-  data::LoaderState resume_point() const { return progress_.step_done ? parts_.loader_state() : loader_at_step_start_; }
+  // The step in flight is given up (a data change): where the loader goes on, after it once it ran
+  // on every rank, else where its micro-batches began (the random generators put back there too).
+  data::LoaderState give_up_step();
 
   // --- the step boundary -------------------------------------------------------------------------
   // What the ranks agreed at a step boundary.
@@ -138,12 +147,20 @@ class WorldRecovery {
   void grow(int64_t step);
 
   // --- failures and joining ----------------------------------------------------------------------
+  // What the survivors still owe after a regroup, agreed in the same collective as the record's redo.
+  struct Owed {
+    // the committed step's save and evaluation: in, this rank's view (not done here); out, the new
+    // group's rank 0's (the writer: the outputs are its)
+    bool milestones = false;
+    // the start (the look for the checkpoint to start from, before the first step): in, not completed
+    // here; out, not completed on some survivor: every survivor looks again (one that had completed it
+    // stood in the first vote while another redid the look's collectives)
+    bool start = false;
+  };
   // A collective failed at `step` (committed steps): regroups the survivors and rebuilds the world.
   // Returns true when this rank takes over writing the run's records and checkpoints (rank 0 was
-  // lost). Throws std::runtime_error when the run cannot go on in process. `milestones_owed`: in, this
-  // rank's view (the committed step's save and evaluation not done here); out, the new group's rank 0's
-  // (the writer: the outputs are its), agreed in the same collective as the record's redo.
-  bool recover(const std::string& why, int64_t step, bool& milestones_owed);
+  // lost). Throws std::runtime_error when the run cannot go on in process.
+  bool recover(const std::string& why, int64_t step, Owed& owed);
   // A replacement rank: joins the running group and takes rank 0's state; nullopt when the run ended
   // first. Returns the step and the training clock the run goes on at.
   struct Joined {
@@ -180,6 +197,8 @@ class WorldRecovery {
   int64_t target_global_;
   std::optional<RegroupPlan> regroup_;      // the last in-process regroup, until its first step is done
   data::LoaderState loader_at_step_start_;  // where an abandoned step's micro-batches began
+  io::NamedTensors rng_at_step_start_;      // the generators' state then (engine/optim/train_state.hpp)
+  torch::Device device_;
   torch::Tensor last_norm_;                 // the last step's gradient norm (a record redone after a regroup)
   StepProgress progress_;                   // how far the step in flight got
   bool record_pending_ = false;             // a failure interrupted the record of the last step (agreed)

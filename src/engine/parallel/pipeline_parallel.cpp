@@ -68,6 +68,7 @@ struct PipelineStages::Impl {
   std::unique_ptr<dist::Group> tied;
   double waited_s = 0;
   int64_t act_peak = 0;                // the most bytes the step's microbatches held between actions
+  bool batch_known = true;             // false until train.batch_size auto picked the micro-batch (set_batch)
   std::map<int64_t, pipeline::Program> programs;  // by microbatches of a step
 
   Impl(dist::DistContext& d, dist::DeviceMesh& mesh, const config::RunConfig& cfg)
@@ -76,6 +77,7 @@ struct PipelineStages::Impl {
     dp_rank = mesh.rank(dist::MeshDim::DP);
     dp_rank0 = dp_rank == 0;
     dp_size = mesh.size(dist::MeshDim::DP);
+    batch_known = cfg.train.batch_size > 0;
     for (int64_t s = rank; s < plan.shape.stages(); s += plan.shape.ranks) stages.push_back(s);
   }
 
@@ -122,13 +124,15 @@ std::string PipelineStages::Impl::describe() const {
     s += (s.empty() ? "" : ", ") + std::to_string(st) + " (units " + config::stage_entry_text(plan.stages[static_cast<size_t>(st)]) + ")";
   return "stage" + std::string(stages.size() > 1 ? "s " : " ") + s + " on pp rank " + std::to_string(rank) + " of " +
          std::to_string(plan.shape.ranks) + ", " + pipeline::schedule_name(plan.schedule) + ", " +
-         std::to_string(plan.shape.microbatches) + " microbatches a batch";
+         (batch_known ? std::to_string(plan.shape.microbatches) + " microbatches a batch"
+                      : std::string("the microbatches a batch follow train.batch_size auto's pick"));
 }
 
 std::string PipelineStages::describe() const { return impl_->describe(); }
 
 void PipelineStages::set_batch(const config::RunConfig& cfg) {
   impl_->plan.shape.microbatches = config::pipeline_microbatches(cfg);
+  impl_->batch_known = true;
   impl_->programs.clear();
   spdlog::info("pipeline: {}", describe());
 }
