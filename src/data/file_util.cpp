@@ -11,6 +11,7 @@
 #include <cstring>
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -144,13 +145,21 @@ MappedFile::~MappedFile() {
 
 FolderListing list_folder_files(const std::string& folder) {
   FolderListing out;
-  std::set<std::pair<dev_t, ino_t>> seen;  // folders listed, by identity: links may name one twice
-  std::vector<fs::path> pending{fs::path(folder)};
+  std::map<std::pair<dev_t, ino_t>, fs::path> seen;  // folders listed, by identity: links may name one twice
+  std::vector<std::pair<fs::path, std::vector<fs::path>>> pending{{fs::path(folder), {}}};  // and the folders above
   while (!pending.empty()) {
-    const fs::path dir = std::move(pending.back());
+    const auto [dir, above] = std::move(pending.back());
     pending.pop_back();
     struct stat st{};
-    if (::stat(dir.c_str(), &st) != 0 || !seen.insert({st.st_dev, st.st_ino}).second) continue;
+    if (::stat(dir.c_str(), &st) != 0) continue;
+    const auto [first, added] = seen.emplace(std::make_pair(st.st_dev, st.st_ino), dir);
+    if (!added) {  // a link to a folder above it is a loop: its listing would never end (torchvision's)
+      if (std::find(above.begin(), above.end(), first->second) == above.end())
+        out.repeated.emplace_back(dir.string(), first->second.string());
+      continue;
+    }
+    auto below = above;
+    below.push_back(dir);
     std::error_code ec;
     fs::directory_iterator it(dir, ec);
     for (; !ec && it != fs::directory_iterator(); it.increment(ec)) {
@@ -165,7 +174,7 @@ FolderListing list_folder_files(const std::string& folder) {
         if (link) why = "a symbolic link to " + fs::read_symlink(p, link_ec).string() + ": " + why;
         out.unreadable.emplace_back(p.string(), why);
       } else if (fs::is_directory(status)) {
-        pending.push_back(p);
+        pending.emplace_back(p, below);
       } else if (fs::is_regular_file(status)) {
         out.files.push_back(p.string());
       } else {  // a FIFO, socket or device (or a link to one): named by the caller if it has an image's name

@@ -72,6 +72,9 @@ struct FolderListing {
   std::vector<std::string> files;
   std::vector<std::pair<std::string, std::string>> unreadable;  // path, reason
   std::vector<std::pair<std::string, std::string>> unlisted;    // path, reason
+  // a folder reached again through a link, not inside itself (path, the path it was listed under):
+  // listed once (torchvision's ImageFolder lists it once per link); a loop of links is not counted
+  std::vector<std::pair<std::string, std::string>> repeated;
 };
 FolderListing list_folder_files(const std::string& folder);
 

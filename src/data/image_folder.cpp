@@ -105,6 +105,11 @@ FolderIndex scan(const std::string& root, const std::vector<std::string>& classe
     std::vector<std::string> files;
     const FolderListing listing = list_folder_files((fs::path(root) / classes[c]).string());
     check_unreadable(root, classes[c], listing, skip_bad);
+    if (!listing.repeated.empty())  // a deliberate difference: said, never silent (found from outside)
+      spdlog::warn("{}: class folder '{}': {} folder(s) reached again through links, their images counted once "
+                   "(torchvision's ImageFolder counts them once per link); the first: {} is {}",
+                   root, classes[c], listing.repeated.size(), listing.repeated.front().first,
+                   listing.repeated.front().second);
     for (const std::string& path : listing.files) {
       if (is_decodable_image_name(path)) {
         files.push_back(path);

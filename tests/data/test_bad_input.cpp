@@ -7,6 +7,7 @@
 
 #include <sstream>
 
+#include "data/file_util.hpp"
 #include "data/loader.hpp"
 #include "fixtures.hpp"
 
@@ -426,4 +427,29 @@ TEST_CASE("bad input: data.limit_samples that leaves classes of an image folder 
   CHECK_THAT(capture(4), Catch::Contains("2 of its 3 classes get no training sample (bee, cat)"));
   CHECK_THAT(capture(5), Catch::Contains("1 of its 3 classes get no training sample (cat)"));
   CHECK(capture(9).find("limit_samples") == std::string::npos);  // every class has one
+}
+
+// Two links to one folder: its images once (torchvision's ImageFolder gives them once per link), said
+// in a warning; a link to a folder above it (a loop) adds nothing and is not such a repeat.
+TEST_CASE("bad input: a folder reached through two links is listed once, and the log says so", "[unit]") {
+  auto root = scratch_dir("bad_link_twice");
+  write_image_folder(root / "imgs", {"a", "b"}, 2, 8, 8, false);
+  write_image_folder(root / "elsewhere", {"more"}, 3, 8, 8, false);
+  const auto b = root / "imgs" / "b";
+  fs::create_directory_symlink(root / "elsewhere" / "more", b / "x1");
+  fs::create_directory_symlink(root / "elsewhere" / "more", b / "x2");
+  fs::create_directory_symlink(b, b / "self");  // a loop
+  const auto listing = data::list_folder_files(b.string());
+  CHECK(listing.files.size() == 2 + 3);
+  REQUIRE(listing.repeated.size() == 1);  // x1 or x2, whichever was reached second; not `self`
+  CHECK((listing.repeated[0].first == (b / "x1").string() || listing.repeated[0].first == (b / "x2").string()));
+  CHECK(listing.repeated[0].second != listing.repeated[0].first);
+  std::ostringstream out;
+  auto before = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(out)));
+  const auto size = create_datasets(cfg("image_folder", root / "imgs"), resnet(3, 2), 0).train->size();
+  spdlog::set_default_logger(before);
+  CHECK(size == 2 + 2 + 3);
+  CHECK_THAT(out.str(), Catch::Contains("class folder 'b': 1 folder(s) reached again through links, their images "
+                                        "counted once (torchvision's ImageFolder counts them once per link)"));
 }

@@ -85,6 +85,16 @@ TEST_CASE("eval of each checkpoint reproduces the eval record logged at its step
   CHECK(json_lines(r.output).empty());
   CHECK(r.output.find("eval " + (run / "checkpoints" / "step-20").string() + " (step 20): loss ") != std::string::npos);
   check_same_metrics(logged.back(), nlohmann::json::parse(read_file(dir / "eval.json")));
+  // a config with another layout than the run's scores in it (rounding apart), and says so, for a
+  // checkpoint and an export alike
+  for (const auto& weights : {run.string(), (dir / "m.safetensors").string()}) {
+    auto other = run_trainer("eval " + (dir / "exp.yaml").string() + " --checkpoint " + weights +
+                             " --set model.channels_last=false");
+    INFO(other.output);
+    REQUIRE(other.exit_code == 0);
+    CHECK(other.output.find("was trained with model.channels_last true; the config's false is used") != std::string::npos);
+  }
+  CHECK(r.output.find("was trained with model.channels_last") == std::string::npos);
 }
 
 TEST_CASE("eval of a bf16 GPT checkpoint reproduces its logged loss and bits per byte", "[e2e]") {

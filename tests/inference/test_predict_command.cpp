@@ -400,6 +400,12 @@ TEST_CASE("a GPT trained on text generates text of its corpus's alphabet, the sa
   auto threads = run_trainer("predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +
                              " --prompt ab --max-new-tokens 5 --threads 1");
   CHECK(threads.output.find("seed 0, 1 threads)") != std::string::npos);
+  // an empty prompt starts from a newline, as nanoGPT's sample.py, and says so
+  auto empty = run_trainer("predict " + (dir / "exp.yaml").string() + " --checkpoint " + (dir / "runs" / "tx").string() +
+                           " --prompt '' --max-new-tokens 5");
+  INFO(empty.output);
+  REQUIRE(empty.exit_code == 0);
+  CHECK(empty.output.find("the prompt is empty: the text starts from a newline") != std::string::npos);
 
   // streamed: a long generation stopped by SIGTERM has written its text so far, which is what a
   // generation of that many tokens writes; the exit says it is not all (128 + 15)

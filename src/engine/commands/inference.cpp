@@ -29,6 +29,7 @@ struct InferWeights {
   std::optional<config::Attention> attention;  // model.attention as that run resolved it, when recorded
   int64_t batch_size = 0;       // train.batch_size as that run resolved it (0 when not recorded)
   std::optional<config::Precision> precision;  // train.precision as that run resolved it, when recorded
+  std::optional<bool> channels_last;           // model.channels_last of that run, when recorded
   std::optional<data::NormalizeValues> normalize;  // image data: how the run's bytes became its inputs
   std::vector<std::string> classes;                 // image_folder: the class names it was trained with
   int64_t step = -1;
@@ -69,6 +70,7 @@ InferWeights infer_from_checkpoint(const fs::path& step_dir) {
     w.attention = trained.model.attention;
     w.batch_size = trained.train.batch_size;
     if (trained.train.precision != config::Precision::Auto) w.precision = trained.train.precision;
+    w.channels_last = trained.model.channels_last;
   } catch (const nlohmann::json::exception& e) {
     throw io::CheckpointError(state_path.string() + ": missing or malformed field: " + e.what());
   } catch (const config::ConfigError& e) {
@@ -88,6 +90,8 @@ InferWeights infer_from_export(const fs::path& file) {
   w.arch = arch_entry->second;
   if (auto mc = meta.find("model_config"); mc != meta.end()) {
     const auto j = nlohmann::json::parse(mc->second, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("channels_last") && j["channels_last"].is_boolean())
+      w.channels_last = j["channels_last"].get<bool>();
     if (j.is_object() && j.contains("attention") && j["attention"].is_string()) {
       try {
         w.attention = config::parse_enum<config::Attention>(j["attention"].get<std::string>(), "model.attention");
@@ -218,6 +222,10 @@ InferenceModel load_inference_model(const config::RunConfig& cfg, const dist::La
                  "--set train.precision={} reproduces them)",
                  m.weights, config::name_of(*w.precision), config::name_of(m.cfg.train.precision),
                  config::name_of(*w.precision));
+  if (w.channels_last && *w.channels_last != m.cfg.model.channels_last)  // the convolutions' sums in another order
+    spdlog::warn("{} was trained with model.channels_last {}; the config's {} is used (its figures differ from the "
+                 "run's by rounding; --set model.channels_last={} reproduces them)",
+                 m.weights, *w.channels_last, m.cfg.model.channels_last, *w.channels_last);
   if (m.cfg.train.precision == config::Precision::Auto) {
     if (w.precision) {
       m.cfg.train.precision = *w.precision;

@@ -152,7 +152,10 @@ std::vector<int64_t> predict_prompt_tokens(const std::string& text, bool byte_le
   std::vector<int64_t> ids;
   if (byte_level) {
     for (unsigned char ch : text) ids.push_back(ch);
-    if (ids.empty()) ids.push_back('\n');  // an empty prompt starts a new line
+    if (ids.empty()) {  // as nanoGPT's sample.py: a model continues a text of at least one token
+      ids.push_back('\n');
+      spdlog::info("the prompt is empty: the text starts from a newline");
+    }
     return ids;
   }
   std::string t = text;
