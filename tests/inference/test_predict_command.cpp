@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
 
 #include <filesystem>
 #include <regex>
@@ -116,6 +117,20 @@ TEST_CASE("predict on an image folder: class names, top-k, and the argmax eval s
   CHECK(one[0].at("path") == (dir / "val" / "cat" / "0.png").string());
   const std::vector<std::string> labels = {"Bird", "Cat", "Dog"};
   for (const auto& t : one[0].at("top")) CHECK(t.at("class") == labels[t.at("index").get<size_t>()]);
+  // a file name that is not UTF-8 (Latin-1 "cafe" with e-acute) prints with U+FFFD, its bytes in hex beside it;
+  // a UTF-8 name has no hex
+  fs::create_directories(dir / "names");
+  const std::string latin1 = "caf\xe9.png";
+  fs::copy_file(dir / "val" / "cat" / "0.png", dir / "names" / latin1);
+  auto odd = predict_stdout(base + (dir / "names").string());
+  REQUIRE(odd.exit_code == 0);
+  auto odd_lines = json_lines(odd.output);
+  REQUIRE(odd_lines.size() == 1);
+  std::string hex;
+  for (unsigned char ch : (dir / "names" / latin1).string()) hex += fmt::format("{:02x}", ch);
+  CHECK(odd_lines[0].at("path_hex") == hex);
+  for (const auto& t : odd_lines[0].at("top")) CHECK_FALSE(t.contains("class_hex"));  // (--labels must be UTF-8)
+  CHECK_FALSE(one[0].contains("path_hex"));
 }
 
 // The normalisation statistics (data.normalize mean_std without mean and std: computed from the training

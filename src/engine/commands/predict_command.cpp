@@ -12,6 +12,7 @@
 #include "config/exit_codes.hpp"
 #include "config/file_read.hpp"
 #include "config/file_write.hpp"
+#include "config/load.hpp"
 #include "data/dataset.hpp"
 #include "data/image_decode.hpp"
 #include "data/image_inputs.hpp"
@@ -83,6 +84,16 @@ size_t load_good_images(std::vector<std::string>& chunk, const data::ImageInputS
   return left_out;
 }
 
+// A name that is not UTF-8 (a Latin-1 file name of an old dataset) prints with U+FFFD in JSON, so two
+// names could print alike (found from outside): its bytes go beside it in hex (Python: bytes.fromhex).
+void put_hex_if_not_utf8(nlohmann::json& j, const char* key, const std::string& name) {
+  if (!config::first_invalid_utf8(name)) return;
+  static constexpr char kDigits[] = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char ch : name) hex += {kDigits[ch >> 4], kDigits[ch & 15]};
+  j[key] = hex;
+}
+
 void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream& out) {
   const auto& c = m.cfg;
   if (a.has_prompt || !a.prompt_file.empty())
@@ -127,9 +138,12 @@ void predict_images(const PredictArgs& a, const InferenceModel& m, std::ostream&
     const auto [top_p, top_i] = probs.topk(k, 1);
     for (size_t i = 0; i < chunk.size(); ++i) {
       nlohmann::json j = {{"path", chunk[i]}, {"top", nlohmann::json::array()}};
+      put_hex_if_not_utf8(j, "path_hex", chunk[i]);
       for (int64_t r = 0; r < k; ++r) {
         const int64_t idx = top_i[i][r].item<int64_t>();
-        j["top"].push_back({{"class", names[idx]}, {"index", idx}, {"prob", top_p[i][r].item<double>()}});
+        nlohmann::json t = {{"class", names[idx]}, {"index", idx}, {"prob", top_p[i][r].item<double>()}};
+        put_hex_if_not_utf8(t, "class_hex", names[idx]);
+        j["top"].push_back(std::move(t));
       }
       // a file name need not be UTF-8, JSON must be: stray bytes become U+FFFD instead of an exception
       out << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
