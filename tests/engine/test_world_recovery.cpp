@@ -89,7 +89,7 @@ TEST_CASE("world recovery: a world of one steps, records and agrees alone", "[un
   r.step_ran(/*steps_done=*/1, /*log_step=*/true, norm);
   CHECK(r.last_step_world() == 1);
   CHECK(r.last_grad_norm().item<double>() == 1.5);
-  r.recorded();
+  r.recorded(/*logged=*/true);
   CHECK(r.samples_at(5) == 60);
   // no signal and no recovery store: no stop, nobody to admit; one process looks at its data files on
   // the boundary steps as several ranks do (the loader's own look covers the training files at epoch

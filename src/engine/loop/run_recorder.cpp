@@ -142,11 +142,8 @@ void RunRecorder::record(int64_t step, const torch::Tensor& grad_norm, const Rec
   if (r.pp_wait_ms && r.step_ms > 0) r.pp_bubble = std::min(1.0, *r.pp_wait_ms / r.step_ms);
   // the group's size changes since the last record, before the first record at the new size
   const auto& changes = s.recovery.world_changes();
-  for (; worlds_written_ < changes.size(); ++worlds_written_) {
-    const auto& c = changes[worlds_written_];
-    if (c.world_size < c.previous_world_size) r.loss_ranks = env_.world_size;
-    log_->world(c);
-  }
+  for (; worlds_written_ < changes.size(); ++worlds_written_) log_->world(changes[worlds_written_]);
+  if (s.recovery.interval_world() > env_.world_size) r.loss_ranks = env_.world_size;
   if (r.loss_ranks)  // not the interval's loss over every sample: said, in the record too
     spdlog::warn("step {}'s record: a rank was lost in its interval, so its loss is the mean over the {} ranks left "
                  "(the lost ranks' losses of the interval never arrived): loss_ranks {} in metrics.jsonl",

@@ -273,7 +273,7 @@ class Trainer final : public WorldParts {
     if (ema_ && !outcome.nonfinite) ema_->after_step(step, total_steps_);  // a skipped step changed no weight
     records_->log().step_done(step);
     if (log_step) records_->train(step, outcome.grad_norm, record_sources(step));
-    recovery_->recorded();
+    recovery_->recorded(log_step);
     if (const Next n = boundary_vote(step, log_step); n != Next::Go) return n;
     return milestones_after(step);
   }
@@ -433,6 +433,7 @@ class Trainer final : public WorldParts {
   // The end of the run: the last evaluation and the final checkpoint (each once, a regroup during the
   // end included: engine/loop/milestones.hpp), the summary.
   int finish(int64_t step, const std::string& stop_reason) {
+    redo_record(step);  // a rank lost between the last step's commit and its record (found from outside)
     milestones_.at_end(step, *ckpt_);
     if (auto* pipe = tp_.pipeline()) {  // the tied copies took the same steps
       FullParams whole(parallel_.get(), /*write=*/false);  // dist.sharding full: the copies, whole

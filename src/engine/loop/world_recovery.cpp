@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "config/load.hpp"
+#include <algorithm>
 #include <stdexcept>
 
 #include "engine/loop/peer_state.hpp"
@@ -56,6 +57,7 @@ void WorldRecovery::step_ran(int64_t steps_done, bool log_step, const torch::Ten
   idle_regroups_ = 0;
   last_log_step_ = log_step;
   last_step_world_ = dist_.world_size();
+  interval_world_ = std::max(interval_world_, last_step_world_);
   last_norm_ = grad_norm;
   if (regroup_) {  // the first step at the new world size: how long recovery took
     log_first_step_after_regroup(*regroup_, steps_done);

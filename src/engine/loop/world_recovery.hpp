@@ -113,12 +113,20 @@ class WorldRecovery {
   void begin_step(const data::LoaderState& loader);
   // The step ran on every rank and `steps_done` are done; `log_step`: its record is still to come.
   void step_ran(int64_t steps_done, bool log_step, const torch::Tensor& grad_norm);
-  void recorded() { progress_.recorded = true; }
+  // After the step: its record (if `logged`) is written.
+  void recorded(bool logged) {
+    progress_.recorded = true;
+    if (logged) interval_world_ = 0;
+  }
+  // The most ranks that ran a step since the last record: more than now, a lost rank's losses of the
+  // interval never arrived (the record says so: loss_ranks)
+  int64_t interval_world() const { return interval_world_; }
   // The record a failure interrupted is written again (before the step's owed save: a checkpoint
   // taken first held its interval's losses, and a resume from it averaged them into the next record)
   void record_redone() {
     record_pending_ = false;
     progress_.recorded = true;
+    interval_world_ = 0;
   }
   void reset_progress() { progress_ = {}; }
   // The step in flight is given up (a data change): where the loader goes on, after it once it ran
@@ -207,6 +215,7 @@ class WorldRecovery {
   bool grow_due_ = false;                   // the ranks agreed to admit replacements at this boundary
   bool joined_ = false;
   int64_t last_step_world_ = 1;
+  int64_t interval_world_ = 0;  // interval_world()
   int64_t idle_regroups_ = 0;  // regroups that lost no member since the last step ran (a step resets it)
   std::vector<obs::WorldRecord> changes_;
 };
