@@ -332,7 +332,8 @@ class Trainer final : public WorldParts {
   int train_loop() {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     // no attempt record when there is nothing to do: the run's records still end with its summary
-    if (run_already_complete(start_step_, total_steps_, recovery_->joined(), *evaluation_)) return records_->report_lost_records(/*already_complete=*/true) ? kExitFailure : kExitOk;
+    if (run_already_complete(start_step_, total_steps_, recovery_->joined(), *evaluation_))
+      return records_->report_lost_records(/*already_complete=*/true) ? kExitFailure : kExitOk;
     records_->start_attempt();
     loop_.step = start_step_;
     // (a replacement joined the others mid-run: they are past this check)
