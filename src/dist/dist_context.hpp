@@ -157,9 +157,16 @@ class DistContext {  // one per process; inactive (all no-ops) when world_size =
   // (as the evaluation after STEP starts), RANK:share:N (rank 0 sending its state to a replacement,
   // the N-th time, mid-transfer), RANK:grow:N (the N-th growth agreed, before the grown group
   // checks in), RANK:start:N (the N-th look for the checkpoint to start from, between rank 0's scan
-  // of the folder and the others'). This process SIGKILLs itself when it reaches `moment` with `n`,
+  // of the folder and the others'), RANK:setup:ATTEMPT (as the model is built, in restart attempt
+  // ATTEMPT only). This process SIGKILLs itself when it reaches `moment` with `n`,
   // once; otherwise nothing.
   void kill_point(const std::string& moment, int64_t n);
+
+  // dist.recovery in_process: this rank has built what it trains (the model, the data, the strategy).
+  // A launcher replaces a lost rank in process only once every rank of the attempt said so: a rank
+  // lost before is a failure of the attempt's group, which --max-restarts starts again (a replacement
+  // had no group to join, and used up the restart). Without in_process recovery: nothing.
+  void arm_recovery();
 
   struct Impl;  // c10d store + backend + watchdog (dist_context.cpp)
 

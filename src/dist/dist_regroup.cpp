@@ -80,7 +80,7 @@ void DistContext::read_kill_injection() {
   const char* v = std::getenv("TRAINER_INJECT_KILL");
   if (!v || !*v) return;
   // RANK:collective:SEQ | RANK:vote:STEP | RANK:unvoted:STEP | RANK:save:STEP | RANK:eval:STEP | RANK:share:N |
-  // RANK:grow:N | RANK:start:N, several separated by commas (one per rank); only the process whose launch
+  // RANK:grow:N | RANK:start:N | RANK:setup:ATTEMPT, several separated by commas (one per rank); only the process whose launch
   // rank is RANK acts on its entry (a replacement of RANK does not: TRAINER_JOIN)
   std::stringstream entries(v);
   for (std::string entry; std::getline(entries, entry, ',');) {
@@ -95,11 +95,13 @@ void DistContext::read_kill_injection() {
       at = std::stoll(n);
     } catch (const std::exception&) {
     }
-    const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow" || kind == "start";
+    const bool moment = kind == "save" || kind == "eval" || kind == "share" || kind == "grow" || kind == "start" ||
+                        kind == "setup";
     if (rank < 0 || at < 0 || (kind != "collective" && kind != "vote" && kind != "unvoted" && !moment))
       throw DistError(std::string("TRAINER_INJECT_KILL='") + v +
                       "': expected RANK:collective:SEQ, RANK:vote:STEP, RANK:unvoted:STEP, RANK:save:STEP, "
-                      "RANK:eval:STEP, RANK:share:N, RANK:grow:N or RANK:start:N, several separated by commas");
+                      "RANK:eval:STEP, RANK:share:N, RANK:grow:N, RANK:start:N or RANK:setup:ATTEMPT, several "
+                      "separated by commas");
     if (rank != rank_ || join_incarnation_ > 0) continue;
     if (moment) {
       impl_->kill.moment = kind;
@@ -152,6 +154,11 @@ void DistContext::start_recovery(const LaunchEnv& env, const std::string& prefix
   // the launcher reads this when a rank's process ends: mark it dead and let the others go on,
   // instead of stopping the whole group
   impl_->store->set(prefix + "mode", bytes_of("in_process"));
+}
+
+void DistContext::arm_recovery() {
+  if (!impl_ || !impl_->rec.on) return;
+  impl_->store->set(impl_->rec.prefix + "armed/" + std::to_string(impl_->rec.id), bytes_of("1"));
 }
 
 void DistContext::commit_step(int64_t step) try {

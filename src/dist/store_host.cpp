@@ -101,7 +101,12 @@ RankStore::RankStore(const std::string& addr, int port, int nnodes, int node_ran
 bool RankStore::in_process(int attempt) {
   if (!reach()) return false;
   try {
-    return host_->get(recovery_prefix(attempt) + "mode").value_or("") == "in_process";
+    const std::string prefix = recovery_prefix(attempt);
+    if (host_->get(prefix + "mode").value_or("") != "in_process") return false;
+    // every rank built what it trains (DistContext::arm_recovery): before, there is no group to go on
+    for (int r = 0; r < nnodes_ * nprocs_; ++r)
+      if (!host_->get(prefix + "armed/" + std::to_string(r))) return false;
+    return true;
   } catch (const std::exception&) {
     return false;
   }

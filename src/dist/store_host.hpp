@@ -37,6 +37,8 @@ class RankStore {
  public:
   // `addr`, `port`: the job's store (node 0's address); nnodes, node_rank, nprocs: the launch's
   RankStore(const std::string& addr, int port, int nnodes, int node_rank, int nprocs);
+  // the attempt's ranks recover in process (dist.recovery in_process) and every one of them is armed
+  // (built what it trains: DistContext::arm_recovery); a rank lost before fails the attempt's group
   bool in_process(int attempt);
   // `incarnation`: which process of the rank ended (0: the first, n: its n-th replacement), so that a
   // replacement that died before the group admitted it is not admitted (dist_regroup.cpp)

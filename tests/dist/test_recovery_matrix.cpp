@@ -399,6 +399,25 @@ TEST_CASE("in-process recovery matrix: a rank lost at start-up as the ranks look
     CHECK(o.output.find("TRAINER_INJECT_KILL: rank " + std::to_string(c.victim) + " SIGKILLs itself") != std::string::npos);
     CHECK(o.rc == 0);
   }
+  // earlier, as the model is built (before every rank is armed): no group to go on yet, so no replacement
+  // (one had waited dist.timeout_s for a group that never formed, using up --max-restarts 1, found from
+  // outside): the attempt fails and the group starts again, once
+  {
+    const auto out = dir / "setup", log = dir / "setup.log", rc = dir / "setup.rc";
+    test::start_trainer("launch -n 3 --max-restarts 1 -- run " + cfg + " --out-dir " + out.string(), log, rc,
+                        "TRAINER_INJECT_KILL=2:setup:0");
+    const int code = test::wait_rc(rc, 600);
+    const auto output = test::read_file(log);
+    INFO(output);
+    CHECK(code == 0);
+    CHECK(output.find("TRAINER_INJECT_KILL: rank 2 SIGKILLs itself") != std::string::npos);
+    CHECK(output.find("launch: restarting the group (restart 1 of 1)") != std::string::npos);
+    CHECK(output.find("starting a replacement") == std::string::npos);
+    const auto train = recmat::records(out / "tiny", "train");
+    REQUIRE(train.size() == static_cast<size_t>(recmat::kSteps));
+    for (int s = 1; s <= recmat::kSteps; ++s) CHECK(train[s - 1].at("step") == s);
+    CHECK(recmat::world_changes(train) == std::vector<int64_t>{3});
+  }
   // a resume: the first attempt stops at step 25 (a signal's checkpoint); the second loses rank 1 as
   // it looks for that checkpoint, and the two survivors resume it
   const auto out = dir / "resume", run = out / "tiny";

@@ -97,6 +97,7 @@ class Trainer final : public WorldParts {
     params_ = unique_parameters(*model_);
     parallel_ = tp_.make_strategy(*dist_, cfg_.dist);
     const auto memory = parallel_->memory_plan(*model_, cfg_.optim);  // of the whole model: before prepare shards it
+    dist_->kill_point("setup", launch_.restart_count);  // TRAINER_INJECT_KILL (tests): a rank lost at start-up
     parallel_->prepare(*model_, params_);  // rank 0's weights are the truth (model.init loads later, on every rank)
     if (cfg_.train.ema.decay > 0) ema_ = make_ema(cfg_, *model_, device_, parallel_.get(), ctx);  // the broadcast weights
 
@@ -284,7 +285,6 @@ class Trainer final : public WorldParts {
     records_->redo_train(step, record_sources(step));
     recovery_->record_redone();
   }
-
   // The periodic save and evaluation due after `step`, then an agreed growth; also after a data reload
   // agreed at that step's boundary (the reload does not skip them).
   Next milestones_after(int64_t step) {
@@ -323,12 +323,12 @@ class Trainer final : public WorldParts {
       if (auto r = recovering(f)) return *r;
   }
 
-  // Where the loop starts: a rank lost meanwhile (in_process), the survivors regroup and each looks again
+  // Where the loop starts; armed, as built: a rank lost from here on is a regroup (in_process), not a failure
   void start() {
+    dist_->arm_recovery();
     recovery_->begin_step(train_loader_->state());  // a regroup puts the loader back here first
     until_recovered([this] { return resume(); });
   }
-
   int train_loop() {
     std::string stop_reason = cfg_.train.max_steps > 0 ? "max_steps" : "epochs";
     // no attempt record when there is nothing to do: the run's records still end with its summary
