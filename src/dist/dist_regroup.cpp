@@ -158,7 +158,7 @@ void DistContext::start_recovery(const LaunchEnv& env, const std::string& prefix
 
 void DistContext::arm_recovery() {
   if (!impl_ || !impl_->rec.on) return;
-  impl_->store->set(impl_->rec.prefix + "armed/" + std::to_string(impl_->rec.id), bytes_of("1"));
+  impl_->store->add(impl_->rec.prefix + "armed", 1);  // counted: the launcher compares it with the world
 }
 
 void DistContext::commit_step(int64_t step) try {

@@ -1,5 +1,6 @@
 #include "engine/commands/predict_command.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -88,9 +89,8 @@ size_t load_good_images(std::vector<std::string>& chunk, const data::ImageInputS
 // names could print alike (found from outside): its bytes go beside it in hex (Python: bytes.fromhex).
 void put_hex_if_not_utf8(nlohmann::json& j, const char* key, const std::string& name) {
   if (!config::first_invalid_utf8(name)) return;
-  static constexpr char kDigits[] = "0123456789abcdef";
   std::string hex;
-  for (unsigned char ch : name) hex += {kDigits[ch >> 4], kDigits[ch & 15]};
+  for (unsigned char ch : name) hex += fmt::format("{:02x}", ch);
   j[key] = hex;
 }
 

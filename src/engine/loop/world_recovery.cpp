@@ -42,8 +42,9 @@ void WorldRecovery::begin_step(const data::LoaderState& loader) {
   record_pending_ = recorded_here_ = false;
   loader_at_step_start_ = loader;  // a regroup or a data change (data.on_change) redoes the step from here
   // with the same draws: the redone step drew the next dropout key, and every later step's was one
-  // ahead of the chain of checkpoints (found from outside: a kill in a gradient bucket, dropout 0.1)
-  rng_at_step_start_ = rng_state_tensors(device_);
+  // ahead of the chain of checkpoints (found from outside: a kill in a gradient bucket, dropout 0.1).
+  // Only where a step can be given up: a regroup (in_process), or one process's data change
+  if (dist_.recovery() || !dist_.active()) rng_at_step_start_ = rng_state_tensors(device_);
 }
 
 data::LoaderState WorldRecovery::give_up_step() {
