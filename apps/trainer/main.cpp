@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 
@@ -24,11 +25,38 @@
 
 namespace {
 
-void add_config_args(CLI::App* cmd, trainer::engine::ConfigArgs& a) {
-  cmd->add_option("config", a.config, "Experiment YAML file")->required()->check(CLI::ExistingFile);
+void add_config_args(CLI::App* cmd, trainer::engine::ConfigArgs& a, bool run_dir = false) {
+  if (run_dir)  // eval / predict: what a finished run's last line suggests, `trainer eval RUN_DIR`
+    cmd->add_option("config", a.config, "Experiment YAML file, or a run directory (its config.yaml, and its newest "
+                                        "checkpoint unless --checkpoint names one)")
+        ->required()->check(CLI::ExistingPath);
+  else
+    cmd->add_option("config", a.config, "Experiment YAML file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--set", a.overrides, "Override a key: --set optim.lr=0.05 (repeatable; YAML values, lists as [a, b])")
       ->type_name("KEY=VALUE");
   cmd->add_option("--out-dir", a.out_dir, "Folder for the run directory (replaces run.out_dir)");
+}
+
+// eval / predict given a run directory for CONFIG: its own config.yaml, and --checkpoint (when not
+// given) the run directory, i.e. its newest checkpoint that verifies. False (said) when neither works.
+bool resolve_run_dir(const char* cmd, trainer::engine::ConfigArgs& a, std::string& checkpoint) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(a.config, ec)) {
+    if (!checkpoint.empty()) return true;
+    std::cerr << "error: " << cmd << ": --checkpoint is required with a config file (or give a run directory in "
+              << "its place: its config.yaml and newest checkpoint)\n";
+    return false;
+  }
+  const fs::path config = fs::path(a.config) / "config.yaml";
+  if (!fs::is_regular_file(config, ec)) {
+    std::cerr << "error: " << cmd << ": " << trainer::config::printable(a.config)
+              << " is a folder without config.yaml: give an experiment YAML file, or a run directory\n";
+    return false;
+  }
+  if (checkpoint.empty()) checkpoint = a.config;
+  a.config = config.string();
+  return true;
 }
 
 void add_run_options(CLI::App* run, trainer::engine::RunArgs& a) {
@@ -229,19 +257,17 @@ int main(int argc, char** argv) {
 
   trainer::engine::EvalArgs eval_args;
   auto* eval = app.add_subcommand("eval", "Validation metrics of a checkpoint or an exported file (a JSON record)");
-  add_config_args(eval, eval_args);
+  add_config_args(eval, eval_args, /*run_dir=*/true);
   eval->add_option("--checkpoint", eval_args.checkpoint,
                    "A step-<N> folder (or latest / best), a checkpoints folder or run directory (its newest checkpoint "
-                   "that verifies), or an exported .safetensors file")
-      ->required();
+                   "that verifies), or an exported .safetensors file (required with a config file)");
   eval->add_option("--output", eval_args.output, "Write the JSON record to this file instead of stdout");
 
   trainer::engine::PredictArgs pa;
   auto* predict = app.add_subcommand("predict", "Classify images, or continue a prompt with a GPT, from a checkpoint");
-  add_config_args(predict, pa);
+  add_config_args(predict, pa, /*run_dir=*/true);
   predict->add_option("--checkpoint", pa.checkpoint, "As for eval: a checkpoint, checkpoints folder, run directory or "
-                                                     ".safetensors file")
-      ->required();
+                                                     ".safetensors file (required with a config file)");
   predict->add_option("--input", pa.inputs, "Image files or folders (image models): one JSON line per image")
       ->expected(1, -1);
   predict->add_option("--labels", pa.labels, "Class names, one per line (default: the image folder's class folders, "
@@ -329,8 +355,12 @@ int main(int argc, char** argv) {
   if (*prepare) return trainer::data::cmd_prepare_text(pt_input, pt_out, pt_shard_tokens, pt_val_fraction, pt_force);
   if (*export_cmd) return trainer::engine::cmd_export(export_ckpt, export_out, export_dtype, export_ema);
   if (*report) return trainer::obs::cmd_report(report_dirs, report_out);
-  if (*eval) return trainer::engine::cmd_eval(eval_args);
+  if (*eval) {
+    if (!resolve_run_dir("eval", eval_args, eval_args.checkpoint)) return trainer::kExitUsage;
+    return trainer::engine::cmd_eval(eval_args);
+  }
   if (*predict) {
+    if (!resolve_run_dir("predict", pa, pa.checkpoint)) return trainer::kExitUsage;
     pa.has_prompt = prompt_opt->count() > 0;
     return trainer::engine::cmd_predict(pa);
   }

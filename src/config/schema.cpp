@@ -96,7 +96,8 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
   Builder k;
   k.prefix = "run";
   k.s("name", c.run.name, "Run name; the run directory is <out_dir>/<name>/.");
-  k.p("out_dir", c.run.out_dir, "Folder holding run directories (relative to the config file's folder).");
+  k.p("out_dir", c.run.out_dir, "Folder holding run directories (written in a config file: relative to that file's "
+                                "folder; the default: the working directory's runs/).");
   k.i("seed", c.run.seed, 0, 9.2e18, "Seed of every random stream (init, shuffling, augmentation, dropout).");
   k.b("deterministic", c.run.deterministic, "Deterministic algorithms only; bitwise-reproducible on CPU.");
 
@@ -236,8 +237,10 @@ std::vector<FieldInfo> describe_fields(RunConfig& c) {
       "with the box's true area (0 = off; image models only).");
   k.prefix = "data.normalize";
   k.e("mode", d.normalize.mode, "Input normalisation.");
-  k.l("mean", d.normalize.mean, "Per-channel mean for mean_std ([] = computed from the training split).");
-  k.l("std", d.normalize.std, "Per-channel std for mean_std ([] = computed from the training split).");
+  k.l("mean", d.normalize.mean, "Per-channel mean for mean_std ([] = computed from the training split: image_folder "
+                                 "from 512 images spread over it, synthetic from at most 2^28 bytes of samples).");
+  k.l("std", d.normalize.std, "Per-channel std for mean_std ([] = computed from the training split: image_folder "
+                                 "from 512 images spread over it, synthetic from at most 2^28 bytes of samples).");
   k.prefix = "data.synthetic";
   k.i("num_samples", d.synthetic.num_samples, 1, 1e9, "synthetic: training samples.");
   k.i("val_samples", d.synthetic.val_samples, 0, 1e9, "synthetic: validation samples.");

@@ -143,6 +143,11 @@ void note_unused_options(LoadedConfig& loaded) {
   else
     unused("data.format", {"data.synthetic.num_samples", "data.synthetic.val_samples", "data.synthetic.image_size"},
            with + " (data.synthetic is the synthetic format's)");
+  if (f == DataFormat::Synthetic && c.data.synthetic.val_samples == 0)  // found from outside: said nothing
+    unused("data.synthetic.val_samples",
+           {"train.eval_every", "train.eval_steps", "train.eval_tta", "train.early_stopping.metric",
+            "train.early_stopping.mode", "train.early_stopping.patience", "train.early_stopping.min_delta"},
+           "with data.synthetic.val_samples 0 (no validation split: nothing is evaluated, nothing stops early)");
   if (f != DataFormat::Synthetic && f != DataFormat::Text && f != DataFormat::Tokens)
     unused("data.format", {"data.val_fraction"}, with + " (text and tokens split a tail off; set data.val_path)");
   // a profile window past the run's end records nothing (and no profile/ folder), in silence

@@ -158,16 +158,24 @@ std::shared_ptr<AsyncOp> Group::all_gather_into_async(torch::Tensor out, torch::
 
 // --- blocking ----------------------------------------------------------------------------------
 
+// A peer by its group rank and its world rank: a user hunting a stopped process looks for the world's
+// (found from outside: "from rank 1" on rank 1 itself, the stopped process being world rank 2)
+std::string Group::peer_name(int64_t peer) const {
+  const auto all = ranks();
+  const auto p = static_cast<size_t>(peer);
+  return "group rank " + std::to_string(peer) + (p < all.size() ? " = world rank " + std::to_string(all[p]) : "");
+}
+
 std::shared_ptr<AsyncOp> Group::send_async(torch::Tensor t, int64_t peer, int tag, const std::string& what) {
   std::vector<at::Tensor> v{std::move(t)};
-  return begin("send", what + " to group rank " + std::to_string(peer)).launch([&](c10d::Backend& pg) {
+  return begin("send", what + " to " + peer_name(peer)).launch([&](c10d::Backend& pg) {
     return pg.send(v, static_cast<int>(peer), tag);
   });
 }
 
 std::shared_ptr<AsyncOp> Group::recv_async(torch::Tensor t, int64_t peer, int tag, const std::string& what) {
   std::vector<at::Tensor> v{std::move(t)};
-  return begin("recv", what + " from group rank " + std::to_string(peer)).launch([&](c10d::Backend& pg) {
+  return begin("recv", what + " from " + peer_name(peer)).launch([&](c10d::Backend& pg) {
     return pg.recv(v, static_cast<int>(peer), tag);
   });
 }

@@ -86,6 +86,7 @@ class Group {
   struct Op;       // what one launch needs (group.cpp)
   Group() = default;
   Op begin(const char* op, const std::string& what);  // the next collective's number and label
+  std::string peer_name(int64_t peer) const;          // "group rank 1 = world rank 2"
   std::shared_ptr<AsyncOp> all_reduce_async(torch::Tensor t, Reduce op, const std::string& what);
 
   DistContext* ctx_ = nullptr;

@@ -445,15 +445,17 @@ int launch_local(const LaunchOptions& o, const std::vector<std::string>& child_a
   ::sigprocmask(SIG_UNBLOCK, &forwarded, nullptr);
 
   // --max-restarts: a failed group starts again (its `trainer run` ranks resume from the newest
-  // complete checkpoint); not after a stop signal, a clean end, a signal's checkpoint (75) or a usage
-  // or config error (2: nothing was started, and the same command would fail the same way)
+  // complete checkpoint); not after a stop signal, a clean end, a signal's checkpoint (75), a usage
+  // or config error (2: nothing was started, and the same command would fail the same way), a rank's
+  // second SIGINT (130: the user stops it now) or a data file that changed (65: the user puts it back
+  // or goes on with the new data; found from outside: both were restarted and trained on)
   int result = 0;
   int replacements = 0;  // under dist.recovery in_process, --max-restarts counts replacement ranks
   for (int attempt = 0;; ++attempt) {
     RankGroup group(o, child_args, port, attempt, store, replacements, rank_timeout_s > 0 ? rank_timeout_s + 30 : 0);
     result = group.wait();
-    if (result == 0 || result == kExitSavedAfterSignal || result == kExitUsage || group.stopped() ||
-        attempt + replacements >= o.max_restarts)
+    if (result == 0 || result == kExitSavedAfterSignal || result == kExitUsage || result == 128 + SIGINT ||
+        result == kExitDataChanged || group.stopped() || attempt + replacements >= o.max_restarts)
       break;
     write_all(2, "launch: restarting the group (restart " + std::to_string(attempt + 1) + " of " +
                      std::to_string(o.max_restarts) + ") after exit code " + std::to_string(result) + "\n");

@@ -155,13 +155,18 @@ void agree_on_membership(c10d::Store& store, const LaunchEnv& env, const std::st
       std::this_thread::sleep_for(Millis(20));
     throw DistError("rank " + std::to_string(env.rank) + ": " + why);
   };
+  // "<size>@<rank>": the message names the rank that came first by its number (found from outside: "a
+  // rank before it" read as a lower rank, which rank 0 cannot have)
   const std::string mine = std::to_string(env.world_size);
-  const auto first = store.compareSet(ns + "world_size", {}, bytes(mine));
-  const std::string theirs(first.begin(), first.end());
+  const auto first = store.compareSet(ns + "world_size", {}, bytes(mine + "@" + std::to_string(env.rank)));
+  const std::string theirs_entry(first.begin(), first.end());
+  const auto at = theirs_entry.find('@');
+  const std::string theirs = theirs_entry.substr(0, at);
+  const std::string first_rank = at == std::string::npos ? "a rank" : "rank " + theirs_entry.substr(at + 1);
   const std::string& var = env.world_size_var;
   if (theirs != mine)
     call_off("the ranks of this job were started with different world sizes: rank " + std::to_string(env.rank) +
-             " with " + var + "=" + mine + ", a rank before it with " + var + "=" + theirs +
+             " with " + var + "=" + mine + ", " + first_rank + " (at the store first) with " + var + "=" + theirs +
              "; start every rank with the same " + var + " (or is another job using the same rendezvous address?)");
   const std::string me = this_process();
   const auto holder = store.compareSet(ns + "rank/" + std::to_string(env.rank), {}, bytes(me));

@@ -10,8 +10,11 @@
 
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "dist/launch_env.hpp"
 #include "dist/net_iface.hpp"
@@ -93,39 +96,100 @@ void StoreHost::set(const std::string& key, const std::string& value) {
   impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
 }
 
+// Another node's link to node 0's store, shared with the thread that queries it: a thread left blocked
+// keeps it alive.
+struct RankStore::Client {
+  std::string addr;
+  int port = 0;
+  bool tried = false;
+  std::unique_ptr<StoreHost> host;
+  std::mutex mu;  // one query at a time
+};
+
+namespace {
+// c10d's client waits in recv() without a limit when node 0's launcher is frozen (SIGSTOP, a hung host:
+// its kernel still accepts the connection): node 1's launcher never ended, deaf to SIGTERM (found from
+// outside). Each query of another node runs on a thread of its own, waited for this long.
+constexpr double kQueryLimitS = 10;
+}  // namespace
+
 RankStore::RankStore(const std::string& addr, int port, int nnodes, int node_rank, int nprocs)
-    : addr_(addr), port_(port), nnodes_(nnodes), node_rank_(node_rank), nprocs_(nprocs) {
-  if (nnodes * nprocs > 1 && node_rank == 0) host_ = StoreHost::listen(port, nnodes == 1 && is_loopback(addr));
+    : nnodes_(nnodes), node_rank_(node_rank), nprocs_(nprocs) {
+  if (nnodes * nprocs <= 1) return;
+  if (node_rank == 0) {
+    host_ = StoreHost::listen(port, nnodes == 1 && is_loopback(addr));
+  } else {
+    client_ = std::make_shared<Client>();
+    client_->addr = addr;
+    client_->port = port;
+  }
+}
+
+bool RankStore::with_store(const std::function<void(StoreHost&)>& fn) {
+  if (host_) {  // node 0: the store is served by this process
+    try {
+      fn(*host_);
+      return true;
+    } catch (const std::exception&) {
+      return false;
+    }
+  }
+  if (!client_ || gone_) return false;
+  struct Outcome {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false, ok = false;
+  };
+  auto out = std::make_shared<Outcome>();
+  std::thread([client = client_, out, fn] {
+    bool ok = false;
+    {
+      std::lock_guard<std::mutex> lock(client->mu);
+      try {
+        if (!client->tried) {
+          client->tried = true;
+          client->host = StoreHost::connect(client->addr, client->port, 5.0);
+        }
+        if (client->host) {
+          fn(*client->host);
+          ok = true;
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    std::lock_guard<std::mutex> lock(out->mu);
+    out->done = true;
+    out->ok = ok;
+    out->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(out->mu);
+  if (!out->cv.wait_for(lock, std::chrono::duration<double>(kQueryLimitS), [&] { return out->done; })) {
+    gone_ = true;  // the thread stays blocked with its own references; the launcher goes on without a store
+    return false;
+  }
+  return out->ok;
 }
 
 bool RankStore::in_process(int attempt) {
-  if (!reach()) return false;
-  try {
-    const std::string prefix = recovery_prefix(attempt);
-    if (host_->get(prefix + "mode").value_or("") != "in_process") return false;
-    // every rank built what it trains (DistContext::arm_recovery adds 1): before, there is no group to go on
-    return std::stoll(host_->get(prefix + "armed").value_or("0")) >= nnodes_ * nprocs_;
-  } catch (const std::exception&) {
+  // every rank built what it trains (DistContext::arm_recovery adds 1): before, there is no group to go on
+  auto yes = std::make_shared<bool>(false);
+  const std::string prefix = recovery_prefix(attempt);
+  const int64_t world = static_cast<int64_t>(nnodes_) * nprocs_;
+  if (!with_store([yes, prefix, world](StoreHost& s) {
+        *yes = s.get(prefix + "mode").value_or("") == "in_process" &&
+               std::stoll(s.get(prefix + "armed").value_or("0")) >= world;
+      }))
     return false;
-  }
+  return *yes;
 }
 
 void RankStore::mark_dead(int attempt, int rank, int incarnation) {
-  try {
-    if (!reach()) return;
-    host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank) + "@" + std::to_string(incarnation), "exited");
-    host_->set(recovery_prefix(attempt) + "dead/" + std::to_string(rank), "exited");
-  } catch (const std::exception&) {
-    // the survivors then count it lost after dist.timeout_s
-  }
-}
-
-bool RankStore::reach() {
-  if (!host_ && !tried_ && nnodes_ * nprocs_ > 1) {
-    tried_ = true;
-    host_ = StoreHost::connect(addr_, port_, 5.0);
-  }
-  return host_ != nullptr;
+  // not marked: the survivors count it lost after dist.timeout_s
+  const std::string key = recovery_prefix(attempt) + "dead/" + std::to_string(rank);
+  with_store([key, incarnation](StoreHost& s) {
+    s.set(key + "@" + std::to_string(incarnation), "exited");
+    s.set(key, "exited");
+  });
 }
 
 std::string recovery_prefix(int attempt) { return "trainer/attempt_" + std::to_string(attempt) + "/recovery/"; }

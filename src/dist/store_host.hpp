@@ -3,6 +3,7 @@
 // dist.recovery in_process needs; the launcher also reads and writes a few keys of its own there.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,11 +46,14 @@ class RankStore {
   void mark_dead(int attempt, int rank, int incarnation);
 
  private:
-  bool reach();
-  std::string addr_;
-  int port_, nnodes_, node_rank_, nprocs_;
-  bool tried_ = false;
-  std::unique_ptr<StoreHost> host_;
+  struct Client;  // another node's connection (store_host.cpp)
+  // Runs `fn` on the store within kQueryLimitS; false when there is no store, it cannot be reached, `fn`
+  // threw, or it did not answer in time (never asked again then).
+  bool with_store(const std::function<void(StoreHost&)>& fn);
+  int nnodes_, node_rank_, nprocs_;
+  std::unique_ptr<StoreHost> host_;  // node 0's: the store itself, in this process
+  std::shared_ptr<Client> client_;   // the other nodes'
+  bool gone_ = false;                // a query timed out: node 0's launcher is frozen or its host hung
 };
 
 // The store prefix of attempt `attempt`'s dist.recovery keys (dist_impl.hpp's RecoveryState).

@@ -276,7 +276,8 @@ CheckpointContent load_checkpoint(const fs::path& dir) {
   } catch (const nlohmann::json::exception& e) {
     fail(dir / kStateName, std::string("invalid JSON: ") + e.what());
   }
-  assemble_checkpoint_parts(c, files, dir);  // a tensor-parallel run's parts: the global tensors
+  // every file of this save (a part or shard of another is refused), then a tensor-parallel run's parts
+  assemble_checkpoint_parts(c, files, dir);
   for (auto& [group, f] : files) c.metadata[group] = std::move(f.metadata);  // the other files' (a part shard's layout)
   return c;
 }

@@ -67,6 +67,8 @@ inline constexpr const char* kStateConfigHash = "config_hash";
 // image data: how the bytes became the model's input (engine/checkpoint/checkpointing.hpp)
 inline constexpr const char* kStateDataNormalize = "data_normalize";
 inline constexpr const char* kStateDataClasses = "data_classes";  // image_folder: the class names
+// beside them where a name is not UTF-8 (data_classes then shows U+FFFD): every name's bytes in hex
+inline constexpr const char* kStateDataClassesHex = "data_classes_hex";
 // true on a checkpoint saved for a stop signal or a data change: an uninterrupted run has none
 inline constexpr const char* kStateUnscheduled = "unscheduled";
 

@@ -81,6 +81,23 @@ std::pair<int64_t, std::vector<std::string>> parts_of(const nlohmann::json& stat
   }
 }
 
+// A file says in its metadata which save wrote it (step) and as what (checkpoint_group): a part or
+// shard from another save (a stale staged file, a folder put together by hand, re-signed) was assembled
+// in silence (found from outside). Files without the keys (none written so) are let be.
+void check_file_is_of(const nlohmann::json& state, const std::string& group, const SafetensorsFile& f,
+                      const fs::path& dir) {
+  const fs::path file = dir / (group + ".safetensors");
+  const auto step = state.find("step");
+  if (auto s = f.metadata.find("step"); s != f.metadata.end() && step != state.end() && step->is_number_integer() &&
+                                        s->second != std::to_string(step->get<int64_t>()))
+    parts_fail(file.string(), "was written by the save of step " + s->second +
+                                  " (its metadata), but this checkpoint is of step " +
+                                  std::to_string(step->get<int64_t>()) + ": a file from another checkpoint");
+  if (auto g = f.metadata.find("checkpoint_group"); g != f.metadata.end() && g->second != group)
+    parts_fail(file.string(), "holds checkpoint_group '" + g->second + "' (its metadata), not '" + group +
+                                  "': a file renamed from another part");
+}
+
 }  // namespace
 
 std::string part_group_name(const std::string& group, int64_t part, int64_t parts) {
@@ -165,6 +182,7 @@ NamedTensors assemble_parts(const std::vector<SafetensorsFile>& parts) {
 
 void assemble_checkpoint_parts(CheckpointContent& c, std::map<std::string, SafetensorsFile>& files,
                                const fs::path& dir) {
+  for (const auto& [group, f] : files) check_file_is_of(c.state, group, f, dir);
   const auto [parts, groups] = parts_of(c.state, dir);
   for (const auto& g : groups) {
     std::vector<SafetensorsFile> in;
@@ -182,14 +200,20 @@ void assemble_checkpoint_parts(CheckpointContent& c, std::map<std::string, Safet
 
 SafetensorsFile load_checkpoint_group(const fs::path& dir, const std::string& group) {
   const auto whole = dir / (group + ".safetensors");
-  if (fs::exists(whole)) return load_safetensors(whole.string());
-  const auto [parts, groups] = parts_of(read_state(dir), dir);
+  if (fs::exists(whole)) {
+    auto f = load_safetensors(whole.string());
+    if (fs::exists(dir / "state.json")) check_file_is_of(read_state(dir), group, f, dir);
+    return f;
+  }
+  const auto state = read_state(dir);
+  const auto [parts, groups] = parts_of(state, dir);
   if (std::find(groups.begin(), groups.end(), group) == groups.end()) parts_fail(whole.string(), "missing");
   std::vector<SafetensorsFile> in;
   for (int64_t k = 0; k < parts; ++k) {
     const auto file = dir / (part_group_name(group, k, parts) + ".safetensors");
     if (!fs::exists(file)) parts_fail(file.string(), "missing (state.json lists " + std::to_string(parts) + " parts of " + group + ")");
     in.push_back(load_safetensors(file.string()));
+    check_file_is_of(state, part_group_name(group, k, parts), in.back(), dir);
   }
   SafetensorsFile out;
   out.tensors = assemble_parts(in);

@@ -49,6 +49,8 @@ NamedTensors assemble_parts(const std::vector<SafetensorsFile>& parts);
 
 // load_checkpoint's step: the groups `state` lists under kStateTensorParts, assembled from the part
 // files among `files` (by stem; their metadata kept) into plain groups; the part groups removed.
+// First every file's metadata (step, checkpoint_group) must name this save and its own name: a
+// CheckpointError names a file from another checkpoint.
 void assemble_checkpoint_parts(CheckpointContent& c, std::map<std::string, SafetensorsFile>& files,
                                const std::filesystem::path& dir);
 

@@ -132,6 +132,12 @@ TEST_CASE("resume records: a stop signal at the last step, then the same command
   auto third = run_trainer("run " + (dir / "sig.yaml").string());
   REQUIRE(third.exit_code == 0);
   CHECK(third.output.find("the run is already complete (5 of 5 steps)") != std::string::npos);
+  // train.max_steps lowered below the checkpoint's step: said (it ended "max_steps" at step 5 in silence)
+  auto lowered = run_trainer("run " + (dir / "sig.yaml").string() + " --set train.max_steps=3");
+  INFO(lowered.output);
+  REQUIRE(lowered.exit_code == 0);
+  CHECK(lowered.output.find("the checkpoint is at step 5, past train.max_steps 3 (lowered since it was saved?): "
+                            "nothing is trained, and the run ends at step 5, not 3") != std::string::npos);
 }
 
 TEST_CASE("resume records: killed between a step's train record and its eval record, the resumed run writes the eval "

@@ -114,6 +114,11 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
   const std::string text = (dir / "text.yaml").string();
   trainer::test::write_file(dir / "t.txt", std::string(4000, 'a'));
   const std::string missing = (dir / "gone.txt").string(), pattern = (dir / "val_*.bin").string();
+  // links that exist as names and lead nowhere: they passed the check (it took them for a pattern's match)
+  const std::string dangling = (dir / "dangling").string(), loop = (dir / "loop_a").string();
+  fs::create_symlink(dir / "no_target", dangling);
+  fs::create_symlink(dir / "loop_b", loop);
+  fs::create_symlink(loop, dir / "loop_b");
   struct Case {
     std::string args, error;
   };
@@ -123,6 +128,13 @@ TEST_CASE("a data file or model.init file that is not there is a config error at
       {text + " --set data.val_path=" + pattern,
        ": data.val_path: " + pattern + ": no such file or folder"},
       {cfg + " --set model.init.from=" + missing, "--set model.init.from=" + missing + ": model.init.from: " + missing + ": no such file"},
+      {text + " --set data.path=" + dangling, ": data.path: " + dangling + ": a symbolic link to nothing"},
+      {text + " --set data.val_path=" + loop, ": data.val_path: " + loop + ": a loop of symbolic links"},
+      {cfg + " --set model.init.from=" + dangling, ": model.init.from: " + dangling + ": a symbolic link to nothing"},
+      // a run directory that cannot be resolved blamed checkpoint.dir ("is the run directory itself")
+      {cfg + " --set run.out_dir=" + (dir / std::string(300, 'b')).string(),
+       ": run.out_dir: the run directory " + (dir / std::string(300, 'b') / "h").string() +
+           " (run.out_dir / run.name) cannot be made: File name too long"},
       // there, but of the wrong kind: they failed after the run directory was made (exit 1)
       {text + " --set data.path=" + dir.string(), ": data.path: " + dir.string() + ": is a folder; name the file"},
       {text + " --set data.path=/dev/zero", ": data.path: /dev/zero: is a character device, not a regular file or folder"},

@@ -152,6 +152,13 @@ TEST_CASE("keys of an optimizer or a data format not in use have no effect: a wa
                 "(data.synthetic is the synthetic format's): ignored");
   CHECK(w[1] == "exp.yaml:6:3: data.val_fraction: has no effect with data.format image_folder (text and tokens split "
                 "a tail off; set data.val_path): ignored");
+  // evaluation settings without a validation split: nothing evaluated, early stopping never on, in silence
+  w = warnings_of("train:\n  max_steps: 10\n  eval_every: 5\n  early_stopping: {metric: accuracy}\ndata:\n  "
+                  "format: synthetic\n  synthetic: {val_samples: 0}\n");
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "exp.yaml:3:3: train.eval_every: has no effect with data.synthetic.val_samples 0 (no validation "
+                "split: nothing is evaluated, nothing stops early): ignored");
+  CHECK(w[1].find("train.early_stopping.metric: has no effect with data.synthetic.val_samples 0") != std::string::npos);
   // a profile window past the run's end recorded nothing, in silence
   w = warnings_of(kValidHead + "profile:\n  steps: 5\n  start_step: 7\n");
   REQUIRE(w == std::vector<std::string>{"exp.yaml:6:3: profile.steps: records steps 8..10 only: the run ends at step 10"});

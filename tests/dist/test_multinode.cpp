@@ -175,6 +175,37 @@ TEST_CASE("trainer launch rejects a multi-node launch it cannot run", "[e2e]") {
   CHECK(join.output.find("[rank") == std::string::npos);
 }
 
+// A second SIGINT stops a rank at once (exit 130): the user's stop, yet --max-restarts started the group
+// again and trained on (found from outside). Rank 0 is held (SIGSTOP) so that rank 1 waits in its step's
+// collective and cannot reach the agreed stop between the two signals.
+TEST_CASE("trainer launch --max-restarts does not start the group again after a rank's second SIGINT", "[dist][e2e]") {
+  auto dir = test::scratch_dir("launch_no_restart_sigint");
+  test::write_file(dir / "c.yaml", test::tiny_config("c", 100000, "checkpoint: {every_steps: 5}\n"));
+  const auto run_dir = dir / "runs/c";
+  test::start_trainer("launch -n 2 --max-restarts 1 -- run " + (dir / "c.yaml").string() + " --out-dir " +
+                          (dir / "runs").string(),
+                      dir / "a.log", dir / "a.rc");
+  REQUIRE(test::wait_for([&] { return test::records(run_dir / "metrics.jsonl", "train").size() >= 2; }, 240));
+  const pid_t rank0 = test::lock_holder(run_dir / ".lock"), rank1 = test::lock_holder(run_dir / "logs/.rank1.lock");
+  REQUIRE(rank0 > 0);
+  REQUIRE(rank1 > 0);
+  REQUIRE(::kill(rank0, SIGSTOP) == 0);
+  REQUIRE(::kill(rank1, SIGINT) == 0);
+  const bool first = test::wait_for([&] { return test::read_file(dir / "a.log").find("SIGINT received") != std::string::npos; }, 60);
+  if (first) ::kill(rank1, SIGINT);  // "second SIGINT, aborting without a checkpoint": exit 130
+  const bool ended = test::wait_for([&] { return test::read_file(dir / "a.log").find("exited with code") != std::string::npos; }, 60);
+  ::kill(rank0, SIGCONT);  // the test's own stopped process, by PID (the launcher ends it)
+  const int rc = test::wait_rc(dir / "a.rc", 300);
+  const auto log = test::read_file(dir / "a.log");
+  INFO(log);
+  REQUIRE(first);
+  REQUIRE(ended);
+  CHECK(log.find("launch: rank 1 exited with code 130") != std::string::npos);
+  CHECK(rc == 130);
+  CHECK(log.find("restarting the group") == std::string::npos);
+  CHECK(test::records(run_dir / "metrics.jsonl", "attempt").size() == 1);
+}
+
 TEST_CASE("trainer launch --max-restarts starts a group with a killed rank again and the run resumes", "[dist][e2e]") {
   auto dir = test::scratch_dir("launch_restart");
   // 40 steps, a checkpoint every 5: the kill lands after one
@@ -392,4 +423,36 @@ TEST_CASE("a node whose rank hangs ends it once node 0's launcher is gone for di
   CHECK(log.find("launch: node 0's launcher, which hosts the job's store at 127.0.0.1:" + port + ", has not answered "
                  "for ") != std::string::npos);
   CHECK(log.find("while ranks of this node still run: the job ended or lost node 0 without them") != std::string::npos);
+}
+
+// Node 0's launcher frozen (SIGSTOP, a hung host: its kernel still accepts connections) with its rank:
+// node 1's rank timed out and ended, and node 1's launcher, asking node 0's store whether the job
+// recovers in process, waited in c10d's recv() forever, deaf to SIGTERM (found from outside). Its
+// store queries are bounded now: it ends with its rank's failure.
+TEST_CASE("a node's launcher ends when node 0's launcher is frozen, not waiting on its store", "[dist][e2e]") {
+  auto dir = test::scratch_dir("multinode_node0_frozen");
+  auto yaml = test::read_file(test::write_tiny_gpt_config(dir));
+  yaml.replace(yaml.find("max_steps: 20"), 13, "max_steps: 1000000");
+  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 5");
+  test::write_file(dir / "long.yaml", yaml);
+  const std::string port = std::to_string(dist::free_local_port());
+  for (int n : {0, 1})
+    test::start_trainer("launch -n 1 --nnodes 2 --node-rank " + std::to_string(n) + " --master-addr 127.0.0.1 "
+                        "--master-port " + port + " -- run " + (dir / "long.yaml").string() + " --out-dir " +
+                        (dir / "out").string(), dir / ("node" + std::to_string(n) + ".log"),
+                        dir / ("node" + std::to_string(n) + ".rc"));
+  const auto run = dir / "out" / "tiny";
+  REQUIRE(test::wait_for([&] { return !test::records(run / "metrics.jsonl", "train").empty(); }));
+  const pid_t rank0 = test::lock_holder(run / ".lock");
+  REQUIRE(rank0 > 0);
+  const auto stat = test::read_file("/proc/" + std::to_string(rank0) + "/stat");
+  const auto launcher0 = static_cast<pid_t>(std::stol(stat.substr(stat.rfind(')') + 4)));
+  REQUIRE(::kill(launcher0, SIGSTOP) == 0);
+  REQUIRE(::kill(rank0, SIGSTOP) == 0);
+  const int rc = test::wait_rc(dir / "node1.rc", 180);
+  for (pid_t p : {rank0, launcher0}) ::kill(p, SIGKILL);  // the test's own frozen processes, by PID
+  const auto log = test::read_file(dir / "node1.log");
+  INFO(log);
+  CHECK(rc == 1);
+  CHECK(log.find("launch: rank 1 exited with code 1") != std::string::npos);
 }

@@ -46,7 +46,7 @@ TEST_CASE("a (dp 2, tp 2, full) checkpoint resumes at tp 4, at dp 4 fully sharde
   };
   const std::vector<Layout> layouts = {
       {"tp 4", k2d + cfg + args + " --set dist.tensor_parallel=4 --set train.batch_size=16",
-       "resuming a checkpoint of 2 rank(s) on 1"},
+       "resuming a checkpoint of 2 data-parallel ranks on 1"},
       {"dp 4, full", k2d + cfg + args + " --set dist.sharding=full --set train.batch_size=4",
        "resuming a checkpoint of 2 rank(s) on 4"},
       {"one process", "run " + cfg + args + " --set train.batch_size=16", "resuming a checkpoint of 2 rank(s) on 1"},

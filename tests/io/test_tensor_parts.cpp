@@ -118,3 +118,42 @@ TEST_CASE("a checkpoint folder's group in parts loads assembled, and a missing p
     CHECK(std::string(e.what()) == (dir / "ema.safetensors").string() + ": missing");
   }
 }
+
+// Each file's metadata names the save that wrote it (step) and its group: a part from another step,
+// re-signed into a folder, was assembled in silence (eval and export gave another step's figures).
+TEST_CASE("a part or file from another save, or renamed from another part, is refused naming it", "[unit]") {
+  auto dir = test::scratch_dir("tensor_parts_other_save");
+  const auto w = torch::arange(12, torch::kFloat32).reshape({4, 3});
+  auto write_part = [&](int64_t k, const std::string& step, const std::string& group) {
+    io::save_safetensors((dir / ("model-part" + std::to_string(k) + "of2.safetensors")).string(),
+                         {{"w", w.narrow(0, 2 * k, 2).contiguous()}},
+                         {{io::kRangesKey, io::encode_ranges({{"w", {0, {4, 3}, {{2 * k, 2 * k + 2}}}}})},
+                          {"step", step}, {"checkpoint_group", group}});
+  };
+  test::write_file(dir / "state.json", R"({"step": 8, "tensor_parts": {"parts": 2, "groups": ["model"]}})");
+  write_part(0, "8", "model-part0of2");
+  write_part(1, "8", "model-part1of2");
+  CHECK(torch::equal(io::load_checkpoint_group(dir, "model").tensors[0].second, w));  // one save: loads
+  auto error = [&] {
+    try {
+      (void)io::load_checkpoint_group(dir, "model");
+    } catch (const io::CheckpointError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  const auto part1 = (dir / "model-part1of2.safetensors").string();
+  write_part(1, "3", "model-part1of2");
+  CHECK(error() == part1 + ": was written by the save of step 3 (its metadata), but this checkpoint is of step 8: a "
+                           "file from another checkpoint");
+  write_part(1, "8", "model-part0of2");
+  CHECK(error() == part1 + ": holds checkpoint_group 'model-part0of2' (its metadata), not 'model-part1of2': a file "
+                           "renamed from another part");
+  // a whole file likewise
+  std::filesystem::remove(dir / "model-part0of2.safetensors");
+  std::filesystem::remove(part1);
+  io::save_safetensors((dir / "model.safetensors").string(), {{"w", w}}, {{"step", "5"}, {"checkpoint_group", "model"}});
+  CHECK(error() == (dir / "model.safetensors").string() +
+                       ": was written by the save of step 5 (its metadata), but this checkpoint is of step 8: a file "
+                       "from another checkpoint");
+}

@@ -65,16 +65,72 @@ data::NormalizeValues normalize_from_json(const nlohmann::json& j, const std::st
   return v;
 }
 
-std::vector<std::string> classes_from_json(const nlohmann::json& j, const std::string& where) {
+ClassesJson classes_json(const std::vector<std::string>& names) {
+  ClassesJson out{nlohmann::json::array(), std::nullopt};
+  bool all_utf8 = true;
+  for (const auto& n : names) {
+    all_utf8 = all_utf8 && !config::first_invalid_utf8(n);
+    // a stray byte becomes U+FFFD: the printable list a PyTorch user reads
+    out.names.push_back(nlohmann::json::parse(
+        nlohmann::json(n).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  }
+  if (all_utf8) return out;
+  out.hex = nlohmann::json::array();
+  for (const auto& n : names) {
+    std::string h;
+    for (unsigned char ch : n) h += fmt::format("{:02x}", ch);
+    out.hex->push_back(h);
+  }
+  return out;
+}
+
+namespace {
+
+// A name's bytes from their hex (two lowercase or uppercase digits each); nullopt for anything else.
+std::optional<std::string> from_hex(const std::string& h) {
+  auto digit = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
+  if (h.size() % 2) return std::nullopt;
+  std::string out;
+  for (size_t i = 0; i < h.size(); i += 2) {
+    const int hi = digit(h[i]), lo = digit(h[i + 1]);
+    if (hi < 0 || lo < 0) return std::nullopt;
+    out += static_cast<char>(hi * 16 + lo);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> classes_from_json(const nlohmann::json& names, const nlohmann::json* hex,
+                                           const std::string& where) {
+  const auto& j = hex ? *hex : names;
   std::vector<std::string> out;
   if (j.is_array())
     for (const auto& c : j) {
       if (!c.is_string()) break;
-      out.push_back(c.get<std::string>());
+      if (!hex) {
+        out.push_back(c.get<std::string>());
+        continue;
+      }
+      auto bytes = from_hex(c.get<std::string>());
+      if (!bytes) break;
+      out.push_back(std::move(*bytes));
     }
-  if (!j.is_array() || out.size() != j.size() || out.empty())
-    throw io::CheckpointError(where + ": " + io::kStateDataClasses + " is not a list of class names");
+  const bool same_count = !hex || (names.is_array() && names.size() == j.size());
+  if (!j.is_array() || out.size() != j.size() || out.empty() || !same_count)
+    throw io::CheckpointError(where + ": " + (hex ? io::kStateDataClassesHex : io::kStateDataClasses) +
+                              " is not a list of class names" + (hex ? " in hex, one for each of data_classes" : ""));
   return out;
+}
+
+std::vector<std::string> classes_from_state(const nlohmann::json& state, const std::string& where) {
+  const auto hex = state.find(io::kStateDataClassesHex);
+  return classes_from_json(state.at(io::kStateDataClasses), hex == state.end() ? nullptr : &*hex, where);
 }
 
 void check_same_classes(const std::vector<std::string>& recorded, const std::vector<std::string>& now,
@@ -229,7 +285,11 @@ io::CheckpointContent capture_checkpoint(const config::RunConfig& cfg, const Run
   if (pos.samples >= 0) s["samples"] = pos.samples;
   if (pos.total_steps >= 0) s["total_steps"] = pos.total_steps;
   if (objs.data.normalize) s[io::kStateDataNormalize] = normalize_json(*objs.data.normalize);
-  if (!objs.data.classes.empty()) s[io::kStateDataClasses] = objs.data.classes;
+  if (!objs.data.classes.empty()) {  // a name need not be UTF-8, state.json must be (classes_json)
+    auto classes = classes_json(objs.data.classes);
+    s[io::kStateDataClasses] = std::move(classes.names);
+    if (classes.hex) s[io::kStateDataClassesHex] = std::move(*classes.hex);
+  }
   s[io::kStateConfigYaml] = config::dump_yaml(cfg);
   s[io::kStateConfigHash] = config::config_hash(cfg);
   s["libtorch_version"] = TORCH_VERSION;
@@ -272,7 +332,7 @@ RunPosition restore_checkpoint(const io::CheckpointContent& content, const std::
     // everything read first: a checkpoint that lacks a part fails before anything is loaded
     for (const char* g : {"model", "rng"}) (void)group(g);
     if (s.contains(io::kStateDataClasses))  // a renamed class folder: every label would shift
-      check_same_classes(classes_from_json(s[io::kStateDataClasses], (from / "state.json").string()), objs.data.classes,
+      check_same_classes(classes_from_state(s, (from / "state.json").string()), objs.data.classes,
                          "the weights of " + from.string());
     // assembled from the shards if sharded; tensor parallel: this rank's slices of the global tensors
     const auto optimizer = take_local(objs.model, full_optimizer_state(content, from));

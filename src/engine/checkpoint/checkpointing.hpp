@@ -111,8 +111,19 @@ nlohmann::json normalize_json(const data::NormalizeValues& v);
 data::NormalizeValues normalize_from_json(const nlohmann::json& j, const std::string& where);
 
 // The class names a checkpoint records (state.json's io::kStateDataClasses, an export's metadata of the
-// same name: a JSON list of strings); CheckpointError naming `where` for anything else.
-std::vector<std::string> classes_from_json(const nlohmann::json& j, const std::string& where);
+// same name: a JSON list of strings). JSON text must be UTF-8 and a class folder's name need not be (an
+// old Latin-1 dataset): `names` shows such a byte as U+FFFD, and `hex` (io::kStateDataClassesHex), there
+// only then, holds every name's bytes in hex, which is what is read back (a resume compares the names).
+struct ClassesJson {
+  nlohmann::json names;
+  std::optional<nlohmann::json> hex;
+};
+ClassesJson classes_json(const std::vector<std::string>& names);
+// Their reading, from `hex` where given (else `names`); CheckpointError naming `where` for anything else.
+std::vector<std::string> classes_from_json(const nlohmann::json& names, const nlohmann::json* hex,
+                                           const std::string& where);
+// The same from a state document holding io::kStateDataClasses (and io::kStateDataClassesHex where given).
+std::vector<std::string> classes_from_state(const nlohmann::json& state, const std::string& where);
 // Throws std::runtime_error when `now` (the data's class names as read now) and `recorded` (those the
 // weights were trained with) both exist and differ: the labels would mean other classes, in silence
 // (a class folder renamed, added or removed). `what` says whose the weights are.

@@ -39,7 +39,8 @@ void on_stop_signal(int sig) {
     const char* name = sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGUSR1 ? "SIGUSR1" : "SIGHUP";
     const int phase = g_phase.load();
     const char* what = phase == static_cast<int>(StopPhase::Training)
-                           ? " received; saving a checkpoint at the next step boundary"
+                           ? " received; saving a checkpoint at the next step boundary (several ranks: the "
+                             "next one they agree at, within 10 steps)"
                        : phase == static_cast<int>(StopPhase::Batches)
                            ? " received; stopping after the current batch or token, the output so far kept"
                        : phase == static_cast<int>(StopPhase::Ending)

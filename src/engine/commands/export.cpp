@@ -137,13 +137,17 @@ void export_checkpoint(const std::string& checkpoint, const std::string& out, co
       {"precision", config::name_of(cfg.train.precision)},  // the run's compute precision (auto resolved)
       {"weights", ema ? "ema" : "trained"},
       {"step", std::to_string(state.value("step", int64_t{-1}))},
-      {"source_checkpoint", dir.string()},
+      // a path need not be UTF-8, the header's JSON must be: a stray byte as U+FFFD
+      {"source_checkpoint", nlohmann::json::parse(nlohmann::json(dir.string()).dump(
+                                -1, ' ', false, nlohmann::json::error_handler_t::replace)).get<std::string>()},
       {"config_hash", state.value(io::kStateConfigHash, std::string())},
       {"trainer_version", TRAINER_VERSION},
   };
-  if (state.contains(io::kStateDataClasses))  // what each output means
-    metadata[io::kStateDataClasses] =
-        nlohmann::json(classes_from_json(state[io::kStateDataClasses], state_path.string())).dump();
+  if (state.contains(io::kStateDataClasses)) {  // what each output means (and the bytes of a name not UTF-8)
+    const auto classes = classes_json(classes_from_state(state, state_path.string()));
+    metadata[io::kStateDataClasses] = classes.names.dump();
+    if (classes.hex) metadata[io::kStateDataClassesHex] = classes.hex->dump();
+  }
   if (state.contains(io::kStateDataNormalize))  // how a PyTorch user feeds the model images (docs/CHECKPOINTS.md)
     metadata[io::kStateDataNormalize] =
         normalize_json(normalize_from_json(state[io::kStateDataNormalize], state_path.string())).dump();

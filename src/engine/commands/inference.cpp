@@ -63,7 +63,7 @@ InferWeights infer_from_checkpoint(const fs::path& step_dir) {
     if (state.contains(io::kStateDataNormalize))
       w.normalize = normalize_from_json(state[io::kStateDataNormalize], state_path.string());
     if (state.contains(io::kStateDataClasses))
-      w.classes = classes_from_json(state[io::kStateDataClasses], state_path.string());
+      w.classes = classes_from_state(state, state_path.string());
     const auto trained =
         config::load_config_text(state.at(io::kStateConfigYaml).get<std::string>(), state_path.string()).cfg;
     w.arch = trained.model.arch;
@@ -110,9 +110,12 @@ InferWeights infer_from_export(const fs::path& file) {
   if (auto n = meta.find(io::kStateDataNormalize); n != meta.end())
     w.normalize = normalize_from_json(nlohmann::json::parse(n->second, nullptr, /*allow_exceptions=*/false),
                                       file.string() + " (metadata)");
-  if (auto c = meta.find(io::kStateDataClasses); c != meta.end())
+  if (auto c = meta.find(io::kStateDataClasses); c != meta.end()) {
+    const auto h = meta.find(io::kStateDataClassesHex);
+    const auto hex = h == meta.end() ? nlohmann::json() : nlohmann::json::parse(h->second, nullptr, false);
     w.classes = classes_from_json(nlohmann::json::parse(c->second, nullptr, /*allow_exceptions=*/false),
-                                  file.string() + " (metadata)");
+                                  h == meta.end() ? nullptr : &hex, file.string() + " (metadata)");
+  }
   if (auto s = meta.find("step"); s != meta.end()) {
     try {
       w.step = std::stoll(s->second);

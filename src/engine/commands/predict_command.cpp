@@ -259,7 +259,10 @@ int predict_run(const PredictArgs& a) {
     spdlog::info("trainer predict runs on rank 0 only; rank {} has nothing to do", env.rank);
     return kExitOk;
   }
-  const InferenceModel m = load_inference_model(loaded.cfg, env, a.checkpoint);
+  auto cfg = loaded.cfg;
+  // the process settings take --threads, and so does their warning of a busy host (it said the config's)
+  if (a.threads > 0) cfg.train.threads = a.threads;
+  const InferenceModel m = load_inference_model(cfg, env, a.checkpoint);
   // --threads, else train.threads's rule (0: cores / ranks on this node); after the model is loaded,
   // whose process settings take the checkpoint's train.threads (the log said that count, not --threads)
   at::set_num_threads(static_cast<int>(a.threads > 0 ? a.threads

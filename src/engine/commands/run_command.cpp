@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <iostream>
 #include <stdexcept>
@@ -111,8 +112,16 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
     if (path.empty()) return;
     struct stat st {};
     std::string wrong;
-    if (::stat(path.c_str(), &st) != 0) wrong = data::expand_glob(path).empty() ? what : "";
-    else if (S_ISDIR(st.st_mode)) wrong = kind == Kind::File ? "is a folder; name the file" : "";
+    if (::stat(path.c_str(), &st) != 0) {
+      const int err = errno;
+      struct stat link {};
+      // a link to nothing, or a loop of links: the name exists, so the pattern would match it (found
+      // from outside: the run folder made, then exit 1 with "Too many levels of symbolic links")
+      if (::lstat(path.c_str(), &link) == 0 && S_ISLNK(link.st_mode))
+        wrong = err == ELOOP ? "a loop of symbolic links" : "a symbolic link to nothing (its target does not exist)";
+      else
+        wrong = data::expand_glob(path).empty() ? what : "";
+    } else if (S_ISDIR(st.st_mode)) wrong = kind == Kind::File ? "is a folder; name the file" : "";
     else if (S_ISREG(st.st_mode)) wrong = kind == Kind::Folder ? "is a file; name the folder" : "";
     else wrong = "is " + file_kind(st.st_mode) + ", not a regular file or folder";  // it may block or never end
     if (!wrong.empty()) errors.push_back({loaded.where(key), key, config::printable(path) + ": " + wrong});
@@ -140,7 +149,18 @@ void check_named_files(const config::LoadedConfig& loaded, bool data, bool init)
                               config::printable(run_dir.string()) + ")"});
       break;
     }
-  if (fs::weakly_canonical(ckpts, ec) == fs::weakly_canonical(run_dir, ec))
+  // each resolved on its own: a run directory that cannot be (a name over 255 bytes, a loop of links)
+  // gave two empty paths, "equal", and blamed checkpoint.dir (found from outside)
+  std::error_code run_ec, ckpt_ec;
+  const auto run_real = fs::weakly_canonical(run_dir, run_ec), ckpt_real = fs::weakly_canonical(ckpts, ckpt_ec);
+  if (run_ec)
+    errors.push_back({loaded.where("run.out_dir"), "run.out_dir",
+                      "the run directory " + config::printable(run_dir.string()) + " (run.out_dir / run.name) cannot "
+                      "be made: " + run_ec.message()});
+  else if (ckpt_ec)
+    errors.push_back({loaded.where("checkpoint.dir"), "checkpoint.dir",
+                      config::printable(ckpts.string()) + ": cannot be made: " + ckpt_ec.message()});
+  else if (ckpt_real == run_real)
     errors.push_back({loaded.where("checkpoint.dir"), "checkpoint.dir",
                       ckpts.string() + ": is the run directory itself; name a folder of its own (\"\": <run dir>/checkpoints)"});
   else if (fs::exists(ckpts, ec) && !fs::is_directory(ckpts, ec))

@@ -10,11 +10,17 @@
 namespace trainer::engine {
 
 RunEvaluation::RunEvaluation(const config::RunConfig& cfg, const std::string& default_metric)
-    : ema_eval_(cfg.train.ema.decay > 0 && cfg.train.ema.eval), tracker_(cfg.train.early_stopping, default_metric) {}
+    : ema_eval_(cfg.train.ema.decay > 0 && cfg.train.ema.eval),
+      early_stopping_asked_(!cfg.train.early_stopping.metric.empty()),
+      tracker_(cfg.train.early_stopping, default_metric) {}
 
 bool RunEvaluation::evaluate(int64_t step, double epochs, models::Model& model, Ema* ema, RunRecorder& records) {
   if (!evaluator_) {
-    if (!warned_no_val_) spdlog::warn("no validation data: evaluation is skipped");
+    if (!warned_no_val_)
+      spdlog::warn("no validation data: evaluation is skipped{}",
+                   tracker_.metric().empty() || !early_stopping_asked_
+                       ? ""
+                       : ", and train.early_stopping (" + tracker_.metric() + ") never stops the run");
     warned_no_val_ = true;
     return false;
   }

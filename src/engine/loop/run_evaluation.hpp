@@ -35,6 +35,7 @@ class RunEvaluation {
 
  private:
   bool ema_eval_;
+  bool early_stopping_asked_;  // train.early_stopping.metric set (not the default metric best follows)
   EarlyStopping tracker_;
   std::unique_ptr<Evaluator> evaluator_;
   bool warned_no_val_ = false;

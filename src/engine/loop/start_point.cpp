@@ -84,6 +84,10 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
                              " (the checkpoint was saved over other data, or its state was edited)");
   }
   p.records.resumed(*resumed);
+  if (cfg.train.max_steps > 0 && pos.step > cfg.train.max_steps)  // found from outside: said nothing, ended "max_steps"
+    spdlog::warn("the checkpoint is at step {}, past train.max_steps {} (lowered since it was saved?): nothing is "
+                 "trained, and the run ends at step {}, not {}; start over with --resume never --force for a "
+                 "shorter run", pos.step, cfg.train.max_steps, pos.step, cfg.train.max_steps);
   if (pos.world_size <= 0 || pos.world_size == data_world) {
     // an epochs-sized run whose length was recounted before (an earlier attempt at another world size,
     // another batch): the samples left count it again, else the config's count trains past its epochs
@@ -100,8 +104,10 @@ StartPoint resume_or_start(const StartParts& p, const ResumeOptions& how, const 
   }
   // saved by another number of ranks: the loader went on at the same global sample; the steps left
   // of a run sized in epochs are counted at this world's samples per step
+  // under tensor or pipeline parallel the sizes are the data-parallel ones, not the processes (found from outside)
+  const bool model_parallel = cfg.dist.tensor_parallel > 1 || cfg.dist.pipeline_parallel > 1;
   const int64_t total = steps_at_new_world_size(cfg.train, pos, data_world, p.loader.batches_per_epoch(), pos.step,
-                                                total_steps);
+                                                total_steps, model_parallel ? "data-parallel ranks" : "ranks");
   if (total != total_steps) p.records.set_total_steps(total);
   return {pos.step, total, pos.samples};
 }

@@ -15,20 +15,22 @@ int64_t accumulation_for(int64_t global_batch, int64_t batch, int64_t world, int
 }
 
 int64_t steps_at_new_world_size(const config::TrainConfig& t, const RunPosition& pos, int64_t world,
-                                int64_t batches_per_epoch, int64_t start_step, int64_t total_steps) {
+                                int64_t batches_per_epoch, int64_t start_step, int64_t total_steps,
+                                const std::string& ranks) {
   const int64_t samples_per_step = t.batch_size * t.grad_accum * world;
-  spdlog::warn("resuming a checkpoint of {} rank(s) on {}: the data continue at global sample {} of epoch {}, "
+  spdlog::warn("resuming a checkpoint of {} {} on {}: the data continue at global sample {} of epoch {}, "
                "and every rank's random generators are re-derived from the saved state",
-               pos.world_size, world, pos.loader.samples_consumed, pos.loader.epoch);
+               pos.world_size, ranks == "ranks" ? "rank(s)" : ranks, world, pos.loader.samples_consumed,
+               pos.loader.epoch);
   // the checkpoint's own samples per step (an older one: the configured global batch, if any)
   const int64_t before = pos.global_batch > 0 ? pos.global_batch : t.global_batch_size;
   if (before == samples_per_step)
-    spdlog::info("train.global_batch_size {} kept: {} per micro-batch x {} accumulation x {} ranks", samples_per_step,
-                 t.batch_size, t.grad_accum, world);
+    spdlog::info("train.global_batch_size {} kept: {} per micro-batch x {} accumulation x {} {}", samples_per_step,
+                 t.batch_size, t.grad_accum, world, ranks);
   else
-    spdlog::warn("the global batch changes from {} to {} samples per step ({} ranks); set train.global_batch_size "
+    spdlog::warn("the global batch changes from {} to {} samples per step ({} {}); set train.global_batch_size "
                  "to keep it across world sizes",
-                 before > 0 ? std::to_string(before) : std::string("?"), samples_per_step, world);
+                 before > 0 ? std::to_string(before) : std::string("?"), samples_per_step, world, ranks);
   if (t.max_steps > 0) return total_steps;
   // sized in epochs: the remaining steps are recounted at the new samples per step (the caller lays
   // the schedule out over the new total)

@@ -30,8 +30,10 @@ int64_t accumulation_for(int64_t global_batch, int64_t batch, int64_t world, int
 // train.epochs take at `world` ranks (it ends after the same number of samples at any world size).
 int64_t epochs_total_from(const config::TrainConfig& t, const RunPosition& pos, int64_t world,
                           int64_t batches_per_epoch, int64_t start_step);
+// `ranks`: what `world` counts in the log ("ranks", or "data-parallel ranks" under tensor or pipeline parallel)
 int64_t steps_at_new_world_size(const config::TrainConfig& t, const RunPosition& pos, int64_t world,
-                                int64_t batches_per_epoch, int64_t start_step, int64_t total_steps);
+                                int64_t batches_per_epoch, int64_t start_step, int64_t total_steps,
+                                const std::string& ranks = "ranks");
 
 struct RegroupPlan {
   dist::DistContext::Regrouped group;
