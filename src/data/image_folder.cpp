@@ -269,7 +269,12 @@ std::shared_ptr<ImageFolderDataset> open_folder(const std::string& root, const s
         h = first.height;
         w = first.width;
       } catch (const DataError& e) {
-        if (!opts.skip_bad || i + 1 == idx.files.size()) throw;
+        if (!opts.skip_bad) throw;
+        // every file bad: said as such (the last one's error alone read as if skip had been ignored)
+        if (i + 1 == idx.files.size())
+          throw DataError(fmt::format("{}: none of its {} image(s) could be decoded (data.on_bad_sample: skip "
+                                      "skips bad ones, but one is needed for the image size); the last: {}",
+                                      root, idx.files.size(), e.what()));
         spdlog::warn("skipping bad sample while probing the image size: {} (sample {})", e.what(), i);
       }
     }

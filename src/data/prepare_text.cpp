@@ -66,6 +66,17 @@ int cmd_prepare_text(const std::string& input, const std::string& out_dir, int64
     std::cerr << "prepare-text: --shard-tokens must be in [1, 2^31) and --val-fraction in [0, 1)\n";
     return kExitUsage;
   }
+  // --out is a folder: a file there (the input itself, found from outside) or above it failed later as
+  // "filesystem error: cannot create directories: Not a directory", exit 1
+  std::error_code ec;
+  for (fs::path p = out_dir; !p.empty(); p = p.parent_path()) {
+    if (fs::exists(p, ec) && !fs::is_directory(p, ec)) {
+      std::cerr << "prepare-text: --out " << out_dir << ": " << p.string()
+                << " is a file; --out names the folder the shards go to\n";
+      return kExitUsage;
+    }
+    if (fs::exists(p, ec) || p == p.parent_path()) break;
+  }
   // a folder's shards are all read as one corpus: earlier ones left beside the new would be mixed in
   const auto before = existing_shards(out_dir);
   if (!before.empty() && !force) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -87,12 +88,19 @@ std::pair<int64_t, std::vector<std::string>> parts_of(const nlohmann::json& stat
 void check_file_is_of(const nlohmann::json& state, const std::string& group, const SafetensorsFile& f,
                       const fs::path& dir) {
   const fs::path file = dir / (group + ".safetensors");
-  const auto step = state.find("step");
-  if (auto s = f.metadata.find("step"); s != f.metadata.end() && step != state.end() && step->is_number_integer() &&
-                                        s->second != std::to_string(step->get<int64_t>()))
+  // the checkpoint's step: its folder's name (step-N, which the manifest agrees with), else state.json's
+  // (a folder named otherwise); a state.json that disagrees with its folder is named by its own check
+  std::optional<std::string> step;
+  const std::string folder = dir.filename().string();
+  if (folder.rfind("step-", 0) == 0 && folder.size() > 5 &&
+      folder.find_first_not_of("0123456789", 5) == std::string::npos)
+    step = folder.substr(5);
+  else if (auto st = state.find("step"); st != state.end() && st->is_number_integer())
+    step = std::to_string(st->get<int64_t>());
+  if (auto s = f.metadata.find("step"); s != f.metadata.end() && step && s->second != *step)
     parts_fail(file.string(), "was written by the save of step " + s->second +
-                                  " (its metadata), but this checkpoint is of step " +
-                                  std::to_string(step->get<int64_t>()) + ": a file from another checkpoint");
+                                  " (its metadata), but this checkpoint is of step " + *step +
+                                  ": a file from another checkpoint");
   if (auto g = f.metadata.find("checkpoint_group"); g != f.metadata.end() && g->second != group)
     parts_fail(file.string(), "holds checkpoint_group '" + g->second + "' (its metadata), not '" + group +
                                   "': a file renamed from another part");

@@ -150,6 +150,13 @@ TEST_CASE("check names bad files in folder order whatever thread read them, and 
   CHECK(none.exit_code == 1);
   CHECK(none.output.find("error: train data: 87 of 87 image headers read are bad:") != std::string::npos);
   CHECK(none.output.find("(every one: with data.on_bad_sample: skip a run has nothing left to read)") != std::string::npos);
+  // the image size taken from the first image that decodes (data.image_size 0): there is none. Said so; the
+  // last file's error alone read as if skip had been ignored (found from outside)
+  auto unsized = run_trainer("check " + cfg + " --set data.on_bad_sample=skip --set data.image_size=0");
+  INFO(unsized.output);
+  CHECK(unsized.exit_code == 1);
+  CHECK(unsized.output.find(root.string() + ": none of its 87 image(s) could be decoded (data.on_bad_sample: skip "
+                            "skips bad ones, but one is needed for the image size); the last: ") != std::string::npos);
 }
 
 // Under the default normalisation (mean_std, the statistics computed from the first images) the

@@ -111,6 +111,17 @@ TEST_CASE("outputs: prepare-text refuses a folder with shards of another corpus 
     CHECK(bad.output.find(std::string("expected a finite number, got '") + v + "'") != std::string::npos);
     CHECK(fs::exists(dir / "shards" / "train_000000.bin"));
   }
+  // --out naming a file (the input itself), or under one: exit 2 naming it (it was exit 1, "filesystem
+  // error: cannot create directories: Not a directory"); the file is left as it was
+  const std::string input = (dir / "big.txt").string();
+  for (const std::string& to : {input, input + "/sub"}) {
+    auto onto = run_trainer("prepare-text " + input + " --out " + to);
+    INFO(onto.output);
+    CHECK(onto.exit_code == 2);
+    CHECK(onto.output.find("prepare-text: --out " + to + ": " + input + " is a file; --out names the folder") !=
+          std::string::npos);
+  }
+  CHECK(trainer::test::read_file(dir / "big.txt") == big);
 }
 
 TEST_CASE("outputs: counts without a bound and non-finite numbers are refused at the command line", "[e2e]") {

@@ -191,9 +191,10 @@ TEST_CASE("trainer launch --max-restarts does not start the group again after a 
   REQUIRE(rank1 > 0);
   REQUIRE(::kill(rank0, SIGSTOP) == 0);
   REQUIRE(::kill(rank1, SIGINT) == 0);
-  const bool first = test::wait_for([&] { return test::read_file(dir / "a.log").find("SIGINT received") != std::string::npos; }, 60);
+  auto logged = [&](const char* what) { return test::read_file(dir / "a.log").find(what) != std::string::npos; };
+  const bool first = test::wait_for([&] { return logged("SIGINT received"); }, 60);
   if (first) ::kill(rank1, SIGINT);  // "second SIGINT, aborting without a checkpoint": exit 130
-  const bool ended = test::wait_for([&] { return test::read_file(dir / "a.log").find("exited with code") != std::string::npos; }, 60);
+  const bool ended = test::wait_for([&] { return logged("exited with code"); }, 60);
   ::kill(rank0, SIGCONT);  // the test's own stopped process, by PID (the launcher ends it)
   const int rc = test::wait_rc(dir / "a.rc", 300);
   const auto log = test::read_file(dir / "a.log");
@@ -386,12 +387,10 @@ TEST_CASE("a rank advertising loopback in a job with a rank on another host is r
   CHECK(out1.find(said) != std::string::npos);  // the meeting called off: the other rank says why too
 }
 
-// A node's launcher waits for its ranks; one that hangs (stopped) never ends, so the launcher held the
-// node after the job was gone (found from outside: a SIGSTOPped rank's launcher still waited 90 s after
-// the others finished). Node 0's launcher hosts the store: once it has not answered for the ranks'
-// dist.timeout_s + 30 s, the other node's launcher ends its ranks. Two "nodes" on this host.
-TEST_CASE("a node whose rank hangs ends it once node 0's launcher is gone for dist.timeout_s + 30 s", "[dist][e2e]") {
-  auto dir = test::scratch_dir("multinode_node0_gone");
+// Two "nodes" on this host (launch -n 1 --nnodes 2 each, on loopback) training the tiny GPT without end,
+// dist.timeout_s 5: node N's output in dir/nodeN.log, its exit code in dir/nodeN.rc, the run in
+// dir/out/tiny. Returns the store's port.
+static std::string start_two_loopback_nodes(const std::filesystem::path& dir) {
   auto yaml = test::read_file(test::write_tiny_gpt_config(dir));
   yaml.replace(yaml.find("max_steps: 20"), 13, "max_steps: 1000000");
   yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 5");
@@ -402,6 +401,16 @@ TEST_CASE("a node whose rank hangs ends it once node 0's launcher is gone for di
                         "--master-port " + port + " -- run " + (dir / "long.yaml").string() + " --out-dir " +
                         (dir / "out").string(), dir / ("node" + std::to_string(n) + ".log"),
                         dir / ("node" + std::to_string(n) + ".rc"));
+  return port;
+}
+
+// A node's launcher waits for its ranks; one that hangs (stopped) never ends, so the launcher held the
+// node after the job was gone (found from outside: a SIGSTOPped rank's launcher still waited 90 s after
+// the others finished). Node 0's launcher hosts the store: once it has not answered for the ranks'
+// dist.timeout_s + 30 s, the other node's launcher ends its ranks. Two "nodes" on this host.
+TEST_CASE("a node whose rank hangs ends it once node 0's launcher is gone for dist.timeout_s + 30 s", "[dist][e2e]") {
+  auto dir = test::scratch_dir("multinode_node0_gone");
+  const std::string port = start_two_loopback_nodes(dir);
   const auto run = dir / "out" / "tiny";
   pid_t rank1 = 0;
   REQUIRE(test::wait_for([&] {
@@ -431,16 +440,7 @@ TEST_CASE("a node whose rank hangs ends it once node 0's launcher is gone for di
 // store queries are bounded now: it ends with its rank's failure.
 TEST_CASE("a node's launcher ends when node 0's launcher is frozen, not waiting on its store", "[dist][e2e]") {
   auto dir = test::scratch_dir("multinode_node0_frozen");
-  auto yaml = test::read_file(test::write_tiny_gpt_config(dir));
-  yaml.replace(yaml.find("max_steps: 20"), 13, "max_steps: 1000000");
-  yaml.replace(yaml.find("timeout_s: 60"), 13, "timeout_s: 5");
-  test::write_file(dir / "long.yaml", yaml);
-  const std::string port = std::to_string(dist::free_local_port());
-  for (int n : {0, 1})
-    test::start_trainer("launch -n 1 --nnodes 2 --node-rank " + std::to_string(n) + " --master-addr 127.0.0.1 "
-                        "--master-port " + port + " -- run " + (dir / "long.yaml").string() + " --out-dir " +
-                        (dir / "out").string(), dir / ("node" + std::to_string(n) + ".log"),
-                        dir / ("node" + std::to_string(n) + ".rc"));
+  start_two_loopback_nodes(dir);
   const auto run = dir / "out" / "tiny";
   REQUIRE(test::wait_for([&] { return !test::records(run / "metrics.jsonl", "train").empty(); }));
   const pid_t rank0 = test::lock_holder(run / ".lock");

@@ -123,7 +123,7 @@ TEST_CASE("a dp 2 x tp 2 checkpoint resumes in one process and a one-process che
   INFO(mesh.output);
   REQUIRE(mesh.exit_code == 0);
   REQUIRE(mesh.losses.size() == kSteps);
-  CHECK(mesh.output.find("resuming a checkpoint of 1 rank(s) on 2") != std::string::npos);
+  CHECK(mesh.output.find("resuming a checkpoint of 1 data-parallel ranks on 2") != std::string::npos);
   check_same_losses(single, mesh, "1 process -> dp 2 x tp 2", 5);
 }
 

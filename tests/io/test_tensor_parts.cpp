@@ -152,7 +152,8 @@ TEST_CASE("a part or file from another save, or renamed from another part, is re
   // a whole file likewise
   std::filesystem::remove(dir / "model-part0of2.safetensors");
   std::filesystem::remove(part1);
-  io::save_safetensors((dir / "model.safetensors").string(), {{"w", w}}, {{"step", "5"}, {"checkpoint_group", "model"}});
+  io::save_safetensors((dir / "model.safetensors").string(), {{"w", w}},
+                       {{"step", "5"}, {"checkpoint_group", "model"}});
   CHECK(error() == (dir / "model.safetensors").string() +
                        ": was written by the save of step 5 (its metadata), but this checkpoint is of step 8: a file "
                        "from another checkpoint");
